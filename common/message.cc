@@ -1,0 +1,336 @@
+// message.cc: Message construction and the validating codec between Messages and Frames.
+#include "common/message.h"
+
+#include <kj/exception.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "common/check.h"
+
+namespace strata {
+
+// ---------------------------------------------------------------------------------------------
+// Ops
+
+std::string_view OpName(Op op) {
+  switch (op) {
+    case Op::EMPTY: return "empty";
+    case Op::REGISTER: return "register";
+    case Op::REGISTER_REPLY: return "registerReply";
+    case Op::GET_VIEW: return "getView";
+    case Op::VIEW: return "view";
+    case Op::BARRIER: return "barrier";
+    case Op::HEARTBEAT: return "heartbeat";
+    case Op::HEARTBEAT_REPLY: return "heartbeatReply";
+    case Op::KV_SET: return "kvSet";
+    case Op::KV_GET: return "kvGet";
+    case Op::KV_VALUE: return "kvValue";
+    case Op::NODE_EVENT: return "nodeEvent";
+    case Op::DEREGISTER: return "deregister";
+    case Op::SHUTDOWN: return "shutdown";
+    case Op::ECHO: return "echo";
+  }
+  return {};  // unknown: IsKnownOp relies on this being empty
+}
+
+namespace {
+
+bool IsKnownOp(Op op) { return !OpName(op).empty(); }
+
+template <typename Enum>
+bool EnumBelow(Enum value, uint16_t count) {
+  return static_cast<uint16_t>(value) < count;
+}
+
+constexpr uint16_t kRoleCount = 4;
+constexpr uint16_t kBarrierScopeCount = 3;
+constexpr uint16_t kNodeEventKindCount = 2;
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Message
+
+struct Message::Incoming {
+  Buffer frame;                   // keeps the envelope bytes alive when used in place
+  kj::Array<capnp::word> copy;    // used when the frame was not word-aligned
+  std::unique_ptr<capnp::FlatArrayMessageReader> reader;
+};
+
+Message::Message() : builder_(std::make_unique<capnp::MallocMessageBuilder>(64)) {
+  builder_->initRoot<wire::Envelope>();
+}
+Message::Message(std::unique_ptr<Incoming> incoming, Frames payloads)
+    : incoming_(std::move(incoming)), payloads_(std::move(payloads)) {}
+Message::Message(Message&&) noexcept = default;
+Message& Message::operator=(Message&&) noexcept = default;
+Message::~Message() = default;
+
+wire::Envelope::Builder Message::builder() {
+  STRATA_CHECK(builder_ != nullptr) << "builder() on a received message";
+  return builder_->getRoot<wire::Envelope>();
+}
+
+wire::Envelope::Reader Message::reader() const {
+  if (builder_) return builder_->getRoot<wire::Envelope>().asReader();
+  return incoming_->reader->getRoot<wire::Envelope>();
+}
+
+Status Message::status() const {
+  auto env = reader();
+  auto code = static_cast<StatusCode>(env.getStatus());
+  if (code == StatusCode::kOk) return Status::OK();
+  return Status(code, std::string(env.getErrorMessage().cStr()));
+}
+
+void Message::AddPayload(DType dtype, const std::vector<int64_t>& shape, Buffer buffer) {
+  uint64_t numel = 1;
+  for (int64_t d : shape) {
+    STRATA_CHECK_GE(d, 0);
+    numel *= static_cast<uint64_t>(d);
+  }
+  STRATA_CHECK_EQ(numel * DTypeSize(dtype), buffer.size()) << "payload bytes do not match shape";
+  auto env = builder();
+  // Cap'n Proto lists cannot grow: rebuild the descriptor list one longer.
+  auto old = env.getPayloads().asReader();
+  auto orphan = builder_->getOrphanage().newOrphan<capnp::List<wire::PayloadDesc>>(old.size() + 1);
+  auto list = orphan.get();
+  for (unsigned i = 0; i < old.size(); ++i) list.setWithCaveats(i, old[i]);
+  auto desc = list[old.size()];
+  desc.setDtype(static_cast<wire::DType>(dtype));
+  auto dims = desc.initShape(static_cast<unsigned>(shape.size()));
+  for (unsigned i = 0; i < shape.size(); ++i) dims.set(i, static_cast<uint64_t>(shape[i]));
+  desc.setByteSize(buffer.size());
+  env.adoptPayloads(std::move(orphan));
+  payloads_.push_back(std::move(buffer));
+}
+
+void Message::AddBytes(Buffer buffer) {
+  const auto n = static_cast<int64_t>(buffer.size());
+  AddPayload(DType::kU8, {n}, std::move(buffer));
+}
+
+PayloadInfo Message::payload_info(size_t i) const {
+  auto desc = reader().getPayloads()[static_cast<unsigned>(i)];
+  PayloadInfo info{static_cast<DType>(desc.getDtype()), {}, &payloads_.at(i)};
+  for (uint64_t d : desc.getShape()) info.shape.push_back(static_cast<int64_t>(d));
+  return info;
+}
+
+Message Message::MakeReply(uint32_t sender) const {
+  Message reply;
+  auto b = reply.builder();
+  b.setRequestId(request_id());
+  b.setIsReply(true);
+  b.setSender(sender);
+  return reply;
+}
+
+Message Message::MakeErrorReply(uint32_t sender, const Status& error) const {
+  Message reply = MakeReply(sender);
+  auto b = reply.builder();
+  b.setStatus(static_cast<wire::StatusCode>(error.code()));
+  b.setErrorMessage(error.message());
+  return reply;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encode
+
+Frames Encode(Message& message) {
+  kj::Array<capnp::word> words;
+  if (message.builder_) {
+    words = capnp::messageToFlatArray(*message.builder_);
+  } else {  // re-sending a received message: copy its envelope into a fresh builder
+    capnp::MallocMessageBuilder copy;
+    copy.setRoot(message.reader());
+    words = capnp::messageToFlatArray(copy);
+  }
+  auto owned = std::make_shared<kj::Array<capnp::word>>(std::move(words));
+  Frames frames;
+  frames.reserve(1 + message.payloads_.size());
+  frames.emplace_back(owned->begin(), owned->size() * sizeof(capnp::word), owned);
+  for (const Buffer& p : message.payloads_) frames.push_back(p);
+  return frames;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decode
+
+namespace {
+
+// Reads a Text field, which makes Cap'n Proto check its NUL terminator, and bounds its size.
+Status CheckText(capnp::Text::Reader text, const char* field, const WireLimits& limits) {
+  if (text.size() > limits.max_text_bytes) {
+    return Status::InvalidArgument(std::string(field) + ": text of " +
+                                   std::to_string(text.size()) + " bytes exceeds the limit");
+  }
+  return Status::OK();
+}
+
+Status CheckNode(wire::NodeInfo::Reader node, const WireLimits& limits) {
+  if (!EnumBelow(node.getRole(), kRoleCount)) return Status::InvalidArgument("node.role out of range");
+  return CheckText(node.getAddress(), "node.address", limits);
+}
+
+Status CheckView(wire::ClusterView::Reader view, const WireLimits& limits) {
+  for (auto node : view.getNodes()) STRATA_RETURN_IF_ERROR(CheckNode(node, limits));
+  return Status::OK();
+}
+
+// Per-op checks of the body: enums in range, texts terminated and bounded.
+Status CheckBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
+  switch (body.which()) {
+    case Op::REGISTER: {
+      auto r = body.getRegister();
+      if (!EnumBelow(r.getRole(), kRoleCount)) return Status::InvalidArgument("register.role out of range");
+      STRATA_RETURN_IF_ERROR(CheckText(r.getAddress(), "register.address", limits));
+      return CheckText(r.getHostname(), "register.hostname", limits);
+    }
+    case Op::REGISTER_REPLY: return CheckView(body.getRegisterReply().getView(), limits);
+    case Op::VIEW: return CheckView(body.getView(), limits);
+    case Op::BARRIER: {
+      auto b = body.getBarrier();
+      if (!EnumBelow(b.getScope(), kBarrierScopeCount)) {
+        return Status::InvalidArgument("barrier.scope out of range");
+      }
+      return CheckText(b.getName(), "barrier.name", limits);
+    }
+    case Op::KV_SET: return CheckText(body.getKvSet().getKey(), "kvSet.key", limits);
+    case Op::KV_GET: return CheckText(body.getKvGet().getKey(), "kvGet.key", limits);
+    case Op::NODE_EVENT: {
+      auto e = body.getNodeEvent();
+      if (!EnumBelow(e.getKind(), kNodeEventKindCount)) {
+        return Status::InvalidArgument("nodeEvent.kind out of range");
+      }
+      STRATA_RETURN_IF_ERROR(CheckNode(e.getNode(), limits));
+      return CheckView(e.getView(), limits);
+    }
+    case Op::EMPTY:
+    case Op::GET_VIEW:
+    case Op::HEARTBEAT:
+    case Op::HEARTBEAT_REPLY:
+    case Op::KV_VALUE:
+    case Op::DEREGISTER:
+    case Op::SHUTDOWN:
+    case Op::ECHO:
+      return Status::OK();
+  }
+  return Status::InvalidArgument("unknown op " + std::to_string(static_cast<unsigned>(body.which())));
+}
+
+// Checks every payload descriptor against its frame; sizes are computed with overflow checks.
+Status CheckPayloads(capnp::List<wire::PayloadDesc>::Reader descs, const Frames& frames,
+                     const WireLimits& limits) {
+  const size_t n = frames.size() - 1;
+  if (descs.size() != n) {
+    return Status::InvalidArgument("envelope describes " + std::to_string(descs.size()) +
+                                   " payloads but " + std::to_string(n) + " frames followed");
+  }
+  if (n > limits.max_payloads) {
+    return Status::InvalidArgument(std::to_string(n) + " payloads exceed the limit of " +
+                                   std::to_string(limits.max_payloads));
+  }
+  for (unsigned i = 0; i < n; ++i) {
+    auto d = descs[i];
+    const std::string where = "payload " + std::to_string(i) + ": ";
+    auto raw_dtype = static_cast<uint16_t>(d.getDtype());
+    if (!IsValidDType(raw_dtype)) {
+      return Status::InvalidArgument(where + "dtype " + std::to_string(raw_dtype) + " out of range");
+    }
+    auto shape = d.getShape();
+    if (shape.size() > static_cast<unsigned>(limits.max_payload_dims)) {
+      return Status::InvalidArgument(where + std::to_string(shape.size()) + " dims exceed the limit");
+    }
+    uint64_t bytes = DTypeSize(static_cast<DType>(raw_dtype));
+    for (uint64_t dim : shape) {
+      if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
+          (dim != 0 && bytes > limits.max_payload_bytes / dim)) {
+        return Status::InvalidArgument(where + "shape overflows the payload size limit");
+      }
+      bytes *= dim;
+    }
+    if (bytes != d.getByteSize() || bytes != frames[i + 1].size()) {
+      return Status::InvalidArgument(where + "shape and dtype give " + std::to_string(bytes) +
+                                     " bytes, envelope says " + std::to_string(d.getByteSize()) +
+                                     ", frame holds " + std::to_string(frames[i + 1].size()));
+    }
+  }
+  return Status::OK();
+}
+
+// Opens the envelope frame as a Cap'n Proto reader (in place when word-aligned).
+std::unique_ptr<Message::Incoming> OpenEnvelope(const Buffer& frame, const WireLimits& limits) {
+  auto in = std::make_unique<Message::Incoming>();
+  in->frame = frame;
+  const size_t nwords = frame.size() / sizeof(capnp::word);
+  kj::ArrayPtr<const capnp::word> words;
+  if (reinterpret_cast<uintptr_t>(frame.data()) % alignof(capnp::word) == 0) {
+    words = kj::arrayPtr(reinterpret_cast<const capnp::word*>(frame.data()), nwords);
+  } else {
+    in->copy = kj::heapArray<capnp::word>(nwords);
+    std::memcpy(in->copy.begin(), frame.data(), nwords * sizeof(capnp::word));
+    words = in->copy.asPtr();
+  }
+  capnp::ReaderOptions options;
+  // Validation reads the message once and handlers read it again; the limit also stops
+  // amplification through overlapping pointers.
+  options.traversalLimitInWords = 4 * nwords + 1024;
+  options.nestingLimit = 16;
+  (void)limits;
+  in->reader = std::make_unique<capnp::FlatArrayMessageReader>(words, options);
+  return in;
+}
+
+}  // namespace
+
+Result<Message> Decode(Frames frames, const WireLimits& limits) {
+  if (frames.empty()) return Status::Corruption("empty message: no envelope frame");
+  const Buffer& env_frame = frames[0];
+  if (env_frame.size() % sizeof(capnp::word) != 0 || env_frame.size() < sizeof(capnp::word)) {
+    return Status::Corruption("envelope of " + std::to_string(env_frame.size()) +
+                              " bytes is not a whole number of 8-byte words");
+  }
+  if (env_frame.size() > limits.max_envelope_bytes) {
+    return Status::InvalidArgument("envelope of " + std::to_string(env_frame.size()) +
+                                   " bytes exceeds the limit of " +
+                                   std::to_string(limits.max_envelope_bytes));
+  }
+  try {
+    auto incoming = OpenEnvelope(env_frame, limits);
+    auto env = incoming->reader->getRoot<wire::Envelope>();
+    env.totalSize();  // walks every pointer: malformed structure throws here, not in a handler
+    if (!IsKnownOp(env.getBody().which())) {
+      return Status::InvalidArgument(
+          "unknown op " + std::to_string(static_cast<unsigned>(env.getBody().which())));
+    }
+    if (!EnumBelow(env.getStatus(), kStatusCodeCount)) {
+      return Status::InvalidArgument("status code out of range");
+    }
+    STRATA_RETURN_IF_ERROR(CheckText(env.getErrorMessage(), "errorMessage", limits));
+    STRATA_RETURN_IF_ERROR(CheckBody(env.getBody(), limits));
+    STRATA_RETURN_IF_ERROR(CheckPayloads(env.getPayloads(), frames, limits));
+    frames.erase(frames.begin());
+    return Message(std::move(incoming), std::move(frames));
+  } catch (const kj::Exception& e) {
+    return Status::Corruption(std::string("malformed envelope: ") + e.getDescription().cStr());
+  }
+}
+
+std::optional<uint64_t> PeekRequestId(const Buffer& frame) {
+  if (frame.size() % sizeof(capnp::word) != 0 || frame.size() < sizeof(capnp::word)) {
+    return std::nullopt;
+  }
+  try {
+    auto incoming = OpenEnvelope(frame, WireLimits{});
+    auto env = incoming->reader->getRoot<wire::Envelope>();
+    if (env.getIsReply() || env.getRequestId() == 0) return std::nullopt;
+    return env.getRequestId();
+  } catch (const kj::Exception&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace strata

@@ -1,0 +1,55 @@
+// options.h: the option structs of the common layer (cluster membership, transport, faults),
+// plain copyable values with documented defaults. config.h binds them to YAML job files.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace strata {
+
+namespace config {
+class Binder;
+}
+
+// Who is in the cluster and how membership is watched. The scheduler waits for exactly
+// `servers` + `trainers` nodes before it publishes the cluster view.
+struct ClusterOptions {
+  // The scheduler's address. tcp://host:port between machines; ipc:///path on one machine.
+  std::string scheduler = "tcp://127.0.0.1:7000";
+  int servers = 1;   // number of strata-server processes
+  int trainers = 1;  // number of strata-trainer processes
+  // Each node sends a heartbeat this often. Lower detects failures sooner at more traffic.
+  int heartbeat_interval_ms = 500;
+  // A node silent for this long is declared dead and every node is told. Must exceed the
+  // interval by a margin that covers scheduling hiccups (default: 10 missed heartbeats).
+  int heartbeat_timeout_ms = 5000;
+  // How long a node waits for the whole cluster to register before giving up.
+  int join_timeout_ms = 60000;
+};
+
+// Fault injection: a knob, not a fork (ps-lite's PS_DROP_MSG). Applies to messages this
+// process sends. All zero (the default) disables it and costs nothing.
+struct FaultOptions {
+  double drop_rate = 0.0;   // probability that an outgoing message is silently dropped
+  double delay_rate = 0.0;  // probability that an outgoing message is held back...
+  int delay_ms = 0;         // ...for this long
+  uint64_t seed = 1;        // makes the drop/delay pattern reproducible
+  bool enabled() const { return drop_rate > 0.0 || (delay_rate > 0.0 && delay_ms > 0); }
+};
+
+struct TransportOptions {
+  // Default timeout of a request that names none. Every wait has a timeout.
+  int request_timeout_ms = 30000;
+  // ZeroMQ high-water marks (messages queued per socket before sends block or drop).
+  int send_hwm = 10000;
+  int recv_hwm = 10000;
+  // Number of ZeroMQ I/O threads (one moves ~1 GB/s; raise for many fast links).
+  int io_threads = 1;
+  FaultOptions fault;
+};
+
+void Bind(config::Binder& b, ClusterOptions& o);
+void Bind(config::Binder& b, FaultOptions& o);
+void Bind(config::Binder& b, TransportOptions& o);
+
+}  // namespace strata

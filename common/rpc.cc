@@ -1,0 +1,317 @@
+// rpc.cc: RpcEndpoint, Request and Ticket.
+#include "common/rpc.h"
+
+#include <kj/exception.h>
+#include <spdlog/spdlog.h>
+
+#include "common/check.h"
+
+namespace strata {
+namespace internal {
+
+using Clock = std::chrono::steady_clock;
+
+struct CallState {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<Result<Message>> result;
+  bool taken = false;
+  RpcEndpoint::Callback callback;
+
+  // Called exactly once: whoever removes the call from RpcCore::pending completes it.
+  void Complete(Result<Message> r) {
+    RpcEndpoint::Callback cb;
+    {
+      std::lock_guard lock(mu);
+      if (!callback) {
+        result.emplace(std::move(r));
+        cv.notify_all();
+        return;
+      }
+      cb = std::move(callback);
+    }
+    cb(std::move(r));
+  }
+};
+
+struct RpcCore {
+  struct Pending {
+    std::shared_ptr<CallState> state;
+    PeerId peer;
+    Clock::time_point deadline;
+    Op op;
+  };
+
+  std::unique_ptr<Transport> transport;
+  RpcOptions options;
+  std::atomic<uint32_t> node_id{kUnassignedNode};
+  RpcEndpoint::Handler handler;
+  std::atomic<uint64_t> next_request_id{1};
+
+  std::mutex mu;  // guards the fields down to the blank line
+  std::condition_variable timer_cv;
+  std::unordered_map<uint64_t, Pending> pending;
+  std::multimap<Clock::time_point, uint64_t> deadlines;
+  bool stop = false;
+
+  std::thread timer;
+
+  // Removes a call from the tables; null if it is no longer pending.
+  std::shared_ptr<CallState> Take(uint64_t id, Pending* out = nullptr) {
+    std::lock_guard lock(mu);
+    auto it = pending.find(id);
+    if (it == pending.end()) return nullptr;
+    auto [lo, hi] = deadlines.equal_range(it->second.deadline);
+    for (auto d = lo; d != hi; ++d) {
+      if (d->second == id) {
+        deadlines.erase(d);
+        break;
+      }
+    }
+    if (out) *out = it->second;
+    auto state = std::move(it->second.state);
+    pending.erase(it);
+    return state;
+  }
+
+  void SendReply(const Source& to, Message reply) {
+    Status s = transport->Reply(to, Encode(reply));
+    if (!s.ok()) spdlog::debug("rpc: reply not sent: {}", s.ToString());
+  }
+
+  Message ErrorReply(uint64_t request_id, const Status& error) {
+    Message reply;
+    auto b = reply.builder();
+    b.setRequestId(request_id);
+    b.setIsReply(true);
+    b.setSender(node_id.load());
+    b.setStatus(static_cast<wire::StatusCode>(error.code()));
+    b.setErrorMessage(error.message());
+    return reply;
+  }
+
+  void OnReceive(std::shared_ptr<RpcCore> self, Source source, Frames frames) {
+    std::optional<uint64_t> peeked;
+    if (!source.from_peer() && !frames.empty()) peeked = PeekRequestId(frames[0]);
+    auto decoded = Decode(std::move(frames), options.limits);
+    if (!decoded.ok()) {
+      spdlog::warn("rpc: rejected a message ({}): {}",
+                   source.from_peer() ? "reply from peer " + std::to_string(source.peer)
+                                      : std::string("request"),
+                   decoded.status().ToString());
+      if (peeked) SendReply(source, ErrorReply(*peeked, decoded.status()));
+      return;
+    }
+    Message msg = std::move(decoded).value();
+    if (msg.is_reply()) {
+      auto state = Take(msg.request_id());
+      if (!state) {
+        spdlog::debug("rpc: late or unknown reply {}", msg.request_id());
+        return;
+      }
+      Status s = msg.status();
+      if (s.ok()) {
+        state->Complete(std::move(msg));
+      } else {
+        state->Complete(std::move(s));
+      }
+      return;
+    }
+    const uint64_t id = msg.request_id();
+    if (!handler) {
+      if (id) SendReply(source, ErrorReply(id, Status::Unimplemented("this node serves no requests")));
+      return;
+    }
+    try {
+      handler(Request(std::move(self), std::move(source), std::move(msg)));
+    } catch (const kj::Exception& e) {
+      spdlog::error("rpc: handler threw on request {}: {}", id, e.getDescription().cStr());
+    } catch (const std::exception& e) {
+      spdlog::error("rpc: handler threw on request {}: {}", id, e.what());
+    }
+  }
+
+  void RunTimer() {
+    std::unique_lock lock(mu);
+    while (!stop) {
+      if (deadlines.empty()) {
+        timer_cv.wait(lock);
+        continue;
+      }
+      const auto when = deadlines.begin()->first;
+      if (Clock::now() < when) {
+        timer_cv.wait_until(lock, when);
+        continue;
+      }
+      const uint64_t id = deadlines.begin()->second;
+      lock.unlock();
+      Pending p;
+      if (auto state = Take(id, &p)) {
+        state->Complete(Status::DeadlineExceeded(std::string(OpName(p.op)) + " request " +
+                                                 std::to_string(id) + " to peer " +
+                                                 std::to_string(p.peer) + " timed out"));
+      }
+      lock.lock();
+    }
+  }
+};
+
+}  // namespace internal
+
+using internal::CallState;
+using internal::Clock;
+using internal::RpcCore;
+
+// ---------------------------------------------------------------------------------------------
+// Request
+
+Request::Request(std::shared_ptr<RpcCore> core, Source source, Message message)
+    : core_(std::move(core)), source_(std::move(source)), message_(std::move(message)) {}
+Request::Request(Request&&) noexcept = default;
+Request& Request::operator=(Request&&) noexcept = default;
+Request::~Request() = default;
+
+Message Request::MakeReply() const { return message_.MakeReply(core_->node_id.load()); }
+
+void Request::Reply(Message reply) {
+  if (one_way() || answered_) return;
+  answered_ = true;
+  core_->SendReply(source_, std::move(reply));
+}
+
+void Request::ReplyError(const Status& error) {
+  if (one_way() || answered_) return;
+  Reply(message_.MakeErrorReply(core_->node_id.load(), error));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ticket
+
+Result<Message> Ticket::Wait(Millis timeout) {
+  if (!state_) return Status::FailedPrecondition("Wait on an empty ticket");
+  std::unique_lock lock(state_->mu);
+  if (!state_->cv.wait_for(lock, timeout, [&] { return state_->result.has_value() || state_->taken; })) {
+    return Status::DeadlineExceeded("no reply within " + std::to_string(timeout.count()) + " ms");
+  }
+  if (state_->taken) return Status::FailedPrecondition("ticket result already taken");
+  state_->taken = true;
+  Result<Message> r = std::move(*state_->result);
+  state_->result.reset();
+  return r;
+}
+
+bool Ticket::done() const {
+  if (!state_) return false;
+  std::lock_guard lock(state_->mu);
+  return state_->result.has_value() || state_->taken;
+}
+
+// ---------------------------------------------------------------------------------------------
+// RpcEndpoint
+
+RpcEndpoint::RpcEndpoint(std::unique_ptr<Transport> transport, RpcOptions options)
+    : options_(options), core_(std::make_shared<RpcCore>()) {
+  core_->transport = std::move(transport);
+  core_->options = options;
+  std::weak_ptr<RpcCore> weak = core_;
+  core_->transport->SetReceiver([weak](Source source, Frames frames) {
+    if (auto core = weak.lock()) core->OnReceive(core, std::move(source), std::move(frames));
+  });
+  core_->timer = std::thread([core = core_.get()] { core->RunTimer(); });
+}
+
+RpcEndpoint::~RpcEndpoint() { Shutdown(); }
+
+void RpcEndpoint::SetHandler(Handler handler) { core_->handler = std::move(handler); }
+Result<std::string> RpcEndpoint::Bind(const std::string& e) { return core_->transport->Bind(e); }
+Result<PeerId> RpcEndpoint::Connect(const std::string& a) { return core_->transport->Connect(a); }
+void RpcEndpoint::set_node_id(uint32_t id) { core_->node_id = id; }
+uint32_t RpcEndpoint::node_id() const { return core_->node_id; }
+
+void RpcEndpoint::Start(PeerId peer, Message request, std::shared_ptr<CallState> state,
+                        Millis timeout) {
+  const uint64_t id = core_->next_request_id++;
+  auto b = request.builder();
+  b.setRequestId(id);
+  b.setIsReply(false);
+  b.setSender(core_->node_id.load());
+  const Op op = request.op();
+  {
+    std::lock_guard lock(core_->mu);
+    if (core_->stop) {
+      state->Complete(Status::Cancelled("rpc endpoint is shut down"));
+      return;
+    }
+    const auto deadline = Clock::now() + timeout;
+    core_->pending.emplace(id, RpcCore::Pending{state, peer, deadline, op});
+    const bool earliest = core_->deadlines.empty() || deadline < core_->deadlines.begin()->first;
+    core_->deadlines.emplace(deadline, id);
+    if (earliest) core_->timer_cv.notify_one();
+  }
+  Status s = core_->transport->Send(peer, Encode(request));
+  if (!s.ok()) {
+    if (auto st = core_->Take(id)) st->Complete(s.WithContext(std::string(OpName(op))));
+  }
+}
+
+Ticket RpcEndpoint::Call(PeerId peer, Message request, std::optional<Millis> timeout) {
+  auto state = std::make_shared<CallState>();
+  Start(peer, std::move(request), state, timeout.value_or(options_.default_timeout));
+  return Ticket(state);
+}
+
+void RpcEndpoint::CallAsync(PeerId peer, Message request, Callback done,
+                            std::optional<Millis> timeout) {
+  auto state = std::make_shared<CallState>();
+  state->callback = std::move(done);
+  Start(peer, std::move(request), state, timeout.value_or(options_.default_timeout));
+}
+
+Result<Message> RpcEndpoint::CallAndWait(PeerId peer, Message request,
+                                         std::optional<Millis> timeout) {
+  const Millis t = timeout.value_or(options_.default_timeout);
+  // The call's own deadline fires first; the extra second only guards against a stuck timer.
+  return Call(peer, std::move(request), t).Wait(t + Millis(1000));
+}
+
+Status RpcEndpoint::Notify(PeerId peer, Message message) {
+  auto b = message.builder();
+  b.setRequestId(0);
+  b.setIsReply(false);
+  b.setSender(core_->node_id.load());
+  return core_->transport->Send(peer, Encode(message));
+}
+
+void RpcEndpoint::FailCallsTo(PeerId peer, const Status& status) {
+  std::vector<uint64_t> ids;
+  {
+    std::lock_guard lock(core_->mu);
+    for (const auto& [id, p] : core_->pending) {
+      if (p.peer == peer) ids.push_back(id);
+    }
+  }
+  for (uint64_t id : ids) {
+    if (auto st = core_->Take(id)) st->Complete(status);
+  }
+}
+
+void RpcEndpoint::Shutdown() {
+  {
+    std::lock_guard lock(core_->mu);
+    if (core_->stop) return;
+    core_->stop = true;
+    core_->timer_cv.notify_all();
+  }
+  core_->transport->Shutdown();  // no receiver runs after this
+  if (core_->timer.joinable()) core_->timer.join();
+  std::vector<uint64_t> ids;
+  {
+    std::lock_guard lock(core_->mu);
+    for (const auto& [id, p] : core_->pending) ids.push_back(id);
+  }
+  for (uint64_t id : ids) {
+    if (auto st = core_->Take(id)) st->Complete(Status::Cancelled("rpc endpoint shut down"));
+  }
+}
+
+}  // namespace strata

@@ -1,0 +1,113 @@
+# wire.capnp: the envelope of every strata message. A message on the wire is one frame holding
+# this envelope, followed by one raw frame per PayloadDesc (tensor bytes, sent zero-copy).
+# Big tensors never go through Cap'n Proto builders. Decoding validates every field
+# (common/message.cc); handlers may trust a decoded Message.
+@0xb6a1d3c2e4f50718;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("strata::wire");
+
+# Mirrors strata::StatusCode (common/status.h); the numbers are the same.
+enum StatusCode {
+  ok @0; invalidArgument @1; notFound @2; alreadyExists @3; deadlineExceeded @4;
+  unavailable @5; corruption @6; ioError @7; failedPrecondition @8; resourceExhausted @9;
+  aborted @10; cancelled @11; internal @12; unimplemented @13;
+}
+
+# Mirrors strata::DType (common/dtype.h).
+enum DType { f32 @0; f16 @1; bf16 @2; i32 @3; i64 @4; u8 @5; }
+
+enum Role { scheduler @0; server @1; trainer @2; client @3; }
+
+# Describes one payload frame: the frame must hold exactly product(shape) * size(dtype) bytes.
+struct PayloadDesc {
+  dtype @0 :DType;
+  shape @1 :List(UInt64);   # [] is a scalar (one element)
+  byteSize @2 :UInt64;
+}
+
+struct NodeInfo {
+  id @0 :UInt32;            # cluster-wide id: 0 scheduler, then servers by rank, then trainers
+  role @1 :Role;
+  rank @2 :Int32;           # rank within the role
+  address @3 :Text;         # where the node's ROUTER socket listens
+  alive @4 :Bool;
+  incarnation @5 :UInt32;   # bumped each time the node re-registers after being declared dead
+}
+
+struct ClusterView {
+  epoch @0 :UInt64;         # bumped on every membership change
+  nodes @1 :List(NodeInfo);
+}
+
+struct RegisterRequest {
+  role @0 :Role;
+  address @1 :Text;
+  requestedRank @2 :Int32 = -1;   # -1: the scheduler assigns one (by sorted address)
+  hostname @3 :Text;
+  pid @4 :UInt32;
+}
+
+struct RegisterReply {
+  nodeId @0 :UInt32;
+  rank @1 :Int32;
+  view @2 :ClusterView;
+  heartbeatIntervalMs @3 :UInt32;
+  heartbeatTimeoutMs @4 :UInt32;
+}
+
+enum BarrierScope { all @0; servers @1; trainers @2; }
+
+struct BarrierRequest {
+  name @0 :Text;
+  scope @1 :BarrierScope;
+}
+
+struct HeartbeatReply {
+  viewEpoch @0 :UInt64;
+}
+
+struct KvSet {
+  key @0 :Text;
+  value @1 :Data;
+}
+
+struct KvGet {
+  key @0 :Text;
+  waitMs @1 :UInt32;        # 0: answer at once (NotFound if absent); else wait up to this long
+}
+
+struct NodeEvent {
+  enum Kind { dead @0; rejoined @1; }
+  kind @0 :Kind;
+  node @1 :NodeInfo;
+  view @2 :ClusterView;
+}
+
+struct Envelope {
+  requestId @0 :UInt64;     # 0: one-way, no reply expected
+  isReply @1 :Bool;
+  sender @2 :UInt32 = 0xffffffff;   # node id; 0xffffffff before registration
+  status @3 :StatusCode;    # replies only
+  errorMessage @4 :Text;    # replies only, when status != ok
+  payloads @5 :List(PayloadDesc);
+
+  # The operation. Add new members at the end; never renumber.
+  body :union {
+    empty @6 :Void;                 # a plain reply (ack or error)
+    register @7 :RegisterRequest;
+    registerReply @8 :RegisterReply;
+    getView @9 :Void;
+    view @10 :ClusterView;          # reply to getView
+    barrier @11 :BarrierRequest;    # reply: empty, once every member arrived (or an error)
+    heartbeat @12 :Void;
+    heartbeatReply @13 :HeartbeatReply;
+    kvSet @14 :KvSet;
+    kvGet @15 :KvGet;
+    kvValue @16 :Data;              # reply to kvGet
+    nodeEvent @17 :NodeEvent;       # scheduler -> node, one-way
+    deregister @18 :Void;           # a node leaving cleanly
+    shutdown @19 :Void;             # scheduler -> node, one-way: the job is over
+    echo @20 :Void;                 # reply with the same payloads (tests, benchmarks)
+  }
+}

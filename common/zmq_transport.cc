@@ -1,0 +1,263 @@
+// zmq_transport.cc: ZmqTransport.
+#include "common/zmq_transport.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <zmq_addon.hpp>
+
+namespace strata {
+namespace {
+
+// zmq_bind understands "*" for an ephemeral port; we accept the more familiar ":0".
+std::string ZmqEndpoint(const std::string& endpoint) {
+  if (endpoint.rfind("tcp://", 0) == 0 && endpoint.size() > 2 &&
+      endpoint.compare(endpoint.size() - 2, 2, ":0") == 0) {
+    return endpoint.substr(0, endpoint.size() - 1) + "*";
+  }
+  return endpoint;
+}
+
+zmq::message_t ToZmq(const Buffer& b) {
+  if (b.size() < ZmqTransport::kZeroCopyMinBytes || !b.owner()) {
+    return zmq::message_t(b.data(), b.size());
+  }
+  // The hint keeps the buffer's owner alive until ZeroMQ's I/O thread has written it.
+  auto* hint = new std::shared_ptr<const void>(b.owner());
+  return zmq::message_t(
+      const_cast<std::byte*>(b.data()), b.size(),
+      [](void*, void* h) { delete static_cast<std::shared_ptr<const void>*>(h); }, hint);
+}
+
+Buffer FromZmq(zmq::message_t&& msg) {
+  // Move first: small messages live inside zmq_msg_t, so data() changes with the move.
+  auto owned = std::make_shared<zmq::message_t>(std::move(msg));
+  return Buffer(owned->data(), owned->size(), owned);
+}
+
+}  // namespace
+
+ZmqTransport::ZmqTransport(const TransportOptions& options)
+    : options_(options),
+      context_(options.io_threads),
+      wake_push_(context_, zmq::socket_type::push),
+      wake_pull_(context_, zmq::socket_type::pull) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "inproc://strata-wake-%p", static_cast<void*>(this));
+  wake_pull_.bind(name);
+  wake_push_.connect(name);
+  io_thread_ = std::thread([this] { Run(); });
+}
+
+ZmqTransport::~ZmqTransport() { Shutdown(); }
+
+void ZmqTransport::SetReceiver(Receiver receiver) {
+  std::lock_guard lock(mu_);
+  receiver_ = std::move(receiver);
+}
+
+void ZmqTransport::ConfigureSocket(zmq::socket_t& socket) {
+  socket.set(zmq::sockopt::linger, 0);
+  socket.set(zmq::sockopt::sndhwm, options_.send_hwm);
+  socket.set(zmq::sockopt::rcvhwm, options_.recv_hwm);
+}
+
+Result<std::string> ZmqTransport::Bind(const std::string& endpoint) {
+  STRATA_RETURN_IF_ERROR(ValidateEndpoint(endpoint));
+  auto socket = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::router);
+  ConfigureSocket(*socket);
+  socket->set(zmq::sockopt::router_mandatory, 1);  // unknown routes fail instead of vanishing
+  std::string bound;
+  try {
+    socket->bind(ZmqEndpoint(endpoint));
+    bound = socket->get(zmq::sockopt::last_endpoint);
+  } catch (const zmq::error_t& e) {
+    return Status::IOError("bind " + endpoint + ": " + e.what());
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (shut_down_) return Status::Cancelled("transport is shut down");
+    if (new_router_ || router_.socket) return Status::FailedPrecondition("already bound");
+    // Handing a socket to another thread is allowed with a full fence; the mutex is one.
+    new_router_ = std::move(socket);
+    wake_push_.send(zmq::message_t(), zmq::send_flags::dontwait);
+  }
+  return bound;
+}
+
+Result<PeerId> ZmqTransport::Connect(const std::string& address) {
+  STRATA_RETURN_IF_ERROR(ValidateEndpoint(address));
+  std::lock_guard lock(mu_);
+  if (shut_down_) return Status::Cancelled("transport is shut down");
+  if (auto it = peer_by_address_.find(address); it != peer_by_address_.end()) return it->second;
+  auto socket = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
+  ConfigureSocket(*socket);
+  try {
+    socket->connect(address);
+  } catch (const zmq::error_t& e) {
+    return Status::IOError("connect " + address + ": " + e.what());
+  }
+  const PeerId id = next_peer_++;
+  peer_by_address_[address] = id;
+  new_links_.emplace_back(id, std::move(socket));
+  wake_push_.send(zmq::message_t(), zmq::send_flags::dontwait);
+  return id;
+}
+
+Status ZmqTransport::Enqueue(Outgoing out) {
+  std::lock_guard lock(mu_);
+  if (shut_down_) return Status::Cancelled("transport is shut down");
+  if (out.peer != kNoPeer && out.peer >= next_peer_) {
+    return Status::InvalidArgument("unknown peer " + std::to_string(out.peer));
+  }
+  const bool was_empty = outbox_.empty();
+  outbox_.push_back(std::move(out));
+  // One wake-up per batch: the I/O thread takes the whole outbox each time it wakes.
+  if (was_empty) wake_push_.send(zmq::message_t(), zmq::send_flags::dontwait);
+  return Status::OK();
+}
+
+Status ZmqTransport::Send(PeerId peer, Frames frames) {
+  if (peer == kNoPeer) return Status::InvalidArgument("send to no peer");
+  return Enqueue(Outgoing{peer, {}, std::move(frames)});
+}
+
+Status ZmqTransport::Reply(const Source& to, Frames frames) {
+  if (to.from_peer()) return Send(to.peer, std::move(frames));
+  if (to.route.empty()) return Status::InvalidArgument("reply without a route");
+  return Enqueue(Outgoing{kNoPeer, to.route, std::move(frames)});
+}
+
+void ZmqTransport::Shutdown() {
+  {
+    std::lock_guard lock(mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    stop_ = true;
+    wake_push_.send(zmq::message_t(), zmq::send_flags::dontwait);
+  }
+  if (io_thread_.joinable()) io_thread_.join();
+  links_.clear();
+  router_.socket.reset();
+  new_links_.clear();
+  new_router_.reset();
+  wake_push_.close();
+  wake_pull_.close();
+  context_.close();
+}
+
+void ZmqTransport::TakeCommands() {
+  std::vector<Outgoing> outbox;
+  {
+    std::lock_guard lock(mu_);
+    outbox.swap(outbox_);
+    if (new_router_) router_.socket = std::move(new_router_);
+    for (auto& [id, socket] : new_links_) {
+      if (links_.size() <= id) links_.resize(id + 1);
+      links_[id].socket = std::move(socket);
+    }
+    new_links_.clear();
+  }
+  for (Outgoing& out : outbox) {
+    if (out.peer == kNoPeer) {
+      if (!router_.socket) continue;  // a reply needs the socket its request came in on
+      if (!router_.backlog.empty() || !TrySend(*router_.socket, out)) {
+        router_.backlog.push_back(std::move(out));
+      }
+    } else {
+      Link& link = links_[out.peer];
+      if (!link.backlog.empty() || !TrySend(*link.socket, out)) link.backlog.push_back(std::move(out));
+    }
+  }
+}
+
+bool ZmqTransport::TrySend(zmq::socket_t& socket, Outgoing& out) {
+  try {
+    const size_t n = out.frames.size();
+    if (out.peer == kNoPeer) {
+      zmq::message_t route(out.route.data(), out.route.size());
+      if (!socket.send(route, zmq::send_flags::dontwait | zmq::send_flags::sndmore)) return false;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      auto flags = zmq::send_flags::dontwait;
+      if (i + 1 < n) flags = flags | zmq::send_flags::sndmore;
+      // ZeroMQ delivers multipart messages atomically: only a first part can meet a full queue.
+      if (!socket.send(ToZmq(out.frames[i]), flags)) return false;
+    }
+  } catch (const zmq::error_t& e) {
+    // EHOSTUNREACH: the requester is gone. Nothing to retry; the peer's timeout covers it.
+    spdlog::debug("transport: dropped a message: {}", e.what());
+  }
+  return true;
+}
+
+void ZmqTransport::Flush(Link& link) {
+  while (!link.backlog.empty() && TrySend(*link.socket, link.backlog.front())) {
+    link.backlog.pop_front();
+  }
+}
+
+void ZmqTransport::Drain(zmq::socket_t& socket, PeerId peer) {
+  // Bounded so one busy socket cannot starve the others.
+  for (int n = 0; n < 256; ++n) {
+    std::vector<zmq::message_t> parts;
+    if (!zmq::recv_multipart(socket, std::back_inserter(parts), zmq::recv_flags::dontwait)) return;
+    Source source;
+    size_t first = 0;
+    if (peer == kNoPeer) {
+      if (parts.size() < 2) continue;  // a ROUTER always prepends the route
+      source.route = parts[0].to_string();
+      first = 1;
+    } else {
+      source.peer = peer;
+    }
+    Frames frames;
+    frames.reserve(parts.size() - first);
+    for (size_t i = first; i < parts.size(); ++i) frames.push_back(FromZmq(std::move(parts[i])));
+    if (receiver_) receiver_(std::move(source), std::move(frames));
+  }
+}
+
+void ZmqTransport::Run() {
+  std::vector<zmq::pollitem_t> items;
+  std::vector<PeerId> item_peer;
+  while (!stop_) {
+    items.clear();
+    item_peer.clear();
+    items.push_back({wake_pull_.handle(), 0, ZMQ_POLLIN, 0});
+    item_peer.push_back(kNoPeer);
+    if (router_.socket) {
+      short events = ZMQ_POLLIN | (router_.backlog.empty() ? 0 : ZMQ_POLLOUT);
+      items.push_back({router_.socket->handle(), 0, events, 0});
+      item_peer.push_back(kNoPeer);
+    }
+    for (PeerId id = 0; id < links_.size(); ++id) {
+      if (!links_[id].socket) continue;
+      short events = ZMQ_POLLIN | (links_[id].backlog.empty() ? 0 : ZMQ_POLLOUT);
+      items.push_back({links_[id].socket->handle(), 0, events, 0});
+      item_peer.push_back(id);
+    }
+    try {
+      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(-1));
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) continue;
+      spdlog::error("transport: poll failed: {}", e.what());
+      return;
+    }
+    if (items[0].revents & ZMQ_POLLIN) {
+      zmq::message_t ignored;
+      while (wake_pull_.recv(ignored, zmq::recv_flags::dontwait)) {
+      }
+      if (stop_) return;
+      TakeCommands();
+    }
+    for (size_t i = 1; i < items.size(); ++i) {
+      const PeerId peer = item_peer[i];
+      Link& link = peer == kNoPeer ? router_ : links_[peer];
+      if (items[i].revents & ZMQ_POLLOUT) Flush(link);
+      if (items[i].revents & ZMQ_POLLIN) Drain(*link.socket, peer);
+    }
+  }
+}
+
+}  // namespace strata

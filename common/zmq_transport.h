@@ -1,0 +1,78 @@
+// zmq_transport.h: ZmqTransport, the ZeroMQ Transport. One I/O thread owns every socket: the
+// bound ROUTER that receives requests, one DEALER per connected peer (replies come back on it),
+// and an inproc PULL that other threads use to wake it when they queue frames. Payloads of
+// kZeroCopyMinBytes or more are handed to ZeroMQ without copying; their owner is released when
+// ZeroMQ has written them.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "common/transport.h"
+
+namespace strata {
+
+class ZmqTransport final : public Transport {
+ public:
+  static constexpr size_t kZeroCopyMinBytes = 16 * 1024;
+
+  explicit ZmqTransport(const TransportOptions& options);
+  ~ZmqTransport() override;
+
+  void SetReceiver(Receiver receiver) override;
+  Result<std::string> Bind(const std::string& endpoint) override;
+  Result<PeerId> Connect(const std::string& address) override;
+  Status Send(PeerId peer, Frames frames) override;
+  Status Reply(const Source& to, Frames frames) override;
+  void Shutdown() override;
+
+ private:
+  struct Outgoing {
+    PeerId peer = kNoPeer;  // kNoPeer: goes out of the ROUTER along `route`
+    std::string route;
+    Frames frames;
+  };
+  struct Link {
+    std::unique_ptr<zmq::socket_t> socket;
+    std::deque<Outgoing> backlog;  // frames that met a full queue (high-water mark)
+  };
+
+  Status Enqueue(Outgoing out);
+  void Run();
+  void TakeCommands();
+  // Tries to send; false if the socket's queue is full (then the caller keeps it for later).
+  bool TrySend(zmq::socket_t& socket, Outgoing& out);
+  void Flush(Link& link);
+  void Drain(zmq::socket_t& socket, PeerId peer);
+  void ConfigureSocket(zmq::socket_t& socket);
+
+  const TransportOptions options_;
+  zmq::context_t context_;
+  Receiver receiver_;
+
+  std::mutex mu_;  // guards the fields down to the blank line (shared with callers)
+  std::vector<Outgoing> outbox_;
+  std::vector<std::pair<PeerId, std::unique_ptr<zmq::socket_t>>> new_links_;
+  std::unique_ptr<zmq::socket_t> new_router_;
+  std::unordered_map<std::string, PeerId> peer_by_address_;
+  PeerId next_peer_ = 0;
+  zmq::socket_t wake_push_;
+  bool shut_down_ = false;
+
+  // I/O thread only.
+  zmq::socket_t wake_pull_;
+  Link router_;
+  std::vector<Link> links_;  // indexed by PeerId
+
+  std::atomic<bool> stop_{false};
+  std::thread io_thread_;
+};
+
+}  // namespace strata
