@@ -23,14 +23,17 @@ class Buffer {
   static Buffer Copy(const void* data, size_t size) {
     auto bytes = std::make_shared<std::vector<std::byte>>(size);
     if (size) std::memcpy(bytes->data(), data, size);
-    return Buffer(bytes->data(), size, std::move(bytes));
+    const void* p = bytes->data();  // before the move: argument order is unspecified
+    return Buffer(p, size, std::move(bytes));
   }
   static Buffer Copy(std::string_view s) { return Copy(s.data(), s.size()); }
   // Takes ownership of a vector's storage (no copy).
   template <typename T>
   static Buffer Take(std::vector<T> v) {
     auto owned = std::make_shared<std::vector<T>>(std::move(v));
-    return Buffer(owned->data(), owned->size() * sizeof(T), std::move(owned));
+    const void* p = owned->data();
+    const size_t n = owned->size() * sizeof(T);
+    return Buffer(p, n, std::move(owned));
   }
 
   const std::byte* data() const { return static_cast<const std::byte*>(data_); }

@@ -97,6 +97,10 @@ Status InprocTransport::Send(PeerId peer, Frames frames) {
 
 Status InprocTransport::Reply(const Source& to, Frames frames) {
   if (to.from_peer()) return Send(to.peer, std::move(frames));
+  {
+    std::lock_guard lock(mu_);
+    if (stop_) return Status::Cancelled("transport is shut down");
+  }
   const size_t slash = to.route.rfind('/');
   if (slash == std::string::npos) return Status::InvalidArgument("malformed inproc route");
   Source source;

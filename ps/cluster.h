@@ -1,0 +1,50 @@
+// cluster.h: the cluster view as plain values (roles, node records, the view with its epoch)
+// and their conversion to and from the wire schema. Node ids: 0 is the scheduler, then the
+// servers in rank order, then the trainers in rank order.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "common/wire.capnp.h"
+
+namespace strata {
+
+enum class Role : uint8_t { kScheduler = 0, kServer = 1, kTrainer = 2, kClient = 3 };
+std::string_view RoleName(Role role);
+Result<Role> ParseRole(std::string_view name);
+
+inline constexpr uint32_t kSchedulerId = 0;
+
+struct NodeInfo {
+  uint32_t id = 0;
+  Role role = Role::kServer;
+  int rank = -1;
+  std::string address;
+  bool alive = false;
+  uint32_t incarnation = 0;
+
+  // "server 1 (node 2, tcp://127.0.0.1:4001)": how errors and logs name a node.
+  std::string Describe() const;
+};
+
+struct ClusterView {
+  uint64_t epoch = 0;
+  std::vector<NodeInfo> nodes;  // sorted by id
+
+  const NodeInfo* Find(uint32_t id) const;
+  const NodeInfo* Find(Role role, int rank) const;
+  std::vector<NodeInfo> WithRole(Role role) const;
+  int Count(Role role) const;
+};
+
+void ToWire(const NodeInfo& in, wire::NodeInfo::Builder out);
+void ToWire(const ClusterView& in, wire::ClusterView::Builder out);
+NodeInfo FromWire(wire::NodeInfo::Reader in);
+ClusterView FromWire(wire::ClusterView::Reader in);
+
+}  // namespace strata

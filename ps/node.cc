@@ -1,0 +1,239 @@
+// node.cc: Node.
+#include "ps/node.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include "common/check.h"
+
+namespace strata {
+namespace {
+
+std::unique_ptr<Transport> MakeOrDie(const std::string& endpoint, const TransportOptions& options,
+                                     InprocHub* hub) {
+  auto t = MakeTransport(endpoint, options, hub);
+  // The endpoint was validated with the config; failing here is a bug in the caller.
+  STRATA_CHECK(t.ok()) << t.status().ToString();
+  return std::move(t).value();
+}
+
+std::string Hostname() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
+  return buf;
+}
+
+}  // namespace
+
+Node::Node(NodeOptions options, InprocHub* hub)
+    : options_(std::move(options)),
+      rpc_(MakeOrDie(options_.bind, options_.transport, hub),
+           RpcOptions{Millis(options_.transport.request_timeout_ms), {}}) {}
+
+Node::~Node() {
+  if (joined_) (void)Leave();
+  rpc_.Shutdown();
+}
+
+void Node::SetRequestHandler(RpcEndpoint::Handler handler) { app_handler_ = std::move(handler); }
+void Node::OnEvent(EventCallback callback) { on_event_ = std::move(callback); }
+
+Status Node::Join() {
+  rpc_.SetHandler([this](Request r) { Handle(std::move(r)); });
+  STRATA_ASSIGN_OR_RETURN(address_, rpc_.Bind(options_.bind));
+  STRATA_ASSIGN_OR_RETURN(scheduler_, rpc_.Connect(options_.cluster.scheduler));
+
+  Message req;
+  auto r = req.builder().getBody().initRegister();
+  r.setRole(static_cast<wire::Role>(options_.role));
+  r.setAddress(address_);
+  r.setRequestedRank(options_.requested_rank);
+  r.setHostname(Hostname());
+  r.setPid(static_cast<uint32_t>(getpid()));
+  const Millis join_timeout(options_.cluster.join_timeout_ms);
+  auto reply = rpc_.CallAndWait(scheduler_, std::move(req), join_timeout);
+  if (!reply.ok()) {
+    return reply.status().WithContext("joining the cluster at " + options_.cluster.scheduler);
+  }
+  auto rr = reply->reader().getBody();
+  if (rr.which() != Op::REGISTER_REPLY) {
+    return Status::Internal("the scheduler answered register with " + std::string(OpName(rr.which())));
+  }
+  auto reg = rr.getRegisterReply();
+  id_ = reg.getNodeId();
+  rank_ = reg.getRank();
+  rpc_.set_node_id(id_);
+  {
+    std::lock_guard lock(mu_);
+    view_ = FromWire(reg.getView());
+    joined_ = true;
+  }
+  spdlog::info("node: joined as {} {} (node {}) at {}; view epoch {} with {} nodes",
+               RoleName(options_.role), rank_.load(), id_.load(), address_, view().epoch,
+               view().nodes.size());
+  heartbeat_ = std::thread([this] { Heartbeats(); });
+  return Status::OK();
+}
+
+void Node::Handle(Request request) {
+  const Message& msg = request.message();
+  switch (msg.op()) {
+    case Op::NODE_EVENT: {
+      auto e = msg.reader().getBody().getNodeEvent();
+      NodeEvent event{e.getKind() == wire::NodeEvent::Kind::DEAD ? NodeEvent::Kind::kDead
+                                                                 : NodeEvent::Kind::kRejoined,
+                      FromWire(e.getNode()), FromWire(e.getView())};
+      {
+        std::lock_guard lock(mu_);
+        if (event.view.epoch > view_.epoch) view_ = event.view;
+      }
+      if (event.kind == NodeEvent::Kind::kDead) {
+        spdlog::warn("node: {} is dead", event.node.Describe());
+      } else {
+        spdlog::info("node: {} rejoined", event.node.Describe());
+      }
+      if (on_event_) on_event_(event);
+      return;
+    }
+    case Op::SHUTDOWN: {
+      if (msg.sender() != kSchedulerId) {
+        return request.ReplyError(Status::InvalidArgument("only the scheduler may order a shutdown"));
+      }
+      NodeEvent event{NodeEvent::Kind::kShutdown, {}, view()};
+      {
+        std::lock_guard lock(mu_);
+        shutdown_notice_ = true;
+        cv_.notify_all();
+      }
+      spdlog::info("node: the scheduler ended the job");
+      if (on_event_) on_event_(event);
+      return;
+    }
+    case Op::ECHO: {
+      Message reply = request.MakeReply();
+      reply.builder().getBody().setEcho();
+      for (size_t i = 0; i < msg.num_payloads(); ++i) {
+        auto info = msg.payload_info(i);
+        reply.AddPayload(info.dtype, info.shape, *info.buffer);
+      }
+      return request.Reply(std::move(reply));
+    }
+    default:
+      if (app_handler_) return app_handler_(std::move(request));
+      return request.ReplyError(Status::Unimplemented(
+          std::string(RoleName(options_.role)) + " does not serve " + std::string(OpName(msg.op()))));
+  }
+}
+
+void Node::Heartbeats() {
+  const Millis interval(options_.cluster.heartbeat_interval_ms);
+  std::unique_lock lock(mu_);
+  while (!leaving_) {
+    cv_.wait_for(lock, interval, [this] { return leaving_; });
+    if (leaving_) return;
+    const uint64_t known_epoch = view_.epoch;
+    lock.unlock();
+    Message hb;
+    hb.builder().getBody().setHeartbeat();
+    rpc_.CallAsync(
+        scheduler_, std::move(hb),
+        [this, known_epoch](Result<Message> r) {
+          if (!r.ok()) {
+            spdlog::warn("node: heartbeat failed: {}", r.status().ToString());
+            return;
+          }
+          if (r->reader().getBody().getHeartbeatReply().getViewEpoch() > known_epoch) {
+            // A change we missed a notification for: fetch the view, off the I/O thread.
+            Message get;
+            get.builder().getBody().setGetView();
+            rpc_.CallAsync(scheduler_, std::move(get), [this](Result<Message> v) {
+              if (!v.ok() || v->op() != Op::VIEW) return;
+              ClusterView fresh = FromWire(v->reader().getBody().getView());
+              std::lock_guard l(mu_);
+              if (fresh.epoch > view_.epoch) view_ = std::move(fresh);
+            });
+          }
+        },
+        interval * 4);
+    lock.lock();
+  }
+}
+
+Status Node::Barrier(const std::string& name, wire::BarrierScope scope, std::optional<Millis> timeout) {
+  Message req;
+  auto b = req.builder().getBody().initBarrier();
+  b.setName(name);
+  b.setScope(scope);
+  auto r = rpc_.CallAndWait(scheduler_, std::move(req), timeout.value_or(Timeout()));
+  return r.ok() ? Status::OK() : r.status();
+}
+
+Status Node::KvSet(const std::string& key, std::string_view value) {
+  Message req;
+  auto kv = req.builder().getBody().initKvSet();
+  kv.setKey(key);
+  kv.setValue(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(value.data()), value.size()));
+  auto r = rpc_.CallAndWait(scheduler_, std::move(req));
+  return r.ok() ? Status::OK() : r.status();
+}
+
+Result<std::string> Node::KvGet(const std::string& key, Millis wait) {
+  Message req;
+  auto kv = req.builder().getBody().initKvGet();
+  kv.setKey(key);
+  kv.setWaitMs(static_cast<uint32_t>(wait.count()));
+  STRATA_ASSIGN_OR_RETURN(Message reply, rpc_.CallAndWait(scheduler_, std::move(req), wait + Timeout()));
+  if (reply.op() != Op::KV_VALUE) return Status::Internal("kvGet answered with " + std::string(OpName(reply.op())));
+  auto v = reply.reader().getBody().getKvValue();
+  return std::string(reinterpret_cast<const char*>(v.begin()), v.size());
+}
+
+Result<ClusterView> Node::RefreshView() {
+  Message req;
+  req.builder().getBody().setGetView();
+  STRATA_ASSIGN_OR_RETURN(Message reply, rpc_.CallAndWait(scheduler_, std::move(req)));
+  if (reply.op() != Op::VIEW) return Status::Internal("getView answered with " + std::string(OpName(reply.op())));
+  ClusterView fresh = FromWire(reply.reader().getBody().getView());
+  std::lock_guard lock(mu_);
+  if (fresh.epoch >= view_.epoch) view_ = fresh;
+  return view_;
+}
+
+Status Node::RequestShutdown() {
+  Message req;
+  req.builder().getBody().setShutdown();
+  auto r = rpc_.CallAndWait(scheduler_, std::move(req));
+  return r.ok() ? Status::OK() : r.status();
+}
+
+Status Node::Leave() {
+  {
+    std::lock_guard lock(mu_);
+    if (!joined_ || leaving_) return Status::OK();
+    leaving_ = true;
+    cv_.notify_all();
+  }
+  if (heartbeat_.joinable()) heartbeat_.join();
+  Message req;
+  req.builder().getBody().setDeregister();
+  auto r = rpc_.CallAndWait(scheduler_, std::move(req), Millis(5000));
+  {
+    std::lock_guard lock(mu_);
+    joined_ = false;
+  }
+  // After a shutdown notice the scheduler may already be gone: leaving is then a formality.
+  if (!r.ok() && !shutdown_notice_) return r.status().WithContext("leaving the cluster");
+  return Status::OK();
+}
+
+bool Node::WaitForShutdown(Millis timeout) {
+  std::unique_lock lock(mu_);
+  return cv_.wait_for(lock, timeout, [this] { return shutdown_notice_; });
+}
+
+ClusterView Node::view() const {
+  std::lock_guard lock(mu_);
+  return view_;
+}
+
+}  // namespace strata

@@ -1,0 +1,106 @@
+// node.h: Node, what every strata process (server, trainer, tool) uses to join a cluster:
+// bind its own receive endpoint, register with the scheduler, receive the cluster view,
+// heartbeat, pass barriers, use the key-value store, hear about dead and rejoined nodes,
+// and leave cleanly. Layers above serve their own requests through SetRequestHandler() and
+// call peers through rpc().
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "common/options.h"
+#include "common/rpc.h"
+#include "ps/cluster.h"
+
+namespace strata {
+
+struct NodeOptions {
+  ClusterOptions cluster;
+  TransportOptions transport;
+  Role role = Role::kTrainer;
+  // Where this node listens. Port 0 picks a free port; the address actually bound is what
+  // the node registers, so peers can reach it.
+  std::string bind = "tcp://127.0.0.1:0";
+  int requested_rank = -1;  // -1: let the scheduler assign one
+};
+
+struct NodeEvent {
+  enum class Kind { kDead, kRejoined, kShutdown };
+  Kind kind;
+  NodeInfo node;  // unset for kShutdown
+  ClusterView view;
+};
+
+// Thread-safe. Event callbacks run on the transport's I/O thread and must not block.
+class Node {
+ public:
+  using EventCallback = std::function<void(const NodeEvent&)>;
+
+  explicit Node(NodeOptions options, InprocHub* hub = nullptr);
+  ~Node();
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // Handler for requests the node library does not serve itself. Call before Join().
+  void SetRequestHandler(RpcEndpoint::Handler handler);
+  // Called on every membership event. Call before Join().
+  void OnEvent(EventCallback callback);
+
+  // Binds, registers and waits for the complete cluster (up to cluster.join_timeout_ms),
+  // then starts heartbeating.
+  Status Join();
+  // Waits at a named barrier until every live member of `scope` arrived. Aborted if a member
+  // died; DeadlineExceeded after `timeout`.
+  Status Barrier(const std::string& name, wire::BarrierScope scope = wire::BarrierScope::ALL,
+                 std::optional<Millis> timeout = std::nullopt);
+  Status KvSet(const std::string& key, std::string_view value);
+  // Gets a key, waiting up to `wait` for another node to set it (0: NotFound at once).
+  Result<std::string> KvGet(const std::string& key, Millis wait = Millis(0));
+  // Asks the scheduler for the current view.
+  Result<ClusterView> RefreshView();
+  // Asks the scheduler to end the job: every node is told to shut down.
+  Status RequestShutdown();
+  // Deregisters and stops heartbeating. Idempotent.
+  Status Leave();
+  // Waits for the scheduler's shutdown notice. True if it came.
+  bool WaitForShutdown(Millis timeout);
+
+  uint32_t id() const { return id_; }
+  int rank() const { return rank_; }
+  Role role() const { return options_.role; }
+  const std::string& address() const { return address_; }
+  ClusterView view() const;
+  RpcEndpoint& rpc() { return rpc_; }
+  // Our link to the scheduler.
+  PeerId scheduler() const { return scheduler_; }
+
+ private:
+  void Handle(Request request);
+  void Heartbeats();
+  Millis Timeout() const { return Millis(options_.transport.request_timeout_ms); }
+
+  const NodeOptions options_;
+  RpcEndpoint rpc_;
+  RpcEndpoint::Handler app_handler_;
+  EventCallback on_event_;
+  PeerId scheduler_ = kNoPeer;
+  std::string address_;
+  std::atomic<uint32_t> id_{kUnassignedNode};
+  std::atomic<int> rank_{-1};
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  ClusterView view_;
+  bool shutdown_notice_ = false;
+  bool joined_ = false;
+  bool leaving_ = false;
+  std::thread heartbeat_;
+};
+
+}  // namespace strata

@@ -1,0 +1,125 @@
+// scheduler.h: Scheduler, the membership and rendezvous service of a strata cluster.
+//  - Registration: servers and trainers register (role, address, optionally a rank). Once the
+//    expected count of each role has joined, ranks are fixed (requested ranks kept, the rest
+//    filled in address order, so they are deterministic) and every node gets the view.
+//  - Named barriers over all nodes, the servers or the trainers.
+//  - Heartbeats: a node silent past the timeout is declared dead and every live node is told
+//    (a NodeEvent); barriers waiting on it fail with an error naming it. A dead node may
+//    re-register with its rank and rejoins with a new incarnation.
+//  - A key-value store (set / get / get-with-wait) that bootstraps collectives.
+//  - Clean shutdown: when every node has deregistered, or when someone asks for it.
+// Malformed or duplicate requests get an error reply naming what was wrong; the scheduler
+// keeps serving.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/options.h"
+#include "common/rpc.h"
+#include "ps/cluster.h"
+
+namespace strata {
+
+struct SchedulerOptions {
+  ClusterOptions cluster;
+  size_t max_kv_key_bytes = 1024;
+  size_t max_kv_value_bytes = 1 << 20;
+  size_t max_kv_entries = 1 << 16;
+  Millis max_kv_wait{600000};  // longest a kvGet may wait
+};
+
+// Thread-safe. Owns its RpcEndpoint; requests are handled on its I/O thread, timeouts on a
+// monitor thread.
+class Scheduler {
+ public:
+  Scheduler(SchedulerOptions options, std::unique_ptr<Transport> transport);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Binds and starts serving; returns the address nodes should use.
+  Result<std::string> Start(const std::string& endpoint);
+  // Blocks until the job is over (every node left, or shutdown was requested) or the timeout.
+  // True if the job is over.
+  bool WaitDone(Millis timeout);
+  // Tells every live node to shut down, then stops serving.
+  void Stop();
+
+  ClusterView view() const;
+
+ private:
+  enum class State { kPending, kAlive, kDead, kLeft };
+  struct Member {
+    NodeInfo info;
+    State state = State::kPending;
+    std::string hostname;
+    uint32_t pid = 0;
+    int requested_rank = -1;
+    std::chrono::steady_clock::time_point last_seen;
+    PeerId peer = kNoPeer;  // our link to the node, for notifications
+  };
+  struct PendingRegistration {
+    Request request;
+    size_t member;  // index into members_ (members_ only grows)
+  };
+  struct Barrier {
+    wire::BarrierScope scope;
+    std::map<uint32_t, Request> waiting;  // by node id
+  };
+  struct KvWaiter {
+    Request request;
+    std::string key;
+    std::chrono::steady_clock::time_point deadline;
+  };
+
+  void Handle(Request request);
+  void HandleRegister(Request request);
+  void HandleHeartbeat(Request request);
+  void HandleBarrier(Request request);
+  void HandleKvSet(Request request);
+  void HandleKvGet(Request request);
+  void HandleDeregister(Request request);
+  void HandleShutdown(Request request);
+
+  // The helpers below expect mu_ held.
+  ClusterView ViewLocked() const;
+  void CompleteRegistrationLocked();
+  void ReplyRegisteredLocked(Request& request, const Member& m);
+  Member* FindMemberLocked(uint32_t id);
+  std::vector<const Member*> BarrierMembersLocked(wire::BarrierScope scope) const;
+  void MaybeReleaseBarrierLocked(const std::string& name);
+  void FailBarriersWithLocked(const Member& lost, const std::string& why);
+  // Sends a one-way message built by `make` to every live node except `except`.
+  void NotifyAllLocked(const std::function<Message()>& make, uint32_t except = kSchedulerId);
+  void DeclareDeadLocked(Member& m, const std::string& why);
+  void MaybeFinishLocked();
+
+  void Monitor();
+
+  const SchedulerOptions options_;
+  RpcEndpoint rpc_;
+
+  mutable std::mutex mu_;
+  std::condition_variable done_cv_;
+  std::vector<Member> members_;
+  std::vector<PendingRegistration> pending_registrations_;
+  bool view_complete_ = false;
+  uint64_t epoch_ = 0;
+  std::map<std::string, Barrier> barriers_;
+  std::map<std::string, std::string> kv_;
+  std::vector<KvWaiter> kv_waiters_;
+  bool done_ = false;
+  bool stopping_ = false;
+
+  std::thread monitor_;
+};
+
+}  // namespace strata
