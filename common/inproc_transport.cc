@@ -32,6 +32,11 @@ Status InprocHub::Register(const std::string& name, InprocTransport* t) {
   return Status::OK();
 }
 
+bool InprocHub::bound(const std::string& name) {
+  std::lock_guard lock(mu_);
+  return bound_.count(name) > 0;
+}
+
 void InprocHub::Unregister(const std::string& name, InprocTransport* t) {
   std::lock_guard lock(mu_);
   if (auto it = bound_.find(name); it != bound_.end() && it->second == t) bound_.erase(it);

@@ -26,6 +26,9 @@ class InprocHub {
   InprocHub(const InprocHub&) = delete;
   InprocHub& operator=(const InprocHub&) = delete;
 
+  // True if some transport has bound mem://name.
+  bool bound(const std::string& name);
+
  private:
   friend class InprocTransport;
   Status Register(const std::string& name, InprocTransport* t);

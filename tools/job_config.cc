@@ -1,0 +1,58 @@
+// job_config.cc: the job file's top-level sections and the --config/--set/--print-config flags.
+#include "tools/job_config.h"
+
+#include <CLI/CLI.hpp>
+
+namespace strata {
+
+void Bind(config::Binder& b, JobConfig& o) {
+  b.Section("cluster", o.cluster, "who is in the cluster and how membership is watched");
+  b.Section("transport", o.transport, "messaging between processes (ZeroMQ)");
+  b.Section("log", o.log, "logging");
+}
+
+Result<JobConfig> LoadJobConfig(const std::string& path,
+                                const std::vector<std::string>& overrides) {
+  YAML::Node root(YAML::NodeType::Map);
+  if (!path.empty()) {
+    Result<YAML::Node> loaded = config::LoadYamlFile(path);
+    if (!loaded.ok()) return loaded.status();
+    root.reset(*loaded);
+  }
+  // Report every malformed --set at once, like Parse does for the file's errors.
+  std::string errors;
+  for (const std::string& assignment : overrides) {
+    Status s = config::ApplyOverride(root, assignment);
+    if (!s.ok()) errors += (errors.empty() ? "" : "\n") + s.message();
+  }
+  if (!errors.empty()) return Status::InvalidArgument(errors);
+  return config::Parse<JobConfig>(root, path.empty() ? "(no job file)" : path, overrides);
+}
+
+void AddJobFlags(CLI::App& app, JobFlags& flags) {
+  app.add_option("--config,-c", flags.config_path, "job file (YAML); its fields are listed below")
+      ->check(CLI::ExistingFile)
+      ->option_text("FILE");  // not CLI11's "TEXT:FILE"
+  // One value per --set, so a following positional argument is not swallowed.
+  app.add_option("--set", flags.overrides,
+                 "override a job field, e.g. --set cluster.servers=4; the value is YAML "
+                 "(names=[a,b]); repeatable, applied in order after --config")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
+  app.add_flag("--print-config", flags.print_config,
+               "print the effective job config (defaults, --config, --set) as YAML and exit");
+  app.footer([] {
+    return "Job fields (set in the --config file, or with --set KEY=VALUE):\n\n" +
+           config::Describe<JobConfig>();
+  });
+}
+
+Result<JobConfig> ResolveJobConfig(const JobFlags& flags) {
+  return LoadJobConfig(flags.config_path, flags.overrides);
+}
+
+std::string JobConfigToYaml(const JobConfig& job) {
+  return YAML::Dump(config::ToYaml(job)) + "\n";
+}
+
+}  // namespace strata

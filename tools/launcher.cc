@@ -1,0 +1,215 @@
+// launcher.cc: Launcher.
+#include "tools/launcher.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "tools/signals.h"
+
+namespace strata {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string Code(int exit_code) {
+  if (exit_code >= 128) return "signal " + std::to_string(exit_code - 128);
+  return "code " + std::to_string(exit_code);
+}
+
+}  // namespace
+
+Launcher::Launcher(LaunchOptions options) : options_(std::move(options)) {
+  char templ[] = "/tmp/strata-launch-XXXXXX";
+  const char* made = mkdtemp(templ);
+  work_dir_ = made ? made : "/tmp";
+}
+
+Launcher::~Launcher() {
+  StopAll();
+  std::error_code ec;
+  if (work_dir_ != "/tmp") std::filesystem::remove_all(work_dir_, ec);
+}
+
+Status Launcher::Spawn(const std::string& name, std::vector<std::string> argv) {
+  if (argv.empty()) return Status::InvalidArgument(name + ": empty command");
+  if (argv[0].find('/') == std::string::npos) argv[0] = options_.bin_dir + "/" + argv[0];
+  if (access(argv[0].c_str(), X_OK) != 0) {
+    return Status::NotFound(name + ": no executable at " + argv[0]);
+  }
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return Status::IOError("pipe: " + std::string(strerror(errno)));
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) return Status::IOError("fork: " + std::string(strerror(errno)));
+  if (pid == 0) {
+    // Dies with the launcher, however the launcher dies.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    std::fprintf(stderr, "exec %s: %s\n", args[0], strerror(errno));
+    _exit(127);
+  }
+  close(fds[1]);
+  auto child = std::make_unique<Child>();
+  child->name = name;
+  child->pid = pid;
+  child->running = true;
+  const int fd = fds[0];
+  child->reader = std::thread([this, fd, prefix = "[" + name + "] "] {
+    FILE* in = fdopen(fd, "r");
+    char* line = nullptr;
+    size_t cap = 0;
+    while (getline(&line, &cap, in) > 0) {
+      std::lock_guard lock(out_mu_);
+      std::fputs(prefix.c_str(), stdout);
+      std::fputs(line, stdout);
+      std::fflush(stdout);
+    }
+    free(line);
+    fclose(in);
+  });
+  children_.push_back(std::move(child));
+  return Status::OK();
+}
+
+Result<std::string> Launcher::WaitForSchedulerAddress(const std::string& path) {
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (Clock::now() < deadline) {
+    std::ifstream in(path);
+    std::string address;
+    if (in >> address && !address.empty()) return address;
+    Reap();
+    if (!children_[0]->running) {
+      return Status::Unavailable("the scheduler exited with " + Code(children_[0]->exit_code) +
+                                 " before listening");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return Status::DeadlineExceeded("the scheduler did not start listening within 30 s");
+}
+
+void Launcher::Reap() {
+  int status = 0;
+  pid_t pid;
+  while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+    for (auto& c : children_) {
+      if (c->pid != pid) continue;
+      c->running = false;
+      c->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+  }
+}
+
+bool Launcher::AnyRunning() const {
+  for (const auto& c : children_) {
+    if (c->running) return true;
+  }
+  return false;
+}
+
+void Launcher::StopAll() {
+  Reap();
+  for (auto& c : children_) {
+    if (c->running) kill(c->pid, SIGTERM);
+  }
+  const auto deadline = Clock::now() + std::chrono::milliseconds(options_.grace_ms);
+  while (AnyRunning() && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    Reap();
+  }
+  for (auto& c : children_) {
+    if (c->running) {
+      std::fprintf(stderr, "strata-launch: %s (pid %d) ignored SIGTERM; killing it\n",
+                   c->name.c_str(), c->pid);
+      kill(c->pid, SIGKILL);
+    }
+  }
+  while (AnyRunning()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    Reap();
+  }
+  for (auto& c : children_) {
+    if (c->reader.joinable()) c->reader.join();
+  }
+}
+
+int Launcher::Run() {
+  const auto start = Clock::now();
+  InstallStopSignals();
+  auto common_args = [&] {
+    std::vector<std::string> args;
+    if (!options_.config_path.empty()) args.insert(args.end(), {"--config", options_.config_path});
+    for (const auto& o : options_.overrides) args.insert(args.end(), {"--set", o});
+    args.insert(args.end(), {"--set", "cluster.servers=" + std::to_string(options_.servers),
+                             "--set", "cluster.trainers=" + std::to_string(options_.trainers)});
+    return args;
+  };
+  auto fail = [&](const Status& s) {
+    std::fprintf(stderr, "strata-launch: %s\n", s.ToString().c_str());
+    StopAll();
+    return 1;
+  };
+
+  const std::string address_file = work_dir_ + "/scheduler.address";
+  std::vector<std::string> sched = {"strata-scheduler", "--bind", "tcp://127.0.0.1:0",
+                                    "--address-file", address_file};
+  for (auto& a : common_args()) sched.push_back(a);
+  if (Status s = Spawn("scheduler", sched); !s.ok()) return fail(s);
+  auto address = WaitForSchedulerAddress(address_file);
+  if (!address.ok()) return fail(address.status());
+
+  for (int role = 0; role < 2; ++role) {
+    const int count = role == 0 ? options_.servers : options_.trainers;
+    for (int rank = 0; rank < count; ++rank) {
+      std::vector<std::string> argv = role == 0 ? options_.server_command : options_.trainer_command;
+      for (auto& a : common_args()) argv.push_back(a);
+      argv.insert(argv.end(), {"--set", "cluster.scheduler=" + *address, "--rank", std::to_string(rank)});
+      const std::string name = std::string(role == 0 ? "server " : "trainer ") + std::to_string(rank);
+      if (Status s = Spawn(name, argv); !s.ok()) return fail(s);
+    }
+  }
+
+  // Supervise: the job succeeds when every process exited 0; the first failure stops it.
+  while (true) {
+    Reap();
+    for (const auto& c : children_) {
+      if (!c->running && c->exit_code != 0) {
+        return fail(Status::Aborted(c->name + " (pid " + std::to_string(c->pid) + ") exited with " +
+                                    Code(c->exit_code) + "; stopped the cluster"));
+      }
+    }
+    if (!AnyRunning()) break;
+    if (StopRequested()) {
+      std::fprintf(stderr, "strata-launch: interrupted; stopping the cluster\n");
+      StopAll();
+      return 130;
+    }
+    if (options_.timeout_s > 0 && Clock::now() - start > std::chrono::seconds(options_.timeout_s)) {
+      return fail(Status::DeadlineExceeded("the job ran past --timeout " +
+                                           std::to_string(options_.timeout_s) + " s"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  StopAll();  // joins the output readers
+  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  std::printf("strata-launch: scheduler, %d servers and %d trainers all exited cleanly in %.1f s\n",
+              options_.servers, options_.trainers, secs);
+  return 0;
+}
+
+}  // namespace strata

@@ -1,0 +1,93 @@
+// node_main.cc: strata-node, a cluster member that joins as a server or trainer and runs the
+// membership smoke protocol: barrier, publish its address in the kv store, read every other
+// node's, barrier again; then leaves, or stays until the scheduler ends the job. It is what
+// the local smoke cluster runs until the real server and trainer binaries replace it.
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+
+#include "common/logging.h"
+#include "ps/node.h"
+#include "tools/job_config.h"
+#include "tools/signals.h"
+
+namespace strata {
+namespace {
+
+Status RunSmoke(Node& node) {
+  STRATA_RETURN_IF_ERROR(node.Barrier("smoke/start").WithContext("barrier smoke/start"));
+  STRATA_RETURN_IF_ERROR(node.KvSet("smoke/address/" + std::to_string(node.id()), node.address()));
+  const ClusterView view = node.view();
+  for (const NodeInfo& peer : view.nodes) {
+    auto got = node.KvGet("smoke/address/" + std::to_string(peer.id), Millis(30000));
+    if (!got.ok()) return got.status().WithContext("reading the address of " + peer.Describe());
+    if (*got != peer.address) {
+      return Status::Internal("kv store says " + peer.Describe() + " is at " + *got);
+    }
+  }
+  STRATA_RETURN_IF_ERROR(node.Barrier("smoke/end").WithContext("barrier smoke/end"));
+  spdlog::info("smoke ok: {} nodes met at two barriers and exchanged addresses", view.nodes.size());
+  return Status::OK();
+}
+
+}  // namespace
+}  // namespace strata
+
+int main(int argc, char** argv) {
+  using namespace strata;
+  CLI::App app{"strata-node: joins a strata cluster as a server or trainer and runs the "
+               "membership smoke protocol (barriers, kv store, heartbeats, clean leave)"};
+  JobFlags flags;
+  AddJobFlags(app, flags);
+  std::string role_name = "trainer";
+  NodeOptions options;
+  bool stay = false;
+  app.add_option("--role", role_name, "server or trainer")->check(CLI::IsMember({"server", "trainer"}));
+  app.add_option("--rank", options.requested_rank, "rank to ask for (-1: assigned by address)");
+  app.add_option("--bind", options.bind, "endpoint to listen on; port 0 picks a free one");
+  app.add_flag("--stay", stay, "after the protocol, stay (heartbeating) until the scheduler ends the job");
+  CLI11_PARSE(app, argc, argv);
+
+  auto job = ResolveJobConfig(flags);
+  if (!job.ok()) {
+    std::cerr << "strata-node: " << job.status().ToString() << "\n";
+    return 2;
+  }
+  if (flags.print_config) {
+    std::cout << JobConfigToYaml(*job);
+    return 0;
+  }
+  options.role = *ParseRole(role_name);
+  options.cluster = job->cluster;
+  options.transport = job->transport;
+  LogOptions log = job->log;
+  log.role = role_name;
+  InitLogging(log);
+  InstallStopSignals();
+
+  Node node(options);
+  node.OnEvent([](const NodeEvent& e) {
+    if (e.kind == NodeEvent::Kind::kDead) spdlog::warn("event: dead {}", e.node.Describe());
+    if (e.kind == NodeEvent::Kind::kRejoined) spdlog::info("event: rejoined {}", e.node.Describe());
+  });
+  if (Status s = node.Join(); !s.ok()) {
+    spdlog::error("{}", s.ToString());
+    return 1;
+  }
+  SetLogIdentity(role_name, node.rank());
+  if (Status s = RunSmoke(node); !s.ok()) {
+    spdlog::error("smoke failed: {}", s.ToString());
+    return 1;
+  }
+  if (stay) {
+    while (!node.WaitForShutdown(Millis(100))) {
+      if (StopRequested()) break;
+    }
+  }
+  if (Status s = node.Leave(); !s.ok()) {
+    spdlog::error("{}", s.ToString());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,75 @@
+// scheduler_main.cc: strata-scheduler, the membership and rendezvous process of a cluster.
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "common/logging.h"
+#include "common/transport.h"
+#include "ps/scheduler.h"
+#include "tools/job_config.h"
+#include "tools/signals.h"
+
+int main(int argc, char** argv) {
+  using namespace strata;
+  CLI::App app{"strata-scheduler: registers servers and trainers, publishes the cluster view, runs "
+               "barriers, heartbeats and the rendezvous key-value store"};
+  JobFlags flags;
+  AddJobFlags(app, flags);
+  std::string bind, address_file;
+  app.add_option("--bind", bind, "endpoint to listen on (default: cluster.scheduler); port 0 picks a free one");
+  app.add_option("--address-file", address_file, "write the bound address to this file once listening");
+  CLI11_PARSE(app, argc, argv);
+
+  auto job = ResolveJobConfig(flags);
+  if (!job.ok()) {
+    std::cerr << "strata-scheduler: " << job.status().ToString() << "\n";
+    return 2;
+  }
+  if (flags.print_config) {
+    std::cout << JobConfigToYaml(*job);
+    return 0;
+  }
+  LogOptions log = job->log;
+  log.role = "scheduler";
+  log.rank = 0;
+  InitLogging(log);
+  InstallStopSignals();
+
+  const std::string endpoint = bind.empty() ? job->cluster.scheduler : bind;
+  auto transport = MakeTransport(endpoint, job->transport);
+  if (!transport.ok()) {
+    spdlog::error("{}", transport.status().ToString());
+    return 2;
+  }
+  Scheduler scheduler(SchedulerOptions{job->cluster}, std::move(transport).value());
+  auto address = scheduler.Start(endpoint);
+  if (!address.ok()) {
+    spdlog::error("cannot listen on {}: {}", endpoint, address.status().ToString());
+    return 1;
+  }
+  if (!address_file.empty()) {
+    // Written then renamed, so a reader never sees half an address.
+    const std::string tmp = address_file + ".tmp";
+    std::ofstream(tmp) << *address << "\n";
+    std::error_code ec;
+    std::filesystem::rename(tmp, address_file, ec);
+    if (ec) {
+      spdlog::error("cannot write {}: {}", address_file, ec.message());
+      return 1;
+    }
+  }
+  while (!scheduler.WaitDone(Millis(100))) {
+    if (StopRequested()) {
+      spdlog::info("signal received: telling every node to shut down");
+      break;
+    }
+  }
+  scheduler.Stop();
+  spdlog::info("scheduler: done");
+  return 0;
+}
