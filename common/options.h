@@ -45,6 +45,9 @@ struct TransportOptions {
   int recv_hwm = 10000;
   // Number of ZeroMQ I/O threads (one moves ~1 GB/s; raise for many fast links).
   int io_threads = 1;
+  // On shutdown, how long queued messages (a last reply, say) may take to leave before they
+  // are dropped. Bounds how long a shutdown can wait on a dead peer.
+  int linger_ms = 500;
   FaultOptions fault;
 };
 

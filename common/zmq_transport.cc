@@ -137,6 +137,14 @@ void ZmqTransport::Shutdown() {
     wake_push_.send(zmq::message_t(), zmq::send_flags::dontwait);
   }
   if (io_thread_.joinable()) io_thread_.join();
+  // Queued frames get `linger_ms` to leave (zmq_close lingers; the context close waits).
+  const int linger = options_.linger_ms;
+  for (Link* link : {&router_}) {
+    if (link->socket) link->socket->set(zmq::sockopt::linger, linger);
+  }
+  for (Link& link : links_) {
+    if (link.socket) link.socket->set(zmq::sockopt::linger, linger);
+  }
   links_.clear();
   router_.socket.reset();
   new_links_.clear();
@@ -242,13 +250,13 @@ void ZmqTransport::Run() {
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;
       spdlog::error("transport: poll failed: {}", e.what());
-      return;
+      break;
     }
     if (items[0].revents & ZMQ_POLLIN) {
       zmq::message_t ignored;
       while (wake_pull_.recv(ignored, zmq::recv_flags::dontwait)) {
       }
-      if (stop_) return;
+      if (stop_) break;
       TakeCommands();
     }
     for (size_t i = 1; i < items.size(); ++i) {
@@ -258,6 +266,9 @@ void ZmqTransport::Run() {
       if (items[i].revents & ZMQ_POLLIN) Drain(*link.socket, peer);
     }
   }
+  // What callers queued before Shutdown() (a last reply, say) still goes out; the sockets'
+  // linger gives it time to leave.
+  TakeCommands();
 }
 
 }  // namespace strata

@@ -214,15 +214,18 @@ Status Node::Leave() {
     cv_.notify_all();
   }
   if (heartbeat_.joinable()) heartbeat_.join();
-  Message req;
-  req.builder().getBody().setDeregister();
-  auto r = rpc_.CallAndWait(scheduler_, std::move(req), Millis(5000));
+  bool ordered_to_stop;
   {
     std::lock_guard lock(mu_);
     joined_ = false;
+    ordered_to_stop = shutdown_notice_;
   }
-  // After a shutdown notice the scheduler may already be gone: leaving is then a formality.
-  if (!r.ok() && !shutdown_notice_) return r.status().WithContext("leaving the cluster");
+  // After a shutdown notice the scheduler is ending the job and may be gone already.
+  if (ordered_to_stop) return Status::OK();
+  Message req;
+  req.builder().getBody().setDeregister();
+  auto r = rpc_.CallAndWait(scheduler_, std::move(req), Timeout());
+  if (!r.ok()) return r.status().WithContext("leaving the cluster");
   return Status::OK();
 }
 

@@ -83,6 +83,11 @@ Status Launcher::Spawn(const std::string& name, std::vector<std::string> argv) {
     free(line);
     fclose(in);
   });
+  {
+    std::lock_guard lock(out_mu_);
+    std::printf("strata-launch: started %s (pid %d)\n", name.c_str(), pid);
+    std::fflush(stdout);
+  }
   children_.push_back(std::move(child));
   return Status::OK();
 }

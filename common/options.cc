@@ -1,0 +1,70 @@
+// options.cc: the job-file schema of the common layer's option structs (and of LogOptions):
+// names, docs and the limits outside which a job must not start.
+#include "common/options.h"
+
+#include "common/config.h"
+#include "common/logging.h"
+
+namespace strata {
+namespace {
+
+// Generous upper bounds: they catch unit slips (seconds written as minutes of ms, an extra
+// zero) while leaving every sane setting open.
+constexpr int kMaxMs = 24 * 3600 * 1000;  // one day
+constexpr int kMaxNodes = 65536;
+
+}  // namespace
+
+void Bind(config::Binder& b, ClusterOptions& o) {
+  b.Field("scheduler", o.scheduler,
+          "address of the scheduler: tcp://host:port between machines, ipc:///path on one")
+      .Check(config::IsEndpoint, "an endpoint like tcp://host:port or ipc:///path");
+  b.Field("servers", o.servers, "number of strata-server processes").Range(0, 4096);
+  b.Field("trainers", o.trainers, "number of strata-trainer processes").Range(0, kMaxNodes);
+  b.Field("heartbeat_interval_ms", o.heartbeat_interval_ms,
+          "each node sends a heartbeat this often; lower detects failures sooner at more traffic")
+      .Range(1, 3600 * 1000);
+  b.Field("heartbeat_timeout_ms", o.heartbeat_timeout_ms,
+          "a node silent this long is declared dead; leave a margin of several intervals for "
+          "scheduling hiccups")
+      .Range(1, kMaxMs);
+  b.Field("join_timeout_ms", o.join_timeout_ms,
+          "how long a node waits for the whole cluster to register before giving up")
+      .Range(1, kMaxMs);
+  // A timeout at or below the interval would declare healthy nodes dead between two beats.
+  b.Require(o.heartbeat_timeout_ms > o.heartbeat_interval_ms, "heartbeat_timeout_ms",
+            "must exceed heartbeat_interval_ms");
+  b.Require(o.servers + o.trainers > 0, "trainers", "servers + trainers must be at least 1");
+}
+
+void Bind(config::Binder& b, FaultOptions& o) {
+  b.Field("drop_rate", o.drop_rate, "probability that an outgoing message is silently dropped")
+      .Range(0.0, 1.0);
+  b.Field("delay_rate", o.delay_rate, "probability that an outgoing message is held back")
+      .Range(0.0, 1.0);
+  b.Field("delay_ms", o.delay_ms, "how long a delayed message is held back").Range(0, 600 * 1000);
+  b.Field("seed", o.seed, "seed of the drop/delay pattern, which makes it reproducible");
+}
+
+void Bind(config::Binder& b, TransportOptions& o) {
+  b.Field("request_timeout_ms", o.request_timeout_ms,
+          "timeout of a request that names none (every wait has a timeout)")
+      .Range(1, kMaxMs);
+  // ZeroMQ reads a high-water mark of 0 as "no limit", which is a legitimate choice.
+  b.Field("send_hwm", o.send_hwm, "messages queued per socket before sends block (0: no limit)")
+      .Range(0, 100'000'000);
+  b.Field("recv_hwm", o.recv_hwm, "messages queued per socket before receives drop (0: no limit)")
+      .Range(0, 100'000'000);
+  b.Field("io_threads", o.io_threads, "ZeroMQ I/O threads (one moves about 1 GB/s)").Range(1, 64);
+  b.Field("linger_ms", o.linger_ms, "on shutdown, how long queued messages may take to leave")
+      .Range(0, 60000);
+  b.Section("fault", o.fault, "fault injection on messages this process sends (off by default)");
+}
+
+// role and rank are not configuration: main() and the scheduler set them.
+void Bind(config::Binder& b, LogOptions& o) {
+  b.Field("level", o.level, "log level")
+      .Check(IsValidLogLevel, "a log level: trace, debug, info, warn, error, critical or off");
+}
+
+}  // namespace strata
