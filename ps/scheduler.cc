@@ -58,15 +58,7 @@ void Scheduler::Stop() {
     std::lock_guard lock(mu_);
     if (stopping_) return;
     stopping_ = true;
-    if (!done_) {
-      NotifyAllLocked([] {
-        Message m;
-        m.builder().getBody().setShutdown();
-        return m;
-      });
-    }
-    done_ = true;
-    done_cv_.notify_all();
+    if (!done_) EndJobLocked();
   }
   if (monitor_.joinable()) monitor_.join();
   rpc_.Shutdown();
@@ -527,6 +519,10 @@ void Scheduler::HandleShutdown(Request request) {
   std::lock_guard lock(mu_);
   spdlog::info("scheduler: shutdown requested by node {}", request.message().sender());
   request.Reply(request.MakeReply());
+  EndJobLocked();
+}
+
+void Scheduler::EndJobLocked() {
   NotifyAllLocked([] {
     Message m;
     m.builder().getBody().setShutdown();

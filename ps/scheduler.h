@@ -101,6 +101,8 @@ class Scheduler {
   void NotifyAllLocked(const std::function<Message()>& make, uint32_t except = kSchedulerId);
   void DeclareDeadLocked(Member& m, const std::string& why);
   void MaybeFinishLocked();
+  // Tells every live node to shut down and marks the job over.
+  void EndJobLocked();
 
   void Monitor();
 
