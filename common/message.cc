@@ -56,6 +56,7 @@ constexpr uint16_t kNodeEventKindCount = 2;
 struct Message::Incoming {
   Buffer frame;                   // keeps the envelope bytes alive when used in place
   kj::Array<capnp::word> copy;    // used when the frame was not word-aligned
+  kj::ArrayPtr<const capnp::word> words;  // the envelope, in the frame or in `copy`
   std::unique_ptr<capnp::FlatArrayMessageReader> reader;
 };
 
@@ -180,7 +181,9 @@ Status CheckView(wire::ClusterView::Reader view, const WireLimits& limits) {
   return Status::OK();
 }
 
-// Per-op checks of the body: enums in range, texts terminated and bounded.
+// Per-op checks of the body: enums in range, texts terminated and bounded, and every pointer
+// field read once, since reading a pointer of the wrong kind throws (totalSize() does not check
+// kinds).
 Status CheckBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
   switch (body.which()) {
     case Op::REGISTER: {
@@ -198,7 +201,11 @@ Status CheckBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
       }
       return CheckText(b.getName(), "barrier.name", limits);
     }
-    case Op::KV_SET: return CheckText(body.getKvSet().getKey(), "kvSet.key", limits);
+    case Op::KV_SET: {
+      auto kv = body.getKvSet();
+      (void)kv.getValue();  // a pointer of the wrong kind throws here, not in a handler
+      return CheckText(kv.getKey(), "kvSet.key", limits);
+    }
     case Op::KV_GET: return CheckText(body.getKvGet().getKey(), "kvGet.key", limits);
     case Op::NODE_EVENT: {
       auto e = body.getNodeEvent();
@@ -208,11 +215,15 @@ Status CheckBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
       STRATA_RETURN_IF_ERROR(CheckNode(e.getNode(), limits));
       return CheckView(e.getView(), limits);
     }
+    case Op::HEARTBEAT_REPLY:
+      (void)body.getHeartbeatReply();
+      return Status::OK();
+    case Op::KV_VALUE:
+      (void)body.getKvValue();
+      return Status::OK();
     case Op::EMPTY:
     case Op::GET_VIEW:
     case Op::HEARTBEAT:
-    case Op::HEARTBEAT_REPLY:
-    case Op::KV_VALUE:
     case Op::DEREGISTER:
     case Op::SHUTDOWN:
     case Op::ECHO:
@@ -274,9 +285,10 @@ std::unique_ptr<Message::Incoming> OpenEnvelope(const Buffer& frame, const WireL
     std::memcpy(in->copy.begin(), frame.data(), nwords * sizeof(capnp::word));
     words = in->copy.asPtr();
   }
+  in->words = words;
   capnp::ReaderOptions options;
-  // Validation reads the message once and handlers read it again; the limit also stops
-  // amplification through overlapping pointers.
+  // The budget of validation (Decode gives handlers a reader of their own): it stops
+  // amplification through overlapping pointers before Decode's size check sees it.
   options.traversalLimitInWords = 4 * nwords + 1024;
   options.nestingLimit = 16;
   (void)limits;
@@ -301,7 +313,15 @@ Result<Message> Decode(Frames frames, const WireLimits& limits) {
   try {
     auto incoming = OpenEnvelope(env_frame, limits);
     auto env = incoming->reader->getRoot<wire::Envelope>();
-    env.totalSize();  // walks every pointer: malformed structure throws here, not in a handler
+    // Walks every pointer: malformed structure throws here, not in a handler. An encoder never
+    // points two pointers at the same bytes or makes a cycle, so an envelope that reaches more
+    // words than it holds is amplification; rejecting it bounds every full read by its size.
+    // The schema has no interfaces: a capability pointer would throw when the message is copied.
+    const capnp::MessageSize size = env.totalSize();
+    if (size.wordCount > incoming->words.size()) {
+      return Status::Corruption("envelope pointers overlap");
+    }
+    if (size.capCount != 0) return Status::Corruption("envelope holds capability pointers");
     if (!IsKnownOp(env.getBody().which())) {
       return Status::InvalidArgument(
           "unknown op " + std::to_string(static_cast<unsigned>(env.getBody().which())));
@@ -312,6 +332,12 @@ Result<Message> Decode(Frames frames, const WireLimits& limits) {
     STRATA_RETURN_IF_ERROR(CheckText(env.getErrorMessage(), "errorMessage", limits));
     STRATA_RETURN_IF_ERROR(CheckBody(env.getBody(), limits));
     STRATA_RETURN_IF_ERROR(CheckPayloads(env.getPayloads(), frames, limits));
+    // Validation spent much of the reader's traversal budget; handlers get a reader of their own
+    // without one (the check above bounds what each read costs), so reading never throws.
+    capnp::ReaderOptions unlimited;
+    unlimited.traversalLimitInWords = std::numeric_limits<uint64_t>::max();
+    unlimited.nestingLimit = 16;
+    incoming->reader = std::make_unique<capnp::FlatArrayMessageReader>(incoming->words, unlimited);
     frames.erase(frames.begin());
     return Message(std::move(incoming), std::move(frames));
   } catch (const kj::Exception& e) {

@@ -22,9 +22,11 @@ struct CallState {
   void Complete(Result<Message> r) {
     RpcEndpoint::Callback cb;
     {
-      std::lock_guard lock(mu);
+      std::unique_lock lock(mu);
       if (!callback) {
         result.emplace(std::move(r));
+        lock.unlock();
+        // After unlocking: a waiter woken under the lock would block on it straight away.
         cv.notify_all();
         return;
       }
@@ -52,6 +54,7 @@ struct RpcCore {
   std::condition_variable timer_cv;
   std::unordered_map<uint64_t, Pending> pending;
   std::multimap<Clock::time_point, uint64_t> deadlines;
+  Clock::time_point timer_wakes_at = Clock::time_point::max();  // when RunTimer next looks
   bool stop = false;
 
   std::thread timer;
@@ -131,16 +134,17 @@ struct RpcCore {
     }
   }
 
+  // An idle timer looks this often, so that calls with longer timeouts need not wake it.
+  static constexpr Millis kTimerTick{1000};
+
   void RunTimer() {
     std::unique_lock lock(mu);
     while (!stop) {
-      if (deadlines.empty()) {
-        timer_cv.wait(lock);
-        continue;
-      }
-      const auto when = deadlines.begin()->first;
-      if (Clock::now() < when) {
-        timer_cv.wait_until(lock, when);
+      const auto now = Clock::now();
+      if (deadlines.empty() || now < deadlines.begin()->first) {
+        timer_wakes_at = deadlines.empty() ? now + kTimerTick
+                                           : std::min(deadlines.begin()->first, now + kTimerTick);
+        timer_cv.wait_until(lock, timer_wakes_at);
         continue;
       }
       const uint64_t id = deadlines.begin()->second;
@@ -244,9 +248,9 @@ void RpcEndpoint::Start(PeerId peer, Message request, std::shared_ptr<CallState>
     }
     const auto deadline = Clock::now() + timeout;
     core_->pending.emplace(id, RpcCore::Pending{state, peer, deadline, op});
-    const bool earliest = core_->deadlines.empty() || deadline < core_->deadlines.begin()->first;
     core_->deadlines.emplace(deadline, id);
-    if (earliest) core_->timer_cv.notify_one();
+    // Most calls time out later than the timer looks anyway: only earlier ones wake it.
+    if (deadline < core_->timer_wakes_at) core_->timer_cv.notify_one();
   }
   Status s = core_->transport->Send(peer, Encode(request));
   if (!s.ok()) {

@@ -112,8 +112,11 @@ Status ZmqTransport::Enqueue(Outgoing out) {
   }
   const bool was_empty = outbox_.empty();
   outbox_.push_back(std::move(out));
-  // One wake-up per batch: the I/O thread takes the whole outbox each time it wakes.
-  if (was_empty) wake_push_.send(zmq::message_t(), zmq::send_flags::dontwait);
+  // One wake-up per batch: the I/O thread takes the whole outbox each time it wakes. A handler
+  // replying on the I/O thread needs none: Run() takes the outbox before it polls again.
+  if (was_empty && std::this_thread::get_id() != io_thread_.get_id()) {
+    wake_push_.send(zmq::message_t(), zmq::send_flags::dontwait);
+  }
   return Status::OK();
 }
 
@@ -265,6 +268,13 @@ void ZmqTransport::Run() {
       if (items[i].revents & ZMQ_POLLOUT) Flush(link);
       if (items[i].revents & ZMQ_POLLIN) Drain(*link.socket, peer);
     }
+    // Replies that handlers queued from this thread (they sent no wake-up).
+    bool queued;
+    {
+      std::lock_guard lock(mu_);
+      queued = !outbox_.empty();
+    }
+    if (queued) TakeCommands();
   }
   // What callers queued before Shutdown() (a last reply, say) still goes out; the sockets'
   // linger gives it time to leave.

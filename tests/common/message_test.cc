@@ -7,6 +7,8 @@
 #include <cstring>
 #include <random>
 
+#include "test_util.h"
+
 namespace strata {
 namespace {
 
@@ -223,6 +225,90 @@ TEST(Message, PeekRequestId) {
 TEST(Message, OpNames) {
   EXPECT_EQ(OpName(Op::REGISTER), "register");
   EXPECT_EQ(OpName(static_cast<Op>(999)), "");
+}
+
+}  // namespace
+}  // namespace strata
+
+// Inputs the fuzzer found (tests/fuzz/corpus/regression-*), in the fuzzer's framing: byte 0 holds
+// the frame count (bits 0-3), then n-1 little-endian uint32 lengths, then the frames' bytes.
+namespace strata {
+namespace {
+
+Frames FuzzFrames(const std::string& bytes) {
+  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+  size_t left = bytes.size();
+  if (left == 0) return {};
+  const int n = p[0] & 0x0f;
+  ++p;
+  --left;
+  std::vector<size_t> lengths;
+  for (int i = 0; i + 1 < n; ++i) {
+    uint32_t len = 0;
+    if (left >= 4) {
+      std::memcpy(&len, p, 4);
+      p += 4;
+      left -= 4;
+    }
+    lengths.push_back(len);
+  }
+  Frames frames;
+  for (int i = 0; i < n; ++i) {
+    const size_t len = i + 1 < n ? std::min<size_t>(lengths[i], left) : left;
+    frames.push_back(Buffer::Copy(p, len));
+    p += len;
+    left -= len;
+  }
+  return frames;
+}
+
+class MessageFuzzRegression : public ::testing::TestWithParam<std::string> {};
+
+// Each input once crashed a reader of a decoded message; now it is refused as Corruption, or it
+// decodes and can be read and forwarded (re-encoded) without an exception.
+TEST_P(MessageFuzzRegression, IsRefusedOrSafeToReadAndForward) {
+  const std::string path = std::string(STRATA_SOURCE_DIR) + "/tests/fuzz/corpus/" + GetParam();
+  const std::string bytes = testing::ReadFile(path);
+  ASSERT_FALSE(bytes.empty()) << "missing " << path;
+  auto r = Decode(FuzzFrames(bytes));
+  if (!r.ok()) {
+    EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << r.status().ToString();
+    return;
+  }
+  EXPECT_NO_THROW({
+    ReadEverything(*r);
+    auto again = Decode(Encode(*r));
+    EXPECT_TRUE(again.ok()) << again.status().ToString();
+  });
+}
+
+TEST(Message, WrongPointerKindsAndCapabilitiesAreCorruption) {
+  for (const char* name : {"regression-kvValue-not-bytes", "regression-capability-pointer"}) {
+    auto r = Decode(FuzzFrames(testing::ReadFile(std::string(STRATA_SOURCE_DIR) +
+                                                 "/tests/fuzz/corpus/" + name)));
+    EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << name << ": " << r.status().ToString();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Corpus, MessageFuzzRegression,
+                         ::testing::Values("regression-kvValue-not-bytes",
+                                           "regression-traversal-limit",
+                                           "regression-capability-pointer"));
+
+// A large, honest view survives being read several times and forwarded (the traversal budget
+// used to run out).
+TEST(Message, LargeViewCanBeReadRepeatedlyAndForwarded) {
+  Message m;
+  auto nodes = m.builder().getBody().initView().initNodes(1000);
+  for (unsigned i = 0; i < 1000; ++i) nodes[i].setAddress("tcp://10.0.0.1:" + std::to_string(i));
+  auto decoded = Decode(Encode(m));
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  for (int pass = 0; pass < 5; ++pass) {
+    for (auto n : decoded->reader().getBody().getView().getNodes()) (void)n.getAddress();
+  }
+  auto again = Decode(Encode(*decoded));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->reader().getBody().getView().getNodes().size(), 1000u);
 }
 
 }  // namespace

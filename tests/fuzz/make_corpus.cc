@@ -1,0 +1,237 @@
+// make_corpus.cc: writes the seed corpus of message_fuzzer: a valid encoded message of every op
+// (requests, replies, error replies, with and without payloads of every dtype), in the
+// fuzzer's input framing (described in message_fuzzer.cc; keep the two in step).
+//   make_corpus OUT_DIR
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/check.h"
+#include "common/message.h"
+
+namespace strata {
+namespace {
+
+constexpr uint8_t kUnalignedEnvelope = 0x10;
+constexpr uint8_t kTightLimits = 0x20;
+
+// Frames -> fuzzer input: flags and frame count, n-1 little-endian lengths, the bytes.
+std::string Framed(const Frames& frames, uint8_t flags) {
+  STRATA_CHECK_LE(frames.size(), 15u);
+  std::string out(1, static_cast<char>(frames.size() | flags));
+  for (size_t i = 0; i + 1 < frames.size(); ++i) {
+    const auto len = static_cast<uint32_t>(frames[i].size());
+    for (int b = 0; b < 4; ++b) out.push_back(static_cast<char>((len >> (8 * b)) & 0xff));
+  }
+  for (const Buffer& f : frames) out.append(f.view());
+  return out;
+}
+
+template <typename T>
+Buffer Values(std::vector<T> v) {
+  return Buffer::Take(std::move(v));
+}
+
+// A mix of payloads: every dtype, scalar and multi-dimensional shapes, an empty tensor.
+void AddMixedPayloads(Message& m) {
+  m.AddPayload(DType::kF32, {2, 3}, Values<float>({1, 2, 3, 4, 5, 6}));
+  m.AddPayload(DType::kF16, {2}, Values<uint16_t>({0x3c00, 0xc000}));
+  m.AddPayload(DType::kBF16, {}, Values<uint16_t>({0x3f80}));
+  m.AddPayload(DType::kI32, {1, 1, 2}, Values<int32_t>({-1, 7}));
+  m.AddPayload(DType::kI64, {3}, Values<int64_t>({1, 1ll << 40, -5}));
+  m.AddPayload(DType::kU8, {0}, Buffer());
+  m.AddBytes(Buffer::Copy("key-bytes"));
+}
+
+void FillNode(wire::NodeInfo::Builder n, uint32_t id, wire::Role role, int rank) {
+  n.setId(id);
+  n.setRole(role);
+  n.setRank(rank);
+  n.setAddress("tcp://127.0.0.1:" + std::to_string(7000 + id));
+  n.setAlive(true);
+  n.setIncarnation(id % 2);
+}
+
+void FillView(wire::ClusterView::Builder v) {
+  v.setEpoch(3);
+  auto nodes = v.initNodes(3);
+  FillNode(nodes[0], 0, wire::Role::SCHEDULER, 0);
+  FillNode(nodes[1], 1, wire::Role::SERVER, 0);
+  FillNode(nodes[2], 2, wire::Role::TRAINER, 0);
+}
+
+Message Request(uint64_t id) {
+  Message m;
+  m.builder().setRequestId(id);
+  m.builder().setSender(2);
+  return m;
+}
+
+struct Seed {
+  std::string name;
+  Message message;
+};
+
+std::vector<Seed> Seeds() {
+  std::vector<Seed> seeds;
+  auto add = [&](std::string name, Message m) { seeds.push_back({std::move(name), std::move(m)}); };
+
+  {
+    Message m = Request(1);
+    auto r = m.builder().getBody().initRegister();
+    r.setRole(wire::Role::TRAINER);
+    r.setAddress("ipc:///tmp/strata-trainer-0");
+    r.setRequestedRank(0);
+    r.setHostname("host-a");
+    r.setPid(4242);
+    add("register", std::move(m));
+  }
+  {
+    Message m = Request(1);
+    m.builder().setIsReply(true);
+    m.builder().setSender(0);
+    auto r = m.builder().getBody().initRegisterReply();
+    r.setNodeId(2);
+    r.setRank(0);
+    FillView(r.initView());
+    r.setHeartbeatIntervalMs(500);
+    r.setHeartbeatTimeoutMs(5000);
+    add("registerReply", std::move(m));
+  }
+  {
+    Message m = Request(2);
+    m.builder().getBody().setGetView();
+    add("getView", std::move(m));
+  }
+  {
+    Message m = Request(2);
+    m.builder().setIsReply(true);
+    FillView(m.builder().getBody().initView());
+    add("view", std::move(m));
+  }
+  {
+    Message m = Request(3);
+    auto b = m.builder().getBody().initBarrier();
+    b.setName("epoch-1");
+    b.setScope(wire::BarrierScope::TRAINERS);
+    add("barrier", std::move(m));
+  }
+  {
+    Message m = Request(4);
+    m.builder().getBody().setHeartbeat();
+    add("heartbeat", std::move(m));
+  }
+  {
+    Message m = Request(4);
+    m.builder().setIsReply(true);
+    m.builder().getBody().initHeartbeatReply().setViewEpoch(3);
+    add("heartbeatReply", std::move(m));
+  }
+  {
+    Message m = Request(5);
+    auto kv = m.builder().getBody().initKvSet();
+    kv.setKey("nccl-id");
+    const std::string value = "0123456789abcdef";
+    kv.setValue(
+        capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(value.data()), value.size()));
+    add("kvSet", std::move(m));
+  }
+  {
+    Message m = Request(6);
+    auto kv = m.builder().getBody().initKvGet();
+    kv.setKey("nccl-id");
+    kv.setWaitMs(1000);
+    add("kvGet", std::move(m));
+  }
+  {
+    Message m = Request(6);
+    m.builder().setIsReply(true);
+    const std::string value = "0123456789abcdef";
+    m.builder().getBody().setKvValue(
+        capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(value.data()), value.size()));
+    add("kvValue", std::move(m));
+  }
+  {
+    Message m = Request(0);
+    auto e = m.builder().getBody().initNodeEvent();
+    e.setKind(wire::NodeEvent::Kind::DEAD);
+    FillNode(e.initNode(), 1, wire::Role::SERVER, 0);
+    FillView(e.initView());
+    add("nodeEvent", std::move(m));
+  }
+  {
+    Message m = Request(7);
+    m.builder().getBody().setDeregister();
+    add("deregister", std::move(m));
+  }
+  {
+    Message m = Request(0);
+    m.builder().getBody().setShutdown();
+    add("shutdown", std::move(m));
+  }
+  {
+    Message m = Request(8);
+    m.builder().getBody().setEcho();
+    AddMixedPayloads(m);
+    add("echo-payloads", std::move(m));
+  }
+  {
+    Message m = Request(8);
+    m.builder().getBody().setEcho();
+    m.AddBytes(Buffer::Take(std::vector<uint8_t>(3000, 0xab)));
+    add("echo-bytes", std::move(m));
+  }
+  {
+    Message m = Request(9);
+    m.builder().getBody().setEcho();
+    Message reply = m.MakeReply(1);
+    reply.builder().getBody().setEcho();
+    reply.AddPayload(DType::kF32, {4}, Values<float>({1, 2, 3, 4}));
+    add("echo-reply", std::move(reply));
+    add("error-reply", m.MakeErrorReply(1, Status::NotFound("no table 'emb'")));
+  }
+  {
+    Message m = Request(10);
+    m.builder().getBody().setEmpty();
+    add("empty", std::move(m));
+  }
+  return seeds;
+}
+
+int Main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s OUT_DIR\n", argv[0]);
+    return 2;
+  }
+  const std::filesystem::path dir = argv[1];
+  std::filesystem::create_directories(dir);
+  int written = 0;
+  auto write = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream out(dir / name, std::ios::binary);
+    out << bytes;
+    STRATA_CHECK(out.good()) << "writing " << (dir / name).string();
+    ++written;
+  };
+  for (Seed& seed : Seeds()) {
+    const Frames frames = Encode(seed.message);
+    STRATA_CHECK(Decode(frames).ok()) << seed.name << " does not decode";
+    write(seed.name, Framed(frames, 0));
+  }
+  // The flag variants, on one message with payloads each.
+  for (Seed& seed : Seeds()) {
+    if (seed.name != "echo-payloads" && seed.name != "register") continue;
+    const Frames frames = Encode(seed.message);
+    write(seed.name + "-unaligned", Framed(frames, kUnalignedEnvelope));
+    write(seed.name + "-tight", Framed(frames, kTightLimits));
+  }
+  std::printf("wrote %d seeds to %s\n", written, dir.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace strata
+
+int main(int argc, char** argv) { return strata::Main(argc, argv); }

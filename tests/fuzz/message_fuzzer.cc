@@ -1,0 +1,242 @@
+// message_fuzzer.cc: libFuzzer target for the wire codec (common/message.h). Splits the input
+// into frames, runs PeekRequestId and Decode, and on success reads everything a handler may
+// read, answers it the way the echo handler does and re-encodes it. Any crash, sanitizer report,
+// uncaught exception or broken decoder promise (STRATA_CHECK) is a bug in the codec.
+//
+// Input framing (make_corpus.cc writes it; keep the two in step):
+//   byte 0    bits 0-3: frame count n (0..15)
+//             bit 4:    the envelope frame starts at an odd address (Decode's copy path)
+//             bit 5:    tight WireLimits (small enough for the fuzzer to reach every limit)
+//   then      n-1 little-endian uint32 lengths, for every frame but the last; each is clamped
+//             to the bytes left, and missing ones read as 0
+//   then      the frames' bytes in order; the last frame takes whatever remains
+// Each frame gets its own exact-size heap block, so AddressSanitizer sees any read past it.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "common/check.h"
+#include "common/message.h"
+
+namespace strata {
+namespace {
+
+constexpr uint8_t kFrameCountMask = 0x0f;
+constexpr uint8_t kUnalignedEnvelope = 0x10;
+constexpr uint8_t kTightLimits = 0x20;
+
+// Reads through `sink` so the compiler cannot drop the loads we want the sanitizers to check.
+volatile uint64_t sink = 0;
+
+void Consume(const void* data, size_t size) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint64_t sum = 0;
+  for (size_t i = 0; i < size; ++i) sum += p[i];
+  sink = sink + sum;
+}
+
+void Consume(uint64_t value) { sink = sink + value; }
+
+// An exact-size copy of `size` bytes; `misalign` puts it at an odd address.
+Buffer FrameCopy(const uint8_t* data, size_t size, bool misalign) {
+  const size_t offset = misalign ? 1 : 0;
+  auto block = std::shared_ptr<std::byte[]>(new std::byte[size + offset]);
+  if (size) std::memcpy(block.get() + offset, data, size);
+  return Buffer(block.get() + offset, size, block);
+}
+
+Frames SplitFrames(const uint8_t* data, size_t size, uint8_t flags) {
+  const size_t n = flags & kFrameCountMask;
+  std::vector<size_t> lengths;
+  size_t pos = 0;
+  for (size_t i = 0; i + 1 < n; ++i) {
+    uint32_t len = 0;
+    if (pos + 4 <= size) {
+      len = static_cast<uint32_t>(data[pos]) | static_cast<uint32_t>(data[pos + 1]) << 8 |
+            static_cast<uint32_t>(data[pos + 2]) << 16 | static_cast<uint32_t>(data[pos + 3]) << 24;
+    }
+    pos = std::min(size, pos + 4);
+    lengths.push_back(len);
+  }
+  Frames frames;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t left = size - pos;
+    const size_t len = i + 1 < n ? std::min<size_t>(lengths[i], left) : left;
+    frames.push_back(FrameCopy(data + pos, len, i == 0 && (flags & kUnalignedEnvelope)));
+    pos += len;
+  }
+  return frames;
+}
+
+WireLimits Limits(uint8_t flags) {
+  WireLimits limits;
+  if (flags & kTightLimits) {
+    limits.max_envelope_bytes = 4096;
+    limits.max_payloads = 4;
+    limits.max_payload_bytes = 4096;
+    limits.max_payload_dims = 2;
+    limits.max_text_bytes = 16;
+  }
+  return limits;
+}
+
+void TouchText(capnp::Text::Reader text, const WireLimits& limits) {
+  STRATA_CHECK_LE(text.size(), limits.max_text_bytes);
+  STRATA_CHECK_EQ(text.cStr()[text.size()], '\0');
+  Consume(text.cStr(), text.size() + 1);
+}
+
+void TouchNode(wire::NodeInfo::Reader node, const WireLimits& limits) {
+  Consume(node.getId());
+  STRATA_CHECK_LT(static_cast<int>(node.getRole()), 4) << "role out of range";
+  Consume(static_cast<uint64_t>(node.getRank()));
+  TouchText(node.getAddress(), limits);
+  Consume(node.getAlive());
+  Consume(node.getIncarnation());
+}
+
+void TouchView(wire::ClusterView::Reader view, const WireLimits& limits) {
+  Consume(view.getEpoch());
+  for (auto node : view.getNodes()) TouchNode(node, limits);
+}
+
+// Every field of every op, the way a handler would read it.
+void TouchBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
+  STRATA_CHECK(!OpName(body.which()).empty()) << "unknown op decoded";
+  switch (body.which()) {
+    case Op::REGISTER: {
+      auto r = body.getRegister();
+      STRATA_CHECK_LT(static_cast<int>(r.getRole()), 4);
+      TouchText(r.getAddress(), limits);
+      Consume(static_cast<uint64_t>(r.getRequestedRank()));
+      TouchText(r.getHostname(), limits);
+      Consume(r.getPid());
+      return;
+    }
+    case Op::REGISTER_REPLY: {
+      auto r = body.getRegisterReply();
+      Consume(r.getNodeId());
+      Consume(static_cast<uint64_t>(r.getRank()));
+      TouchView(r.getView(), limits);
+      Consume(r.getHeartbeatIntervalMs());
+      Consume(r.getHeartbeatTimeoutMs());
+      return;
+    }
+    case Op::VIEW:
+      return TouchView(body.getView(), limits);
+    case Op::BARRIER: {
+      auto b = body.getBarrier();
+      STRATA_CHECK_LT(static_cast<int>(b.getScope()), 3);
+      return TouchText(b.getName(), limits);
+    }
+    case Op::HEARTBEAT_REPLY:
+      return Consume(body.getHeartbeatReply().getViewEpoch());
+    case Op::KV_SET: {
+      auto kv = body.getKvSet();
+      TouchText(kv.getKey(), limits);
+      auto value = kv.getValue();
+      return Consume(value.begin(), value.size());
+    }
+    case Op::KV_GET: {
+      auto kv = body.getKvGet();
+      TouchText(kv.getKey(), limits);
+      return Consume(kv.getWaitMs());
+    }
+    case Op::KV_VALUE: {
+      auto value = body.getKvValue();
+      return Consume(value.begin(), value.size());
+    }
+    case Op::NODE_EVENT: {
+      auto e = body.getNodeEvent();
+      STRATA_CHECK_LT(static_cast<int>(e.getKind()), 2);
+      TouchNode(e.getNode(), limits);
+      return TouchView(e.getView(), limits);
+    }
+    case Op::EMPTY:
+    case Op::GET_VIEW:
+    case Op::HEARTBEAT:
+    case Op::DEREGISTER:
+    case Op::SHUTDOWN:
+    case Op::ECHO:
+      return;
+  }
+}
+
+// The envelope, the body and every payload, checking what Decode promises about them.
+void TouchMessage(const Message& m, const WireLimits& limits) {
+  Consume(static_cast<uint64_t>(m.op()));
+  Consume(OpName(m.op()).size());
+  Consume(m.request_id());
+  Consume(m.is_reply());
+  Consume(m.sender());
+  Status s = m.status();
+  Consume(s.ToString().size());
+  TouchText(m.reader().getErrorMessage(), limits);
+  TouchBody(m.reader().getBody(), limits);
+  STRATA_CHECK_LE(m.num_payloads(), limits.max_payloads);
+  for (size_t i = 0; i < m.num_payloads(); ++i) {
+    PayloadInfo info = m.payload_info(i);
+    STRATA_CHECK(IsValidDType(static_cast<uint32_t>(info.dtype)));
+    STRATA_CHECK_LE(info.shape.size(), static_cast<size_t>(limits.max_payload_dims));
+    uint64_t bytes = DTypeSize(info.dtype);
+    for (int64_t d : info.shape) {
+      STRATA_CHECK_GE(d, 0);
+      bytes *= static_cast<uint64_t>(d);  // Decode bounded the product: no overflow here
+    }
+    STRATA_CHECK_EQ(bytes, info.buffer->size());
+    STRATA_CHECK_LE(bytes, limits.max_payload_bytes);
+    STRATA_CHECK_EQ(info.buffer, &m.payload(i));
+    Consume(info.buffer->data(), info.buffer->size());
+  }
+}
+
+// What the echo handler (ps/node.cc) does with a request: a reply carrying its payloads back.
+// AddPayload STRATA_CHECKs the shapes, so this also holds Decode to its word.
+void AnswerLikeEcho(const Message& m, const WireLimits& limits) {
+  Message reply = m.MakeReply(1);
+  reply.builder().getBody().setEcho();
+  for (size_t i = 0; i < m.num_payloads(); ++i) {
+    PayloadInfo info = m.payload_info(i);
+    reply.AddPayload(info.dtype, info.shape, *info.buffer);
+  }
+  auto again = Decode(Encode(reply), limits);
+  STRATA_CHECK(again.ok()) << "our own echo reply did not decode: " << again.status().ToString();
+  TouchMessage(*again, limits);
+
+  Message error = m.MakeErrorReply(1, m.status().ok() ? Status::Internal("fuzz") : m.status());
+  Consume(Encode(error)[0].size());
+}
+
+}  // namespace
+}  // namespace strata
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace strata;
+  if (size == 0) return 0;
+  const uint8_t flags = data[0];
+  const WireLimits limits = Limits(flags);
+  Frames frames = SplitFrames(data + 1, size - 1, flags);
+
+  if (!frames.empty()) {
+    if (auto id = PeekRequestId(frames[0])) {
+      STRATA_CHECK_NE(*id, 0u);
+    }
+  }
+  auto decoded = Decode(frames, limits);
+  if (!decoded.ok()) {
+    STRATA_CHECK(!decoded.status().ok());
+    Consume(decoded.status().ToString().size());
+    return 0;
+  }
+  const Message& m = *decoded;
+  TouchMessage(m, limits);
+  AnswerLikeEcho(m, limits);
+  // Forwarding a received message re-encodes its envelope (Encode copies it into a builder).
+  Frames forwarded = Encode(*decoded);
+  STRATA_CHECK_EQ(forwarded.size(), frames.size());
+  auto again = Decode(forwarded, WireLimits{});
+  if (again.ok()) TouchMessage(*again, WireLimits{});
+  return 0;
+}

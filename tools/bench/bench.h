@@ -1,0 +1,28 @@
+// bench.h: the Subcommand interface of strata-bench and the set-up function of each
+// subcommand (one .cc file each). bench_main.cc lists them.
+#pragma once
+
+#include <functional>
+
+#include "tools/bench/bench_util.h"
+
+namespace CLI {
+class App;
+}
+
+namespace strata::bench {
+
+// Runs a configured benchmark and returns its figures (main prints them and writes --json).
+using BenchFn = std::function<Result<Report>()>;
+
+struct Subcommand {
+  const char* name;
+  const char* description;
+  // Adds the subcommand's flags to `app` (bound to state the returned function captures).
+  BenchFn (*setup)(CLI::App& app);
+};
+
+// transport_bench.cc: RPC round trips and one-way streams against raw ZeroMQ.
+BenchFn SetupTransportBench(CLI::App& app);
+
+}  // namespace strata::bench
