@@ -24,5 +24,11 @@ struct Subcommand {
 
 // transport_bench.cc: RPC round trips and one-way streams against raw ZeroMQ.
 BenchFn SetupTransportBench(CLI::App& app);
+// ps_bench.cc: dense and sparse push/pull against servers, beside raw ZeroMQ.
+BenchFn SetupPsBench(CLI::App& app);
+// store_bench.cc: the tiered row store, hot and cold, beside raw RocksDB.
+BenchFn SetupStoreBench(CLI::App& app);
+// ops_bench.cc: CPU GEMM beside OpenBLAS called directly, and the gpt block's ops.
+BenchFn SetupOpsBench(CLI::App& app);
 
 }  // namespace strata::bench

@@ -15,6 +15,12 @@ namespace {
 const strata::bench::Subcommand kSubcommands[] = {
     {"transport", "RPC round-trip latency and one-way throughput beside raw ZeroMQ",
      strata::bench::SetupTransportBench},
+    {"ps", "parameter-server push/pull (dense GB/s, sparse rows/s) beside raw ZeroMQ",
+     strata::bench::SetupPsBench},
+    {"store", "tiered row store (DRAM over RocksDB) beside raw RocksDB",
+     strata::bench::SetupStoreBench},
+    {"ops", "CPU GEMM beside OpenBLAS, and the gpt block's ops",
+     strata::bench::SetupOpsBench},
 };
 
 }  // namespace

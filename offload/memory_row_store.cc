@@ -1,0 +1,85 @@
+// memory_row_store.cc: MemoryRowStore.
+#include "offload/memory_row_store.h"
+
+#include <algorithm>
+#include <bit>
+
+#include "common/check.h"
+
+namespace strata {
+namespace {
+constexpr size_t kRecordsPerBlock = 1024;
+}
+
+MemoryRowStore::MemoryRowStore(int width, int shards)
+    : width_(width), shards_(std::max(2u, std::bit_ceil(static_cast<unsigned>(shards)))) {
+  STRATA_CHECK_GT(width, 0);
+  shift_ = 64 - std::countr_zero(shards_.size());  // the top bits of the hash pick the shard
+}
+
+float* MemoryRowStore::Find(Shard& s, uint64_t key, const Init& init) {
+  if (auto it = s.index.find(key); it != s.index.end()) {
+    ++s.hits;
+    return it->second;
+  }
+  if (!init) return nullptr;
+  if (s.blocks.empty() || s.used_in_block == kRecordsPerBlock) {
+    s.blocks.push_back(std::make_unique<float[]>(kRecordsPerBlock * width_));
+    s.used_in_block = 0;
+  }
+  float* record = s.blocks.back().get() + s.used_in_block++ * width_;
+  init(key, std::span<float>(record, width_));
+  s.index.emplace(key, record);
+  ++s.created;
+  return record;
+}
+
+Status MemoryRowStore::Update(std::span<const uint64_t> keys, const Init& init, const Visit& visit) {
+  if (!init) {
+    // Without an initializer every key must exist: check first, so nothing is half-applied.
+    for (uint64_t key : keys) {
+      Shard& s = ShardOf(key);
+      std::lock_guard lock(s.mu);
+      if (!s.index.count(key)) return Status::NotFound("no record for key " + std::to_string(key));
+    }
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Shard& s = ShardOf(keys[i]);
+    std::lock_guard lock(s.mu);
+    float* record = Find(s, keys[i], init);
+    visit(i, std::span<float>(record, width_));
+  }
+  return Status::OK();
+}
+
+Status MemoryRowStore::Read(std::span<const uint64_t> keys, const Init& init, const ReadVisit& visit) {
+  if (!init) {
+    for (uint64_t key : keys) {
+      Shard& s = ShardOf(key);
+      std::lock_guard lock(s.mu);
+      if (!s.index.count(key)) return Status::NotFound("no record for key " + std::to_string(key));
+    }
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Shard& s = ShardOf(keys[i]);
+    std::lock_guard lock(s.mu);
+    const float* record = Find(s, keys[i], init);
+    visit(i, std::span<const float>(record, width_));
+  }
+  return Status::OK();
+}
+
+RowStoreStats MemoryRowStore::stats() const {
+  RowStoreStats st;
+  for (const Shard& s : shards_) {
+    std::lock_guard lock(s.mu);
+    st.records += s.index.size();
+    st.bytes_in_memory += s.blocks.size() * kRecordsPerBlock * width_ * sizeof(float);
+    st.hits += s.hits;
+    st.created += s.created;
+  }
+  st.misses = st.created;
+  return st;
+}
+
+}  // namespace strata

@@ -1,0 +1,52 @@
+// row_store.h: RowStore, where a server keeps one shard of one table: fixed-width records of
+// floats keyed by uint64. A sparse table's record is an embedding row plus its optimizer state;
+// a dense table's record is one chunk of the tensor plus its state (key = chunk index). The
+// parameter server only talks to this interface; MemoryRowStore (memory_row_store.h) keeps
+// everything in DRAM, the tiered store (DRAM over RocksDB) implements the same interface.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+
+#include "common/status.h"
+
+namespace strata {
+
+struct RowStoreStats {
+  uint64_t records = 0;        // records held (all tiers)
+  uint64_t bytes_in_memory = 0;
+  uint64_t hits = 0;           // lookups served from DRAM
+  uint64_t misses = 0;         // lookups that went to a lower tier (or created a record)
+  uint64_t created = 0;        // records made by the initializer
+};
+
+// Thread-safe: calls on different keys run in parallel; a record is never visited by two
+// calls at once.
+class RowStore {
+ public:
+  // Fills a new record (value by the table's initializer, state zeroed).
+  using Init = std::function<void(uint64_t key, std::span<float> record)>;
+  // Visits keys[index]'s record. Mutations are kept.
+  using Visit = std::function<void(size_t index, std::span<float> record)>;
+  using ReadVisit = std::function<void(size_t index, std::span<const float> record)>;
+
+  virtual ~RowStore() = default;
+
+  // Floats per record.
+  virtual int width() const = 0;
+
+  // Visits the record of every key, creating absent ones with `init` first. Duplicate keys are
+  // visited once per occurrence, in order. Either every key is visited or (on an I/O failure)
+  // the Status says why and no visit was made.
+  virtual Status Update(std::span<const uint64_t> keys, const Init& init, const Visit& visit) = 0;
+
+  // Reads the record of every key. Absent keys are created with `init` when it is set (a lazily
+  // created embedding row is read before it is ever written), else NotFound naming the key.
+  virtual Status Read(std::span<const uint64_t> keys, const Init& init, const ReadVisit& visit) = 0;
+
+  virtual RowStoreStats stats() const = 0;
+};
+
+}  // namespace strata

@@ -1,0 +1,59 @@
+// memory_row_store_test.cc: MemoryRowStore: lazy creation, visits, concurrency, missing keys.
+#include "offload/memory_row_store.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+namespace strata {
+namespace {
+
+void InitKey(uint64_t key, std::span<float> r) {
+  for (size_t j = 0; j < r.size(); ++j) r[j] = static_cast<float>(key) + 0.5f * j;
+}
+
+TEST(MemoryRowStore, CreatesLazilyAndKeepsUpdates) {
+  MemoryRowStore store(4, 8);
+  std::vector<uint64_t> keys = {7, 3, 7};
+  ASSERT_TRUE(store.Update(keys, InitKey, [](size_t, std::span<float> r) { r[0] += 1; }).ok());
+  std::vector<float> got(3);
+  ASSERT_TRUE(store.Read(keys, nullptr, [&](size_t i, std::span<const float> r) { got[i] = r[0]; }).ok());
+  EXPECT_EQ(got[0], 9.0f);  // 7 + two visits
+  EXPECT_EQ(got[1], 4.0f);
+  EXPECT_EQ(store.stats().records, 2u);
+  EXPECT_EQ(store.stats().created, 2u);
+}
+
+TEST(MemoryRowStore, MissingKeysWithoutInitAreNotFoundAndNothingIsApplied) {
+  MemoryRowStore store(2, 1);
+  std::vector<uint64_t> one = {1};
+  ASSERT_TRUE(store.Update(one, InitKey, [](size_t, std::span<float>) {}).ok());
+  std::vector<uint64_t> keys = {1, 2};
+  int visits = 0;
+  Status s = store.Update(keys, nullptr, [&](size_t, std::span<float>) { ++visits; });
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("key 2"), std::string::npos);
+  EXPECT_EQ(visits, 0);
+}
+
+TEST(MemoryRowStore, ConcurrentUpdatesAreNotLost) {
+  MemoryRowStore store(1, 4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      std::vector<uint64_t> keys(64);
+      for (int i = 0; i < 64; ++i) keys[i] = i;
+      for (int rep = 0; rep < 200; ++rep) {
+        ASSERT_TRUE(store.Update(keys, [](uint64_t, std::span<float> r) { r[0] = 0; },
+                                 [](size_t, std::span<float> r) { r[0] += 1; }).ok());
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  std::vector<uint64_t> keys(64);
+  for (int i = 0; i < 64; ++i) keys[i] = i;
+  ASSERT_TRUE(store.Read(keys, nullptr, [](size_t, std::span<const float> r) { EXPECT_EQ(r[0], 800.0f); }).ok());
+}
+
+}  // namespace
+}  // namespace strata
