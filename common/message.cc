@@ -31,6 +31,13 @@ std::string_view OpName(Op op) {
     case Op::DEREGISTER: return "deregister";
     case Op::SHUTDOWN: return "shutdown";
     case Op::ECHO: return "echo";
+    case Op::CREATE_TABLE: return "createTable";
+    case Op::PUSH: return "push";
+    case Op::PULL: return "pull";
+    case Op::VALUES: return "values";
+    case Op::CLOCK: return "clock";
+    case Op::GET_STATS: return "getStats";
+    case Op::STATS: return "stats";
   }
   return {};  // unknown: IsKnownOp relies on this being empty
 }
@@ -47,6 +54,11 @@ bool EnumBelow(Enum value, uint16_t count) {
 constexpr uint16_t kRoleCount = 4;
 constexpr uint16_t kBarrierScopeCount = 3;
 constexpr uint16_t kNodeEventKindCount = 2;
+constexpr uint16_t kTableKindCount = 2;
+constexpr uint16_t kOptimizerKindCount = 4;
+constexpr uint16_t kInitKindCount = 4;
+constexpr uint16_t kConsistencyCount = 3;
+constexpr uint16_t kAggregateCount = 2;
 
 }  // namespace
 
@@ -218,6 +230,28 @@ Status CheckBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
     case Op::HEARTBEAT_REPLY:
       (void)body.getHeartbeatReply();
       return Status::OK();
+    case Op::CREATE_TABLE: {
+      auto t = body.getCreateTable();
+      if (!EnumBelow(t.getKind(), kTableKindCount) ||
+          !EnumBelow(t.getOptimizer().getKind(), kOptimizerKindCount) ||
+          !EnumBelow(t.getInit().getKind(), kInitKindCount) ||
+          !EnumBelow(t.getConsistency(), kConsistencyCount) ||
+          !EnumBelow(t.getAggregate(), kAggregateCount)) {
+        return Status::InvalidArgument("createTable: an enum field is out of range");
+      }
+      return CheckText(t.getName(), "createTable.name", limits);
+    }
+    case Op::PUSH:
+      (void)body.getPush();
+      return Status::OK();
+    case Op::PULL:
+      (void)body.getPull();
+      return Status::OK();
+    case Op::CLOCK:
+      (void)body.getClock();
+      return Status::OK();
+    case Op::STATS:
+      return CheckText(body.getStats(), "stats", limits);
     case Op::KV_VALUE:
       (void)body.getKvValue();
       return Status::OK();
@@ -227,6 +261,8 @@ Status CheckBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
     case Op::DEREGISTER:
     case Op::SHUTDOWN:
     case Op::ECHO:
+    case Op::VALUES:
+    case Op::GET_STATS:
       return Status::OK();
   }
   return Status::InvalidArgument("unknown op " + std::to_string(static_cast<unsigned>(body.which())));

@@ -84,6 +84,65 @@ struct NodeEvent {
   view @2 :ClusterView;
 }
 
+# ---- parameter server ------------------------------------------------------------------------
+
+enum TableKind { dense @0; sparse @1; }
+enum OptimizerKind { sgd @0; adagrad @1; adam @2; adamw @3; }
+enum InitKind { zeros @0; constant @1; uniform @2; normal @3; }
+enum ConsistencyMode { bsp @0; asp @1; ssp @2; }
+enum Aggregate { sum @0; mean @1; }
+
+struct OptimizerSpec {
+  kind @0 :OptimizerKind;
+  lr @1 :Float32 = 0.01;
+  momentum @2 :Float32;          # sgd
+  beta1 @3 :Float32 = 0.9;       # adam, adamw
+  beta2 @4 :Float32 = 0.999;
+  eps @5 :Float32 = 1e-8;
+  weightDecay @6 :Float32;
+  clipNorm @7 :Float32;          # per-row gradient clipping; 0 = off
+  initialAccumulator @8 :Float32 = 0.1;  # adagrad
+}
+
+struct InitSpec {
+  kind @0 :InitKind;
+  a @1 :Float32;                 # constant value; uniform low; normal mean
+  b @2 :Float32;                 # uniform high; normal stddev
+  seed @3 :UInt64;
+}
+
+struct TableSpec {
+  id @0 :UInt32;
+  name @1 :Text;
+  kind @2 :TableKind;
+  dim @3 :UInt32;                # sparse: floats per row
+  numel @4 :UInt64;              # dense: floats in the tensor
+  chunkFloats @5 :UInt32;        # dense: floats per chunk
+  optimizer @6 :OptimizerSpec;
+  init @7 :InitSpec;
+  consistency @8 :ConsistencyMode;
+  staleness @9 :UInt32;          # ssp
+  aggregate @10 :Aggregate;      # bsp: how the trainers' gradients of one clock combine
+}
+
+# Sparse: payload 0 is the keys (i64, [n]); a push adds payload 1, the gradients (f32, [n, dim]).
+# Dense: payload 0 is the chunk indices (i64, [n]); a push adds payload 1, those chunks'
+# gradients concatenated (f32). A pull's reply carries the values the same way (payload 0).
+struct PushRequest {
+  table @0 :UInt32;
+  clock @1 :Int64;
+  returnValues @2 :Bool;         # push-pull: the reply carries the updated values
+}
+
+struct PullRequest {
+  table @0 :UInt32;
+  clock @1 :Int64;               # wait until the table is consistent for this clock
+}
+
+struct ClockRequest {
+  clock @0 :Int64;               # the sender finished this clock
+}
+
 struct Envelope {
   requestId @0 :UInt64;     # 0: one-way, no reply expected
   isReply @1 :Bool;
@@ -109,5 +168,12 @@ struct Envelope {
     deregister @18 :Void;           # a node leaving cleanly
     shutdown @19 :Void;             # scheduler -> node, one-way: the job is over
     echo @20 :Void;                 # reply with the same payloads (tests, benchmarks)
+    createTable @21 :TableSpec;     # trainer -> every server
+    push @22 :PushRequest;          # reply: empty, or values (payload 0) when returnValues
+    pull @23 :PullRequest;          # reply: values (payload 0)
+    values @24 :Void;               # reply to pull / push-pull
+    clock @25 :ClockRequest;        # trainer -> every server, after its pushes of that clock
+    getStats @26 :Void;
+    stats @27 :Text;                # reply to getStats: JSON
   }
 }

@@ -36,7 +36,7 @@ Node::~Node() {
 }
 
 void Node::SetRequestHandler(RpcEndpoint::Handler handler) { app_handler_ = std::move(handler); }
-void Node::OnEvent(EventCallback callback) { on_event_ = std::move(callback); }
+void Node::OnEvent(EventCallback callback) { on_event_.push_back(std::move(callback)); }
 
 Status Node::Join() {
   rpc_.SetHandler([this](Request r) { Handle(std::move(r)); });
@@ -92,7 +92,7 @@ void Node::Handle(Request request) {
       } else {
         spdlog::info("node: {} rejoined", event.node.Describe());
       }
-      if (on_event_) on_event_(event);
+      for (auto& cb : on_event_) cb(event);
       return;
     }
     case Op::SHUTDOWN: {
@@ -106,7 +106,7 @@ void Node::Handle(Request request) {
         cv_.notify_all();
       }
       spdlog::info("node: the scheduler ended the job");
-      if (on_event_) on_event_(event);
+      for (auto& cb : on_event_) cb(event);
       return;
     }
     case Op::ECHO: {

@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/options.h"
 #include "common/rpc.h"
@@ -49,7 +50,7 @@ class Node {
 
   // Handler for requests the node library does not serve itself. Call before Join().
   void SetRequestHandler(RpcEndpoint::Handler handler);
-  // Called on every membership event. Call before Join().
+  // Adds a callback run on every membership event. Call before Join().
   void OnEvent(EventCallback callback);
 
   // Binds, registers and waits for the complete cluster (up to cluster.join_timeout_ms),
@@ -88,7 +89,7 @@ class Node {
   const NodeOptions options_;
   RpcEndpoint rpc_;
   RpcEndpoint::Handler app_handler_;
-  EventCallback on_event_;
+  std::vector<EventCallback> on_event_;
   PeerId scheduler_ = kNoPeer;
   std::string address_;
   std::atomic<uint32_t> id_{kUnassignedNode};

@@ -1,0 +1,257 @@
+// client.cc: PsClient.
+#include "ps/client.h"
+
+#include <chrono>
+#include <cstring>
+#include <unordered_map>
+
+namespace strata {
+namespace {
+
+// Checks a values reply: one f32 payload per expected block, of the expected sizes.
+Status CheckValues(const Message& reply, const std::vector<size_t>& floats) {
+  if (reply.op() != Op::VALUES || reply.num_payloads() != floats.size()) {
+    return Status::Internal("expected values with " + std::to_string(floats.size()) +
+                            " payloads, got " + std::string(OpName(reply.op())) + " with " +
+                            std::to_string(reply.num_payloads()));
+  }
+  for (size_t i = 0; i < floats.size(); ++i) {
+    const PayloadInfo p = reply.payload_info(i);
+    if (p.dtype != DType::kF32 || p.buffer->size() != floats[i] * sizeof(float)) {
+      return Status::Internal("values payload " + std::to_string(i) + " has the wrong size");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+PsClient::PsClient(Node& node, Millis timeout) : node_(node), timeout_(timeout) {}
+
+Status PsClient::Connect() {
+  if (!servers_.empty()) return Status::OK();
+  const ClusterView view = node_.view();
+  const int count = view.Count(Role::kServer);
+  if (count == 0) return Status::FailedPrecondition("the cluster has no servers");
+  for (int r = 0; r < count; ++r) {
+    const NodeInfo* n = view.Find(Role::kServer, r);
+    if (!n) return Status::Internal("server rank " + std::to_string(r) + " is missing from the view");
+    STRATA_ASSIGN_OR_RETURN(PeerId peer, node_.rpc().Connect(n->address));
+    servers_.push_back(peer);
+  }
+  return Status::OK();
+}
+
+Result<const TableSpec*> PsClient::Spec(uint32_t table) const {
+  auto it = tables_.find(table);
+  if (it == tables_.end()) return Status::NotFound("table " + std::to_string(table) + " was not created by this client");
+  return &it->second;
+}
+
+Status PsClient::CreateTable(const TableSpec& spec) {
+  STRATA_RETURN_IF_ERROR(spec.Validate());
+  STRATA_RETURN_IF_ERROR(Connect());
+  std::vector<Ticket> tickets;
+  for (PeerId peer : servers_) {
+    Message m;
+    ToWire(spec, m.builder().getBody().initCreateTable());
+    tickets.push_back(node_.rpc().Call(peer, std::move(m), timeout_));
+  }
+  for (size_t s = 0; s < tickets.size(); ++s) {
+    auto r = tickets[s].Wait(timeout_ + Millis(1000));
+    if (!r.ok()) return r.status().WithContext("creating table \"" + spec.name + "\" on server " + std::to_string(s));
+  }
+  tables_[spec.id] = spec;
+  return Status::OK();
+}
+
+PsTicket PsClient::Sparse(uint32_t table, std::span<const uint64_t> keys, const float* grads,
+                          float* out, bool push) {
+  PsTicket ticket;
+  auto spec_or = Spec(table);
+  if (!spec_or.ok()) {
+    ticket.early_ = spec_or.status();
+    return ticket;
+  }
+  const TableSpec& spec = **spec_or;
+  if (spec.kind != TableKind::kSparse) {
+    ticket.early_ = Status::InvalidArgument("table \"" + spec.name + "\" is dense");
+    return ticket;
+  }
+  const uint32_t servers = static_cast<uint32_t>(servers_.size());
+  const size_t dim = spec.dim;
+  // Per server: unique keys, their summed gradients, and where each goes back in `out`.
+  struct Slice {
+    std::vector<uint64_t> keys;
+    std::vector<float> grads;
+    std::vector<std::vector<size_t>> positions;
+    std::unordered_map<uint64_t, size_t> index;
+  };
+  std::vector<Slice> slices(servers);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Slice& s = slices[SparseServer(keys[i], servers)];
+    auto [it, fresh] = s.index.try_emplace(keys[i], s.keys.size());
+    if (fresh) {
+      s.keys.push_back(keys[i]);
+      s.positions.emplace_back();
+      if (grads) s.grads.insert(s.grads.end(), grads + i * dim, grads + (i + 1) * dim);
+    } else if (grads) {
+      float* sum = s.grads.data() + it->second * dim;
+      for (size_t j = 0; j < dim; ++j) sum[j] += grads[i * dim + j];
+    }
+    s.positions[it->second].push_back(i);
+  }
+  for (uint32_t sv = 0; sv < servers; ++sv) {
+    Slice& s = slices[sv];
+    if (s.keys.empty()) continue;
+    const int64_t n = static_cast<int64_t>(s.keys.size());
+    Message m;
+    if (push) {
+      auto p = m.builder().getBody().initPush();
+      p.setTable(table);
+      p.setClock(clock_);
+      p.setReturnValues(out != nullptr);
+    } else {
+      auto p = m.builder().getBody().initPull();
+      p.setTable(table);
+      p.setClock(clock_);
+    }
+    m.AddPayload(DType::kI64, {n}, Buffer::Take(std::move(s.keys)));
+    if (push) m.AddPayload(DType::kF32, {n, static_cast<int64_t>(dim)}, Buffer::Take(std::move(s.grads)));
+    PsTicket::Part part{node_.rpc().Call(servers_[sv], std::move(m), timeout_), sv, nullptr};
+    if (out) {
+      part.on_reply = [positions = std::move(s.positions), dim, n, out](const Message& reply) {
+        STRATA_RETURN_IF_ERROR(CheckValues(reply, {static_cast<size_t>(n) * dim}));
+        const auto* v = reinterpret_cast<const float*>(reply.payload(0).data());
+        for (size_t k = 0; k < positions.size(); ++k) {
+          for (size_t pos : positions[k]) std::memcpy(out + pos * dim, v + k * dim, dim * sizeof(float));
+        }
+        return Status::OK();
+      };
+    }
+    ticket.parts_.push_back(std::move(part));
+  }
+  return ticket;
+}
+
+PsTicket PsClient::Pull(uint32_t table, std::span<const uint64_t> keys, float* out) {
+  return Sparse(table, keys, nullptr, out, false);
+}
+PsTicket PsClient::Push(uint32_t table, std::span<const uint64_t> keys, const float* grads) {
+  return Sparse(table, keys, grads, nullptr, true);
+}
+PsTicket PsClient::PushPull(uint32_t table, std::span<const uint64_t> keys, const float* grads, float* out) {
+  return Sparse(table, keys, grads, out, true);
+}
+
+PsTicket PsClient::PullDense(uint32_t table, float* out) {
+  PsTicket ticket;
+  auto spec_or = Spec(table);
+  if (!spec_or.ok() || (*spec_or)->kind != TableKind::kDense) {
+    ticket.early_ = spec_or.ok() ? Status::InvalidArgument("table is sparse") : spec_or.status();
+    return ticket;
+  }
+  const TableSpec spec = **spec_or;
+  const uint32_t servers = static_cast<uint32_t>(servers_.size());
+  std::vector<std::vector<uint64_t>> chunks(servers);
+  for (uint64_t c = 0; c < spec.NumChunks(); ++c) chunks[DenseServer(table, c, servers)].push_back(c);
+  for (uint32_t sv = 0; sv < servers; ++sv) {
+    if (chunks[sv].empty()) continue;
+    Message m;
+    auto p = m.builder().getBody().initPull();
+    p.setTable(table);
+    p.setClock(clock_);
+    std::vector<size_t> floats;
+    for (uint64_t c : chunks[sv]) floats.push_back(spec.ChunkLength(c));
+    const int64_t n = static_cast<int64_t>(chunks[sv].size());
+    PsTicket::Part part{{}, sv, nullptr};
+    part.on_reply = [spec, mine = chunks[sv], floats, out](const Message& reply) {
+      STRATA_RETURN_IF_ERROR(CheckValues(reply, floats));
+      for (size_t i = 0; i < mine.size(); ++i) {
+        std::memcpy(out + mine[i] * spec.chunk_floats, reply.payload(i).data(), floats[i] * sizeof(float));
+      }
+      return Status::OK();
+    };
+    m.AddPayload(DType::kI64, {n}, Buffer::Take(std::move(chunks[sv])));
+    part.ticket = node_.rpc().Call(servers_[sv], std::move(m), timeout_);
+    ticket.parts_.push_back(std::move(part));
+  }
+  return ticket;
+}
+
+PsTicket PsClient::PushDense(uint32_t table, const float* grads) {
+  PsTicket ticket;
+  auto spec_or = Spec(table);
+  if (!spec_or.ok() || (*spec_or)->kind != TableKind::kDense) {
+    ticket.early_ = spec_or.ok() ? Status::InvalidArgument("table is sparse") : spec_or.status();
+    return ticket;
+  }
+  const TableSpec& spec = **spec_or;
+  const uint32_t servers = static_cast<uint32_t>(servers_.size());
+  // Zero-copy: frames point into the caller's buffer, which outlives the call (see Wait).
+  const std::shared_ptr<const void> borrowed(grads, [](const void*) {});
+  std::vector<std::vector<uint64_t>> chunks(servers);
+  for (uint64_t c = 0; c < spec.NumChunks(); ++c) chunks[DenseServer(table, c, servers)].push_back(c);
+  for (uint32_t sv = 0; sv < servers; ++sv) {
+    if (chunks[sv].empty()) continue;
+    Message m;
+    auto p = m.builder().getBody().initPush();
+    p.setTable(table);
+    p.setClock(clock_);
+    const int64_t n = static_cast<int64_t>(chunks[sv].size());
+    std::vector<Buffer> frames;
+    for (uint64_t c : chunks[sv]) {
+      const uint32_t len = spec.ChunkLength(c);
+      frames.emplace_back(grads + c * spec.chunk_floats, len * sizeof(float), borrowed);
+    }
+    m.AddPayload(DType::kI64, {n}, Buffer::Take(std::move(chunks[sv])));
+    for (Buffer& f : frames) {
+      const int64_t len = static_cast<int64_t>(f.size() / sizeof(float));
+      m.AddPayload(DType::kF32, {len}, std::move(f));
+    }
+    ticket.parts_.push_back({node_.rpc().Call(servers_[sv], std::move(m), timeout_), sv, nullptr});
+  }
+  return ticket;
+}
+
+Status PsClient::Wait(PsTicket& ticket, std::optional<Millis> timeout) {
+  if (!ticket.early_.ok()) return ticket.early_;
+  const auto deadline = std::chrono::steady_clock::now() + timeout.value_or(timeout_ + Millis(1000));
+  Status first;
+  for (auto& part : ticket.parts_) {
+    const auto left = std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
+    auto r = part.ticket.Wait(std::max(left, Millis(0)));
+    Status s = r.ok() ? (part.on_reply ? part.on_reply(*r) : Status::OK()) : r.status();
+    if (!s.ok() && first.ok()) first = s.WithContext("server " + std::to_string(part.server));
+  }
+  ticket.parts_.clear();
+  return first;
+}
+
+Status PsClient::Clock() {
+  STRATA_RETURN_IF_ERROR(Connect());
+  std::vector<Ticket> tickets;
+  for (PeerId peer : servers_) {
+    Message m;
+    m.builder().getBody().initClock().setClock(clock_);
+    tickets.push_back(node_.rpc().Call(peer, std::move(m), timeout_));
+  }
+  for (size_t s = 0; s < tickets.size(); ++s) {
+    auto r = tickets[s].Wait(timeout_ + Millis(1000));
+    if (!r.ok()) return r.status().WithContext("clock " + std::to_string(clock_) + " on server " + std::to_string(s));
+  }
+  ++clock_;
+  return Status::OK();
+}
+
+Result<std::string> PsClient::ServerStats(uint32_t server) {
+  STRATA_RETURN_IF_ERROR(Connect());
+  if (server >= servers_.size()) return Status::InvalidArgument("no server " + std::to_string(server));
+  Message m;
+  m.builder().getBody().setGetStats();
+  STRATA_ASSIGN_OR_RETURN(Message reply, node_.rpc().CallAndWait(servers_[server], std::move(m), timeout_));
+  if (reply.op() != Op::STATS) return Status::Internal("getStats answered with " + std::string(OpName(reply.op())));
+  return std::string(reply.reader().getBody().getStats().cStr());
+}
+
+}  // namespace strata

@@ -1,0 +1,76 @@
+// client.h: PsClient, a trainer's handle on the parameter servers (in the spirit of ps-lite's
+// KVWorker, with Status and timeouts). Push and pull are asynchronous: each returns a PsTicket,
+// and Wait() completes it. Keys are sliced per server (one request per server per call, many
+// calls in flight); duplicate keys in one push are merged (gradients summed) before sending.
+// Dense pushes are zero-copy: the gradient buffer is handed to the transport as is, so it
+// must stay valid and unchanged until Wait() returns. Pull outputs are written at Wait().
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ps/node.h"
+#include "ps/table.h"
+
+namespace strata {
+
+// A push or pull in flight: one call per server it touched.
+class PsTicket {
+ private:
+  friend class PsClient;
+  struct Part {
+    Ticket ticket;
+    uint32_t server;
+    std::function<Status(const Message& reply)> on_reply;  // scatters values, if any
+  };
+  std::vector<Part> parts_;
+  Status early_;  // an error found before anything was sent
+};
+
+// Not thread-safe: one trainer thread uses it (the Node underneath is).
+class PsClient {
+ public:
+  explicit PsClient(Node& node, Millis timeout = Millis(30000));
+
+  // Creates a table on every server (or checks that the same spec exists). Blocking.
+  Status CreateTable(const TableSpec& spec);
+
+  // Sparse tables. `out` holds keys.size() * dim floats; `grads` likewise.
+  PsTicket Pull(uint32_t table, std::span<const uint64_t> keys, float* out);
+  PsTicket Push(uint32_t table, std::span<const uint64_t> keys, const float* grads);
+  // Push, then return the updated rows in one round trip (ASP and SSP tables).
+  PsTicket PushPull(uint32_t table, std::span<const uint64_t> keys, const float* grads, float* out);
+
+  // Dense tables, the whole tensor (numel floats).
+  PsTicket PullDense(uint32_t table, float* out);
+  PsTicket PushDense(uint32_t table, const float* grads);
+
+  // Waits for every server's part. The first error names the server.
+  Status Wait(PsTicket& ticket, std::optional<Millis> timeout = std::nullopt);
+
+  // This trainer finished its current clock: tells every server (after the pushes sent before
+  // it, which ZeroMQ keeps in order), then advances. Pushes and pulls carry the current clock.
+  Status Clock();
+  int64_t clock() const { return clock_; }
+
+  // A server's statistics (JSON).
+  Result<std::string> ServerStats(uint32_t server);
+
+ private:
+  Result<const TableSpec*> Spec(uint32_t table) const;
+  Status Connect();
+  PsTicket Sparse(uint32_t table, std::span<const uint64_t> keys, const float* grads, float* out,
+                  bool push);
+
+  Node& node_;
+  const Millis timeout_;
+  std::vector<PeerId> servers_;  // by server rank
+  std::map<uint32_t, TableSpec> tables_;
+  int64_t clock_ = 0;
+};
+
+}  // namespace strata

@@ -1,0 +1,521 @@
+// server.cc: PsServer.
+#include "ps/server.h"
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstring>
+#include <limits>
+
+#include "common/check.h"
+#include "offload/memory_row_store.h"
+#include "ps/optimizer.h"
+
+namespace strata {
+
+namespace {
+
+constexpr size_t kMaxKeysPerRequest = 1 << 24;
+
+RowStore::Init MakeInit(const TableSpec& spec) {
+  return [spec](uint64_t key, std::span<float> r) {
+    const uint32_t n = spec.RowFloats();
+    std::fill(r.begin(), r.end(), 0.0f);
+    if (spec.kind == TableKind::kSparse) {
+      InitValues(spec.init, key, r.first(n));
+    } else {
+      InitDenseValues(spec.init, key * spec.chunk_floats, r.first(spec.ChunkLength(key)));
+    }
+    if (spec.optimizer.kind == OptimizerKind::kAdagrad) {
+      std::fill(r.begin() + n, r.begin() + 2 * n, spec.optimizer.initial_accumulator);
+    }
+    SetRecordStep(r, 0);
+  };
+}
+
+// Payload floats may sit at any address inside a received frame; copy only when misaligned.
+const float* AlignedFloats(const Buffer& b, std::vector<float>* scratch) {
+  if (reinterpret_cast<uintptr_t>(b.data()) % alignof(float) == 0) {
+    return reinterpret_cast<const float*>(b.data());
+  }
+  scratch->resize(b.size() / sizeof(float));
+  std::memcpy(scratch->data(), b.data(), b.size());
+  return scratch->data();
+}
+
+}  // namespace
+
+struct PsServer::Table {
+  TableSpec spec;
+  std::unique_ptr<RowStore> store;
+  RowStore::Init init;
+  int slots = 0;
+  // BSP, guarded by clock_mu_: summed gradients of each clock not yet applied, by key (sparse)
+  // or chunk (dense), and how many clocks have been applied.
+  std::map<int64_t, std::unordered_map<uint64_t, std::vector<float>>> pending;
+  int64_t applied_clock = 0;
+
+  uint32_t ValueFloats(uint64_t key) const {
+    return spec.kind == TableKind::kSparse ? spec.dim : spec.ChunkLength(key);
+  }
+};
+
+PsServer::PsServer(Node& node, ServerOptions options, StoreFactory store_factory)
+    : node_(node), options_(options), store_factory_(std::move(store_factory)) {
+  if (!store_factory_) {
+    store_factory_ = [](const TableSpec& spec) -> Result<std::unique_ptr<RowStore>> {
+      return std::unique_ptr<RowStore>(std::make_unique<MemoryRowStore>(spec.RecordWidth()));
+    };
+  }
+  for (int i = 0; i < std::max(1, options_.worker_threads); ++i) {
+    workers_.push_back(std::make_unique<Worker>());
+    Worker* w = workers_.back().get();
+    w->thread = std::thread([this, w] { RunWorker(*w); });
+  }
+  node_.SetRequestHandler([this](Request r) { Dispatch(std::move(r)); });
+  node_.OnEvent([this](const NodeEvent& e) { OnNodeEvent(e); });
+  if (options_.stats_log_interval_ms > 0) {
+    stats_thread_ = std::thread([this] {
+      std::unique_lock lock(stats_mu_);
+      while (!stop_) {
+        stats_cv_.wait_for(lock, std::chrono::milliseconds(options_.stats_log_interval_ms));
+        if (!stop_) LogStats();
+      }
+    });
+  }
+}
+
+PsServer::~PsServer() {
+  {
+    std::lock_guard lock(stats_mu_);
+    stop_ = true;
+    stats_cv_.notify_all();
+  }
+  for (auto& w : workers_) {
+    {
+      std::lock_guard lock(w->mu);
+      w->cv.notify_all();
+    }
+    w->thread.join();
+  }
+  if (stats_thread_.joinable()) stats_thread_.join();
+}
+
+void PsServer::Dispatch(Request request) {
+  // One queue per sender keeps each trainer's requests in order (pushes before its clock).
+  Worker& w = *workers_[request.message().sender() % workers_.size()];
+  ++queued_;
+  std::lock_guard lock(w.mu);
+  w.queue.push_back(std::move(request));
+  w.cv.notify_one();
+}
+
+void PsServer::RunWorker(Worker& w) {
+  while (true) {
+    std::unique_lock lock(w.mu);
+    w.cv.wait(lock, [&] { return stop_ || !w.queue.empty(); });
+    if (stop_) return;
+    Request r = std::move(w.queue.front());
+    w.queue.pop_front();
+    lock.unlock();
+    --queued_;
+    Handle(r);
+  }
+}
+
+void PsServer::Handle(Request& request) {
+  ++requests_;
+  switch (request.message().op()) {
+    case Op::CREATE_TABLE: return HandleCreateTable(request);
+    case Op::PUSH: return HandlePush(request);
+    case Op::PULL: return HandlePull(request);
+    case Op::CLOCK: return HandleClock(request);
+    case Op::GET_STATS: {
+      Message reply = request.MakeReply();
+      reply.builder().getBody().setStats(StatsJson());
+      return request.Reply(std::move(reply));
+    }
+    default:
+      ++errors_;
+      return request.ReplyError(Status::Unimplemented(
+          "the server does not serve " + std::string(OpName(request.message().op())) + " requests"));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tables
+
+void PsServer::HandleCreateTable(Request& request) {
+  TableSpec spec = FromWire(request.message().reader().getBody().getCreateTable());
+  if (Status s = spec.Validate(); !s.ok()) {
+    ++errors_;
+    return request.ReplyError(s);
+  }
+  std::unique_lock lock(tables_mu_);
+  if (auto it = tables_.find(spec.id); it != tables_.end()) {
+    // Every trainer creates the tables it uses: the same spec again is fine.
+    if (!(it->second->spec == spec)) {
+      ++errors_;
+      return request.ReplyError(Status::AlreadyExists(
+          "table " + std::to_string(spec.id) + " exists with a different spec (\"" +
+          it->second->spec.name + "\")"));
+    }
+    return request.Reply(request.MakeReply());
+  }
+  for (const auto& [id, t] : tables_) {
+    if (t->spec.name == spec.name) {
+      ++errors_;
+      return request.ReplyError(Status::AlreadyExists("table name \"" + spec.name +
+                                                      "\" is taken by table " + std::to_string(id)));
+    }
+  }
+  auto store = store_factory_(spec);
+  if (!store.ok()) {
+    ++errors_;
+    return request.ReplyError(store.status().WithContext("creating table \"" + spec.name + "\""));
+  }
+  auto t = std::make_unique<Table>();
+  t->spec = spec;
+  t->store = std::move(store).value();
+  t->init = MakeInit(spec);
+  t->slots = spec.StateSlots();
+  spdlog::info("server: table {} \"{}\" ({}, {}) created", spec.id, spec.name,
+               spec.kind == TableKind::kSparse ? "sparse dim " + std::to_string(spec.dim)
+                                               : "dense " + std::to_string(spec.numel) + " floats",
+               spec.consistency == Consistency::kBsp   ? "bsp"
+               : spec.consistency == Consistency::kAsp ? "asp"
+                                                       : "ssp " + std::to_string(spec.staleness));
+  tables_.emplace(spec.id, std::move(t));
+  request.Reply(request.MakeReply());
+}
+
+Result<PsServer::Table*> PsServer::FindTable(uint32_t id) {
+  std::shared_lock lock(tables_mu_);
+  auto it = tables_.find(id);
+  if (it == tables_.end()) return Status::NotFound("no table " + std::to_string(id) + " on this server");
+  return it->second.get();
+}
+
+Status PsServer::ValidateKeys(const Table& t, const Message& msg, bool with_grads,
+                              std::vector<uint64_t>* keys, size_t* value_floats) {
+  const TableSpec& spec = t.spec;
+  const std::string where = std::string(OpName(msg.op())) + " to table \"" + spec.name + "\": ";
+  if (msg.num_payloads() < 1) return Status::InvalidArgument(where + "no keys");
+  const PayloadInfo k = msg.payload_info(0);
+  if (k.dtype != DType::kI64 || k.shape.size() != 1) {
+    return Status::InvalidArgument(where + "keys must be a 1-D i64 payload");
+  }
+  const size_t n = static_cast<size_t>(k.shape[0]);
+  if (n > kMaxKeysPerRequest) return Status::InvalidArgument(where + std::to_string(n) + " keys is too many");
+  keys->resize(n);
+  if (n) std::memcpy(keys->data(), k.buffer->data(), n * sizeof(uint64_t));
+  const uint32_t servers = static_cast<uint32_t>(node_.view().Count(Role::kServer));
+  const uint32_t me = static_cast<uint32_t>(node_.rank());
+  *value_floats = 0;
+  for (uint64_t key : *keys) {
+    if (spec.kind == TableKind::kSparse) {
+      if (SparseServer(key, servers) != me) {
+        return Status::InvalidArgument(where + "key " + std::to_string(key) + " belongs to server " +
+                                       std::to_string(SparseServer(key, servers)) + ", not " + std::to_string(me));
+      }
+    } else {
+      if (key >= spec.NumChunks()) {
+        return Status::InvalidArgument(where + "chunk " + std::to_string(key) + " out of range (" +
+                                       std::to_string(spec.NumChunks()) + " chunks)");
+      }
+      if (DenseServer(spec.id, key, servers) != me) {
+        return Status::InvalidArgument(where + "chunk " + std::to_string(key) + " belongs to server " +
+                                       std::to_string(DenseServer(spec.id, key, servers)));
+      }
+    }
+    *value_floats += t.ValueFloats(key);
+  }
+  const size_t want = with_grads ? (spec.kind == TableKind::kSparse ? 2 : 1 + n) : 1;
+  if (msg.num_payloads() != want) {
+    return Status::InvalidArgument(where + "expected " + std::to_string(want) + " payloads, got " +
+                                   std::to_string(msg.num_payloads()));
+  }
+  if (!with_grads) return Status::OK();
+  for (size_t i = 1; i < want; ++i) {
+    const PayloadInfo g = msg.payload_info(i);
+    const size_t floats = spec.kind == TableKind::kSparse ? n * spec.dim : t.ValueFloats((*keys)[i - 1]);
+    if (g.dtype != DType::kF32 || g.buffer->size() != floats * sizeof(float)) {
+      return Status::InvalidArgument(where + "gradient payload " + std::to_string(i) + " must be " +
+                                     std::to_string(floats) + " f32 values, got " +
+                                     std::to_string(g.buffer->size()) + " bytes of " +
+                                     std::string(DTypeName(g.dtype)));
+    }
+  }
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Push
+
+void PsServer::HandlePush(Request& request) {
+  const Message& msg = request.message();
+  auto push = msg.reader().getBody().getPush();
+  auto fail = [&](const Status& s) {
+    ++errors_;
+    request.ReplyError(s);
+  };
+  auto table = FindTable(push.getTable());
+  if (!table.ok()) return fail(table.status());
+  Table& t = **table;
+  std::vector<uint64_t> keys;
+  size_t floats = 0;
+  if (Status s = ValidateKeys(t, msg, true, &keys, &floats); !s.ok()) return fail(s);
+  if (push.getReturnValues() && t.spec.consistency == Consistency::kBsp) {
+    return fail(Status::InvalidArgument("push-pull on BSP table \"" + t.spec.name +
+                                        "\": pull at the next clock instead"));
+  }
+  // Gradient of key i, wherever its payload lives.
+  std::vector<std::vector<float>> scratch(msg.num_payloads());
+  std::vector<const float*> grad(keys.size());
+  if (t.spec.kind == TableKind::kSparse) {
+    const float* g = AlignedFloats(msg.payload(1), &scratch[1]);
+    for (size_t i = 0; i < keys.size(); ++i) grad[i] = g + i * t.spec.dim;
+  } else {
+    for (size_t i = 0; i < keys.size(); ++i) grad[i] = AlignedFloats(msg.payload(i + 1), &scratch[i + 1]);
+  }
+  ++pushes_;
+  keys_pushed_ += keys.size();
+  bytes_in_ += floats * sizeof(float);
+  const auto start = std::chrono::steady_clock::now();
+
+  if (t.spec.consistency == Consistency::kBsp) {
+    std::lock_guard lock(clock_mu_);
+    const int64_t clock = push.getClock();
+    if (clock < t.applied_clock) {
+      return fail(Status::FailedPrecondition(
+          "push to BSP table \"" + t.spec.name + "\" for clock " + std::to_string(clock) +
+          " arrived after that clock was applied (node " + std::to_string(msg.sender()) + ")"));
+    }
+    auto& acc = t.pending[clock];
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const uint32_t len = t.ValueFloats(keys[i]);
+      auto& sum = acc[keys[i]];
+      if (sum.empty()) sum.assign(len, 0.0f);
+      for (uint32_t j = 0; j < len; ++j) sum[j] += grad[i][j];
+    }
+  } else {
+    const OptimizerSpec& o = t.spec.optimizer;
+    Status s = t.store->Update(keys, t.init, [&](size_t i, std::span<float> record) {
+      ApplyUpdate(o, t.slots, record, static_cast<int>(t.ValueFloats(keys[i])), grad[i], 1.0f);
+    });
+    if (!s.ok()) return fail(s.WithContext("push to table \"" + t.spec.name + "\""));
+  }
+  apply_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+  if (push.getReturnValues()) {
+    if (Status s = AnswerPull(t, request, keys, floats); !s.ok()) return fail(s);
+    return;
+  }
+  request.Reply(request.MakeReply());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pull
+
+Status PsServer::AnswerPull(Table& t, Request& request, const std::vector<uint64_t>& keys, size_t floats) {
+  std::vector<float> values(floats);
+  std::vector<size_t> offset(keys.size());
+  for (size_t i = 0, at = 0; i < keys.size(); ++i) {
+    offset[i] = at;
+    at += t.ValueFloats(keys[i]);
+  }
+  Status s = t.store->Read(keys, t.init, [&](size_t i, std::span<const float> record) {
+    std::memcpy(values.data() + offset[i], record.data(), t.ValueFloats(keys[i]) * sizeof(float));
+  });
+  if (!s.ok()) return s.WithContext("pull from table \"" + t.spec.name + "\"");
+  ++pulls_;
+  keys_pulled_ += keys.size();
+  bytes_out_ += floats * sizeof(float);
+  Message reply = request.MakeReply();
+  reply.builder().getBody().setValues();
+  if (t.spec.kind == TableKind::kSparse) {
+    const int64_t n = static_cast<int64_t>(keys.size());
+    reply.AddPayload(DType::kF32, {n, static_cast<int64_t>(t.spec.dim)}, Buffer::Take(std::move(values)));
+  } else {
+    // One frame per chunk, all views of the same buffer.
+    auto owned = std::make_shared<std::vector<float>>(std::move(values));
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const int64_t len = t.ValueFloats(keys[i]);
+      reply.AddPayload(DType::kF32, {len}, Buffer(owned->data() + offset[i], len * sizeof(float), owned));
+    }
+  }
+  request.Reply(std::move(reply));
+  return Status::OK();
+}
+
+bool PsServer::PullReadyLocked(const Table& t, int64_t clock, Status* error) const {
+  switch (t.spec.consistency) {
+    case Consistency::kAsp:
+      return true;
+    case Consistency::kBsp:
+      if (!lost_trainers_.empty() && t.applied_clock < clock) {
+        *error = Status::Aborted("BSP table \"" + t.spec.name + "\" cannot reach clock " +
+                                 std::to_string(clock) + ": lost " + lost_trainers_.begin()->second);
+        return true;
+      }
+      return t.applied_clock >= clock;
+    case Consistency::kSsp:
+      return MinClockLocked() >= clock - static_cast<int64_t>(t.spec.staleness);
+  }
+  return true;
+}
+
+int64_t PsServer::MinClockLocked() const {
+  int64_t m = std::numeric_limits<int64_t>::max();
+  for (const auto& [id, c] : trainer_clock_) m = std::min(m, c);
+  return m;
+}
+
+void PsServer::HandlePull(Request& request) {
+  const Message& msg = request.message();
+  auto pull = msg.reader().getBody().getPull();
+  auto fail = [&](const Status& s) {
+    ++errors_;
+    request.ReplyError(s);
+  };
+  auto table = FindTable(pull.getTable());
+  if (!table.ok()) return fail(table.status());
+  Table& t = **table;
+  std::vector<uint64_t> keys;
+  size_t floats = 0;
+  if (Status s = ValidateKeys(t, msg, false, &keys, &floats); !s.ok()) return fail(s);
+  {
+    std::lock_guard lock(clock_mu_);
+    if (trainer_clock_.empty() && lost_trainers_.empty()) {
+      for (const NodeInfo& n : node_.view().WithRole(Role::kTrainer)) {
+        if (n.alive) trainer_clock_[n.id] = 0;
+      }
+    }
+    Status error;
+    if (!PullReadyLocked(t, pull.getClock(), &error)) {
+      parked_.push_back({std::move(request), &t, pull.getClock()});
+      return;
+    }
+    if (!error.ok()) return fail(error);
+  }
+  if (Status s = AnswerPull(t, request, keys, floats); !s.ok()) fail(s);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Clocks
+
+void PsServer::HandleClock(Request& request) {
+  const uint32_t sender = request.message().sender();
+  const int64_t finished = request.message().reader().getBody().getClock().getClock();
+  std::vector<Parked> ready;
+  {
+    std::lock_guard lock(clock_mu_);
+    if (trainer_clock_.empty() && lost_trainers_.empty()) {
+      for (const NodeInfo& n : node_.view().WithRole(Role::kTrainer)) {
+        if (n.alive) trainer_clock_[n.id] = 0;
+      }
+    }
+    auto it = trainer_clock_.find(sender);
+    if (it == trainer_clock_.end()) {
+      ++errors_;
+      return request.ReplyError(Status::FailedPrecondition(
+          "clock from node " + std::to_string(sender) + ", which is not a live trainer"));
+    }
+    it->second = std::max(it->second, finished + 1);
+    AdvanceLocked(&ready);
+  }
+  request.Reply(request.MakeReply());
+  for (Parked& p : ready) HandlePull(p.request);  // re-checks and answers (or re-parks)
+}
+
+void PsServer::AdvanceLocked(std::vector<Parked>* ready) {
+  const int64_t min_clock = MinClockLocked();
+  const float live = static_cast<float>(std::max<size_t>(1, trainer_clock_.size()));
+  std::shared_lock tables_lock(tables_mu_);
+  for (auto& [id, tp] : tables_) {
+    Table& t = *tp;
+    if (t.spec.consistency != Consistency::kBsp) continue;
+    while (t.applied_clock < min_clock && min_clock != std::numeric_limits<int64_t>::max()) {
+      if (auto it = t.pending.find(t.applied_clock); it != t.pending.end()) {
+        std::vector<uint64_t> keys;
+        std::vector<const float*> grads;
+        for (auto& [key, g] : it->second) {
+          keys.push_back(key);
+          grads.push_back(g.data());
+        }
+        const float scale = t.spec.aggregate == Aggregate::kMean ? 1.0f / live : 1.0f;
+        Status s = t.store->Update(keys, t.init, [&](size_t i, std::span<float> record) {
+          ApplyUpdate(t.spec.optimizer, t.slots, record, static_cast<int>(t.ValueFloats(keys[i])),
+                      grads[i], scale);
+        });
+        if (!s.ok()) spdlog::error("server: applying clock {} of table \"{}\": {}", t.applied_clock, t.spec.name, s.ToString());
+        t.pending.erase(it);
+      }
+      ++t.applied_clock;
+    }
+  }
+  for (auto it = parked_.begin(); it != parked_.end();) {
+    Status error;
+    if (PullReadyLocked(*it->table, it->clock, &error)) {
+      ready->push_back(std::move(*it));
+      it = parked_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void PsServer::OnNodeEvent(const NodeEvent& e) {
+  if (e.kind != NodeEvent::Kind::kDead || e.node.role != Role::kTrainer) return;
+  std::vector<Parked> ready;
+  {
+    std::lock_guard lock(clock_mu_);
+    if (trainer_clock_.empty() && lost_trainers_.empty()) {
+      for (const NodeInfo& n : e.view.WithRole(Role::kTrainer)) trainer_clock_[n.id] = 0;
+    }
+    trainer_clock_.erase(e.node.id);
+    lost_trainers_[e.node.id] = e.node.Describe();
+    AdvanceLocked(&ready);
+  }
+  // Runs on the I/O thread: answering parked pulls only reads and sends, it does not block.
+  for (Parked& p : ready) HandlePull(p.request);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Statistics
+
+std::string PsServer::StatsJson() const {
+  nlohmann::json j;
+  j["requests"] = requests_.load();
+  j["pushes"] = pushes_.load();
+  j["pulls"] = pulls_.load();
+  j["keys_pushed"] = keys_pushed_.load();
+  j["keys_pulled"] = keys_pulled_.load();
+  j["bytes_in"] = bytes_in_.load();
+  j["bytes_out"] = bytes_out_.load();
+  j["apply_ms"] = apply_ns_.load() / 1e6;
+  j["errors"] = errors_.load();
+  j["queue_depth"] = queued_.load();
+  nlohmann::json tables = nlohmann::json::array();
+  {
+    std::shared_lock lock(tables_mu_);
+    for (const auto& [id, t] : tables_) {
+      const RowStoreStats s = t->store->stats();
+      tables.push_back({{"id", id}, {"name", t->spec.name}, {"records", s.records},
+                        {"bytes_in_memory", s.bytes_in_memory}});
+    }
+  }
+  j["tables"] = tables;
+  {
+    std::lock_guard lock(clock_mu_);
+    j["parked_pulls"] = parked_.size();
+    nlohmann::json clocks;
+    for (const auto& [id, c] : trainer_clock_) clocks[std::to_string(id)] = c;
+    j["trainer_clocks"] = clocks;
+  }
+  return j.dump();
+}
+
+void PsServer::LogStats() { spdlog::info("server stats: {}", StatsJson()); }
+
+}  // namespace strata

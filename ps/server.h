@@ -1,0 +1,112 @@
+// server.h: PsServer, the parameter server. It holds this server's shard of every table in a
+// RowStore, applies the table's optimizer on push, and enforces the table's consistency with
+// per-trainer clocks:
+//   ASP     pushes apply as they arrive; pulls answer at once.
+//   SSP(s)  pushes apply as they arrive; a pull at clock c waits until the slowest live
+//           trainer has finished clock c - s (s = 0 waits like BSP).
+//   BSP     the trainers' pushes of clock c are combined (sum or mean) and applied once, when
+//           every trainer has finished c; a pull at clock c waits for that.
+// Requests from one sender are handled in order (one worker queue per sender), so a trainer's
+// clock message is processed after its pushes. Every request is validated completely before
+// anything is applied: a bad one gets an error reply and changes nothing.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "offload/row_store.h"
+#include "ps/node.h"
+#include "ps/table.h"
+
+namespace strata {
+
+struct ServerOptions {
+  // Threads applying pushes and answering pulls. Requests of one sender go to one thread.
+  int worker_threads = 2;
+  // How often statistics are logged (0: never).
+  int stats_log_interval_ms = 10000;
+};
+
+// Makes the store for this server's shard of a table (default: MemoryRowStore).
+using StoreFactory = std::function<Result<std::unique_ptr<RowStore>>(const TableSpec& spec)>;
+
+// Thread-safe. Serves through the Node it is given: construct before node.Join().
+class PsServer {
+ public:
+  PsServer(Node& node, ServerOptions options, StoreFactory store_factory = {});
+  ~PsServer();
+  PsServer(const PsServer&) = delete;
+  PsServer& operator=(const PsServer&) = delete;
+
+  // Statistics as JSON (also the reply to getStats).
+  std::string StatsJson() const;
+
+ private:
+  struct Table;
+  struct Parked {  // a pull waiting for its clock
+    Request request;
+    Table* table;
+    int64_t clock;
+  };
+  struct Worker {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Request> queue;
+    std::thread thread;
+  };
+
+  void Dispatch(Request request);
+  void RunWorker(Worker& w);
+  void Handle(Request& request);
+  void HandleCreateTable(Request& request);
+  void HandlePush(Request& request);
+  void HandlePull(Request& request);
+  void HandleClock(Request& request);
+  void OnNodeEvent(const NodeEvent& event);
+  void LogStats();
+
+  Result<Table*> FindTable(uint32_t id);
+  // Checks a push or pull's keys (and gradients) against the table and this shard.
+  Status ValidateKeys(const Table& t, const Message& msg, bool with_grads, std::vector<uint64_t>* keys,
+                      size_t* value_floats);
+  Status AnswerPull(Table& t, Request& request, const std::vector<uint64_t>& keys, size_t floats);
+  // Is a pull of `t` at `clock` allowed now? Expects clock_mu_ held. Sets *error if it never will.
+  bool PullReadyLocked(const Table& t, int64_t clock, Status* error) const;
+  int64_t MinClockLocked() const;
+  // Applies BSP accumulations up to the min clock and answers parked pulls that became ready.
+  void AdvanceLocked(std::vector<Parked>* ready);
+
+  Node& node_;
+  const ServerOptions options_;
+  StoreFactory store_factory_;
+
+  mutable std::shared_mutex tables_mu_;
+  std::map<uint32_t, std::unique_ptr<Table>> tables_;
+
+  mutable std::mutex clock_mu_;  // guards trainer clocks, BSP state and parked pulls
+  std::map<uint32_t, int64_t> trainer_clock_;  // live trainers: clocks finished
+  std::map<uint32_t, std::string> lost_trainers_;  // node id -> description
+  std::vector<Parked> parked_;
+
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::atomic<bool> stop_{false};
+  std::thread stats_thread_;
+  std::mutex stats_mu_;
+  std::condition_variable stats_cv_;
+
+  // Statistics.
+  std::atomic<uint64_t> requests_{0}, pushes_{0}, pulls_{0}, keys_pushed_{0}, keys_pulled_{0};
+  std::atomic<uint64_t> bytes_in_{0}, bytes_out_{0}, apply_ns_{0}, errors_{0}, queued_{0};
+};
+
+}  // namespace strata

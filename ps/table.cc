@@ -1,0 +1,167 @@
+// table.cc: TableSpec validation, wire conversion, partitioning and initializers.
+#include "ps/table.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace strata {
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Uniform in [0, 1) from 53 random bits.
+double Uniform01(uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }
+
+}  // namespace
+
+Status TableSpec::Validate() const {
+  const std::string where = "table " + std::to_string(id) + " (\"" + name + "\"): ";
+  auto bad = [&](const std::string& what) { return Status::InvalidArgument(where + what); };
+  if (name.empty() || name.size() > 256) return bad("name must be 1 to 256 bytes");
+  if (kind == TableKind::kSparse) {
+    if (dim == 0 || dim > (1u << 16)) return bad("dim must be in [1, 65536], got " + std::to_string(dim));
+  } else {
+    if (numel == 0 || numel > (1ull << 40)) return bad("numel must be in [1, 2^40], got " + std::to_string(numel));
+    if (chunk_floats == 0 || chunk_floats > (1u << 26)) {
+      return bad("chunk_floats must be in [1, 2^26], got " + std::to_string(chunk_floats));
+    }
+  }
+  const OptimizerSpec& o = optimizer;
+  if (!(o.lr > 0 && std::isfinite(o.lr))) return bad("optimizer.lr must be positive");
+  if (!(o.momentum >= 0 && o.momentum < 1)) return bad("optimizer.momentum must be in [0, 1)");
+  if (!(o.beta1 >= 0 && o.beta1 < 1)) return bad("optimizer.beta1 must be in [0, 1)");
+  if (!(o.beta2 >= 0 && o.beta2 < 1)) return bad("optimizer.beta2 must be in [0, 1)");
+  if (!(o.eps > 0)) return bad("optimizer.eps must be positive");
+  if (!(o.weight_decay >= 0 && std::isfinite(o.weight_decay))) return bad("optimizer.weight_decay must be >= 0");
+  if (!(o.clip_norm >= 0 && std::isfinite(o.clip_norm))) return bad("optimizer.clip_norm must be >= 0");
+  if (!(o.initial_accumulator >= 0)) return bad("optimizer.initial_accumulator must be >= 0");
+  if (init.kind == InitKind::kUniform && !(init.a < init.b)) return bad("init: uniform needs a < b");
+  if (init.kind == InitKind::kNormal && !(init.b >= 0)) return bad("init: normal needs stddev b >= 0");
+  if (consistency == Consistency::kSsp && staleness > 1000000) return bad("staleness is absurd");
+  return Status::OK();
+}
+
+int TableSpec::StateSlots() const {
+  switch (optimizer.kind) {
+    case OptimizerKind::kSgd: return optimizer.momentum > 0 ? 1 : 0;
+    case OptimizerKind::kAdagrad: return 1;
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW: return 2;
+  }
+  return 0;
+}
+
+int TableSpec::RecordWidth() const { return static_cast<int>(RowFloats()) * (1 + StateSlots()) + 1; }
+
+uint32_t TableSpec::ChunkLength(uint64_t c) const {
+  const uint64_t begin = c * chunk_floats;
+  return static_cast<uint32_t>(std::min<uint64_t>(chunk_floats, numel - begin));
+}
+
+void ToWire(const TableSpec& in, wire::TableSpec::Builder out) {
+  out.setId(in.id);
+  out.setName(in.name);
+  out.setKind(static_cast<wire::TableKind>(in.kind));
+  out.setDim(in.dim);
+  out.setNumel(in.numel);
+  out.setChunkFloats(in.chunk_floats);
+  auto o = out.initOptimizer();
+  o.setKind(static_cast<wire::OptimizerKind>(in.optimizer.kind));
+  o.setLr(in.optimizer.lr);
+  o.setMomentum(in.optimizer.momentum);
+  o.setBeta1(in.optimizer.beta1);
+  o.setBeta2(in.optimizer.beta2);
+  o.setEps(in.optimizer.eps);
+  o.setWeightDecay(in.optimizer.weight_decay);
+  o.setClipNorm(in.optimizer.clip_norm);
+  o.setInitialAccumulator(in.optimizer.initial_accumulator);
+  auto i = out.initInit();
+  i.setKind(static_cast<wire::InitKind>(in.init.kind));
+  i.setA(in.init.a);
+  i.setB(in.init.b);
+  i.setSeed(in.init.seed);
+  out.setConsistency(static_cast<wire::ConsistencyMode>(in.consistency));
+  out.setStaleness(in.staleness);
+  out.setAggregate(static_cast<wire::Aggregate>(in.aggregate));
+}
+
+TableSpec FromWire(wire::TableSpec::Reader in) {
+  TableSpec t;
+  t.id = in.getId();
+  t.name = in.getName().cStr();
+  t.kind = static_cast<TableKind>(in.getKind());  // enum ranges checked by Decode
+  t.dim = in.getDim();
+  t.numel = in.getNumel();
+  t.chunk_floats = in.getChunkFloats();
+  auto o = in.getOptimizer();
+  t.optimizer = {static_cast<OptimizerKind>(o.getKind()), o.getLr(), o.getMomentum(), o.getBeta1(),
+                 o.getBeta2(), o.getEps(), o.getWeightDecay(), o.getClipNorm(),
+                 o.getInitialAccumulator()};
+  auto i = in.getInit();
+  t.init = {static_cast<InitKind>(i.getKind()), i.getA(), i.getB(), i.getSeed()};
+  t.consistency = static_cast<Consistency>(in.getConsistency());
+  t.staleness = in.getStaleness();
+  t.aggregate = static_cast<Aggregate>(in.getAggregate());
+  return t;
+}
+
+uint32_t SparseServer(uint64_t key, uint32_t servers) {
+  return static_cast<uint32_t>((static_cast<unsigned __int128>(SplitMix64(key)) * servers) >> 64);
+}
+
+uint32_t DenseServer(uint32_t table, uint64_t chunk, uint32_t servers) {
+  return static_cast<uint32_t>((chunk + table) % servers);
+}
+
+void InitValues(const InitSpec& init, uint64_t key, std::span<float> value) {
+  switch (init.kind) {
+    case InitKind::kZeros:
+      std::fill(value.begin(), value.end(), 0.0f);
+      return;
+    case InitKind::kConstant:
+      std::fill(value.begin(), value.end(), init.a);
+      return;
+    case InitKind::kUniform:
+    case InitKind::kNormal:
+      break;
+  }
+  // A counter-based stream per (seed, key): element j's value depends on nothing else.
+  const uint64_t base = SplitMix64(init.seed ^ SplitMix64(key));
+  for (size_t j = 0; j < value.size(); ++j) {
+    const uint64_t r1 = SplitMix64(base + 2 * j);
+    if (init.kind == InitKind::kUniform) {
+      value[j] = static_cast<float>(init.a + (init.b - init.a) * Uniform01(r1));
+    } else {
+      const uint64_t r2 = SplitMix64(base + 2 * j + 1);
+      const double u1 = 1.0 - Uniform01(r1);  // (0, 1]: log is finite
+      const double u2 = Uniform01(r2);
+      const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+      value[j] = static_cast<float>(init.a + init.b * z);
+    }
+  }
+}
+
+void InitDenseValues(const InitSpec& init, uint64_t first, std::span<float> value) {
+  if (init.kind == InitKind::kZeros || init.kind == InitKind::kConstant) {
+    InitValues(init, first, value);
+    return;
+  }
+  for (size_t j = 0; j < value.size(); ++j) InitValues(init, first + j, value.subspan(j, 1));
+}
+
+uint32_t RecordStep(std::span<const float> record) {
+  uint32_t step;
+  std::memcpy(&step, &record.back(), sizeof(step));
+  return step;
+}
+
+void SetRecordStep(std::span<float> record, uint32_t step) {
+  std::memcpy(&record.back(), &step, sizeof(step));
+}
+
+}  // namespace strata

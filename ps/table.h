@@ -1,0 +1,92 @@
+// table.h: a parameter-server table as plain values: TableSpec (kind, shape, optimizer,
+// initializer, consistency), how a table is spread over servers (dense chunks round-robin,
+// sparse keys by a well-mixed hash), and the layout of one stored record
+// [value | optimizer state | step count].
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "common/status.h"
+#include "common/wire.capnp.h"
+
+namespace strata {
+
+enum class TableKind : uint8_t { kDense = 0, kSparse = 1 };
+enum class OptimizerKind : uint8_t { kSgd = 0, kAdagrad = 1, kAdam = 2, kAdamW = 3 };
+enum class InitKind : uint8_t { kZeros = 0, kConstant = 1, kUniform = 2, kNormal = 3 };
+enum class Consistency : uint8_t { kBsp = 0, kAsp = 1, kSsp = 2 };
+enum class Aggregate : uint8_t { kSum = 0, kMean = 1 };
+
+struct OptimizerSpec {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  float lr = 0.01f;
+  float momentum = 0.0f;   // sgd: 0 disables the momentum buffer
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;  // adam/sgd/adagrad: L2 added to the gradient; adamw: decoupled
+  float clip_norm = 0.0f;     // per-row (per-chunk for dense) gradient clipping; 0 = off
+  float initial_accumulator = 0.1f;  // adagrad
+  bool operator==(const OptimizerSpec&) const = default;
+};
+
+struct InitSpec {
+  InitKind kind = InitKind::kZeros;
+  float a = 0.0f;  // constant value; uniform low; normal mean
+  float b = 0.0f;  // uniform high; normal stddev
+  uint64_t seed = 0;
+  bool operator==(const InitSpec&) const = default;
+};
+
+struct TableSpec {
+  uint32_t id = 0;
+  std::string name;
+  TableKind kind = TableKind::kSparse;
+  uint32_t dim = 0;            // sparse: floats per row
+  uint64_t numel = 0;          // dense: floats in the tensor
+  uint32_t chunk_floats = 1 << 20;  // dense: 4 MiB chunks spread over the servers
+  OptimizerSpec optimizer;
+  InitSpec init;
+  Consistency consistency = Consistency::kAsp;
+  uint32_t staleness = 0;      // ssp
+  Aggregate aggregate = Aggregate::kMean;
+
+  bool operator==(const TableSpec&) const = default;
+
+  // Checks every field; the error names the table and the field.
+  Status Validate() const;
+  // Floats of optimizer state per value float (0 for plain sgd, 1 for momentum/adagrad, 2 adam).
+  int StateSlots() const;
+  // Floats per stored record: value, state, and one slot holding the step count.
+  int RecordWidth() const;
+  // Floats of value in one record: dim (sparse) or chunk_floats (dense).
+  uint32_t RowFloats() const { return kind == TableKind::kSparse ? dim : chunk_floats; }
+  uint64_t NumChunks() const { return (numel + chunk_floats - 1) / chunk_floats; }
+  // Floats of value in dense chunk `c` (the last one may be short).
+  uint32_t ChunkLength(uint64_t c) const;
+};
+
+void ToWire(const TableSpec& in, wire::TableSpec::Builder out);
+TableSpec FromWire(wire::TableSpec::Reader in);
+
+// The server (0..servers-1) that holds sparse key `key`: a splitmix64 hash of the key, reduced
+// by multiply-shift, so sequential or strided ids spread evenly.
+uint32_t SparseServer(uint64_t key, uint32_t servers);
+// The server that holds dense chunk `chunk` of table `table`: round-robin from an offset per
+// table, so the first chunks of different tables land on different servers.
+uint32_t DenseServer(uint32_t table, uint64_t chunk, uint32_t servers);
+
+// Fills a sparse row with the initializer's values for `key`. Deterministic: the same key gives
+// the same values on any server at any time.
+void InitValues(const InitSpec& init, uint64_t key, std::span<float> value);
+// Fills dense elements [first, first + value.size()): element g's value depends only on g, so
+// a dense tensor's initial values do not depend on its chunking or the number of servers.
+void InitDenseValues(const InitSpec& init, uint64_t first, std::span<float> value);
+
+// The step count kept in a record's last slot (stored as raw bits, exact to 2^32).
+uint32_t RecordStep(std::span<const float> record);
+void SetRecordStep(std::span<float> record, uint32_t step);
+
+}  // namespace strata

@@ -1,0 +1,351 @@
+// ps_test.cc: parameter servers and clients as threads in one process over the in-process
+// transport (2 servers, 3 trainers): BSP equals a single-process computation, ASP applies
+// every update exactly once, SSP blocks exactly when a trainer runs too far ahead, bad requests
+// change nothing, and a lost trainer fails BSP with an error naming it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <future>
+#include <thread>
+
+#include "common/inproc_transport.h"
+#include "ps/client.h"
+#include "ps/optimizer.h"
+#include "ps/scheduler.h"
+#include "ps/server.h"
+#include "test_util.h"
+
+namespace strata {
+namespace {
+
+constexpr int kServers = 2;
+constexpr int kTrainers = 3;
+
+class PsTest : public ::testing::Test {
+ protected:
+  // Starts the scheduler, the servers and `real_trainers` trainer nodes (the rest of the
+  // kTrainers slots may be filled by the test), and joins them all.
+  void Start(int real_trainers = kTrainers, std::function<void()> extra_joins = nullptr) {
+    cluster_.scheduler = "mem://scheduler";
+    cluster_.servers = kServers;
+    cluster_.trainers = kTrainers;
+    cluster_.heartbeat_interval_ms = 20;
+    cluster_.heartbeat_timeout_ms = 500;
+    scheduler_ = std::make_unique<Scheduler>(SchedulerOptions{cluster_},
+                                             std::make_unique<InprocTransport>(&hub_));
+    ASSERT_TRUE(scheduler_->Start("mem://scheduler").ok());
+    std::vector<std::future<Status>> joins;
+    for (int s = 0; s < kServers; ++s) {
+      server_nodes_.push_back(MakeNode(Role::kServer, "server" + std::to_string(s), s));
+      servers_.push_back(std::make_unique<PsServer>(*server_nodes_.back(), ServerOptions{2, 0}));
+    }
+    for (int t = 0; t < real_trainers; ++t) {
+      trainer_nodes_.push_back(MakeNode(Role::kTrainer, "trainer" + std::to_string(t), t));
+    }
+    for (auto& n : server_nodes_) joins.push_back(std::async(std::launch::async, [&n] { return n->Join(); }));
+    for (auto& n : trainer_nodes_) joins.push_back(std::async(std::launch::async, [&n] { return n->Join(); }));
+    if (extra_joins) extra_joins();
+    for (auto& j : joins) ASSERT_TRUE(j.get().ok());
+    for (auto& n : trainer_nodes_) clients_.push_back(std::make_unique<PsClient>(*n, Millis(10000)));
+  }
+
+  std::unique_ptr<Node> MakeNode(Role role, const std::string& name, int rank) {
+    NodeOptions o;
+    o.cluster = cluster_;
+    o.transport.request_timeout_ms = 10000;
+    o.role = role;
+    o.bind = "mem://" + name;
+    o.requested_rank = rank;
+    return std::make_unique<Node>(o, &hub_);
+  }
+
+  void CreateEverywhere(const TableSpec& spec) {
+    for (auto& c : clients_) ASSERT_TRUE(c->CreateTable(spec).ok());
+  }
+
+  void TearDown() override {
+    clients_.clear();
+    for (auto& n : trainer_nodes_) (void)n->Leave();
+    servers_.clear();
+    trainer_nodes_.clear();
+    server_nodes_.clear();
+    scheduler_.reset();
+  }
+
+  InprocHub hub_;
+  ClusterOptions cluster_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::vector<std::unique_ptr<Node>> server_nodes_, trainer_nodes_;
+  std::vector<std::unique_ptr<PsServer>> servers_;
+  std::vector<std::unique_ptr<PsClient>> clients_;
+};
+
+TableSpec Sparse(uint32_t id, uint32_t dim, Consistency c, OptimizerSpec o = {}) {
+  TableSpec t;
+  t.id = id;
+  t.name = "sparse" + std::to_string(id);
+  t.kind = TableKind::kSparse;
+  t.dim = dim;
+  t.optimizer = o;
+  t.init = {InitKind::kNormal, 0.0f, 0.1f, 9};
+  t.consistency = c;
+  return t;
+}
+
+TableSpec Dense(uint32_t id, uint64_t numel, uint32_t chunk, Consistency c, OptimizerSpec o = {}) {
+  TableSpec t = Sparse(id, 1, c, o);
+  t.name = "dense" + std::to_string(id);
+  t.kind = TableKind::kDense;
+  t.numel = numel;
+  t.chunk_floats = chunk;
+  return t;
+}
+
+// A record initialised exactly as the server does it.
+std::vector<float> FreshRecord(const TableSpec& t, uint64_t key) {
+  std::vector<float> r(t.RecordWidth(), 0.0f);
+  const uint32_t n = t.RowFloats();
+  if (t.kind == TableKind::kSparse) {
+    InitValues(t.init, key, std::span<float>(r).first(n));
+  } else {
+    InitDenseValues(t.init, key * t.chunk_floats, std::span<float>(r).first(t.ChunkLength(key)));
+  }
+  SetRecordStep(r, 0);
+  return r;
+}
+
+float Grad(int trainer, int step, uint64_t key, int j) {
+  return std::sin(0.7f * trainer + 1.3f * step + 0.11f * key + 0.5f * j);
+}
+
+TEST_F(PsTest, BspEqualsSingleProcess) {
+  Start();
+  OptimizerSpec adam;
+  adam.kind = OptimizerKind::kAdam;
+  adam.lr = 0.05f;
+  const TableSpec sparse = Sparse(1, 4, Consistency::kBsp, adam);
+  const TableSpec dense = Dense(2, 10, 3, Consistency::kBsp, adam);
+  CreateEverywhere(sparse);
+  CreateEverywhere(dense);
+  const int steps = 5;
+  auto keys_of = [](int t, int k) { return std::vector<uint64_t>{static_cast<uint64_t>(k % 3), 100u + t, 7, 7}; };
+
+  std::vector<std::thread> threads;
+  std::vector<std::vector<float>> final_sparse(kTrainers), final_dense(kTrainers);
+  for (int t = 0; t < kTrainers; ++t) {
+    threads.emplace_back([&, t] {
+      PsClient& c = *clients_[t];
+      for (int k = 0; k < steps; ++k) {
+        auto keys = keys_of(t, k);
+        std::vector<float> g(keys.size() * 4), dg(10);
+        for (size_t i = 0; i < keys.size(); ++i) {
+          for (int j = 0; j < 4; ++j) g[i * 4 + j] = Grad(t, k, keys[i], j);
+        }
+        for (int j = 0; j < 10; ++j) dg[j] = Grad(t, k, 1000, j);
+        PsTicket a = c.Push(1, keys, g.data());
+        PsTicket b = c.PushDense(2, dg.data());
+        ASSERT_TRUE(c.Wait(a).ok());
+        ASSERT_TRUE(c.Wait(b).ok());
+        ASSERT_TRUE(c.Clock().ok());
+      }
+      std::vector<uint64_t> all = {0, 1, 2, 7, 100, 101, 102};
+      final_sparse[t].resize(all.size() * 4);
+      final_dense[t].resize(10);
+      PsTicket p = c.Pull(1, all, final_sparse[t].data());
+      PsTicket d = c.PullDense(2, final_dense[t].data());
+      ASSERT_TRUE(c.Wait(p).ok());
+      ASSERT_TRUE(c.Wait(d).ok());
+    });
+  }
+  for (auto& th : threads) th.join();
+
+  // The same updates in one process: each clock's gradients summed over trainers, then the mean.
+  std::map<uint64_t, std::vector<float>> rows;
+  std::map<uint64_t, std::vector<float>> chunks;
+  for (int k = 0; k < steps; ++k) {
+    std::map<uint64_t, std::vector<float>> sum;
+    std::vector<float> dsum(10, 0.0f);
+    for (int t = 0; t < kTrainers; ++t) {
+      for (uint64_t key : keys_of(t, k)) {
+        auto& s = sum[key];
+        s.resize(4, 0.0f);
+        for (int j = 0; j < 4; ++j) s[j] += Grad(t, k, key, j);
+      }
+      for (int j = 0; j < 10; ++j) dsum[j] += Grad(t, k, 1000, j);
+    }
+    for (auto& [key, g] : sum) {
+      if (!rows.count(key)) rows[key] = FreshRecord(sparse, key);
+      ApplyUpdate(adam, sparse.StateSlots(), rows[key], 4, g.data(), 1.0f / kTrainers);
+    }
+    for (uint64_t c = 0; c < dense.NumChunks(); ++c) {
+      if (!chunks.count(c)) chunks[c] = FreshRecord(dense, c);
+      ApplyUpdate(adam, dense.StateSlots(), chunks[c], dense.ChunkLength(c), dsum.data() + c * 3, 1.0f / kTrainers);
+    }
+  }
+  std::vector<uint64_t> all = {0, 1, 2, 7, 100, 101, 102};
+  for (int t = 0; t < kTrainers; ++t) {
+    for (size_t i = 0; i < all.size(); ++i) {
+      for (int j = 0; j < 4; ++j) {
+        EXPECT_NEAR(final_sparse[t][i * 4 + j], rows[all[i]][j], 1e-5f) << "key " << all[i];
+      }
+    }
+    for (int e = 0; e < 10; ++e) EXPECT_NEAR(final_dense[t][e], chunks[e / 3][e % 3], 1e-5f) << "elem " << e;
+  }
+}
+
+TEST_F(PsTest, AspAppliesEveryUpdateExactlyOnce) {
+  Start();
+  OptimizerSpec sgd;
+  sgd.lr = 1.0f;
+  TableSpec sparse = Sparse(1, 2, Consistency::kAsp, sgd);
+  sparse.init = {};
+  TableSpec dense = Dense(2, 50, 7, Consistency::kAsp, sgd);
+  dense.init = {};
+  CreateEverywhere(sparse);
+  CreateEverywhere(dense);
+  const int pushes = 60;
+  std::vector<uint64_t> keys(20);
+  for (int i = 0; i < 20; ++i) keys[i] = i * 7919;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kTrainers; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<float> g(keys.size() * 2, 1.0f), dg(50, 1.0f);
+      std::vector<PsTicket> inflight;
+      for (int p = 0; p < pushes; ++p) {
+        inflight.push_back(clients_[t]->Push(1, keys, g.data()));
+        inflight.push_back(clients_[t]->PushDense(2, dg.data()));
+      }
+      for (auto& tk : inflight) ASSERT_TRUE(clients_[t]->Wait(tk).ok());
+    });
+  }
+  for (auto& th : threads) th.join();
+  std::vector<float> out(keys.size() * 2), dout(50);
+  PsTicket a = clients_[0]->Pull(1, keys, out.data());
+  PsTicket b = clients_[0]->PullDense(2, dout.data());
+  ASSERT_TRUE(clients_[0]->Wait(a).ok());
+  ASSERT_TRUE(clients_[0]->Wait(b).ok());
+  for (float v : out) EXPECT_EQ(v, -static_cast<float>(kTrainers * pushes));
+  for (float v : dout) EXPECT_EQ(v, -static_cast<float>(kTrainers * pushes));
+}
+
+TEST_F(PsTest, DuplicateKeysInOnePushAreMerged) {
+  Start();
+  OptimizerSpec sgd;
+  sgd.lr = 1.0f;
+  TableSpec t = Sparse(1, 1, Consistency::kAsp, sgd);
+  t.init = {};
+  CreateEverywhere(t);
+  std::vector<uint64_t> keys = {5, 5, 6, 5};
+  std::vector<float> g = {1, 2, 10, 4};
+  PsTicket p = clients_[0]->Push(1, keys, g.data());
+  ASSERT_TRUE(clients_[0]->Wait(p).ok());
+  std::vector<float> out(4);
+  PsTicket q = clients_[0]->Pull(1, keys, out.data());
+  ASSERT_TRUE(clients_[0]->Wait(q).ok());
+  EXPECT_EQ(out, (std::vector<float>{-7, -7, -10, -7}));
+}
+
+TEST_F(PsTest, SspBlocksOnlyWhenTooFarAhead) {
+  Start();
+  TableSpec t = Sparse(1, 2, Consistency::kSsp);
+  t.staleness = 1;
+  CreateEverywhere(t);
+  std::vector<uint64_t> keys = {1, 2, 3};
+  std::vector<float> out(6);
+  PsClient& fast = *clients_[0];
+  // One clock ahead of the slow trainers: within the staleness, answered at once.
+  ASSERT_TRUE(fast.Clock().ok());
+  PsTicket ok = fast.Pull(1, keys, out.data());
+  EXPECT_TRUE(fast.Wait(ok, Millis(5000)).ok());
+  // Two clocks ahead: the pull waits for the slowest trainer.
+  ASSERT_TRUE(fast.Clock().ok());
+  auto blocked = std::async(std::launch::async, [&] {
+    PsTicket p = fast.Pull(1, keys, out.data());
+    return fast.Wait(p, Millis(10000));
+  });
+  EXPECT_EQ(blocked.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
+  ASSERT_TRUE(clients_[1]->Clock().ok());
+  EXPECT_EQ(blocked.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);  // t2 is still at 0
+  ASSERT_TRUE(clients_[2]->Clock().ok());
+  ASSERT_EQ(blocked.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_TRUE(blocked.get().ok());
+}
+
+TEST_F(PsTest, BadRequestsChangeNothingAndTheServerKeepsServing) {
+  Start();
+  OptimizerSpec sgd;
+  sgd.lr = 1.0f;
+  TableSpec t = Sparse(1, 4, Consistency::kAsp, sgd);
+  CreateEverywhere(t);
+  // A key that lives on server 0.
+  uint64_t key = 0;
+  while (SparseServer(key, kServers) != 0) ++key;
+  std::vector<uint64_t> keys = {key};
+  std::vector<float> before(4), after(4);
+  PsTicket p = clients_[0]->Pull(1, keys, before.data());
+  ASSERT_TRUE(clients_[0]->Wait(p).ok());
+
+  Node& node = *trainer_nodes_[0];
+  const PeerId server0 = *node.rpc().Connect("mem://server0");
+  auto push = [&](uint32_t table, std::vector<uint64_t> ks, std::vector<int64_t> gshape, size_t gfloats) {
+    Message m;
+    auto b = m.builder().getBody().initPush();
+    b.setTable(table);
+    const auto n = static_cast<int64_t>(ks.size());
+    m.AddPayload(DType::kI64, {n}, Buffer::Take(std::move(ks)));
+    m.AddPayload(DType::kF32, gshape, Buffer::Take(std::vector<float>(gfloats, 1.0f)));
+    return node.rpc().CallAndWait(server0, std::move(m)).status();
+  };
+  Status s = push(99, {key}, {1, 4}, 4);
+  EXPECT_EQ(s.code(), StatusCode::kNotFound) << s.ToString();
+  s = push(1, {key}, {1, 3}, 3);  // wrong dim
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("gradient payload"), std::string::npos) << s.ToString();
+  s = push(1, {key, key}, {1, 4}, 4);  // key count does not match the gradients
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  uint64_t other = key + 1;
+  while (SparseServer(other, kServers) != 1) ++other;
+  s = push(1, {key, other}, {2, 4}, 8);  // one key belongs to the other server
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("belongs to server 1"), std::string::npos) << s.ToString();
+  TableSpec clash = t;
+  clash.dim = 8;
+  EXPECT_EQ(clients_[1]->CreateTable(clash).code(), StatusCode::kAlreadyExists);
+
+  PsTicket q = clients_[0]->Pull(1, keys, after.data());
+  ASSERT_TRUE(clients_[0]->Wait(q).ok());
+  EXPECT_EQ(before, after);  // nothing was partly applied
+  auto stats = clients_[0]->ServerStats(0);
+  ASSERT_TRUE(stats.ok());
+  // Four bad pushes and the clashing create, all refused by server 0.
+  EXPECT_NE(stats->find("\"errors\":5"), std::string::npos) << *stats;
+}
+
+TEST_F(PsTest, LostTrainerFailsBspNamingIt) {
+  // Trainer 2 registers by hand and never heartbeats.
+  std::unique_ptr<RpcEndpoint> silent;
+  Ticket reg;
+  Start(2, [&] {
+    silent = std::make_unique<RpcEndpoint>(std::make_unique<InprocTransport>(&hub_));
+    ASSERT_TRUE(silent->Bind("mem://silent").ok());
+    Message m;
+    auto r = m.builder().getBody().initRegister();
+    r.setRole(wire::Role::TRAINER);
+    r.setAddress("mem://silent");
+    r.setRequestedRank(2);
+    reg = silent->Call(*silent->Connect("mem://scheduler"), std::move(m), Millis(10000));
+  });
+  ASSERT_TRUE(reg.Wait(Millis(5000)).ok());
+  TableSpec t = Sparse(1, 2, Consistency::kBsp);
+  CreateEverywhere(t);
+  ASSERT_TRUE(clients_[0]->Clock().ok());
+  std::vector<uint64_t> keys = {1, 2, 3, 4};
+  std::vector<float> out(8);
+  PsTicket p = clients_[0]->Pull(1, keys, out.data());
+  Status s = clients_[0]->Wait(p, Millis(10000));
+  EXPECT_EQ(s.code(), StatusCode::kAborted) << s.ToString();
+  EXPECT_NE(s.message().find("trainer 2"), std::string::npos) << s.ToString();
+}
+
+}  // namespace
+}  // namespace strata
