@@ -103,7 +103,8 @@ TEST_F(SchedulerTest, JoinGivesDeterministicRanksAndOneView) {
   EXPECT_EQ(v.Count(Role::kServer), 2);
   for (const auto& n : nodes) {
     EXPECT_EQ(n->view().nodes.size(), 5u);
-    const NodeInfo* me = n->view().Find(n->id());
+    const ClusterView view = n->view();
+    const NodeInfo* me = view.Find(n->id());
     ASSERT_NE(me, nullptr);
     EXPECT_EQ(me->address, n->address());
     EXPECT_TRUE(me->alive);

@@ -1,0 +1,220 @@
+// ps_test.cc: parameter servers as real processes on loopback (a scheduler and 2 strata-server
+// processes; 3 trainers in this process, each with its own sockets): BSP reproduces the
+// single-process computation, ASP applies concurrent pushes exactly once, bad requests get
+// errors and change nothing, and the servers shut down cleanly at the end.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cmath>
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include "ps/client.h"
+#include "ps/optimizer.h"
+#include "test_util.h"
+
+namespace strata {
+namespace {
+
+using testing::BinPath;
+using testing::Subprocess;
+using testing::TempDir;
+using testing::WaitFor;
+
+constexpr int kServers = 2;
+constexpr int kTrainers = 3;
+
+class PsProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::vector<std::string> common = {"--set", "cluster.servers=2", "--set", "cluster.trainers=3",
+                                       "--set", "cluster.heartbeat_interval_ms=50",
+                                       "--set", "cluster.heartbeat_timeout_ms=3000"};
+    std::vector<std::string> sched = {BinPath("strata-scheduler"), "--bind", "tcp://127.0.0.1:0",
+                                      "--address-file", dir_.File("addr")};
+    sched.insert(sched.end(), common.begin(), common.end());
+    scheduler_ = std::make_unique<Subprocess>(sched, dir_.File("scheduler.log"));
+    std::string address;
+    ASSERT_TRUE(WaitFor([&] { return static_cast<bool>(std::ifstream(dir_.File("addr")) >> address); },
+                        Millis(20000)));
+    for (int s = 0; s < kServers; ++s) {
+      std::vector<std::string> argv = {BinPath("strata-server"), "--rank", std::to_string(s),
+                                       "--set", "cluster.scheduler=" + address};
+      argv.insert(argv.end(), common.begin(), common.end());
+      servers_.push_back(std::make_unique<Subprocess>(argv, dir_.File("server" + std::to_string(s) + ".log")));
+    }
+    cluster_.scheduler = address;
+    cluster_.servers = kServers;
+    cluster_.trainers = kTrainers;
+    cluster_.heartbeat_interval_ms = 50;
+    cluster_.heartbeat_timeout_ms = 3000;
+    std::vector<std::future<Status>> joins;
+    for (int t = 0; t < kTrainers; ++t) {
+      NodeOptions o;
+      o.cluster = cluster_;
+      o.role = Role::kTrainer;
+      o.requested_rank = t;
+      nodes_.push_back(std::make_unique<Node>(o));
+    }
+    for (auto& n : nodes_) joins.push_back(std::async(std::launch::async, [&n] { return n->Join(); }));
+    for (auto& j : joins) ASSERT_TRUE(j.get().ok());
+    for (auto& n : nodes_) clients_.push_back(std::make_unique<PsClient>(*n, Millis(20000)));
+  }
+
+  void TearDown() override {
+    clients_.clear();
+    for (auto& n : nodes_) EXPECT_TRUE(n->Leave().ok());
+    nodes_.clear();
+    scheduler_->Signal(SIGTERM);  // ends the job: the servers are told to shut down
+    EXPECT_EQ(scheduler_->Wait(Millis(20000)), 0) << scheduler_->Log();
+    for (auto& s : servers_) EXPECT_EQ(s->Wait(Millis(20000)), 0) << s->Log();
+  }
+
+  TempDir dir_;
+  ClusterOptions cluster_;
+  std::unique_ptr<Subprocess> scheduler_;
+  std::vector<std::unique_ptr<Subprocess>> servers_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::vector<std::unique_ptr<PsClient>> clients_;
+};
+
+TableSpec MakeTable(uint32_t id, TableKind kind, Consistency c, OptimizerSpec o) {
+  TableSpec t;
+  t.id = id;
+  t.name = "t" + std::to_string(id);
+  t.kind = kind;
+  t.dim = 8;
+  t.numel = 1000;
+  t.chunk_floats = 128;
+  t.optimizer = o;
+  t.init = {InitKind::kUniform, -0.1f, 0.1f, 5};
+  t.consistency = c;
+  return t;
+}
+
+TEST_F(PsProcessTest, BspReproducesTheSingleProcessRun) {
+  OptimizerSpec sgd;
+  sgd.lr = 0.1f;
+  sgd.momentum = 0.5f;
+  const TableSpec sparse = MakeTable(1, TableKind::kSparse, Consistency::kBsp, sgd);
+  const TableSpec dense = MakeTable(2, TableKind::kDense, Consistency::kBsp, sgd);
+  for (auto& c : clients_) {
+    ASSERT_TRUE(c->CreateTable(sparse).ok());
+    ASSERT_TRUE(c->CreateTable(dense).ok());
+  }
+  const int steps = 4;
+  const std::vector<uint64_t> keys = {3, 1000003, 77, 5};
+  auto grad = [](int t, int k, size_t i) { return std::cos(0.3f * t + 0.9f * k + 0.01f * i); };
+  std::vector<std::thread> threads;
+  std::vector<std::vector<float>> sparse_out(kTrainers, std::vector<float>(keys.size() * 8));
+  std::vector<std::vector<float>> dense_out(kTrainers, std::vector<float>(1000));
+  for (int t = 0; t < kTrainers; ++t) {
+    threads.emplace_back([&, t] {
+      PsClient& c = *clients_[t];
+      for (int k = 0; k < steps; ++k) {
+        std::vector<float> g(keys.size() * 8), dg(1000);
+        for (size_t i = 0; i < g.size(); ++i) g[i] = grad(t, k, i);
+        for (size_t i = 0; i < dg.size(); ++i) dg[i] = grad(t, k, i);
+        PsTicket a = c.Push(1, keys, g.data());
+        PsTicket b = c.PushDense(2, dg.data());
+        ASSERT_TRUE(c.Wait(a).ok());
+        ASSERT_TRUE(c.Wait(b).ok());
+        ASSERT_TRUE(c.Clock().ok());
+        PsTicket p = c.Pull(1, keys, sparse_out[t].data());
+        PsTicket d = c.PullDense(2, dense_out[t].data());
+        ASSERT_TRUE(c.Wait(p).ok());
+        ASSERT_TRUE(c.Wait(d).ok());
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  // One process, the same updates: every element follows momentum SGD on the trainers' mean.
+  auto expected = [&](float w0, size_t i) {
+    float w = w0, m = 0;
+    for (int k = 0; k < steps; ++k) {
+      float sum = 0;
+      for (int t = 0; t < kTrainers; ++t) sum += grad(t, k, i);
+      m = 0.5f * m + sum / kTrainers;
+      w -= 0.1f * m;
+    }
+    return w;
+  };
+  for (int t = 0; t < kTrainers; ++t) {
+    for (size_t r = 0; r < keys.size(); ++r) {
+      std::vector<float> w0(8);
+      InitValues(sparse.init, keys[r], w0);
+      for (int j = 0; j < 8; ++j) {
+        EXPECT_NEAR(sparse_out[t][r * 8 + j], expected(w0[j], r * 8 + j), 1e-5f);
+      }
+    }
+    std::vector<float> d0(1000);
+    InitDenseValues(dense.init, 0, d0);
+    for (size_t i = 0; i < 1000; ++i) EXPECT_NEAR(dense_out[t][i], expected(d0[i], i), 1e-5f) << i;
+  }
+}
+
+TEST_F(PsProcessTest, AspAppliesConcurrentPushesExactlyOnce) {
+  OptimizerSpec sgd;
+  sgd.lr = 1.0f;
+  TableSpec t = MakeTable(1, TableKind::kSparse, Consistency::kAsp, sgd);
+  t.init = {};
+  for (auto& c : clients_) ASSERT_TRUE(c->CreateTable(t).ok());
+  std::vector<uint64_t> keys(100);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i % 10;  // many duplicates, shared keys
+  const int pushes = 40;
+  std::vector<std::thread> threads;
+  for (int tr = 0; tr < kTrainers; ++tr) {
+    threads.emplace_back([&, tr] {
+      std::vector<float> g(keys.size() * 8, 1.0f);
+      std::vector<PsTicket> inflight;
+      for (int p = 0; p < pushes; ++p) inflight.push_back(clients_[tr]->Push(1, keys, g.data()));
+      for (auto& tk : inflight) ASSERT_TRUE(clients_[tr]->Wait(tk).ok());
+    });
+  }
+  for (auto& th : threads) th.join();
+  std::vector<uint64_t> distinct = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  std::vector<float> out(80);
+  PsTicket p = clients_[0]->Pull(1, distinct, out.data());
+  ASSERT_TRUE(clients_[0]->Wait(p).ok());
+  // Each key appears 10 times per push: 10 * pushes * trainers unit steps.
+  for (float v : out) EXPECT_EQ(v, -10.0f * pushes * kTrainers);
+  auto stats = clients_[0]->ServerStats(0);
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_NE(stats->find("\"pushes\""), std::string::npos);
+}
+
+TEST_F(PsProcessTest, BadRequestsGetErrorsAndChangeNothing) {
+  OptimizerSpec sgd;
+  TableSpec t = MakeTable(1, TableKind::kDense, Consistency::kAsp, sgd);
+  ASSERT_TRUE(clients_[0]->CreateTable(t).ok());
+  std::vector<float> before(1000), after(1000);
+  PsTicket p = clients_[0]->PullDense(1, before.data());
+  ASSERT_TRUE(clients_[0]->Wait(p).ok());
+  TableSpec bad = t;
+  bad.id = 2;
+  bad.name = "bad";
+  bad.numel = 0;
+  EXPECT_EQ(clients_[0]->CreateTable(bad).code(), StatusCode::kInvalidArgument);
+  // A dense push naming a chunk that does not exist, straight to server 0.
+  Node& node = *nodes_[0];
+  const ClusterView view = node.view();
+  const NodeInfo* s0 = view.Find(Role::kServer, 0);
+  ASSERT_NE(s0, nullptr);
+  auto peer_or = node.rpc().Connect(s0->address);
+  ASSERT_TRUE(peer_or.ok()) << peer_or.status().ToString();
+  const PeerId peer = *peer_or;
+  Message m;
+  m.builder().getBody().initPush().setTable(1);
+  m.AddPayload(DType::kI64, {1}, Buffer::Take(std::vector<uint64_t>{1000000}));
+  m.AddPayload(DType::kF32, {128}, Buffer::Take(std::vector<float>(128, 1.0f)));
+  Status s = node.rpc().CallAndWait(peer, std::move(m)).status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("out of range"), std::string::npos) << s.ToString();
+  PsTicket q = clients_[0]->PullDense(1, after.data());
+  ASSERT_TRUE(clients_[0]->Wait(q).ok());
+  EXPECT_EQ(before, after);
+}
+
+}  // namespace
+}  // namespace strata
