@@ -1,0 +1,99 @@
+// store_format.h: the tiered store's on-disk formats: record keys in RocksDB, the checkpoint
+// manifest, the table export file, a checksum, and whole-file helpers that report errors as
+// Status naming the path.
+//
+// Checkpoint manifest (text, `STRATA_MANIFEST` in the checkpoint directory):
+//   strata-checkpoint 1
+//   width <floats per record>
+//   clock <clock of the snapshot>
+//   records <records in the snapshot>
+//   file <path relative to the checkpoint dir> <bytes>      (one line per file of the copy)
+//   metadata <n>\n<n bytes chosen by the caller: table spec, optimizer step counts, ...>\n
+//   checksum <16 hex digits: FNV-1a 64 of every byte before this line>\n
+//
+// Export file (binary, little-endian):
+//   header  "STRATAX1" | u32 width | u32 0
+//   records u64 key | width x f32         (in key order)
+//   trailer "STRATEND" | u64 record count | u64 FNV-1a 64 of every byte before the checksum
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace strata::offload_internal {
+
+// RocksDB keys are 8 bytes big-endian, so RocksDB's order is the keys' numeric order.
+inline void EncodeKey(uint64_t key, char* out) {
+  for (int i = 7; i >= 0; --i, key >>= 8) out[i] = static_cast<char>(key & 0xff);
+}
+inline uint64_t DecodeKey(const char* in) {
+  uint64_t key = 0;
+  for (int i = 0; i < 8; ++i) key = (key << 8) | static_cast<unsigned char>(in[i]);
+  return key;
+}
+
+inline constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;
+uint64_t Fnv1a64(const void* data, size_t size, uint64_t hash = kFnvOffset);
+
+struct CheckpointManifest {
+  int width = 0;
+  uint64_t clock = 0;
+  uint64_t records = 0;
+  std::vector<std::pair<std::string, uint64_t>> files;  // relative path, size in bytes
+  std::string metadata;
+};
+
+inline constexpr const char* kManifestName = "STRATA_MANIFEST";
+std::string EncodeManifest(const CheckpointManifest& m);
+// Corruption naming `path` (used in messages only) when the text is not a whole, intact manifest.
+Result<CheckpointManifest> DecodeManifest(std::string_view text, const std::string& path);
+
+// Reads a whole file: NotFound if it does not exist, IOError otherwise.
+Result<std::string> ReadWholeFile(const std::string& path);
+// Writes `bytes` to path.tmp, fsyncs, renames over `path` and fsyncs the directory.
+Status WriteFileDurably(const std::string& path, std::string_view bytes);
+// An IOError "what path: strerror(err)".
+Status ErrnoStatus(std::string_view what, const std::string& path, int err);
+
+// Streams an export file. Errors name the path.
+class ExportWriter {
+ public:
+  ~ExportWriter();
+  // Creates path.tmp; Finish() renames it to `path`.
+  static Result<std::unique_ptr<ExportWriter>> Create(const std::string& path, int width);
+  Status Add(uint64_t key, const float* record);
+  Status Finish();
+
+ private:
+  ExportWriter(std::string path, int width, std::FILE* f) : path_(std::move(path)), width_(width), f_(f) {}
+  Status Write(const void* data, size_t size);
+
+  std::string path_;
+  int width_;
+  std::FILE* f_;
+  uint64_t count_ = 0;
+  uint64_t hash_ = kFnvOffset;
+};
+
+// Reads an export file whole, checking the header, size and checksum before handing out records.
+class ExportReader {
+ public:
+  static Result<ExportReader> Open(const std::string& path, int width);
+  uint64_t count() const { return count_; }
+  uint64_t key(uint64_t i) const;
+  const float* record(uint64_t i) const;
+
+ private:
+  std::string bytes_;
+  int width_ = 0;
+  uint64_t count_ = 0;
+};
+
+}  // namespace strata::offload_internal
