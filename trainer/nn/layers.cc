@@ -1,0 +1,265 @@
+// layers.cc: forward and backward of the layers in layers.h, written with trainer/ops.
+#include "trainer/nn/layers.h"
+
+#include <cmath>
+
+#include "trainer/ops/ops.h"
+#include "trainer/ops/rng.h"
+
+namespace strata::nn {
+namespace {
+
+Tensor Reshaped(const Tensor& t, Shape shape) {
+  Result<Tensor> r = t.Reshape(std::move(shape));
+  STRATA_CHECK(r.ok()) << r.status().ToString();
+  return *std::move(r);
+}
+Tensor Rows2D(const Tensor& t) { return Reshaped(t, {-1, t.size(t.dim() - 1)}); }
+Shape WithLast(Shape s, int64_t last) {
+  s.back() = last;
+  return s;
+}
+
+}  // namespace
+
+// --- Linear
+
+Linear::Linear(ParameterRegistry& reg, const std::string& name, int64_t in, int64_t out,
+               bool bias, float init_std)
+    : Layer(name), in_(in), out_(out) {
+  const float std = init_std > 0 ? init_std : 1.0f / std::sqrt(static_cast<float>(in));
+  weight_ = &reg.Create(name + ".weight", {in, out}, Init::Normal(std));
+  if (bias) bias_ = &reg.Create(name + ".bias", {out}, Init::Zeros(), /*weight_decay=*/false);
+}
+
+Tensor Linear::DoForward(const Tensor& x, Context& ctx) {
+  STRATA_CHECK(x.size(x.dim() - 1) == in_) << name() << ": input " << ShapeToString(x.shape());
+  const ops::Exec& ex = ctx.exec();
+  Tensor x2 = Rows2D(x);
+  Tensor y = ops::NewTensor(ex, {x2.size(0), out_});
+  ops::Matmul(ex, x2, weight_->value, y, false, false);
+  if (bias_) ops::AddBias(ex, y, bias_->value);
+  ctx.Save(this, "x", x2);
+  return Reshaped(y, WithLast(x.shape(), out_));
+}
+
+Tensor Linear::DoBackward(const Tensor& dy, Context& ctx) {
+  const ops::Exec& ex = ctx.exec();
+  Tensor x2 = ctx.Get(this, "x");
+  Tensor dy2 = Rows2D(dy);
+  ops::Matmul(ex, x2, dy2, weight_->grad, true, false, 1.0f, 1.0f);
+  if (bias_) ops::BiasGrad(ex, dy2, bias_->grad);
+  Tensor dx = ops::NewTensor(ex, {x2.size(0), in_});
+  ops::Matmul(ex, dy2, weight_->value, dx, false, true);
+  return Reshaped(dx, WithLast(dy.shape(), in_));
+}
+
+// --- Embedding
+
+Embedding::Embedding(ParameterRegistry& reg, const std::string& name, int64_t vocab, int64_t dim,
+                     float init_std)
+    : Layer(name), dim_(dim) {
+  table_ = &reg.Create(name + ".weight", {vocab, dim}, Init::Normal(init_std), false);
+  table_->sparse = true;
+}
+
+Tensor Embedding::DoForward(const Tensor& ids, Context& ctx) {
+  Tensor flat = Reshaped(ids, {-1});
+  Tensor rows = ops::NewTensor(ctx.exec(), {flat.numel(), dim_});
+  ops::EmbeddingGather(ctx.exec(), table_->value, flat, rows);
+  ctx.Save(this, "ids", flat);
+  Shape out = ids.shape();
+  out.push_back(dim_);
+  return Reshaped(rows, out);
+}
+
+Tensor Embedding::DoBackward(const Tensor& dy, Context& ctx) {
+  ops::EmbeddingScatterAdd(ctx.exec(), Rows2D(dy), ctx.Get(this, "ids"), table_->grad);
+  return Tensor();
+}
+
+// --- LayerNorm
+
+LayerNorm::LayerNorm(ParameterRegistry& reg, const std::string& name, int64_t dim, float eps)
+    : Layer(name), dim_(dim), eps_(eps) {
+  gamma_ = &reg.Create(name + ".weight", {dim}, Init::Ones(), false);
+  beta_ = &reg.Create(name + ".bias", {dim}, Init::Zeros(), false);
+}
+
+Tensor LayerNorm::DoForward(const Tensor& x, Context& ctx) {
+  const ops::Exec& ex = ctx.exec();
+  Tensor x2 = Rows2D(x);
+  STRATA_CHECK(x2.size(1) == dim_) << name() << ": input " << ShapeToString(x.shape());
+  Tensor y = ops::NewTensor(ex, x2.shape());
+  Tensor mean = ops::NewTensor(ex, {x2.size(0)}), rstd = ops::NewTensor(ex, {x2.size(0)});
+  ops::LayerNorm(ex, x2, gamma_->value, beta_->value, eps_, y, mean, rstd);
+  ctx.Save(this, "x", x2);
+  ctx.Save(this, "mean", mean);
+  ctx.Save(this, "rstd", rstd);
+  return Reshaped(y, x.shape());
+}
+
+Tensor LayerNorm::DoBackward(const Tensor& dy, Context& ctx) {
+  const ops::Exec& ex = ctx.exec();
+  Tensor x2 = ctx.Get(this, "x");
+  Tensor dx = ops::NewTensor(ex, x2.shape());
+  ops::LayerNormBackward(ex, Rows2D(dy), x2, gamma_->value, ctx.Get(this, "mean"),
+                         ctx.Get(this, "rstd"), dx, gamma_->grad, beta_->grad);
+  return Reshaped(dx, dy.shape());
+}
+
+// --- Activation
+
+Tensor Activation::DoForward(const Tensor& x, Context& ctx) {
+  Tensor y = ops::NewTensor(ctx.exec(), x.shape());
+  if (kind_ == ActivationKind::kRelu) {
+    ops::Relu(ctx.exec(), x, y);
+  } else {
+    ops::Gelu(ctx.exec(), x, y);
+  }
+  ctx.Save(this, "x", x);
+  return y;
+}
+
+Tensor Activation::DoBackward(const Tensor& dy, Context& ctx) {
+  Tensor x = ctx.Get(this, "x");
+  Tensor dx = ops::NewTensor(ctx.exec(), x.shape());
+  if (kind_ == ActivationKind::kRelu) {
+    ops::ReluBackward(ctx.exec(), x, dy, dx);
+  } else {
+    ops::GeluBackward(ctx.exec(), x, dy, dx);
+  }
+  return dx;
+}
+
+// --- Dropout
+
+uint64_t Dropout::MaskSeed(const Context& ctx) const { return rng::Derive(ctx.seed(), name().c_str()); }
+
+Tensor Dropout::DoForward(const Tensor& x, Context& ctx) {
+  if (!ctx.training() || p_ == 0.0f) return x;
+  Tensor y = ops::NewTensor(ctx.exec(), x.shape());
+  ops::Dropout(ctx.exec(), x, p_, MaskSeed(ctx), y);
+  return y;
+}
+
+Tensor Dropout::DoBackward(const Tensor& dy, Context& ctx) {
+  if (!ctx.training() || p_ == 0.0f) return dy;
+  Tensor dx = ops::NewTensor(ctx.exec(), dy.shape());
+  ops::DropoutBackward(ctx.exec(), dy, p_, MaskSeed(ctx), dx);
+  return dx;
+}
+
+// --- Sequential and MLP
+
+Layer& Sequential::Add(std::unique_ptr<Layer> layer) {
+  layers_.push_back(std::move(layer));
+  return *layers_.back();
+}
+
+Tensor Sequential::DoForward(const Tensor& x, Context& ctx) {
+  Tensor h = x;
+  for (auto& layer : layers_) h = layer->Forward(h, ctx);
+  return h;
+}
+
+Tensor Sequential::DoBackward(const Tensor& dy, Context& ctx) {
+  Tensor g = dy;
+  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) g = (*it)->Backward(g, ctx);
+  return g;
+}
+
+std::unique_ptr<Sequential> MakeMlp(ParameterRegistry& reg, const std::string& name, int64_t in,
+                                    int64_t hidden, int64_t out, ActivationKind act,
+                                    float dropout, float out_init_std) {
+  auto mlp = std::make_unique<Sequential>(name);
+  mlp->Add(std::make_unique<Linear>(reg, name + ".fc1", in, hidden));
+  mlp->Add(std::make_unique<Activation>(name + ".act", act));
+  mlp->Add(std::make_unique<Linear>(reg, name + ".fc2", hidden, out, true, out_init_std));
+  if (dropout > 0) mlp->Add(std::make_unique<Dropout>(name + ".dropout", dropout));
+  return mlp;
+}
+
+// --- CausalSelfAttention
+
+CausalSelfAttention::CausalSelfAttention(ParameterRegistry& reg, const std::string& name,
+                                         int64_t width, int64_t heads, float init_std,
+                                         float proj_init_std)
+    : Layer(name),
+      width_(width),
+      heads_(heads),
+      qkv_(reg, name + ".qkv", width, 3 * width, true, init_std),
+      proj_(reg, name + ".proj", width, width, true, proj_init_std) {
+  STRATA_CHECK(width % heads == 0) << name << ": width " << width << " not divisible by heads "
+                                   << heads;
+}
+
+Tensor CausalSelfAttention::DoForward(const Tensor& x, Context& ctx) {
+  STRATA_CHECK(x.dim() == 3 && x.size(2) == width_) << name() << ": wants [B, T, C]";
+  const ops::Exec& ex = ctx.exec();
+  const int64_t b = x.size(0), t = x.size(1), hd = width_ / heads_;
+  Tensor qkv = Rows2D(qkv_.Forward(x, ctx));
+  const Shape hs{b, heads_, t, hd};
+  Tensor q = ops::NewTensor(ex, hs), k = ops::NewTensor(ex, hs), v = ops::NewTensor(ex, hs);
+  ops::SplitHeads(ex, qkv, b, heads_, q, k, v);
+  Tensor att = ops::NewTensor(ex, {b, heads_, t, t}), y = ops::NewTensor(ex, hs);
+  ops::CausalAttention(ex, q, k, v, att, y);
+  Tensor merged = ops::NewTensor(ex, {b * t, width_});
+  ops::MergeHeads(ex, y, merged);
+  ctx.Save(this, "q", q);
+  ctx.Save(this, "k", k);
+  ctx.Save(this, "v", v);
+  ctx.Save(this, "att", att);
+  return proj_.Forward(Reshaped(merged, {b, t, width_}), ctx);
+}
+
+Tensor CausalSelfAttention::DoBackward(const Tensor& dy, Context& ctx) {
+  const ops::Exec& ex = ctx.exec();
+  Tensor q = ctx.Get(this, "q"), k = ctx.Get(this, "k"), v = ctx.Get(this, "v");
+  const int64_t b = q.size(0), t = q.size(2);
+  Tensor dmerged = Rows2D(proj_.Backward(dy, ctx));
+  Tensor dyh = ops::NewTensor(ex, q.shape());
+  ops::SplitHeadsGrad(ex, dmerged, dyh);
+  Tensor dq = ops::NewTensor(ex, q.shape()), dk = ops::NewTensor(ex, q.shape()),
+         dv = ops::NewTensor(ex, q.shape());
+  ops::CausalAttentionBackward(ex, q, k, v, ctx.Get(this, "att"), dyh, dq, dk, dv);
+  Tensor dqkv = ops::NewTensor(ex, {b * t, 3 * width_});
+  ops::MergeHeadsGrad(ex, dq, dk, dv, dqkv);
+  return qkv_.Backward(Reshaped(dqkv, {b, t, 3 * width_}), ctx);
+}
+
+// --- TransformerBlock
+
+TransformerBlock::TransformerBlock(ParameterRegistry& reg, const std::string& name,
+                                   int64_t width, int64_t heads, int num_layers_total,
+                                   float dropout)
+    : Layer(name),
+      ln1_(reg, name + ".ln1", width),
+      // GPT-2: residual projections scaled by 1/sqrt(2 * layers) so the stream stays bounded.
+      attn_(reg, name + ".attn", width, heads, 0.02f,
+            0.02f / std::sqrt(2.0f * static_cast<float>(num_layers_total))),
+      ln2_(reg, name + ".ln2", width),
+      mlp_(MakeMlp(reg, name + ".mlp", width, 4 * width, width, ActivationKind::kGelu, dropout,
+                   0.02f / std::sqrt(2.0f * static_cast<float>(num_layers_total)))) {}
+
+Tensor TransformerBlock::DoForward(const Tensor& x, Context& ctx) {
+  const ops::Exec& ex = ctx.exec();
+  Tensor a = attn_.Forward(ln1_.Forward(x, ctx), ctx);
+  Tensor h = ops::NewTensor(ex, x.shape());
+  ops::Add(ex, x, a, h);
+  Tensor m = mlp_->Forward(ln2_.Forward(h, ctx), ctx);
+  Tensor out = ops::NewTensor(ex, x.shape());
+  ops::Add(ex, h, m, out);
+  return out;
+}
+
+Tensor TransformerBlock::DoBackward(const Tensor& dy, Context& ctx) {
+  const ops::Exec& ex = ctx.exec();
+  Tensor dh = ops::NewTensor(ex, dy.shape());
+  ops::Add(ex, dy, ln2_.Backward(mlp_->Backward(dy, ctx), ctx), dh);
+  Tensor dx = ops::NewTensor(ex, dy.shape());
+  ops::Add(ex, dh, ln1_.Backward(attn_.Backward(dh, ctx), ctx), dx);
+  return dx;
+}
+
+}  // namespace strata::nn

@@ -1,0 +1,147 @@
+// layers.h: the layers models are built from: Linear, Embedding, LayerNorm, Activation,
+// Dropout, Sequential, MLP, CausalSelfAttention, TransformerBlock. Inputs are f32 [..., features]
+// (leading dimensions are flattened into rows) unless noted.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trainer/nn/module.h"
+
+namespace strata::nn {
+
+// y = x @ weight + bias; weight [in, out] named "<name>.weight", bias "<name>.bias".
+class Linear : public Layer {
+ public:
+  // Default init: normal with std 1/sqrt(in) (keeps activations at unit scale).
+  Linear(ParameterRegistry& reg, const std::string& name, int64_t in, int64_t out,
+         bool bias = true, float init_std = -1.0f);
+  Parameter& weight() { return *weight_; }
+  Parameter* bias() { return bias_; }
+
+ protected:
+  Tensor DoForward(const Tensor& x, Context& ctx) override;
+  Tensor DoBackward(const Tensor& dy, Context& ctx) override;
+
+ private:
+  int64_t in_, out_;
+  Parameter* weight_;
+  Parameter* bias_ = nullptr;
+};
+
+// ids (i32 or i64, any shape [...]) -> rows [..., dim]; table "<name>.weight" [vocab, dim].
+// Backward scatter-adds into the table's gradient and returns an undefined tensor.
+class Embedding : public Layer {
+ public:
+  Embedding(ParameterRegistry& reg, const std::string& name, int64_t vocab, int64_t dim,
+            float init_std = 0.02f);
+  Parameter& table() { return *table_; }
+
+ protected:
+  Tensor DoForward(const Tensor& ids, Context& ctx) override;
+  Tensor DoBackward(const Tensor& dy, Context& ctx) override;
+
+ private:
+  int64_t dim_;
+  Parameter* table_;
+};
+
+class LayerNorm : public Layer {
+ public:
+  LayerNorm(ParameterRegistry& reg, const std::string& name, int64_t dim, float eps = 1e-5f);
+
+ protected:
+  Tensor DoForward(const Tensor& x, Context& ctx) override;
+  Tensor DoBackward(const Tensor& dy, Context& ctx) override;
+
+ private:
+  int64_t dim_;
+  float eps_;
+  Parameter* gamma_;
+  Parameter* beta_;
+};
+
+enum class ActivationKind { kRelu, kGelu };
+
+class Activation : public Layer {
+ public:
+  Activation(const std::string& name, ActivationKind kind) : Layer(name), kind_(kind) {}
+
+ protected:
+  Tensor DoForward(const Tensor& x, Context& ctx) override;
+  Tensor DoBackward(const Tensor& dy, Context& ctx) override;
+
+ private:
+  ActivationKind kind_;
+};
+
+// Inverted dropout while training (identity in eval), mask from (ctx.seed(), layer name).
+class Dropout : public Layer {
+ public:
+  Dropout(const std::string& name, float p) : Layer(name), p_(p) {}
+
+ protected:
+  Tensor DoForward(const Tensor& x, Context& ctx) override;
+  Tensor DoBackward(const Tensor& dy, Context& ctx) override;
+
+ private:
+  uint64_t MaskSeed(const Context& ctx) const;
+  float p_;
+};
+
+// Layers applied in order; backward in reverse.
+class Sequential : public Layer {
+ public:
+  explicit Sequential(const std::string& name) : Layer(name) {}
+  Layer& Add(std::unique_ptr<Layer> layer);
+  const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
+
+ protected:
+  Tensor DoForward(const Tensor& x, Context& ctx) override;
+  Tensor DoBackward(const Tensor& dy, Context& ctx) override;
+
+ private:
+  std::vector<std::unique_ptr<Layer>> layers_;
+};
+
+// "<name>.fc1" -> activation -> "<name>.fc2" (dropout after fc2 when p > 0).
+std::unique_ptr<Sequential> MakeMlp(ParameterRegistry& reg, const std::string& name, int64_t in,
+                                    int64_t hidden, int64_t out, ActivationKind act,
+                                    float dropout = 0.0f, float out_init_std = -1.0f);
+
+// x [B, T, C] -> [B, T, C]: qkv projection, causal attention over `heads` heads, output
+// projection ("<name>.qkv", "<name>.proj").
+class CausalSelfAttention : public Layer {
+ public:
+  CausalSelfAttention(ParameterRegistry& reg, const std::string& name, int64_t width,
+                      int64_t heads, float init_std, float proj_init_std);
+
+ protected:
+  Tensor DoForward(const Tensor& x, Context& ctx) override;
+  Tensor DoBackward(const Tensor& dy, Context& ctx) override;
+
+ private:
+  int64_t width_, heads_;
+  Linear qkv_;
+  Linear proj_;
+};
+
+// Pre-norm GPT block: x + attn(ln1(x)), then x + mlp(ln2(x)). x [B, T, C].
+class TransformerBlock : public Layer {
+ public:
+  TransformerBlock(ParameterRegistry& reg, const std::string& name, int64_t width, int64_t heads,
+                   int num_layers_total, float dropout = 0.0f);
+
+ protected:
+  Tensor DoForward(const Tensor& x, Context& ctx) override;
+  Tensor DoBackward(const Tensor& dy, Context& ctx) override;
+
+ private:
+  LayerNorm ln1_;
+  CausalSelfAttention attn_;
+  LayerNorm ln2_;
+  std::unique_ptr<Sequential> mlp_;
+};
+
+}  // namespace strata::nn

@@ -1,0 +1,119 @@
+// module.h: what layers are built from: Parameter and ParameterRegistry (stable names, seeded
+// initialisers), Context (one micro-batch's saved activations) and the Layer interface with its
+// per-layer recompute switch.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/tensor.h"
+#include "trainer/ops/exec.h"
+
+namespace strata::nn {
+
+// How a parameter starts. Values are drawn on the host from a stream seeded by
+// rng::Derive(model_seed, name), so a parameter's initial value depends only on the model seed
+// and its name: the same on any device and any number of devices.
+struct Init {
+  enum class Kind { kZeros, kOnes, kNormal, kUniform };
+  Kind kind = Kind::kNormal;
+  float scale = 0.02f;  // kNormal: standard deviation; kUniform: half-width
+  static Init Zeros() { return {Kind::kZeros, 0.0f}; }
+  static Init Ones() { return {Kind::kOnes, 0.0f}; }
+  static Init Normal(float std) { return {Kind::kNormal, std}; }
+  static Init Uniform(float half_width) { return {Kind::kUniform, half_width}; }
+};
+
+// A named trainable tensor and its gradient (same shape, device and dtype; gradients
+// accumulate until ZeroGrad). Names are dotted paths ("block0.attn.qkv.weight"): checkpoints
+// and parameter-server tables are keyed by them.
+struct Parameter {
+  std::string name;
+  Tensor value;
+  Tensor grad;
+  bool weight_decay = true;  // false for biases, norms and embeddings' scalar biases
+  bool sparse = false;       // an embedding table: rows touched per batch are few
+};
+
+// Owns a model's parameters in creation order (the order optimizers and checkpoints walk).
+// Not thread-safe: built once, then used by the thread that trains.
+class ParameterRegistry {
+ public:
+  ParameterRegistry(ops::Exec exec, uint64_t seed) : exec_(exec), seed_(seed) {}
+  ParameterRegistry(const ParameterRegistry&) = delete;
+  ParameterRegistry& operator=(const ParameterRegistry&) = delete;
+
+  // Creates and initialises a parameter; a duplicate name is a bug (aborts).
+  Parameter& Create(const std::string& name, Shape shape, Init init, bool weight_decay = true);
+  Parameter* Find(std::string_view name) const;  // null if absent
+  const std::vector<std::unique_ptr<Parameter>>& params() const { return params_; }
+  void ZeroGrad();
+  int64_t NumElements() const;
+  const ops::Exec& exec() const { return exec_; }
+  uint64_t seed() const { return seed_; }
+
+ private:
+  ops::Exec exec_;
+  uint64_t seed_;
+  std::vector<std::unique_ptr<Parameter>> params_;
+  std::map<std::string, Parameter*, std::less<>> by_name_;
+};
+
+// What forward saved for one micro-batch, keyed by (layer, name). Several contexts may be in
+// flight at once (pipelining); a context is used by one thread at a time.
+class Context {
+ public:
+  // `seed` feeds dropout: give each micro-batch its own (derived from the step).
+  Context(ops::Exec exec, bool training, uint64_t seed)
+      : exec_(exec), training_(training), seed_(seed) {}
+
+  void Save(const void* owner, std::string_view key, Tensor t);
+  Tensor Get(const void* owner, std::string_view key) const;  // aborts if missing
+  void Clear() { saved_.clear(); }
+  size_t num_saved() const { return saved_.size(); }
+  int64_t saved_bytes() const;
+
+  const ops::Exec& exec() const { return exec_; }
+  bool training() const { return training_; }
+  uint64_t seed() const { return seed_; }
+
+ private:
+  ops::Exec exec_;
+  bool training_;
+  uint64_t seed_;
+  std::map<std::pair<const void*, std::string>, Tensor> saved_;
+};
+
+// A differentiable block: Forward(x, ctx) saves what Backward(dy, ctx) needs in ctx, Backward
+// accumulates parameter gradients and returns dL/dx (undefined when x is not differentiable,
+// such as token ids). With recompute on, Forward keeps only its input and Backward runs the
+// forward again into a scratch context first: less memory for one more forward.
+class Layer {
+ public:
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  Tensor Forward(const Tensor& x, Context& ctx);
+  Tensor Backward(const Tensor& dy, Context& ctx);
+
+  void set_recompute(bool on) { recompute_ = on; }
+  bool recompute() const { return recompute_; }
+  const std::string& name() const { return name_; }
+
+ protected:
+  explicit Layer(std::string name) : name_(std::move(name)) {}
+  virtual Tensor DoForward(const Tensor& x, Context& ctx) = 0;
+  virtual Tensor DoBackward(const Tensor& dy, Context& ctx) = 0;
+
+ private:
+  std::string name_;
+  bool recompute_ = false;
+};
+
+}  // namespace strata::nn

@@ -1,0 +1,509 @@
+// cuda_ops.cu: CUDA implementations of ops.h. Kernels first, launchers after (llm.c style).
+// Every launcher runs on ex.stream and checks the launch; shapes were checked by ops.cc.
+// GEMMs go to cuBLAS (row-major operands passed as their column-major transposes).
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "common/cuda_check.h"
+#include "trainer/ops/cuda_ops.h"
+#include "trainer/ops/rng.h"
+
+namespace strata::ops::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// ----------------------------------------------------------------------------------------------
+// Kernels
+
+__device__ float WarpSum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+  return v;
+}
+__device__ float WarpMax(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
+  return v;
+}
+// Block-wide sum/max for blockDim.x a multiple of 32 (<= 1024); every thread gets the result.
+__device__ float BlockSum(float v) {
+  __shared__ float shared[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  v = WarpSum(v);
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = lane < blockDim.x / 32 ? shared[lane] : 0.0f;
+  return WarpSum(v);
+}
+__device__ float BlockMax(float v) {
+  __shared__ float shared[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  v = WarpMax(v);
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = lane < blockDim.x / 32 ? shared[lane] : -INFINITY;
+  return WarpMax(v);
+}
+
+__global__ void FillKernel(float* x, float v, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) x[i] = v;
+}
+__global__ void AddKernel(const float* a, const float* b, float* out, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) out[i] = a[i] + b[i];
+}
+__global__ void MulKernel(const float* a, const float* b, float* out, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) out[i] = a[i] * b[i];
+}
+__global__ void ScaleKernel(float* x, float alpha, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) x[i] *= alpha;
+}
+__global__ void AxpyKernel(float alpha, const float* x, float* y, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) y[i] += alpha * x[i];
+}
+// Sums (or sums of squares) into a double with one atomic per block.
+__global__ void SumKernel(const float* x, int64_t n, bool squares, double* out) {
+  double acc = 0;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    acc += squares ? (double)x[i] * x[i] : (double)x[i];
+  }
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffff, acc, o);
+  __shared__ double shared[32];
+  if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double s = 0;
+    for (int w = 0; w < blockDim.x / 32; ++w) s += shared[w];
+    atomicAdd(out, s);
+  }
+}
+__global__ void AddBiasKernel(float* x, const float* bias, int64_t rows, int64_t cols) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) x[i] += bias[i % cols];
+}
+// One thread per column, walking the rows (coalesced across threads).
+__global__ void BiasGradKernel(const float* dy, float* db, int64_t rows, int64_t cols) {
+  const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  float s = 0;
+  for (int64_t r = 0; r < rows; ++r) s += dy[r * cols + c];
+  db[c] += s;
+}
+__global__ void ReluKernel(const float* x, float* y, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) y[i] = x[i] > 0 ? x[i] : 0.0f;
+}
+__global__ void ReluBackwardKernel(const float* x, const float* dy, float* dx, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) dx[i] = x[i] > 0 ? dy[i] : 0.0f;
+}
+constexpr float kGeluK = 0.7978845608028654f, kGeluC = 0.044715f;
+__global__ void GeluKernel(const float* x, float* y, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    const float v = x[i];
+    y[i] = 0.5f * v * (1.0f + tanhf(kGeluK * (v + kGeluC * v * v * v)));
+  }
+}
+__global__ void GeluBackwardKernel(const float* x, const float* dy, float* dx, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    const float v = x[i];
+    const float t = tanhf(kGeluK * (v + kGeluC * v * v * v));
+    dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * kGeluK * (1.0f + 3.0f * kGeluC * v * v));
+  }
+}
+// One block per row.
+__global__ void LayerNormKernel(const float* x, const float* g, const float* b, float eps, float* y,
+                                float* mean, float* rstd, int64_t d) {
+  const float* xr = x + blockIdx.x * d;
+  float s = 0;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) s += xr[i];
+  const float mu = BlockSum(s) / d;
+  float v = 0;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) v += (xr[i] - mu) * (xr[i] - mu);
+  const float rs = rsqrtf(BlockSum(v) / d + eps);
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) y[blockIdx.x * d + i] = (xr[i] - mu) * rs * g[i] + b[i];
+  if (threadIdx.x == 0) {
+    mean[blockIdx.x] = mu;
+    rstd[blockIdx.x] = rs;
+  }
+}
+__global__ void LayerNormBackwardKernel(const float* dy, const float* x, const float* g, const float* mean,
+                                        const float* rstd, float* dx, float* dg, float* db, int64_t d) {
+  const int64_t r = blockIdx.x;
+  const float m = mean[r], rs = rstd[r];
+  float s1 = 0, s2 = 0;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    const float xh = (x[r * d + i] - m) * rs, dxh = dy[r * d + i] * g[i];
+    s1 += dxh;
+    s2 += dxh * xh;
+  }
+  const float a = BlockSum(s1) / d;
+  const float c = BlockSum(s2) / d;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    const float xh = (x[r * d + i] - m) * rs;
+    dx[r * d + i] = rs * (dy[r * d + i] * g[i] - a - xh * c);
+    atomicAdd(&dg[i], dy[r * d + i] * xh);
+    atomicAdd(&db[i], dy[r * d + i]);
+  }
+}
+// One block per row; `valid` entries (the rest are written as 0): causal masking when
+// row_mod > 0 keeps columns <= (row % row_mod), scaled by `scale` first.
+__global__ void SoftmaxKernel(const float* x, float* y, int64_t d, int64_t row_mod, float scale) {
+  const int64_t r = blockIdx.x;
+  const int64_t valid = row_mod > 0 ? (r % row_mod) + 1 : d;
+  const float* xr = x + r * d;
+  float mx = -INFINITY;
+  for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) mx = fmaxf(mx, xr[i] * scale);
+  mx = BlockMax(mx);
+  float s = 0;
+  for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) s += expf(xr[i] * scale - mx);
+  const float inv = 1.0f / BlockSum(s);
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) y[r * d + i] = i < valid ? expf(xr[i] * scale - mx) * inv : 0.0f;
+}
+__global__ void SoftmaxBackwardKernel(const float* y, const float* dy, float* dx, int64_t d, float scale) {
+  const int64_t r = blockIdx.x;
+  float dot = 0;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) dot += y[r * d + i] * dy[r * d + i];
+  dot = BlockSum(dot);
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) dx[r * d + i] = scale * y[r * d + i] * (dy[r * d + i] - dot);
+}
+// qkv [B*T, 3C] <-> q/k/v [B, H, T, hd]; one thread per element of one of q, k, v.
+__global__ void SplitHeadsKernel(const float* qkv, float* q, float* k, float* v, int64_t b, int64_t h,
+                                 int64_t t, int64_t hd, bool reverse) {
+  const int64_t n = b * h * t * hd, c = h * hd;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < 3 * n; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t w = i / n, e = i % n;
+    const int64_t j = e % hd, s = (e / hd) % t, hh = (e / (hd * t)) % h, bb = e / (hd * t * h);
+    float* dst = w == 0 ? q : (w == 1 ? k : v);
+    const int64_t src = (bb * t + s) * 3 * c + w * c + hh * hd + j;
+    if (reverse) {
+      const_cast<float*>(qkv)[src] = dst[e];
+    } else {
+      dst[e] = qkv[src];
+    }
+  }
+}
+__global__ void MergeHeadsKernel(float* y, float* out, int64_t b, int64_t h, int64_t t, int64_t hd, bool reverse) {
+  const int64_t n = b * h * t * hd;
+  for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t j = e % hd, s = (e / hd) % t, hh = (e / (hd * t)) % h, bb = e / (hd * t * h);
+    const int64_t o = (bb * t + s) * h * hd + hh * hd + j;
+    if (reverse) {
+      y[e] = out[o];
+    } else {
+      out[o] = y[e];
+    }
+  }
+}
+struct LossAccum {
+  double sum;
+  int count;
+};
+__global__ void CountValidKernel(const int32_t* targets, int64_t n, LossAccum* acc) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    if (targets[i] >= 0) atomicAdd(&acc->count, 1);
+  }
+}
+// One block per row: loss += logsumexp - logit[target]; dlogits = (softmax - onehot) * scale / count.
+__global__ void CrossEntropyKernel(const float* logits, const int32_t* targets, float* d, int64_t v,
+                                   float grad_scale, LossAccum* acc) {
+  const int64_t r = blockIdx.x;
+  const float* x = logits + r * v;
+  const int32_t t = targets[r];
+  if (t < 0) {
+    for (int64_t i = threadIdx.x; i < v; i += blockDim.x) d[r * v + i] = 0.0f;
+    return;
+  }
+  float mx = -INFINITY;
+  for (int64_t i = threadIdx.x; i < v; i += blockDim.x) mx = fmaxf(mx, x[i]);
+  mx = BlockMax(mx);
+  float s = 0;
+  for (int64_t i = threadIdx.x; i < v; i += blockDim.x) s += expf(x[i] - mx);
+  s = BlockSum(s);
+  const float g = grad_scale / acc->count;
+  for (int64_t i = threadIdx.x; i < v; i += blockDim.x) d[r * v + i] = (expf(x[i] - mx) / s - (i == t)) * g;
+  if (threadIdx.x == 0) atomicAdd(&acc->sum, (double)(logf(s) + mx - x[t]));
+}
+__global__ void MseKernel(const float* p, const float* t, float* d, int64_t n, float g, LossAccum* acc) {
+  double local = 0;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    const float e = p[i] - t[i];
+    local += (double)e * e;
+    d[i] = g * e;
+  }
+  atomicAdd(&acc->sum, local);
+}
+__global__ void BceKernel(const float* z, const float* y, float* d, int64_t n, float g, LossAccum* acc) {
+  double local = 0;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    const float zi = z[i];
+    local += fmaxf(zi, 0.0f) - zi * y[i] + log1pf(expf(-fabsf(zi)));
+    d[i] = (1.0f / (1.0f + expf(-zi)) - y[i]) * g;
+  }
+  atomicAdd(&acc->sum, local);
+}
+template <typename Id>
+__global__ void GatherKernel(const float* table, const Id* ids, float* rows, int64_t n, int64_t d) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n * d; i += (int64_t)gridDim.x * blockDim.x) {
+    rows[i] = table[(int64_t)ids[i / d] * d + i % d];
+  }
+}
+template <typename Id>
+__global__ void ScatterAddKernel(const float* drows, const Id* ids, float* dtable, int64_t n, int64_t d) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n * d; i += (int64_t)gridDim.x * blockDim.x) {
+    atomicAdd(&dtable[(int64_t)ids[i / d] * d + i % d], drows[i]);
+  }
+}
+__global__ void DropoutKernel(const float* x, float* y, int64_t n, float p, uint64_t seed) {
+  const float scale = 1.0f / (1.0f - p);
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    y[i] = rng::Uniform(seed, i) >= p ? x[i] * scale : 0.0f;
+  }
+}
+__global__ void SgdKernel(float* w, const float* g, float* v, int64_t n, float lr, float mom, float wd, bool nesterov) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    const float gi = g[i] + wd * w[i];
+    v[i] = mom * v[i] + gi;
+    w[i] -= lr * (nesterov ? gi + mom * v[i] : v[i]);
+  }
+}
+__global__ void AdamWKernel(float* w, const float* g, float* m, float* v, int64_t n, float lr, float b1,
+                            float b2, float eps, float wd, float c1, float c2) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    w[i] -= lr * ((m[i] * c1) / (sqrtf(v[i] * c2) + eps) + wd * w[i]);
+  }
+}
+template <typename Src, typename Dst>
+__global__ void CastKernel(const Src* src, Dst* dst, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    if constexpr (std::is_same_v<Dst, float>) {
+      dst[i] = static_cast<float>(src[i]);
+    } else {
+      dst[i] = Dst(src[i]);
+    }
+  }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Launchers
+
+cudaStream_t S(const Exec& ex) { return static_cast<cudaStream_t>(ex.stream); }
+int Blocks(int64_t n) { return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535 * 4)); }
+int RowThreads(int64_t d) { return d >= 1024 ? 1024 : (d >= 256 ? 256 : (d >= 128 ? 128 : 32)); }
+const float* F(const Tensor& t) { return t.data_as<float>(); }
+float* W(const Tensor& t) { return t.data_as<float>(); }
+int64_t Rows(const Tensor& t) { return t.numel() / t.size(t.dim() - 1); }
+int64_t Cols(const Tensor& t) { return t.size(t.dim() - 1); }
+void CheckLaunch() { CUDA_CHECK_FATAL(cudaGetLastError()); }
+#define STRATA_LAUNCH(kernel, grid, block, ex, ...)            \
+  do {                                                         \
+    if ((grid) > 0) kernel<<<(grid), (block), 0, S(ex)>>>(__VA_ARGS__); \
+    CheckLaunch();                                             \
+  } while (0)
+
+void CublasCheck(cublasStatus_t s) { STRATA_CHECK(s == CUBLAS_STATUS_SUCCESS) << "cuBLAS error " << static_cast<int>(s); }
+
+// Scratch accumulator on the device, read back after the stream drains.
+class Accumulator {
+ public:
+  explicit Accumulator(const Exec& ex) : ex_(ex) {
+    Result<void*> p = ex.alloc().Allocate(sizeof(LossAccum));
+    STRATA_CHECK(p.ok()) << p.status().ToString();
+    p_ = static_cast<LossAccum*>(*p);
+    CUDA_CHECK_FATAL(cudaMemsetAsync(p_, 0, sizeof(LossAccum), S(ex)));
+  }
+  ~Accumulator() { ex_.alloc().Free(p_); }
+  LossAccum* get() { return p_; }
+  LossAccum Read() {
+    LossAccum host{};
+    CUDA_CHECK_FATAL(cudaMemcpyAsync(&host, p_, sizeof(host), cudaMemcpyDeviceToHost, S(ex_)));
+    CUDA_CHECK_FATAL(cudaStreamSynchronize(S(ex_)));
+    return host;
+  }
+
+ private:
+  const Exec& ex_;
+  LossAccum* p_;
+};
+
+}  // namespace
+
+void Matmul(const Exec& ex, const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a,
+            bool trans_b, float alpha, float beta) {
+  const int o = a.dim() - 2;
+  const int64_t batch = a.dim() == 3 ? a.size(0) : 1;
+  const int64_t m = c.size(o), n = c.size(o + 1), k = trans_a ? a.size(o) : a.size(o + 1);
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
+  CublasCheck(cublasSgemmStridedBatched(
+      static_cast<cublasHandle_t>(ex.cublas), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+      trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, F(b), b.size(o + 1), k * n, F(a),
+      a.size(o + 1), m * k, &beta, W(c), n, m * n, batch));
+}
+
+void Fill(const Exec& ex, const Tensor& x, float value) { STRATA_LAUNCH(FillKernel, Blocks(x.numel()), kThreads, ex, W(x), value, x.numel()); }
+void Copy(const Exec& ex, const Tensor& src, const Tensor& dst) {
+  CUDA_CHECK_FATAL(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDeviceToDevice, S(ex)));
+}
+void Add(const Exec& ex, const Tensor& a, const Tensor& b, const Tensor& out) { STRATA_LAUNCH(AddKernel, Blocks(a.numel()), kThreads, ex, F(a), F(b), W(out), a.numel()); }
+void Mul(const Exec& ex, const Tensor& a, const Tensor& b, const Tensor& out) { STRATA_LAUNCH(MulKernel, Blocks(a.numel()), kThreads, ex, F(a), F(b), W(out), a.numel()); }
+void Scale(const Exec& ex, const Tensor& x, float alpha) { STRATA_LAUNCH(ScaleKernel, Blocks(x.numel()), kThreads, ex, W(x), alpha, x.numel()); }
+void Axpy(const Exec& ex, float alpha, const Tensor& x, const Tensor& y) { STRATA_LAUNCH(AxpyKernel, Blocks(x.numel()), kThreads, ex, alpha, F(x), W(y), x.numel()); }
+
+static double Reduce(const Exec& ex, const Tensor& x, bool squares) {
+  Accumulator acc(ex);
+  STRATA_LAUNCH(SumKernel, Blocks(x.numel()), kThreads, ex, F(x), x.numel(), squares, &acc.get()->sum);
+  return acc.Read().sum;
+}
+double Sum(const Exec& ex, const Tensor& x) { return Reduce(ex, x, false); }
+double SumSquares(const Exec& ex, const Tensor& x) { return Reduce(ex, x, true); }
+
+void AddBias(const Exec& ex, const Tensor& x, const Tensor& bias) { STRATA_LAUNCH(AddBiasKernel, Blocks(x.numel()), kThreads, ex, W(x), F(bias), Rows(x), Cols(x)); }
+void BiasGrad(const Exec& ex, const Tensor& dy, const Tensor& db) { STRATA_LAUNCH(BiasGradKernel, Blocks(Cols(dy)), kThreads, ex, F(dy), W(db), Rows(dy), Cols(dy)); }
+void Relu(const Exec& ex, const Tensor& x, const Tensor& y) { STRATA_LAUNCH(ReluKernel, Blocks(x.numel()), kThreads, ex, F(x), W(y), x.numel()); }
+void ReluBackward(const Exec& ex, const Tensor& x, const Tensor& dy, const Tensor& dx) { STRATA_LAUNCH(ReluBackwardKernel, Blocks(x.numel()), kThreads, ex, F(x), F(dy), W(dx), x.numel()); }
+void Gelu(const Exec& ex, const Tensor& x, const Tensor& y) { STRATA_LAUNCH(GeluKernel, Blocks(x.numel()), kThreads, ex, F(x), W(y), x.numel()); }
+void GeluBackward(const Exec& ex, const Tensor& x, const Tensor& dy, const Tensor& dx) { STRATA_LAUNCH(GeluBackwardKernel, Blocks(x.numel()), kThreads, ex, F(x), F(dy), W(dx), x.numel()); }
+
+void LayerNorm(const Exec& ex, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+               float eps, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+  STRATA_LAUNCH(LayerNormKernel, Rows(x), RowThreads(Cols(x)), ex, F(x), F(gamma), F(beta), eps, W(y), W(mean), W(rstd), Cols(x));
+}
+void LayerNormBackward(const Exec& ex, const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                       const Tensor& mean, const Tensor& rstd, const Tensor& dx,
+                       const Tensor& dgamma, const Tensor& dbeta) {
+  STRATA_LAUNCH(LayerNormBackwardKernel, Rows(x), RowThreads(Cols(x)), ex, F(dy), F(x), F(gamma), F(mean), F(rstd), W(dx), W(dgamma), W(dbeta), Cols(x));
+}
+void Softmax(const Exec& ex, const Tensor& x, const Tensor& y) {
+  STRATA_LAUNCH(SoftmaxKernel, Rows(x), RowThreads(Cols(x)), ex, F(x), W(y), Cols(x), int64_t{0}, 1.0f);
+}
+void SoftmaxBackward(const Exec& ex, const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  STRATA_LAUNCH(SoftmaxBackwardKernel, Rows(y), RowThreads(Cols(y)), ex, F(y), F(dy), W(dx), Cols(y), 1.0f);
+}
+
+// Scores with cuBLAS (q k^T per head), the causal softmax in place, then att @ v.
+void CausalAttention(const Exec& ex, const Tensor& q, const Tensor& k, const Tensor& v,
+                     const Tensor& att, const Tensor& out) {
+  const int64_t bh = q.size(0) * q.size(1), t = q.size(2), hd = q.size(3);
+  const Tensor q3 = *q.Reshape({bh, t, hd}), k3 = *k.Reshape({bh, t, hd}), v3 = *v.Reshape({bh, t, hd});
+  const Tensor a3 = *att.Reshape({bh, t, t}), o3 = *out.Reshape({bh, t, hd});
+  cuda::Matmul(ex, q3, k3, a3, false, true, 1.0f, 0.0f);
+  STRATA_LAUNCH(SoftmaxKernel, bh * t, RowThreads(t), ex, F(a3), W(a3), t, t, 1.0f / sqrtf(static_cast<float>(hd)));
+  cuda::Matmul(ex, a3, v3, o3, false, false, 1.0f, 0.0f);
+}
+void CausalAttentionBackward(const Exec& ex, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& att, const Tensor& dout, const Tensor& dq,
+                             const Tensor& dk, const Tensor& dv) {
+  const int64_t bh = q.size(0) * q.size(1), t = q.size(2), hd = q.size(3);
+  auto r3 = [&](const Tensor& x, int64_t last) { return *x.Reshape({bh, t, last}); };
+  const Tensor a3 = r3(att, t), do3 = r3(dout, hd);
+  Result<Tensor> datt = Tensor::Empty({bh, t, t}, DType::kF32, ex.alloc());
+  STRATA_CHECK(datt.ok()) << datt.status().ToString();
+  cuda::Matmul(ex, a3, do3, r3(dv, hd), true, false, 1.0f, 0.0f);    // dv = att^T dout
+  cuda::Matmul(ex, do3, r3(v, hd), *datt, false, true, 1.0f, 0.0f);  // datt = dout v^T
+  const float scale = 1.0f / sqrtf(static_cast<float>(hd));
+  // dS (scaled) in place; masked entries have att = 0, so they stay 0.
+  STRATA_LAUNCH(SoftmaxBackwardKernel, bh * t, RowThreads(t), ex, F(a3), F(*datt), W(*datt), t, scale);
+  cuda::Matmul(ex, *datt, r3(k, hd), r3(dq, hd), false, false, 1.0f, 0.0f);  // dq = dS k
+  cuda::Matmul(ex, *datt, r3(q, hd), r3(dk, hd), true, false, 1.0f, 0.0f);   // dk = dS^T q
+}
+
+void SplitHeads(const Exec& ex, const Tensor& qkv, int64_t batch, int64_t heads, const Tensor& q,
+                const Tensor& k, const Tensor& v) {
+  STRATA_LAUNCH(SplitHeadsKernel, Blocks(3 * q.numel()), kThreads, ex, F(qkv), W(q), W(k), W(v), batch, heads, q.size(2), q.size(3), false);
+}
+void MergeHeadsGrad(const Exec& ex, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                    const Tensor& dqkv) {
+  STRATA_LAUNCH(SplitHeadsKernel, Blocks(3 * dq.numel()), kThreads, ex, F(dqkv), W(dq), W(dk), W(dv), dq.size(0), dq.size(1), dq.size(2), dq.size(3), true);
+}
+void MergeHeads(const Exec& ex, const Tensor& y, const Tensor& out) {
+  STRATA_LAUNCH(MergeHeadsKernel, Blocks(y.numel()), kThreads, ex, W(y), W(out), y.size(0), y.size(1), y.size(2), y.size(3), false);
+}
+void SplitHeadsGrad(const Exec& ex, const Tensor& dout, const Tensor& dy) {
+  STRATA_LAUNCH(MergeHeadsKernel, Blocks(dy.numel()), kThreads, ex, W(dy), W(dout), dy.size(0), dy.size(1), dy.size(2), dy.size(3), true);
+}
+
+double CrossEntropy(const Exec& ex, const Tensor& logits, const Tensor& targets,
+                    const Tensor& dlogits, float grad_scale) {
+  const int64_t n = Rows(logits), v = Cols(logits);
+  Accumulator acc(ex);
+  STRATA_LAUNCH(CountValidKernel, Blocks(n), kThreads, ex, targets.data_as<int32_t>(), n, acc.get());
+  STRATA_LAUNCH(CrossEntropyKernel, n, RowThreads(v), ex, F(logits), targets.data_as<int32_t>(), W(dlogits), v, grad_scale, acc.get());
+  const LossAccum r = acc.Read();
+  return r.count ? r.sum / r.count : 0.0;
+}
+double Mse(const Exec& ex, const Tensor& pred, const Tensor& target, const Tensor& dpred,
+           float grad_scale) {
+  const int64_t n = pred.numel();
+  Accumulator acc(ex);
+  STRATA_LAUNCH(MseKernel, Blocks(n), kThreads, ex, F(pred), F(target), W(dpred), n, 2.0f * grad_scale / n, acc.get());
+  return acc.Read().sum / n;
+}
+double BceWithLogits(const Exec& ex, const Tensor& logits, const Tensor& labels,
+                     const Tensor& dlogits, float grad_scale) {
+  const int64_t n = logits.numel();
+  Accumulator acc(ex);
+  STRATA_LAUNCH(BceKernel, Blocks(n), kThreads, ex, F(logits), F(labels), W(dlogits), n, grad_scale / n, acc.get());
+  return acc.Read().sum / n;
+}
+
+// Ids must be in range: unlike the CPU op, the kernels do not check each id.
+void EmbeddingGather(const Exec& ex, const Tensor& table, const Tensor& ids, const Tensor& rows) {
+  const int64_t n = ids.numel(), d = table.size(1);
+  if (ids.dtype() == DType::kI64) {
+    STRATA_LAUNCH(GatherKernel<int64_t>, Blocks(n * d), kThreads, ex, F(table), ids.data_as<int64_t>(), W(rows), n, d);
+  } else {
+    STRATA_LAUNCH(GatherKernel<int32_t>, Blocks(n * d), kThreads, ex, F(table), ids.data_as<int32_t>(), W(rows), n, d);
+  }
+}
+void EmbeddingScatterAdd(const Exec& ex, const Tensor& drows, const Tensor& ids,
+                         const Tensor& dtable) {
+  const int64_t n = ids.numel(), d = dtable.size(1);
+  if (ids.dtype() == DType::kI64) {
+    STRATA_LAUNCH(ScatterAddKernel<int64_t>, Blocks(n * d), kThreads, ex, F(drows), ids.data_as<int64_t>(), W(dtable), n, d);
+  } else {
+    STRATA_LAUNCH(ScatterAddKernel<int32_t>, Blocks(n * d), kThreads, ex, F(drows), ids.data_as<int32_t>(), W(dtable), n, d);
+  }
+}
+
+void Dropout(const Exec& ex, const Tensor& x, float p, uint64_t seed, const Tensor& y) {
+  STRATA_LAUNCH(DropoutKernel, Blocks(x.numel()), kThreads, ex, F(x), W(y), x.numel(), p, seed);
+}
+void DropoutBackward(const Exec& ex, const Tensor& dy, float p, uint64_t seed, const Tensor& dx) {
+  cuda::Dropout(ex, dy, p, seed, dx);
+}
+
+void SgdUpdate(const Exec& ex, const Tensor& w, const Tensor& g, const Tensor& v, float lr,
+               float momentum, float weight_decay, bool nesterov) {
+  STRATA_LAUNCH(SgdKernel, Blocks(w.numel()), kThreads, ex, W(w), F(g), W(v), w.numel(), lr, momentum, weight_decay, nesterov);
+}
+void AdamWUpdate(const Exec& ex, const Tensor& w, const Tensor& g, const Tensor& m,
+                 const Tensor& v, float lr, float beta1, float beta2, float eps,
+                 float weight_decay, int64_t t) {
+  const float c1 = 1.0f / (1.0f - static_cast<float>(std::pow(beta1, t)));
+  const float c2 = 1.0f / (1.0f - static_cast<float>(std::pow(beta2, t)));
+  STRATA_LAUNCH(AdamWKernel, Blocks(w.numel()), kThreads, ex, W(w), F(g), W(m), W(v), w.numel(), lr, beta1, beta2, eps, weight_decay, c1, c2);
+}
+
+void Cast(const Exec& ex, const Tensor& src, const Tensor& dst) {
+  const int64_t n = src.numel();
+  const DType s = src.dtype(), d = dst.dtype();
+  if (s == d) {
+    CUDA_CHECK_FATAL(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDeviceToDevice, S(ex)));
+  } else if (s == DType::kF32 && d == DType::kBF16) {
+    STRATA_LAUNCH((CastKernel<float, __nv_bfloat16>), Blocks(n), kThreads, ex, F(src), static_cast<__nv_bfloat16*>(dst.data()), n);
+  } else if (s == DType::kF32 && d == DType::kF16) {
+    STRATA_LAUNCH((CastKernel<float, __half>), Blocks(n), kThreads, ex, F(src), static_cast<__half*>(dst.data()), n);
+  } else if (s == DType::kBF16 && d == DType::kF32) {
+    STRATA_LAUNCH((CastKernel<__nv_bfloat16, float>), Blocks(n), kThreads, ex, static_cast<const __nv_bfloat16*>(src.data()), W(dst), n);
+  } else if (s == DType::kF16 && d == DType::kF32) {
+    STRATA_LAUNCH((CastKernel<__half, float>), Blocks(n), kThreads, ex, static_cast<const __half*>(src.data()), W(dst), n);
+  } else {
+    STRATA_CHECK(false) << "cast " << s << " -> " << d << " is not supported";
+  }
+}
+
+}  // namespace strata::ops::cuda

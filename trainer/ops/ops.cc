@@ -1,0 +1,716 @@
+// ops.cc: the CPU implementations of ops.h (the reference the CUDA ops are tested against) and
+// the dispatch to cuda_ops.cu for CUDA tensors.
+#include "trainer/ops/ops.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "trainer/ops/cuda_ops.h"
+#include "trainer/ops/rng.h"
+
+namespace strata::ops {
+
+#if STRATA_HAVE_CUDA
+#define STRATA_DISPATCH(t, call) \
+  if ((t).is_cuda()) return cuda::call
+#else
+#define STRATA_DISPATCH(t, call)                                  \
+  do {                                                            \
+    (void)ex;                                                     \
+    STRATA_CHECK(!(t).is_cuda()) << "built without CUDA: " #call; \
+  } while (0)
+#endif
+
+namespace {
+
+
+
+
+void CheckF32(const Tensor& t, const char* what) {
+  STRATA_CHECK(t.defined()) << what << " is undefined";
+  STRATA_CHECK(t.dtype() == DType::kF32) << what << " must be f32, is " << t.dtype();
+  STRATA_CHECK(t.is_contiguous()) << what << " must be contiguous";
+}
+void CheckSame(const Tensor& a, const Tensor& b, const char* what) {
+  STRATA_CHECK(a.shape() == b.shape())
+      << what << ": " << ShapeToString(a.shape()) << " vs " << ShapeToString(b.shape());
+}
+const float* F(const Tensor& t) { return t.data_as<float>(); }
+float* W(const Tensor& t) { return t.data_as<float>(); }
+int64_t Rows(const Tensor& t) { return t.dim() == 0 ? 1 : t.numel() / t.size(t.dim() - 1); }
+int64_t Cols(const Tensor& t) { return t.dim() == 0 ? 1 : t.size(t.dim() - 1); }
+int64_t IdAt(const Tensor& ids, int64_t i) {
+  return ids.dtype() == DType::kI64 ? ids.data_as<int64_t>()[i] : ids.data_as<int32_t>()[i];
+}
+
+}  // namespace
+
+Tensor NewTensor(const Exec& ex, Shape shape, DType dtype) {
+  Result<Tensor> t = Tensor::Empty(std::move(shape), dtype, ex.alloc());
+  STRATA_CHECK(t.ok()) << t.status().ToString();
+  return *std::move(t);
+}
+
+Tensor NewZeros(const Exec& ex, Shape shape, DType dtype) {
+  Tensor t = NewTensor(ex, std::move(shape), dtype);
+  if (dtype == DType::kF32) {
+    Fill(ex, t, 0.0f);
+  } else {
+    STRATA_CHECK(t.is_cpu()) << "NewZeros of a non-f32 CUDA tensor";
+    std::memset(t.data(), 0, t.nbytes());
+  }
+  return t;
+}
+
+// --- GEMM
+
+void Matmul(const Exec& ex, const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a,
+            bool trans_b, float alpha, float beta) {
+  CheckF32(a, "matmul a");
+  CheckF32(b, "matmul b");
+  CheckF32(c, "matmul c");
+  STRATA_CHECK(a.dim() == b.dim() && a.dim() == c.dim() && (a.dim() == 2 || a.dim() == 3))
+      << "matmul wants 2-D or 3-D operands";
+  const int o = a.dim() - 2;
+  const int64_t batch = a.dim() == 3 ? a.size(0) : 1;
+  if (a.dim() == 3) {
+    STRATA_CHECK(b.size(0) == batch && c.size(0) == batch) << "batch mismatch";
+  }
+  const int64_t m = trans_a ? a.size(o + 1) : a.size(o);
+  const int64_t k = trans_a ? a.size(o) : a.size(o + 1);
+  const int64_t kb = trans_b ? b.size(o + 1) : b.size(o);
+  const int64_t n = trans_b ? b.size(o) : b.size(o + 1);
+  STRATA_CHECK(k == kb) << "matmul inner dims " << ShapeToString(a.shape()) << " "
+                        << ShapeToString(b.shape());
+  STRATA_CHECK(c.size(o) == m && c.size(o + 1) == n) << "matmul output " << ShapeToString(c.shape());
+  STRATA_DISPATCH(a, Matmul(ex, a, b, c, trans_a, trans_b, alpha, beta));
+  const int64_t lda = a.size(o + 1), ldb = b.size(o + 1), ldc = n;
+  for (int64_t i = 0; i < batch; ++i) {
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, F(a) + i * m * k, lda,
+                F(b) + i * k * n, ldb, beta, W(c) + i * m * n, ldc);
+  }
+}
+
+// --- Elementwise and reductions
+
+void Fill(const Exec& ex, const Tensor& x, float value) {
+  CheckF32(x, "fill");
+  STRATA_DISPATCH(x, Fill(ex, x, value));
+  std::fill_n(W(x), x.numel(), value);
+}
+
+void Copy(const Exec& ex, const Tensor& src, const Tensor& dst) {
+  CheckSame(src, dst, "copy");
+  STRATA_CHECK(src.dtype() == dst.dtype() && src.device() == dst.device()) << "copy mismatch";
+  STRATA_DISPATCH(src, Copy(ex, src, dst));
+  Tensor out = dst;
+  STRATA_CHECK_OK(out.CopyFrom(src));
+}
+
+void Add(const Exec& ex, const Tensor& a, const Tensor& b, const Tensor& out) {
+  CheckF32(a, "add a");
+  CheckSame(a, b, "add");
+  CheckSame(a, out, "add");
+  STRATA_DISPATCH(a, Add(ex, a, b, out));
+  const int64_t n = a.numel();
+  const float *pa = F(a), *pb = F(b);
+  float* po = W(out);
+  for (int64_t i = 0; i < n; ++i) po[i] = pa[i] + pb[i];
+}
+
+void Mul(const Exec& ex, const Tensor& a, const Tensor& b, const Tensor& out) {
+  CheckF32(a, "mul a");
+  CheckSame(a, b, "mul");
+  CheckSame(a, out, "mul");
+  STRATA_DISPATCH(a, Mul(ex, a, b, out));
+  const int64_t n = a.numel();
+  const float *pa = F(a), *pb = F(b);
+  float* po = W(out);
+  for (int64_t i = 0; i < n; ++i) po[i] = pa[i] * pb[i];
+}
+
+void Scale(const Exec& ex, const Tensor& x, float alpha) {
+  CheckF32(x, "scale");
+  STRATA_DISPATCH(x, Scale(ex, x, alpha));
+  const int64_t n = x.numel();
+  float* p = W(x);
+  for (int64_t i = 0; i < n; ++i) p[i] *= alpha;
+}
+
+void Axpy(const Exec& ex, float alpha, const Tensor& x, const Tensor& y) {
+  CheckF32(x, "axpy x");
+  CheckSame(x, y, "axpy");
+  STRATA_DISPATCH(x, Axpy(ex, alpha, x, y));
+  const int64_t n = x.numel();
+  const float* px = F(x);
+  float* py = W(y);
+  for (int64_t i = 0; i < n; ++i) py[i] += alpha * px[i];
+}
+
+double Sum(const Exec& ex, const Tensor& x) {
+  CheckF32(x, "sum");
+  STRATA_DISPATCH(x, Sum(ex, x));
+  double s = 0;
+  const float* p = F(x);
+  for (int64_t i = 0; i < x.numel(); ++i) s += p[i];
+  return s;
+}
+
+double SumSquares(const Exec& ex, const Tensor& x) {
+  CheckF32(x, "sum_squares");
+  STRATA_DISPATCH(x, SumSquares(ex, x));
+  double s = 0;
+  const float* p = F(x);
+  for (int64_t i = 0; i < x.numel(); ++i) s += static_cast<double>(p[i]) * p[i];
+  return s;
+}
+
+void AddBias(const Exec& ex, const Tensor& x, const Tensor& bias) {
+  CheckF32(x, "add_bias x");
+  CheckF32(bias, "add_bias bias");
+  STRATA_CHECK(bias.numel() == Cols(x)) << "bias " << ShapeToString(bias.shape());
+  STRATA_DISPATCH(x, AddBias(ex, x, bias));
+  const int64_t rows = Rows(x), cols = Cols(x);
+  float* px = W(x);
+  const float* pb = F(bias);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) px[r * cols + c] += pb[c];
+  }
+}
+
+void BiasGrad(const Exec& ex, const Tensor& dy, const Tensor& db) {
+  CheckF32(dy, "bias_grad dy");
+  CheckF32(db, "bias_grad db");
+  STRATA_CHECK(db.numel() == Cols(dy)) << "db " << ShapeToString(db.shape());
+  STRATA_DISPATCH(dy, BiasGrad(ex, dy, db));
+  const int64_t rows = Rows(dy), cols = Cols(dy);
+  std::vector<double> acc(cols, 0.0);
+  const float* p = F(dy);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) acc[c] += p[r * cols + c];
+  }
+  float* pdb = W(db);
+  for (int64_t c = 0; c < cols; ++c) pdb[c] += static_cast<float>(acc[c]);
+}
+
+// --- Activations
+
+void Relu(const Exec& ex, const Tensor& x, const Tensor& y) {
+  CheckF32(x, "relu");
+  CheckSame(x, y, "relu");
+  STRATA_DISPATCH(x, Relu(ex, x, y));
+  const int64_t n = x.numel();
+  const float* px = F(x);
+  float* py = W(y);
+  for (int64_t i = 0; i < n; ++i) py[i] = px[i] > 0 ? px[i] : 0.0f;
+}
+
+void ReluBackward(const Exec& ex, const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  CheckF32(x, "relu_backward");
+  CheckSame(x, dy, "relu_backward");
+  CheckSame(x, dx, "relu_backward");
+  STRATA_DISPATCH(x, ReluBackward(ex, x, dy, dx));
+  const int64_t n = x.numel();
+  const float *px = F(x), *pdy = F(dy);
+  float* pdx = W(dx);
+  for (int64_t i = 0; i < n; ++i) pdx[i] = px[i] > 0 ? pdy[i] : 0.0f;
+}
+
+namespace {
+constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluC = 0.044715f;
+}  // namespace
+
+void Gelu(const Exec& ex, const Tensor& x, const Tensor& y) {
+  CheckF32(x, "gelu");
+  CheckSame(x, y, "gelu");
+  STRATA_DISPATCH(x, Gelu(ex, x, y));
+  const int64_t n = x.numel();
+  const float* px = F(x);
+  float* py = W(y);
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = px[i];
+    py[i] = 0.5f * v * (1.0f + std::tanh(kGeluK * (v + kGeluC * v * v * v)));
+  }
+}
+
+void GeluBackward(const Exec& ex, const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  CheckF32(x, "gelu_backward");
+  CheckSame(x, dy, "gelu_backward");
+  CheckSame(x, dx, "gelu_backward");
+  STRATA_DISPATCH(x, GeluBackward(ex, x, dy, dx));
+  const int64_t n = x.numel();
+  const float *px = F(x), *pdy = F(dy);
+  float* pdx = W(dx);
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = px[i];
+    const float t = std::tanh(kGeluK * (v + kGeluC * v * v * v));
+    const float d = 0.5f * (1.0f + t) +
+                    0.5f * v * (1.0f - t * t) * kGeluK * (1.0f + 3.0f * kGeluC * v * v);
+    pdx[i] = pdy[i] * d;
+  }
+}
+
+// --- LayerNorm
+
+void LayerNorm(const Exec& ex, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+               float eps, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+  CheckF32(x, "layernorm x");
+  CheckSame(x, y, "layernorm");
+  const int64_t rows = Rows(x), d = Cols(x);
+  STRATA_CHECK(gamma.numel() == d && beta.numel() == d) << "layernorm params";
+  STRATA_CHECK(mean.numel() == rows && rstd.numel() == rows) << "layernorm stats";
+  STRATA_DISPATCH(x, LayerNorm(ex, x, gamma, beta, eps, y, mean, rstd));
+  const float *px = F(x), *pg = F(gamma), *pb = F(beta);
+  float *py = W(y), *pm = W(mean), *pr = W(rstd);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = px + r * d;
+    double s = 0;
+    for (int64_t i = 0; i < d; ++i) s += xr[i];
+    const double mu = s / d;
+    double var = 0;
+    for (int64_t i = 0; i < d; ++i) var += (xr[i] - mu) * (xr[i] - mu);
+    const float rs = static_cast<float>(1.0 / std::sqrt(var / d + eps));
+    const float m = static_cast<float>(mu);
+    for (int64_t i = 0; i < d; ++i) py[r * d + i] = (xr[i] - m) * rs * pg[i] + pb[i];
+    pm[r] = m;
+    pr[r] = rs;
+  }
+}
+
+void LayerNormBackward(const Exec& ex, const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                       const Tensor& mean, const Tensor& rstd, const Tensor& dx,
+                       const Tensor& dgamma, const Tensor& dbeta) {
+  CheckF32(dy, "layernorm_backward dy");
+  CheckSame(dy, x, "layernorm_backward");
+  CheckSame(dy, dx, "layernorm_backward");
+  const int64_t rows = Rows(x), d = Cols(x);
+  STRATA_CHECK(gamma.numel() == d && dgamma.numel() == d && dbeta.numel() == d) << "ln params";
+  STRATA_DISPATCH(dy, LayerNormBackward(ex, dy, x, gamma, mean, rstd, dx, dgamma, dbeta));
+  const float *pdy = F(dy), *px = F(x), *pg = F(gamma), *pm = F(mean), *pr = F(rstd);
+  float* pdx = W(dx);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float m = pm[r], rs = pr[r];
+    double s1 = 0, s2 = 0;  // mean(dxhat), mean(dxhat * xhat)
+    for (int64_t i = 0; i < d; ++i) {
+      const float xhat = (px[r * d + i] - m) * rs;
+      const float dxhat = pdy[r * d + i] * pg[i];
+      s1 += dxhat;
+      s2 += dxhat * xhat;
+    }
+    const float a = static_cast<float>(s1 / d), b = static_cast<float>(s2 / d);
+    for (int64_t i = 0; i < d; ++i) {
+      const float xhat = (px[r * d + i] - m) * rs;
+      pdx[r * d + i] = rs * (pdy[r * d + i] * pg[i] - a - xhat * b);
+    }
+  }
+  float *pdg = W(dgamma), *pdb = W(dbeta);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < d; ++i) {
+      const float xhat = (px[r * d + i] - pm[r]) * pr[r];
+      pdg[i] += pdy[r * d + i] * xhat;
+      pdb[i] += pdy[r * d + i];
+    }
+  }
+}
+
+// --- Softmax
+
+namespace {
+void SoftmaxRow(const float* x, float* y, int64_t n) {
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    y[i] = std::exp(x[i] - mx);
+    s += y[i];
+  }
+  const float inv = static_cast<float>(1.0 / s);
+  for (int64_t i = 0; i < n; ++i) y[i] *= inv;
+}
+void SoftmaxBackwardRow(const float* y, const float* dy, float* dx, int64_t n) {
+  double dot = 0;
+  for (int64_t i = 0; i < n; ++i) dot += static_cast<double>(y[i]) * dy[i];
+  const float d = static_cast<float>(dot);
+  for (int64_t i = 0; i < n; ++i) dx[i] = y[i] * (dy[i] - d);
+}
+}  // namespace
+
+void Softmax(const Exec& ex, const Tensor& x, const Tensor& y) {
+  CheckF32(x, "softmax");
+  CheckSame(x, y, "softmax");
+  STRATA_DISPATCH(x, Softmax(ex, x, y));
+  const int64_t rows = Rows(x), d = Cols(x);
+  for (int64_t r = 0; r < rows; ++r) SoftmaxRow(F(x) + r * d, W(y) + r * d, d);
+}
+
+void SoftmaxBackward(const Exec& ex, const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  CheckF32(y, "softmax_backward");
+  CheckSame(y, dy, "softmax_backward");
+  CheckSame(y, dx, "softmax_backward");
+  STRATA_DISPATCH(y, SoftmaxBackward(ex, y, dy, dx));
+  const int64_t rows = Rows(y), d = Cols(y);
+  for (int64_t r = 0; r < rows; ++r) SoftmaxBackwardRow(F(y) + r * d, F(dy) + r * d, W(dx) + r * d, d);
+}
+
+// --- Attention
+
+void CausalAttention(const Exec& ex, const Tensor& q, const Tensor& k, const Tensor& v,
+                     const Tensor& att, const Tensor& out) {
+  CheckF32(q, "attention q");
+  CheckSame(q, k, "attention k");
+  CheckSame(q, v, "attention v");
+  CheckSame(q, out, "attention out");
+  STRATA_CHECK(q.dim() == 4) << "attention wants [B, H, T, hd]";
+  const int64_t bh = q.size(0) * q.size(1), t = q.size(2), hd = q.size(3);
+  STRATA_CHECK(att.shape() == (Shape{q.size(0), q.size(1), t, t})) << "attention probs shape";
+  STRATA_DISPATCH(q, CausalAttention(ex, q, k, v, att, out));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (int64_t i = 0; i < bh; ++i) {
+    const float *pq = F(q) + i * t * hd, *pk = F(k) + i * t * hd, *pv = F(v) + i * t * hd;
+    float* pa = W(att) + i * t * t;
+    float* po = W(out) + i * t * hd;
+    for (int64_t r = 0; r < t; ++r) {
+      float* row = pa + r * t;
+      for (int64_t c = 0; c <= r; ++c) {
+        float s = 0;
+        for (int64_t j = 0; j < hd; ++j) s += pq[r * hd + j] * pk[c * hd + j];
+        row[c] = s * scale;
+      }
+      SoftmaxRow(row, row, r + 1);
+      for (int64_t c = r + 1; c < t; ++c) row[c] = 0.0f;
+      for (int64_t j = 0; j < hd; ++j) po[r * hd + j] = 0.0f;
+      for (int64_t c = 0; c <= r; ++c) {
+        const float p = row[c];
+        for (int64_t j = 0; j < hd; ++j) po[r * hd + j] += p * pv[c * hd + j];
+      }
+    }
+  }
+}
+
+void CausalAttentionBackward(const Exec& ex, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& att, const Tensor& dout, const Tensor& dq,
+                             const Tensor& dk, const Tensor& dv) {
+  CheckF32(q, "attention_backward q");
+  CheckSame(q, k, "attention_backward");
+  CheckSame(q, v, "attention_backward");
+  CheckSame(q, dout, "attention_backward");
+  CheckSame(q, dq, "attention_backward");
+  CheckSame(q, dk, "attention_backward");
+  CheckSame(q, dv, "attention_backward");
+  const int64_t bh = q.size(0) * q.size(1), t = q.size(2), hd = q.size(3);
+  STRATA_DISPATCH(q, CausalAttentionBackward(ex, q, k, v, att, dout, dq, dk, dv));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (int64_t i = 0; i < bh; ++i) {
+    const int64_t o = i * t * hd;
+    const float *pq = F(q) + o, *pk = F(k) + o, *pv = F(v) + o, *pdo = F(dout) + o;
+    const float* pa = F(att) + i * t * t;
+    float *pdq = W(dq) + o, *pdk = W(dk) + o, *pdv = W(dv) + o;
+    std::fill_n(pdq, t * hd, 0.0f);
+    std::fill_n(pdk, t * hd, 0.0f);
+    std::fill_n(pdv, t * hd, 0.0f);
+    std::vector<float> datt(t), ds(t);
+    for (int64_t r = 0; r < t; ++r) {
+      const float* row = pa + r * t;
+      for (int64_t c = 0; c <= r; ++c) {
+        float s = 0;
+        for (int64_t j = 0; j < hd; ++j) {
+          s += pdo[r * hd + j] * pv[c * hd + j];
+          pdv[c * hd + j] += row[c] * pdo[r * hd + j];
+        }
+        datt[c] = s;
+      }
+      SoftmaxBackwardRow(row, datt.data(), ds.data(), r + 1);
+      for (int64_t c = 0; c <= r; ++c) {
+        const float g = ds[c] * scale;
+        for (int64_t j = 0; j < hd; ++j) {
+          pdq[r * hd + j] += g * pk[c * hd + j];
+          pdk[c * hd + j] += g * pq[r * hd + j];
+        }
+      }
+    }
+  }
+}
+
+void SplitHeads(const Exec& ex, const Tensor& qkv, int64_t batch, int64_t heads, const Tensor& q,
+                const Tensor& k, const Tensor& v) {
+  CheckF32(qkv, "split_heads qkv");
+  STRATA_CHECK(qkv.dim() == 2 && qkv.size(1) % (3 * heads) == 0 && qkv.size(0) % batch == 0)
+      << "split_heads " << ShapeToString(qkv.shape());
+  const int64_t t = qkv.size(0) / batch, c = qkv.size(1) / 3, hd = c / heads;
+  const Shape want{batch, heads, t, hd};
+  STRATA_CHECK(q.shape() == want && k.shape() == want && v.shape() == want) << "split_heads out";
+  STRATA_DISPATCH(qkv, SplitHeads(ex, qkv, batch, heads, q, k, v));
+  const float* src = F(qkv);
+  float* dst[3] = {W(q), W(k), W(v)};
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t s = 0; s < t; ++s)
+      for (int w = 0; w < 3; ++w)
+        for (int64_t h = 0; h < heads; ++h)
+          std::memcpy(dst[w] + ((b * heads + h) * t + s) * hd,
+                      src + (b * t + s) * 3 * c + w * c + h * hd, hd * sizeof(float));
+}
+
+void MergeHeadsGrad(const Exec& ex, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                    const Tensor& dqkv) {
+  CheckF32(dq, "merge_heads_grad");
+  CheckSame(dq, dk, "merge_heads_grad");
+  CheckSame(dq, dv, "merge_heads_grad");
+  const int64_t batch = dq.size(0), heads = dq.size(1), t = dq.size(2), hd = dq.size(3);
+  const int64_t c = heads * hd;
+  STRATA_CHECK(dqkv.shape() == (Shape{batch * t, 3 * c})) << "merge_heads_grad out";
+  STRATA_DISPATCH(dq, MergeHeadsGrad(ex, dq, dk, dv, dqkv));
+  const float* src[3] = {F(dq), F(dk), F(dv)};
+  float* dst = W(dqkv);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t s = 0; s < t; ++s)
+      for (int w = 0; w < 3; ++w)
+        for (int64_t h = 0; h < heads; ++h)
+          std::memcpy(dst + (b * t + s) * 3 * c + w * c + h * hd,
+                      src[w] + ((b * heads + h) * t + s) * hd, hd * sizeof(float));
+}
+
+void MergeHeads(const Exec& ex, const Tensor& y, const Tensor& out) {
+  CheckF32(y, "merge_heads");
+  const int64_t batch = y.size(0), heads = y.size(1), t = y.size(2), hd = y.size(3);
+  STRATA_CHECK(out.shape() == (Shape{batch * t, heads * hd})) << "merge_heads out";
+  STRATA_DISPATCH(y, MergeHeads(ex, y, out));
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t s = 0; s < t; ++s)
+      for (int64_t h = 0; h < heads; ++h)
+        std::memcpy(W(out) + (b * t + s) * heads * hd + h * hd,
+                    F(y) + ((b * heads + h) * t + s) * hd, hd * sizeof(float));
+}
+
+void SplitHeadsGrad(const Exec& ex, const Tensor& dout, const Tensor& dy) {
+  CheckF32(dout, "split_heads_grad");
+  const int64_t batch = dy.size(0), heads = dy.size(1), t = dy.size(2), hd = dy.size(3);
+  STRATA_CHECK(dout.shape() == (Shape{batch * t, heads * hd})) << "split_heads_grad in";
+  STRATA_DISPATCH(dout, SplitHeadsGrad(ex, dout, dy));
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t s = 0; s < t; ++s)
+      for (int64_t h = 0; h < heads; ++h)
+        std::memcpy(W(dy) + ((b * heads + h) * t + s) * hd,
+                    F(dout) + (b * t + s) * heads * hd + h * hd, hd * sizeof(float));
+}
+
+// --- Losses
+
+double CrossEntropy(const Exec& ex, const Tensor& logits, const Tensor& targets,
+                    const Tensor& dlogits, float grad_scale) {
+  CheckF32(logits, "cross_entropy logits");
+  CheckSame(logits, dlogits, "cross_entropy");
+  const int64_t n = Rows(logits), v = Cols(logits);
+  STRATA_CHECK(targets.numel() == n && targets.dtype() == DType::kI32) << "targets: i32 [N]";
+  STRATA_DISPATCH(logits, CrossEntropy(ex, logits, targets, dlogits, grad_scale));
+  const int32_t* pt = targets.data_as<int32_t>();
+  int64_t count = 0;
+  for (int64_t r = 0; r < n; ++r) count += pt[r] >= 0;
+  const float g = count ? grad_scale / count : 0.0f;
+  double total = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    const float* x = F(logits) + r * v;
+    float* d = W(dlogits) + r * v;
+    if (pt[r] < 0) {
+      std::fill_n(d, v, 0.0f);
+      continue;
+    }
+    STRATA_CHECK(pt[r] < v) << "target " << pt[r] << " >= vocab " << v;
+    SoftmaxRow(x, d, v);
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < v; ++i) mx = std::max(mx, x[i]);
+    double s = 0;
+    for (int64_t i = 0; i < v; ++i) s += std::exp(static_cast<double>(x[i] - mx));
+    total += std::log(s) + mx - x[pt[r]];
+    for (int64_t i = 0; i < v; ++i) d[i] *= g;
+    d[pt[r]] -= g;
+  }
+  return count ? total / count : 0.0;
+}
+
+double Mse(const Exec& ex, const Tensor& pred, const Tensor& target, const Tensor& dpred,
+           float grad_scale) {
+  CheckF32(pred, "mse pred");
+  CheckSame(pred, target, "mse");
+  CheckSame(pred, dpred, "mse");
+  STRATA_DISPATCH(pred, Mse(ex, pred, target, dpred, grad_scale));
+  const int64_t n = pred.numel();
+  const float *pp = F(pred), *pt = F(target);
+  float* pd = W(dpred);
+  const float g = 2.0f * grad_scale / n;
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float e = pp[i] - pt[i];
+    total += static_cast<double>(e) * e;
+    pd[i] = g * e;
+  }
+  return total / n;
+}
+
+double BceWithLogits(const Exec& ex, const Tensor& logits, const Tensor& labels,
+                     const Tensor& dlogits, float grad_scale) {
+  CheckF32(logits, "bce logits");
+  CheckF32(labels, "bce labels");
+  STRATA_CHECK(logits.numel() == labels.numel() && logits.numel() == dlogits.numel())
+      << "bce sizes";
+  STRATA_DISPATCH(logits, BceWithLogits(ex, logits, labels, dlogits, grad_scale));
+  const int64_t n = logits.numel();
+  const float *pz = F(logits), *py = F(labels);
+  float* pd = W(dlogits);
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double z = pz[i], y = py[i];
+    total += std::max(z, 0.0) - z * y + std::log1p(std::exp(-std::abs(z)));
+    pd[i] = static_cast<float>((1.0 / (1.0 + std::exp(-z)) - y) * grad_scale / n);
+  }
+  return total / n;
+}
+
+// --- Embeddings
+
+void EmbeddingGather(const Exec& ex, const Tensor& table, const Tensor& ids, const Tensor& rows) {
+  CheckF32(table, "embedding table");
+  STRATA_CHECK(ids.dtype() == DType::kI32 || ids.dtype() == DType::kI64) << "ids: i32 or i64";
+  const int64_t n = ids.numel(), d = table.size(1), vocab = table.size(0);
+  STRATA_CHECK(rows.shape() == (Shape{n, d})) << "embedding rows " << ShapeToString(rows.shape());
+  STRATA_DISPATCH(table, EmbeddingGather(ex, table, ids, rows));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = IdAt(ids, i);
+    STRATA_CHECK(id >= 0 && id < vocab) << "id " << id << " outside [0, " << vocab << ")";
+    std::memcpy(W(rows) + i * d, F(table) + id * d, d * sizeof(float));
+  }
+}
+
+void EmbeddingScatterAdd(const Exec& ex, const Tensor& drows, const Tensor& ids,
+                         const Tensor& dtable) {
+  CheckF32(dtable, "embedding dtable");
+  const int64_t n = ids.numel(), d = dtable.size(1), vocab = dtable.size(0);
+  STRATA_CHECK(drows.shape() == (Shape{n, d})) << "embedding drows";
+  STRATA_DISPATCH(dtable, EmbeddingScatterAdd(ex, drows, ids, dtable));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = IdAt(ids, i);
+    STRATA_CHECK(id >= 0 && id < vocab) << "id " << id << " outside [0, " << vocab << ")";
+    float* dst = W(dtable) + id * d;
+    const float* src = F(drows) + i * d;
+    for (int64_t j = 0; j < d; ++j) dst[j] += src[j];
+  }
+}
+
+SparseRows EmbeddingSparseGrad(const Tensor& drows, const Tensor& ids) {
+  CheckF32(drows, "sparse_grad drows");
+  STRATA_CHECK(drows.is_cpu() && ids.is_cpu()) << "EmbeddingSparseGrad is CPU only";
+  const int64_t n = ids.numel(), d = drows.size(1);
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return IdAt(ids, a) < IdAt(ids, b); });
+  int64_t unique = 0;
+  for (int64_t i = 0; i < n; ++i) unique += (i == 0 || IdAt(ids, order[i]) != IdAt(ids, order[i - 1]));
+  const Exec cpu = Exec::Cpu();
+  SparseRows out{NewTensor(cpu, {unique}, DType::kI64), NewZeros(cpu, {unique, d})};
+  int64_t u = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = IdAt(ids, order[i]);
+    if (i == 0 || id != IdAt(ids, order[i - 1])) out.keys.data_as<int64_t>()[++u] = id;
+    float* dst = W(out.rows) + u * d;
+    const float* src = F(drows) + order[i] * d;
+    for (int64_t j = 0; j < d; ++j) dst[j] += src[j];
+  }
+  return out;
+}
+
+// --- Dropout
+
+void Dropout(const Exec& ex, const Tensor& x, float p, uint64_t seed, const Tensor& y) {
+  CheckF32(x, "dropout");
+  CheckSame(x, y, "dropout");
+  STRATA_CHECK(p >= 0.0f && p < 1.0f) << "dropout p " << p;
+  STRATA_DISPATCH(x, Dropout(ex, x, p, seed, y));
+  const int64_t n = x.numel();
+  const float scale = 1.0f / (1.0f - p);
+  for (int64_t i = 0; i < n; ++i) y.data_as<float>()[i] = rng::Uniform(seed, i) >= p ? F(x)[i] * scale : 0.0f;
+}
+
+void DropoutBackward(const Exec& ex, const Tensor& dy, float p, uint64_t seed, const Tensor& dx) {
+  Dropout(ex, dy, p, seed, dx);  // the same mask and scale: the op is linear in its input
+}
+
+// --- Optimizers
+
+void SgdUpdate(const Exec& ex, const Tensor& w, const Tensor& g, const Tensor& v, float lr,
+               float momentum, float weight_decay, bool nesterov) {
+  CheckF32(w, "sgd w");
+  CheckSame(w, g, "sgd");
+  CheckSame(w, v, "sgd");
+  STRATA_DISPATCH(w, SgdUpdate(ex, w, g, v, lr, momentum, weight_decay, nesterov));
+  const int64_t n = w.numel();
+  float *pw = W(w), *pv = W(v);
+  const float* pg = F(g);
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = pg[i] + weight_decay * pw[i];
+    pv[i] = momentum * pv[i] + gi;
+    pw[i] -= lr * (nesterov ? gi + momentum * pv[i] : pv[i]);
+  }
+}
+
+void AdamWUpdate(const Exec& ex, const Tensor& w, const Tensor& g, const Tensor& m,
+                 const Tensor& v, float lr, float beta1, float beta2, float eps,
+                 float weight_decay, int64_t t) {
+  CheckF32(w, "adamw w");
+  CheckSame(w, g, "adamw");
+  CheckSame(w, m, "adamw");
+  CheckSame(w, v, "adamw");
+  STRATA_CHECK(t >= 1) << "adamw step " << t;
+  STRATA_DISPATCH(w, AdamWUpdate(ex, w, g, m, v, lr, beta1, beta2, eps, weight_decay, t));
+  const int64_t n = w.numel();
+  const float c1 = 1.0f / (1.0f - static_cast<float>(std::pow(beta1, t)));
+  const float c2 = 1.0f / (1.0f - static_cast<float>(std::pow(beta2, t)));
+  float *pw = W(w), *pm = W(m), *pv = W(v);
+  const float* pg = F(g);
+  for (int64_t i = 0; i < n; ++i) {
+    pm[i] = beta1 * pm[i] + (1.0f - beta1) * pg[i];
+    pv[i] = beta2 * pv[i] + (1.0f - beta2) * pg[i] * pg[i];
+    const float mhat = pm[i] * c1, vhat = pv[i] * c2;
+    pw[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + weight_decay * pw[i]);
+  }
+}
+
+// --- Casts
+
+void Cast(const Exec& ex, const Tensor& src, const Tensor& dst) {
+  CheckSame(src, dst, "cast");
+  STRATA_CHECK(src.is_contiguous() && dst.is_contiguous()) << "cast wants contiguous tensors";
+  STRATA_DISPATCH(src, Cast(ex, src, dst));
+  const size_t n = static_cast<size_t>(src.numel());
+  const DType s = src.dtype(), d = dst.dtype();
+  if (s == d) {
+    std::memcpy(dst.data(), src.data(), src.nbytes());
+  } else if (s == DType::kF32 && d == DType::kBF16) {
+    ConvertF32ToBF16(F(src), dst.data_as<uint16_t>(), n);
+  } else if (s == DType::kF32 && d == DType::kF16) {
+    ConvertF32ToF16(F(src), dst.data_as<uint16_t>(), n);
+  } else if (s == DType::kBF16 && d == DType::kF32) {
+    ConvertBF16ToF32(src.data_as<uint16_t>(), W(dst), n);
+  } else if (s == DType::kF16 && d == DType::kF32) {
+    ConvertF16ToF32(src.data_as<uint16_t>(), W(dst), n);
+  } else {
+    STRATA_CHECK(false) << "cast " << s << " -> " << d << " is not supported";
+  }
+}
+
+}  // namespace strata::ops
+
+namespace strata::rng {
+
+double Stream::Normal() {
+  const double u1 = Uniform(), u2 = Uniform();
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+}  // namespace strata::rng

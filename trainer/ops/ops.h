@@ -1,0 +1,113 @@
+// ops.h: the trainer's tensor ops. Each op checks its shapes (a mismatch is a bug: it aborts),
+// then runs the CPU implementation (ops.cc: OpenBLAS GEMM with its threads; the other loops are
+// single-threaded, since OpenMP regions spin-wait and starved OpenBLAS's threads: steps were 25x
+// slower on a 2-core host) or the CUDA one (cuda_ops.cu: cuBLAS GEMM, our kernels, on ex.stream), chosen by the tensors'
+// device. Compute tensors are contiguous f32 unless a signature says otherwise; index tensors
+// are i32 or i64. Outputs are passed in (preallocated); "+=" in a comment means the op
+// accumulates into that output, which is how gradients of shared parameters add up.
+#pragma once
+
+#include <cstdint>
+
+#include "common/tensor.h"
+#include "trainer/ops/exec.h"
+
+namespace strata::ops {
+
+// --- GEMM: c = alpha * op(a) @ op(b) + beta * c, op = transpose when the flag is set.
+// 2-D ([M,K] @ [K,N]) or batched 3-D ([B,M,K] @ [B,K,N]); shapes are given before transposition.
+void Matmul(const Exec& ex, const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a,
+            bool trans_b, float alpha = 1.0f, float beta = 0.0f);
+
+// --- Elementwise and reductions (same shape unless noted).
+void Fill(const Exec& ex, const Tensor& x, float value);
+void Copy(const Exec& ex, const Tensor& src, const Tensor& dst);  // same device
+void Add(const Exec& ex, const Tensor& a, const Tensor& b, const Tensor& out);  // out = a + b
+void Mul(const Exec& ex, const Tensor& a, const Tensor& b, const Tensor& out);  // out = a * b
+void Scale(const Exec& ex, const Tensor& x, float alpha);                      // x *= alpha
+void Axpy(const Exec& ex, float alpha, const Tensor& x, const Tensor& y);      // y += alpha x
+double Sum(const Exec& ex, const Tensor& x);         // synchronises on CUDA
+double SumSquares(const Exec& ex, const Tensor& x);  // synchronises on CUDA
+// x [N, D] += bias [D] (broadcast over rows); db [D] += column sums of dy [N, D].
+void AddBias(const Exec& ex, const Tensor& x, const Tensor& bias);
+void BiasGrad(const Exec& ex, const Tensor& dy, const Tensor& db);
+
+// --- Activations. Backward ops take the forward input x and write dx = dy * f'(x).
+void Relu(const Exec& ex, const Tensor& x, const Tensor& y);
+void ReluBackward(const Exec& ex, const Tensor& x, const Tensor& dy, const Tensor& dx);
+// The tanh approximation (GPT-2's).
+void Gelu(const Exec& ex, const Tensor& x, const Tensor& y);
+void GeluBackward(const Exec& ex, const Tensor& x, const Tensor& dy, const Tensor& dx);
+
+// --- LayerNorm over the last dimension: x [N, D], gamma/beta [D]; saves mean/rstd [N].
+void LayerNorm(const Exec& ex, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+               float eps, const Tensor& y, const Tensor& mean, const Tensor& rstd);
+// dx = ...; dgamma, dbeta +=.
+void LayerNormBackward(const Exec& ex, const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                       const Tensor& mean, const Tensor& rstd, const Tensor& dx,
+                       const Tensor& dgamma, const Tensor& dbeta);
+
+// --- Softmax over the last dimension of [N, D] (numerically stable).
+void Softmax(const Exec& ex, const Tensor& x, const Tensor& y);
+// dx = y * (dy - sum(dy * y)).
+void SoftmaxBackward(const Exec& ex, const Tensor& y, const Tensor& dy, const Tensor& dx);
+
+// --- Causal scaled-dot-product attention. q, k, v, out: [B, H, T, hd]; att: [B, H, T, T] holds
+// the softmax probabilities (saved for backward; entries above the diagonal are 0).
+void CausalAttention(const Exec& ex, const Tensor& q, const Tensor& k, const Tensor& v,
+                     const Tensor& att, const Tensor& out);
+void CausalAttentionBackward(const Exec& ex, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& att, const Tensor& dout, const Tensor& dq,
+                             const Tensor& dk, const Tensor& dv);
+// qkv [B*T, 3C] (q | k | v, heads of width C/H side by side) <-> q, k, v [B, H, T, C/H].
+void SplitHeads(const Exec& ex, const Tensor& qkv, int64_t batch, int64_t heads, const Tensor& q,
+                const Tensor& k, const Tensor& v);
+void MergeHeadsGrad(const Exec& ex, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                    const Tensor& dqkv);
+// y [B, H, T, hd] -> [B*T, C] and back.
+void MergeHeads(const Exec& ex, const Tensor& y, const Tensor& out);
+void SplitHeadsGrad(const Exec& ex, const Tensor& dout, const Tensor& dy);
+
+// --- Losses. All return the mean over rows (as double; synchronises on CUDA) and write the
+// gradient of that mean with respect to their input, scaled by `grad_scale`.
+// logits [N, V], targets i32 [N] (a target < 0 is ignored and excluded from the mean).
+double CrossEntropy(const Exec& ex, const Tensor& logits, const Tensor& targets,
+                    const Tensor& dlogits, float grad_scale = 1.0f);
+// pred, target [N, D]: mean over all elements of (pred - target)^2.
+double Mse(const Exec& ex, const Tensor& pred, const Tensor& target, const Tensor& dpred,
+           float grad_scale = 1.0f);
+// logits [N] (or [N, 1]), labels f32 [N] in {0, 1}: binary cross-entropy with logits.
+double BceWithLogits(const Exec& ex, const Tensor& logits, const Tensor& labels,
+                     const Tensor& dlogits, float grad_scale = 1.0f);
+
+// --- Embeddings. table [V, D], ids [N] (i32 or i64, each in [0, V)), rows [N, D].
+void EmbeddingGather(const Exec& ex, const Tensor& table, const Tensor& ids, const Tensor& rows);
+// dtable [V, D] += drows scattered by ids (repeated ids add up).
+void EmbeddingScatterAdd(const Exec& ex, const Tensor& drows, const Tensor& ids,
+                         const Tensor& dtable);
+// A sparse gradient: the distinct ids in ascending order and the summed row for each, the form
+// pushed to a parameter server. CPU tensors only (keys i64 [U], rows f32 [U, D]).
+struct SparseRows {
+  Tensor keys;
+  Tensor rows;
+};
+SparseRows EmbeddingSparseGrad(const Tensor& drows, const Tensor& ids);
+
+// --- Dropout with a counter-based RNG: element i is kept iff hash(seed, i) >= p, so the mask
+// is the same on every device and backward regenerates it instead of storing it.
+void Dropout(const Exec& ex, const Tensor& x, float p, uint64_t seed, const Tensor& y);
+void DropoutBackward(const Exec& ex, const Tensor& dy, float p, uint64_t seed, const Tensor& dx);
+
+// --- Optimizer updates, in place, on the parameter's device.
+// v = momentum * v + g; w -= lr * (g + momentum * v if nesterov else v); weight decay added to g.
+void SgdUpdate(const Exec& ex, const Tensor& w, const Tensor& g, const Tensor& v, float lr,
+               float momentum, float weight_decay, bool nesterov);
+// AdamW with bias correction at step t (1-based); decoupled weight decay.
+void AdamWUpdate(const Exec& ex, const Tensor& w, const Tensor& g, const Tensor& m,
+                 const Tensor& v, float lr, float beta1, float beta2, float eps,
+                 float weight_decay, int64_t t);
+
+// --- Casts between f32 and f16/bf16 (same shape, contiguous).
+void Cast(const Exec& ex, const Tensor& src, const Tensor& dst);
+
+}  // namespace strata::ops

@@ -1,0 +1,82 @@
+// train_options.cc: the Binds of the training job's sections.
+#include "trainer/train_options.h"
+
+namespace strata {
+
+void Bind(config::Binder& b, ModelOptions& o) {
+  b.Enum("kind", o.kind,
+         {{"mlp", ModelOptions::Kind::kMlp}, {"gpt", ModelOptions::Kind::kGpt},
+          {"ctr", ModelOptions::Kind::kCtr}},
+         "which model");
+  b.Field("seed", o.seed, "parameter init seed (same seed, same model on any device count)");
+  b.Field("recompute", o.recompute, "recompute block activations in backward (less memory)");
+  b.Field("mlp_in", o.mlp_in, "mlp: input width").Range(1, 1 << 20);
+  b.Field("mlp_hidden", o.mlp_hidden, "mlp: hidden width").Range(1, 1 << 20);
+  b.Field("mlp_out", o.mlp_out, "mlp: output width").Range(1, 1 << 20);
+  b.Field("layers", o.layers, "gpt: transformer blocks").Range(1, 1024);
+  b.Field("heads", o.heads, "gpt: attention heads").Range(1, 1024);
+  b.Field("width", o.width, "gpt: model width").Range(1, 1 << 16);
+  b.Field("context", o.context, "gpt: sequence length").Range(2, 1 << 16);
+  b.Field("vocab", o.vocab, "gpt: vocabulary (256 for bytes)").Range(2, 1 << 24);
+  b.Field("dropout", o.dropout, "gpt: dropout probability").Range(0.0, 0.9);
+  b.Field("fields", o.fields, "ctr: categorical fields").Range(1, 4096);
+  b.Field("field_vocab", o.field_vocab, "ctr: ids per field").Range(1, int64_t{1} << 32);
+  b.Field("dense", o.dense, "ctr: numeric features").Range(0, 4096);
+  b.Field("embed_dim", o.embed_dim, "ctr: embedding width").Range(1, 4096);
+  b.Field("ctr_hidden", o.ctr_hidden, "ctr: MLP hidden width").Range(1, 1 << 16);
+  b.Require(o.kind != ModelOptions::Kind::kGpt || o.width % o.heads == 0, "width",
+            "must be divisible by heads");
+}
+
+void Bind(config::Binder& b, DataOptions& o) {
+  b.Enum("kind", o.kind,
+         {{"regression", DataOptions::Kind::kRegression},
+          {"click_log", DataOptions::Kind::kClickLog},
+          {"criteo", DataOptions::Kind::kCriteo},
+          {"text", DataOptions::Kind::kText}},
+         "regression (mlp), click_log or criteo (ctr), text (gpt)");
+  b.Field("seed", o.seed, "data stream and planted-model seed");
+  b.Field("path", o.path, "criteo: TSV file; text: any file");
+  b.Field("zipf_exponent", o.zipf_exponent, "click_log: id popularity exponent").Range(0.0, 5.0);
+  b.Field("planted_scale", o.planted_scale, "click_log: std of planted id weights").Range(0.0, 10.0);
+  b.Field("eval_samples", o.eval_samples, "held-out samples (bytes for text)").Range(1, INT64_MAX);
+  b.Require(!(o.kind == DataOptions::Kind::kCriteo || o.kind == DataOptions::Kind::kText) ||
+                !o.path.empty(),
+            "path", "is required for criteo and text data");
+}
+
+void Bind(config::Binder& b, TrainOptions& o) {
+  b.Field("device", o.device, "cpu or cuda[:N]");
+  b.Field("steps", o.steps, "optimizer steps").Range(1, INT64_MAX);
+  b.Field("batch_size", o.batch_size, "samples per micro-batch").Range(1, 1 << 24);
+  b.Field("micro_batches", o.micro_batches, "micro-batches per step").Range(1, 1 << 16);
+  b.Field("log_every", o.log_every, "progress and metrics every N steps").Range(1, INT64_MAX);
+  b.Field("eval_every", o.eval_every, "evaluate every N steps (0: at the end)").Range(0, INT64_MAX);
+  b.Field("checkpoint_every", o.checkpoint_every, "checkpoint every N steps (0: never)")
+      .Range(0, INT64_MAX);
+  b.Field("checkpoint_dir", o.checkpoint_dir, "checkpoint directory");
+  b.Field("resume", o.resume, "resume from checkpoint_dir/latest when present");
+  b.Field("metrics_path", o.metrics_path, "JSON-lines metrics file (empty: none)");
+  b.Field("progress", o.progress, "print the progress line");
+  b.Require(o.checkpoint_every == 0 || !o.checkpoint_dir.empty(), "checkpoint_every",
+            "needs checkpoint_dir");
+}
+
+void Bind(config::Binder& b, TrainJob& o) {
+  b.Section("model", o.model, "model");
+  b.Section("optimizer", o.optimizer, "optimizer");
+  b.Section("train", o.train, "training loop");
+  b.Section("data", o.data, "data");
+  b.Section("log", o.log, "logging");
+}
+
+Result<TrainJob> LoadTrainJob(const std::string& path, const std::vector<std::string>& overrides) {
+  YAML::Node root(YAML::NodeType::Map);
+  if (!path.empty()) {
+    STRATA_ASSIGN_OR_RETURN(root, config::LoadYamlFile(path));
+  }
+  for (const std::string& o : overrides) STRATA_RETURN_IF_ERROR(config::ApplyOverride(root, o));
+  return config::Parse<TrainJob>(root, path.empty() ? "<defaults>" : path, overrides);
+}
+
+}  // namespace strata

@@ -1,0 +1,79 @@
+// train_options.h: the option sections of a training job (model, data, train) and TrainJob,
+// the job file strata-trainer reads: {model, optimizer, train, data, log}. Bound with the
+// common config machinery (config.h), so unknown keys, types and ranges are checked at start.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/config.h"
+#include "common/logging.h"
+#include "trainer/optim.h"
+
+namespace strata {
+
+struct ModelOptions {
+  enum class Kind { kMlp, kGpt, kCtr };
+  Kind kind = Kind::kMlp;
+  uint64_t seed = 1;          // parameter init: the same seed gives the same model anywhere
+  bool recompute = false;     // drop block activations in forward, recompute them in backward
+  // mlp: in -> hidden -> out, ReLU (the seeds' 1024 -> 4096 -> 1024).
+  int64_t mlp_in = 1024;
+  int64_t mlp_hidden = 4096;
+  int64_t mlp_out = 1024;
+  // gpt: byte-level tokens (vocab 256 unless raised), learned positions, pre-norm blocks.
+  int64_t layers = 4;
+  int64_t heads = 4;
+  int64_t width = 128;
+  int64_t context = 64;
+  int64_t vocab = 256;
+  double dropout = 0.0;
+  // ctr: `fields` categorical fields of `field_vocab` ids each, `dense` numeric features;
+  // embeddings of `embed_dim` feed an MLP with `ctr_hidden` units, plus a per-id scalar (wide).
+  int64_t fields = 8;
+  int64_t field_vocab = 1000;
+  int64_t dense = 0;
+  int64_t embed_dim = 8;
+  int64_t ctr_hidden = 64;
+};
+void Bind(config::Binder& b, ModelOptions& o);
+
+struct DataOptions {
+  enum class Kind { kRegression, kClickLog, kCriteo, kText };
+  Kind kind = Kind::kRegression;
+  uint64_t seed = 7;          // data stream and planted models
+  std::string path;           // criteo: a TSV file; text: any file (bytes are tokens)
+  double zipf_exponent = 1.1; // click_log: id popularity
+  double planted_scale = 0.6; // click_log: std of each planted id weight
+  int64_t eval_samples = 20000;  // held-out samples (regression, click_log) or bytes (text)
+};
+void Bind(config::Binder& b, DataOptions& o);
+
+struct TrainOptions {
+  std::string device = "cpu";   // "cpu" or "cuda[:N]"
+  int64_t steps = 1000;
+  int64_t batch_size = 64;      // samples (sequences for gpt) per micro-batch
+  int64_t micro_batches = 1;    // micro-batches per step; gradients accumulate
+  int64_t log_every = 10;       // progress line and metrics every N steps
+  int64_t eval_every = 0;       // 0: only at the end
+  int64_t checkpoint_every = 0; // 0: no periodic checkpoints
+  std::string checkpoint_dir;   // where ckpt-<step>.bin and `latest` go
+  bool resume = true;           // continue from checkpoint_dir/latest when present
+  std::string metrics_path;     // JSON lines; empty: none
+  bool progress = true;         // the progress line on stderr
+};
+void Bind(config::Binder& b, TrainOptions& o);
+
+struct TrainJob {
+  ModelOptions model;
+  OptimizerOptions optimizer;
+  TrainOptions train;
+  DataOptions data;
+  LogOptions log;
+};
+void Bind(config::Binder& b, TrainJob& o);
+
+// Reads `path`, applies `overrides` ("a.b=value") and validates.
+Result<TrainJob> LoadTrainJob(const std::string& path, const std::vector<std::string>& overrides);
+
+}  // namespace strata

@@ -1,0 +1,325 @@
+// trainer.cc: the training loop, evaluation and checkpoints.
+#include "trainer/trainer.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iterator>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "trainer/ops/ops.h"
+#include "trainer/ops/rng.h"
+#if STRATA_HAVE_CUDA
+#include "trainer/ops/cuda_exec.h"
+#endif
+
+namespace strata {
+
+struct Trainer::DeviceState {
+#if STRATA_HAVE_CUDA
+  std::unique_ptr<ops::CudaExec> cuda;
+#endif
+  ops::Exec exec;
+};
+
+Trainer::Trainer(const TrainJob& job) : job_(job) {}
+
+Trainer::~Trainer() {
+  // The model's tensors must go before the allocator and stream they live on.
+  eval_set_.clear();
+  optimizer_.reset();
+  model_.reset();
+}
+
+Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainJob& job) {
+  auto t = std::unique_ptr<Trainer>(new Trainer(job));
+  STRATA_ASSIGN_OR_RETURN(Device device, ParseDevice(job.train.device));
+  t->device_ = std::make_unique<DeviceState>();
+  if (device.is_cuda()) {
+#if STRATA_HAVE_CUDA
+    STRATA_ASSIGN_OR_RETURN(t->device_->cuda, ops::CudaExec::Create(device.index));
+    t->device_->exec = t->device_->cuda->exec();
+#else
+    return Status::Unimplemented("train.device is " + job.train.device + " but this build has no CUDA");
+#endif
+  }
+  STRATA_ASSIGN_OR_RETURN(t->model_, CreateModel(job.model, t->device_->exec));
+  t->optimizer_ = Optimizer::Create(job.optimizer, t->model_->params());
+  STRATA_ASSIGN_OR_RETURN(t->data_, CreateDataSource(job.data, job.model, job.train.batch_size));
+  t->eval_set_ = t->data_->EvalSet(job.train.batch_size);
+  if (job.data.kind == DataOptions::Kind::kText) {
+    // The bar a language model must clear: a model without context reaches this loss at best.
+    std::ifstream in(job.data.path, std::ios::binary);
+    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    t->unigram_entropy_ = UnigramEntropy(bytes);
+    spdlog::info("{}: {} bytes, byte-unigram entropy {:.4f} nats", job.data.path, bytes.size(),
+                 t->unigram_entropy_);
+  }
+  if (!job.train.metrics_path.empty()) {
+    t->metrics_.open(job.train.metrics_path, std::ios::app);
+    if (!t->metrics_) return Status::IOError("cannot open metrics file " + job.train.metrics_path);
+  }
+  return t;
+}
+
+double Trainer::TrainStep() {
+  nn::ParameterRegistry& reg = model_->params();
+  reg.ZeroGrad();
+  const int64_t micro = job_.train.micro_batches;
+  double loss = 0;
+  for (int64_t m = 0; m < micro; ++m) {
+    Batch batch = data_->Next();
+    // Dropout masks depend on (step, micro-batch) only, so a resumed run draws the same ones.
+    nn::Context ctx(reg.exec(), true, rng::Hash(job_.model.seed, step_ * micro + m));
+    loss += model_->ForwardBackward(batch, ctx, 1.0f / static_cast<float>(micro));
+  }
+  return loss / micro;
+}
+
+Result<TrainSummary> Trainer::Run() {
+  const TrainOptions& to = job_.train;
+  if (to.resume && !to.checkpoint_dir.empty()) {
+    const std::string latest = to.checkpoint_dir + "/latest";
+    std::ifstream in(latest);
+    std::string name;
+    if (in && std::getline(in, name) && !name.empty()) {
+      STRATA_RETURN_IF_ERROR(LoadCheckpoint(to.checkpoint_dir + "/" + name));
+      spdlog::info("resumed from {} at step {}", name, step_);
+    }
+  }
+  TrainSummary summary;
+  summary.first_step = step_;
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  double window_start = elapsed();
+  while (step_ < to.steps) {
+    const double lr = LearningRate(job_.optimizer, step_, to.steps);
+    const double loss = TrainStep();
+    const double norm = ClipGradNorm(model_->params(), job_.optimizer.clip_norm);
+    optimizer_->Step(lr);
+    ++step_;
+    summary.losses.push_back(loss);
+    if (!std::isfinite(loss)) return Status::Aborted("loss is " + std::to_string(loss) + " at step " + std::to_string(step_));
+    if (step_ % to.log_every == 0 || step_ == to.steps) {
+      const double now = elapsed();
+      Log(loss, lr, norm, (now - window_start) / std::min<int64_t>(to.log_every, step_ - summary.first_step), now);
+      window_start = now;
+    }
+    if (to.eval_every > 0 && step_ % to.eval_every == 0 && step_ != to.steps) Evaluate();
+    if (to.checkpoint_every > 0 && step_ % to.checkpoint_every == 0) {
+      STRATA_RETURN_IF_ERROR(SaveCheckpoint());
+    }
+  }
+  if (to.progress) std::fprintf(stderr, "\n");
+  summary.eval = Evaluate();
+  summary.seconds = elapsed();
+  return summary;
+}
+
+void Trainer::Log(double loss, double lr, double grad_norm, double step_seconds, double elapsed) {
+  const TrainOptions& to = job_.train;
+  const int64_t samples = to.batch_size * to.micro_batches;
+  const int64_t tokens = job_.model.kind == ModelOptions::Kind::kGpt ? samples * job_.model.context : 0;
+  const double sps = samples / step_seconds;
+  const double eta = step_seconds * static_cast<double>(to.steps - step_);
+  if (to.progress) {
+    const int e = static_cast<int>(eta);
+    std::string rate = tokens ? std::to_string(static_cast<int64_t>(tokens / step_seconds)) + " tok/s"
+                              : std::to_string(static_cast<int64_t>(sps)) + " samples/s";
+    std::fprintf(stderr, "%sstep %lld/%lld | loss %.5f | lr %.2e | %s | ETA %02d:%02d:%02d%s",
+                 isatty(STDERR_FILENO) ? "\r" : "", static_cast<long long>(step_),
+                 static_cast<long long>(to.steps), loss, lr, rate.c_str(), e / 3600, e / 60 % 60,
+                 e % 60, isatty(STDERR_FILENO) ? "   " : "\n");
+    std::fflush(stderr);
+  }
+  nlohmann::json j = {{"step", step_},          {"loss", loss},
+                      {"lr", lr},              {"grad_norm", grad_norm},
+                      {"samples_per_s", sps},  {"elapsed_s", elapsed}};
+  if (tokens) j["tokens_per_s"] = tokens / step_seconds;
+  WriteMetrics(j.dump());
+}
+
+void Trainer::WriteMetrics(const std::string& json_line) {
+  if (metrics_.is_open()) {
+    metrics_ << json_line << "\n";
+    metrics_.flush();
+  }
+}
+
+EvalMetrics Trainer::Evaluate() {
+  EvalMetrics m;
+  std::vector<float> scores, labels, oracle;
+  double weighted = 0;
+  for (const Batch& b : eval_set_) {
+    nn::Context ctx(model_->exec(), false, 0);
+    Tensor out;
+    const double loss = model_->Evaluate(b, ctx, &out);
+    weighted += loss * b.samples;
+    m.samples += b.samples;
+    if (job_.model.kind == ModelOptions::Kind::kCtr) {
+      scores.insert(scores.end(), out.data_as<float>(), out.data_as<float>() + out.numel());
+      labels.insert(labels.end(), b.target.data_as<float>(), b.target.data_as<float>() + b.samples);
+      if (b.oracle.defined()) {
+        oracle.insert(oracle.end(), b.oracle.data_as<float>(), b.oracle.data_as<float>() + b.samples);
+      }
+    }
+  }
+  m.loss = m.samples ? weighted / m.samples : 0;
+  nlohmann::json j = {{"step", step_}, {"eval_loss", m.loss}, {"eval_samples", m.samples}};
+  if (unigram_entropy_ > 0) j["unigram_entropy"] = unigram_entropy_;
+  if (!scores.empty()) {
+    m.auc = Auc(scores, labels);
+    j["auc"] = m.auc;
+    if (oracle.size() == labels.size()) {
+      m.oracle_auc = Auc(oracle, labels);
+      j["oracle_auc"] = m.oracle_auc;
+    }
+  }
+  WriteMetrics(j.dump());
+  return m;
+}
+
+// --- Checkpoints: "STRATACK", u32 version, i64 step, i64 data position, i64 optimizer step,
+// u32 count, then per tensor: u32 name length, name, i64 numel, f32 values; u64 FNV-1a of all
+// preceding bytes.
+
+namespace {
+
+constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'C', 'K'};
+constexpr uint32_t kVersion = 1;
+
+class HashingWriter {
+ public:
+  explicit HashingWriter(std::ofstream& out) : out_(out) {}
+  void Write(const void* p, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) hash_ = (hash_ ^ b[i]) * 1099511628211ull;
+    out_.write(static_cast<const char*>(p), static_cast<std::streamsize>(n));
+  }
+  template <class T>
+  void Put(T v) { Write(&v, sizeof(v)); }
+  uint64_t hash() const { return hash_; }
+
+ private:
+  std::ofstream& out_;
+  uint64_t hash_ = 1469598103934665603ull;
+};
+
+class HashingReader {
+ public:
+  explicit HashingReader(std::ifstream& in) : in_(in) {}
+  bool Read(void* p, size_t n) {
+    if (!in_.read(static_cast<char*>(p), static_cast<std::streamsize>(n))) return false;
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) hash_ = (hash_ ^ b[i]) * 1099511628211ull;
+    return true;
+  }
+  template <class T>
+  bool Get(T& v) { return Read(&v, sizeof(v)); }
+  uint64_t hash() const { return hash_; }
+
+ private:
+  std::ifstream& in_;
+  uint64_t hash_ = 1469598103934665603ull;
+};
+
+std::vector<std::pair<std::string, Tensor>> CheckpointTensors(Model& model, Optimizer& opt) {
+  std::vector<std::pair<std::string, Tensor>> all;
+  for (auto& p : model.params().params()) all.emplace_back(p->name, p->value);
+  for (auto& s : opt.State()) all.push_back(s);
+  return all;
+}
+
+}  // namespace
+
+Status Trainer::SaveCheckpoint() {
+  const std::string& dir = job_.train.checkpoint_dir;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::IOError("cannot create " + dir + ": " + ec.message());
+  const std::string name = "ckpt-" + std::to_string(step_) + ".bin";
+  const std::string tmp = dir + "/" + name + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return Status::IOError("cannot write " + tmp);
+    HashingWriter w(out);
+    w.Write(kMagic, sizeof(kMagic));
+    w.Put(kVersion);
+    w.Put<int64_t>(step_);
+    w.Put<int64_t>(data_->position());
+    w.Put<int64_t>(optimizer_->step());
+    auto tensors = CheckpointTensors(*model_, *optimizer_);
+    w.Put(static_cast<uint32_t>(tensors.size()));
+    for (auto& [tname, t] : tensors) {
+      Tensor host = ToHost(t);
+      w.Put(static_cast<uint32_t>(tname.size()));
+      w.Write(tname.data(), tname.size());
+      w.Put<int64_t>(host.numel());
+      w.Write(host.data(), host.nbytes());
+    }
+    const uint64_t h = w.hash();
+    out.write(reinterpret_cast<const char*>(&h), sizeof(h));
+    out.flush();
+    if (!out) return Status::IOError("writing " + tmp + " failed");
+  }
+  std::filesystem::rename(tmp, dir + "/" + name, ec);
+  if (ec) return Status::IOError("cannot rename " + tmp + ": " + ec.message());
+  {
+    std::ofstream latest(dir + "/latest.tmp", std::ios::trunc);
+    latest << name << "\n";
+    if (!latest) return Status::IOError("cannot write " + dir + "/latest.tmp");
+  }
+  std::filesystem::rename(dir + "/latest.tmp", dir + "/latest", ec);
+  if (ec) return Status::IOError("cannot update " + dir + "/latest: " + ec.message());
+  WriteMetrics(nlohmann::json{{"step", step_}, {"checkpoint", dir + "/" + name}}.dump());
+  return Status::OK();
+}
+
+Status Trainer::LoadCheckpoint(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound("cannot open checkpoint " + path);
+  HashingReader r(in);
+  auto bad = [&](const std::string& what) { return Status::Corruption(path + ": " + what); };
+  char magic[8];
+  uint32_t version = 0, count = 0;
+  int64_t step = 0, position = 0, opt_step = 0;
+  if (!r.Read(magic, 8) || std::memcmp(magic, kMagic, 8) != 0) return bad("not a strata checkpoint");
+  if (!r.Get(version) || version != kVersion) return bad("unsupported version");
+  if (!r.Get(step) || !r.Get(position) || !r.Get(opt_step) || !r.Get(count)) return bad("truncated header");
+  std::map<std::string, Tensor> want;
+  for (auto& [name, t] : CheckpointTensors(*model_, *optimizer_)) want[name] = t;
+  if (count != want.size()) {
+    return Status::InvalidArgument(path + ": holds " + std::to_string(count) + " tensors, the model and optimizer have " + std::to_string(want.size()));
+  }
+  std::vector<std::pair<Tensor, Tensor>> loaded;  // (destination, host values): applied after the checksum
+  for (uint32_t i = 0; i < count; ++i) {
+    uint32_t len = 0;
+    if (!r.Get(len) || len > 4096) return bad("bad tensor name");
+    std::string name(len, '\0');
+    int64_t numel = 0;
+    if (!r.Read(name.data(), len) || !r.Get(numel)) return bad("truncated tensor header");
+    auto it = want.find(name);
+    if (it == want.end()) return Status::InvalidArgument(path + ": unknown tensor " + name);
+    if (numel != it->second.numel()) return Status::InvalidArgument(path + ": " + name + " has a different size");
+    Tensor host = ops::NewTensor(ops::Exec::Cpu(), it->second.shape());
+    if (!r.Read(host.data(), host.nbytes())) return bad("truncated values of " + name);
+    loaded.emplace_back(it->second, host);
+  }
+  const uint64_t h = r.hash();
+  uint64_t stored = 0;
+  if (!in.read(reinterpret_cast<char*>(&stored), sizeof(stored)) || stored != h) return bad("checksum mismatch");
+  for (auto& [dst, host] : loaded) STRATA_RETURN_IF_ERROR(dst.CopyFrom(host));
+  step_ = step;
+  data_->Seek(position);
+  optimizer_->set_step(opt_step);
+  return Status::OK();
+}
+
+}  // namespace strata
