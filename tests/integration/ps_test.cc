@@ -184,6 +184,34 @@ TEST_F(PsProcessTest, AspAppliesConcurrentPushesExactlyOnce) {
   EXPECT_NE(stats->find("\"pushes\""), std::string::npos);
 }
 
+TEST_F(PsProcessTest, SspBlocksAFastTrainerOnlyPastTheStaleness) {
+  OptimizerSpec sgd;
+  TableSpec t = MakeTable(1, TableKind::kSparse, Consistency::kSsp, sgd);
+  t.staleness = 2;
+  for (auto& c : clients_) ASSERT_TRUE(c->CreateTable(t).ok());
+  std::vector<uint64_t> keys = {1, 2, 3, 4, 5};
+  std::vector<float> out(keys.size() * 8);
+  PsClient& fast = *clients_[0];
+  // Up to `staleness` clocks ahead of the slowest trainer, pulls answer at once.
+  for (int k = 0; k < 2; ++k) {
+    ASSERT_TRUE(fast.Clock().ok());
+    PsTicket p = fast.Pull(1, keys, out.data());
+    EXPECT_TRUE(fast.Wait(p, Millis(10000)).ok()) << "clock " << fast.clock();
+  }
+  // Three ahead: the pull waits until the slowest trainer catches up to within 2.
+  ASSERT_TRUE(fast.Clock().ok());
+  auto blocked = std::async(std::launch::async, [&] {
+    PsTicket p = fast.Pull(1, keys, out.data());
+    return fast.Wait(p, Millis(20000));
+  });
+  EXPECT_EQ(blocked.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  ASSERT_TRUE(clients_[1]->Clock().ok());
+  EXPECT_EQ(blocked.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  ASSERT_TRUE(clients_[2]->Clock().ok());
+  ASSERT_EQ(blocked.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_TRUE(blocked.get().ok());
+}
+
 TEST_F(PsProcessTest, BadRequestsGetErrorsAndChangeNothing) {
   OptimizerSpec sgd;
   TableSpec t = MakeTable(1, TableKind::kDense, Consistency::kAsp, sgd);
