@@ -8,12 +8,14 @@
 
 namespace strata {
 namespace {
-constexpr size_t kRecordsPerBlock = 1024;
+// Blocks of about 1 MiB: small records share a block, a wide one (a dense chunk) gets its own.
+constexpr size_t kBlockBytes = 1 << 20;
 }
 
 MemoryRowStore::MemoryRowStore(int width, int shards)
     : width_(width), shards_(std::max(2u, std::bit_ceil(static_cast<unsigned>(shards)))) {
   STRATA_CHECK_GT(width, 0);
+  records_per_block_ = std::clamp<size_t>(kBlockBytes / (width * sizeof(float)), 1, 1024);
   shift_ = 64 - std::countr_zero(shards_.size());  // the top bits of the hash pick the shard
 }
 
@@ -23,8 +25,9 @@ float* MemoryRowStore::Find(Shard& s, uint64_t key, const Init& init) {
     return it->second;
   }
   if (!init) return nullptr;
-  if (s.blocks.empty() || s.used_in_block == kRecordsPerBlock) {
-    s.blocks.push_back(std::make_unique<float[]>(kRecordsPerBlock * width_));
+  if (s.blocks.empty() || s.used_in_block == records_per_block_) {
+    // Not zero-filled: `init` writes every float of a record before anyone reads it.
+    s.blocks.push_back(std::make_unique_for_overwrite<float[]>(records_per_block_ * width_));
     s.used_in_block = 0;
   }
   float* record = s.blocks.back().get() + s.used_in_block++ * width_;
@@ -74,7 +77,7 @@ RowStoreStats MemoryRowStore::stats() const {
   for (const Shard& s : shards_) {
     std::lock_guard lock(s.mu);
     st.records += s.index.size();
-    st.bytes_in_memory += s.blocks.size() * kRecordsPerBlock * width_ * sizeof(float);
+    st.bytes_in_memory += s.blocks.size() * records_per_block_ * width_ * sizeof(float);
     st.hits += s.hits;
     st.created += s.created;
   }

@@ -33,6 +33,7 @@ class MemoryRowStore final : public RowStore {
   Shard& ShardOf(uint64_t key) { return shards_[(key * 0x9E3779B97F4A7C15ull) >> shift_]; }
 
   const int width_;
+  size_t records_per_block_;
   int shift_;
   std::vector<Shard> shards_;
 };

@@ -26,7 +26,7 @@ struct RowStoreStats {
 // calls at once.
 class RowStore {
  public:
-  // Fills a new record (value by the table's initializer, state zeroed).
+  // Fills a new record: must write every float (value by the table's initializer, state zeroed).
   using Init = std::function<void(uint64_t key, std::span<float> record)>;
   // Visits keys[index]'s record. Mutations are kept.
   using Visit = std::function<void(size_t index, std::span<float> record)>;

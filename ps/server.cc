@@ -51,8 +51,10 @@ struct PsServer::Table {
   std::unique_ptr<RowStore> store;
   RowStore::Init init;
   int slots = 0;
-  // BSP, guarded by clock_mu_: summed gradients of each clock not yet applied, by key (sparse)
-  // or chunk (dense), and how many clocks have been applied.
+  // BSP: summed gradients of each clock not yet applied, by key (sparse) or chunk (dense), and
+  // how many clocks have been applied. Pushes take only bsp_mu (no server-wide lock on the hot
+  // path); AdvanceLocked takes clock_mu_ then bsp_mu. applied_clock changes under both.
+  std::mutex bsp_mu;
   std::map<int64_t, std::unordered_map<uint64_t, std::vector<float>>> pending;
   int64_t applied_clock = 0;
 
@@ -285,7 +287,7 @@ void PsServer::HandlePush(Request& request) {
   const auto start = std::chrono::steady_clock::now();
 
   if (t.spec.consistency == Consistency::kBsp) {
-    std::lock_guard lock(clock_mu_);
+    std::lock_guard lock(t.bsp_mu);
     const int64_t clock = push.getClock();
     if (clock < t.applied_clock) {
       return fail(Status::FailedPrecondition(
@@ -435,6 +437,7 @@ void PsServer::AdvanceLocked(std::vector<Parked>* ready) {
   for (auto& [id, tp] : tables_) {
     Table& t = *tp;
     if (t.spec.consistency != Consistency::kBsp) continue;
+    std::lock_guard bsp_lock(t.bsp_mu);
     while (t.applied_clock < min_clock && min_clock != std::numeric_limits<int64_t>::max()) {
       if (auto it = t.pending.find(t.applied_clock); it != t.pending.end()) {
         std::vector<uint64_t> keys;
@@ -486,6 +489,7 @@ void PsServer::OnNodeEvent(const NodeEvent& e) {
 
 std::string PsServer::StatsJson() const {
   nlohmann::json j;
+  j["uptime_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   j["requests"] = requests_.load();
   j["pushes"] = pushes_.load();
   j["pulls"] = pulls_.load();

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -104,7 +105,8 @@ class PsServer {
   std::mutex stats_mu_;
   std::condition_variable stats_cv_;
 
-  // Statistics.
+  // Statistics (rates: divide by uptime_s, or difference two snapshots).
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::atomic<uint64_t> requests_{0}, pushes_{0}, pulls_{0}, keys_pushed_{0}, keys_pulled_{0};
   std::atomic<uint64_t> bytes_in_{0}, bytes_out_{0}, apply_ns_{0}, errors_{0}, queued_{0};
 };

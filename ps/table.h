@@ -4,6 +4,7 @@
 // [value | optimizer state | step count].
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -61,8 +62,11 @@ struct TableSpec {
   int StateSlots() const;
   // Floats per stored record: value, state, and one slot holding the step count.
   int RecordWidth() const;
-  // Floats of value in one record: dim (sparse) or chunk_floats (dense).
-  uint32_t RowFloats() const { return kind == TableKind::kSparse ? dim : chunk_floats; }
+  // Floats of value in one record: dim (sparse), or chunk_floats capped by numel (dense: a
+  // small tensor's record is no bigger than the tensor).
+  uint32_t RowFloats() const {
+    return kind == TableKind::kSparse ? dim : static_cast<uint32_t>(std::min<uint64_t>(chunk_floats, numel));
+  }
   uint64_t NumChunks() const { return (numel + chunk_floats - 1) / chunk_floats; }
   // Floats of value in dense chunk `c` (the last one may be short).
   uint32_t ChunkLength(uint64_t c) const;

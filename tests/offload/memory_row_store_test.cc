@@ -57,3 +57,21 @@ TEST(MemoryRowStore, ConcurrentUpdatesAreNotLost) {
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+// A dense chunk is a wide record; blocks must not be sized as if records were small (a 4 MiB
+// record once made 4 GiB blocks).
+TEST(MemoryRowStore, WideRecordsGetBlocksOfTheirOwn) {
+  const int width = (1 << 20) + 1;
+  MemoryRowStore store(width, 4);
+  std::vector<uint64_t> keys = {0, 1, 2};
+  ASSERT_TRUE(store.Update(keys, [](uint64_t, std::span<float> r) { std::fill(r.begin(), r.end(), 1.0f); },
+                           [](size_t, std::span<float> r) { r[0] += 1; }).ok());
+  EXPECT_EQ(store.stats().records, 3u);
+  EXPECT_LE(store.stats().bytes_in_memory, 3u * width * sizeof(float));
+}
+
+}  // namespace
+}  // namespace strata
