@@ -24,6 +24,18 @@ Status CheckValues(const Message& reply, const std::vector<size_t>& floats) {
   return Status::OK();
 }
 
+// The requests of a whole-tensor push or pull: one per chunk, so a server applies (or reads)
+// one chunk while the next is still on the wire, and several calls' chunks interleave
+// (BytePS-style partitioning). Tensors of one chunk take one request.
+std::vector<std::pair<uint32_t, std::vector<uint64_t>>> DenseRequests(const TableSpec& spec,
+                                                                       uint32_t servers) {
+  std::vector<std::pair<uint32_t, std::vector<uint64_t>>> requests;
+  for (uint64_t c = 0; c < spec.NumChunks(); ++c) {
+    requests.push_back({DenseServer(spec.id, c, servers), {c}});
+  }
+  return requests;
+}
+
 }  // namespace
 
 PsClient::PsClient(Node& node, Millis timeout) : node_(node), timeout_(timeout) {}
@@ -153,10 +165,9 @@ PsTicket PsClient::PullDense(uint32_t table, float* out) {
   }
   const TableSpec spec = **spec_or;
   const uint32_t servers = static_cast<uint32_t>(servers_.size());
-  std::vector<std::vector<uint64_t>> chunks(servers);
-  for (uint64_t c = 0; c < spec.NumChunks(); ++c) chunks[DenseServer(table, c, servers)].push_back(c);
-  for (uint32_t sv = 0; sv < servers; ++sv) {
-    if (chunks[sv].empty()) continue;
+  for (auto& [sv, mine_chunks] : DenseRequests(spec, servers)) {
+    std::vector<std::vector<uint64_t>> chunks(servers);
+    chunks[sv] = std::move(mine_chunks);
     Message m;
     auto p = m.builder().getBody().initPull();
     p.setTable(table);
@@ -190,10 +201,9 @@ PsTicket PsClient::PushDense(uint32_t table, const float* grads) {
   const uint32_t servers = static_cast<uint32_t>(servers_.size());
   // Zero-copy: frames point into the caller's buffer, which outlives the call (see Wait).
   const std::shared_ptr<const void> borrowed(grads, [](const void*) {});
-  std::vector<std::vector<uint64_t>> chunks(servers);
-  for (uint64_t c = 0; c < spec.NumChunks(); ++c) chunks[DenseServer(table, c, servers)].push_back(c);
-  for (uint32_t sv = 0; sv < servers; ++sv) {
-    if (chunks[sv].empty()) continue;
+  for (auto& [sv, mine_chunks] : DenseRequests(spec, servers)) {
+    std::vector<std::vector<uint64_t>> chunks(servers);
+    chunks[sv] = std::move(mine_chunks);
     Message m;
     auto p = m.builder().getBody().initPush();
     p.setTable(table);

@@ -1,7 +1,8 @@
 // client.h: PsClient, a trainer's handle on the parameter servers (in the spirit of ps-lite's
 // KVWorker, with Status and timeouts). Push and pull are asynchronous: each returns a PsTicket,
-// and Wait() completes it. Keys are sliced per server (one request per server per call, many
-// calls in flight); duplicate keys in one push are merged (gradients summed) before sending.
+// and Wait() completes it. Sparse keys are sliced per server (one request per server per call,
+// many calls in flight); duplicate keys in one push are merged (gradients summed) before
+// sending. A dense tensor travels as one request per chunk, so transfer and apply overlap.
 // Dense pushes are zero-copy: the gradient buffer is handed to the transport as is, so it
 // must stay valid and unchanged until Wait() returns. Pull outputs are written at Wait().
 #pragma once
