@@ -37,7 +37,8 @@ float* MemoryRowStore::Find(Shard& s, uint64_t key, const Init& init) {
   return record;
 }
 
-Status MemoryRowStore::Update(std::span<const uint64_t> keys, const Init& init, const Visit& visit) {
+template <typename Fn>
+Status MemoryRowStore::ForEach(std::span<const uint64_t> keys, const Init& init, Fn&& fn) {
   if (!init) {
     // Without an initializer every key must exist: check first, so nothing is half-applied.
     for (uint64_t key : keys) {
@@ -49,27 +50,17 @@ Status MemoryRowStore::Update(std::span<const uint64_t> keys, const Init& init, 
   for (size_t i = 0; i < keys.size(); ++i) {
     Shard& s = ShardOf(keys[i]);
     std::lock_guard lock(s.mu);
-    float* record = Find(s, keys[i], init);
-    visit(i, std::span<float>(record, width_));
+    fn(i, Find(s, keys[i], init));
   }
   return Status::OK();
 }
 
+Status MemoryRowStore::Update(std::span<const uint64_t> keys, const Init& init, const Visit& visit) {
+  return ForEach(keys, init, [&](size_t i, float* r) { visit(i, std::span<float>(r, width_)); });
+}
+
 Status MemoryRowStore::Read(std::span<const uint64_t> keys, const Init& init, const ReadVisit& visit) {
-  if (!init) {
-    for (uint64_t key : keys) {
-      Shard& s = ShardOf(key);
-      std::lock_guard lock(s.mu);
-      if (!s.index.count(key)) return Status::NotFound("no record for key " + std::to_string(key));
-    }
-  }
-  for (size_t i = 0; i < keys.size(); ++i) {
-    Shard& s = ShardOf(keys[i]);
-    std::lock_guard lock(s.mu);
-    const float* record = Find(s, keys[i], init);
-    visit(i, std::span<const float>(record, width_));
-  }
-  return Status::OK();
+  return ForEach(keys, init, [&](size_t i, float* r) { visit(i, std::span<const float>(r, width_)); });
 }
 
 RowStoreStats MemoryRowStore::stats() const {

@@ -30,6 +30,9 @@ class MemoryRowStore final : public RowStore {
     uint64_t hits = 0, created = 0;
   };
   float* Find(Shard& s, uint64_t key, const Init& init);
+  // Calls fn(i, record) for every key with its shard locked; the body of Update and Read.
+  template <typename Fn>
+  Status ForEach(std::span<const uint64_t> keys, const Init& init, Fn&& fn);
   Shard& ShardOf(uint64_t key) { return shards_[(key * 0x9E3779B97F4A7C15ull) >> shift_]; }
 
   const int width_;

@@ -54,9 +54,13 @@ Status PsClient::Connect() {
   return Status::OK();
 }
 
-Result<const TableSpec*> PsClient::Spec(uint32_t table) const {
+Result<const TableSpec*> PsClient::Spec(uint32_t table, TableKind kind) const {
   auto it = tables_.find(table);
   if (it == tables_.end()) return Status::NotFound("table " + std::to_string(table) + " was not created by this client");
+  if (it->second.kind != kind) {
+    return Status::InvalidArgument("table \"" + it->second.name + "\" is " +
+                                   (it->second.kind == TableKind::kDense ? "dense" : "sparse"));
+  }
   return &it->second;
 }
 
@@ -80,16 +84,12 @@ Status PsClient::CreateTable(const TableSpec& spec) {
 PsTicket PsClient::Sparse(uint32_t table, std::span<const uint64_t> keys, const float* grads,
                           float* out, bool push) {
   PsTicket ticket;
-  auto spec_or = Spec(table);
+  auto spec_or = Spec(table, TableKind::kSparse);
   if (!spec_or.ok()) {
     ticket.early_ = spec_or.status();
     return ticket;
   }
   const TableSpec& spec = **spec_or;
-  if (spec.kind != TableKind::kSparse) {
-    ticket.early_ = Status::InvalidArgument("table \"" + spec.name + "\" is dense");
-    return ticket;
-  }
   const uint32_t servers = static_cast<uint32_t>(servers_.size());
   const size_t dim = spec.dim;
   // Per server: unique keys, their summed gradients, and where each goes back in `out`.
@@ -158,9 +158,9 @@ PsTicket PsClient::PushPull(uint32_t table, std::span<const uint64_t> keys, cons
 
 PsTicket PsClient::PullDense(uint32_t table, float* out) {
   PsTicket ticket;
-  auto spec_or = Spec(table);
-  if (!spec_or.ok() || (*spec_or)->kind != TableKind::kDense) {
-    ticket.early_ = spec_or.ok() ? Status::InvalidArgument("table is sparse") : spec_or.status();
+  auto spec_or = Spec(table, TableKind::kDense);
+  if (!spec_or.ok()) {
+    ticket.early_ = spec_or.status();
     return ticket;
   }
   const TableSpec spec = **spec_or;
@@ -192,9 +192,9 @@ PsTicket PsClient::PullDense(uint32_t table, float* out) {
 
 PsTicket PsClient::PushDense(uint32_t table, const float* grads) {
   PsTicket ticket;
-  auto spec_or = Spec(table);
-  if (!spec_or.ok() || (*spec_or)->kind != TableKind::kDense) {
-    ticket.early_ = spec_or.ok() ? Status::InvalidArgument("table is sparse") : spec_or.status();
+  auto spec_or = Spec(table, TableKind::kDense);
+  if (!spec_or.ok()) {
+    ticket.early_ = spec_or.status();
     return ticket;
   }
   const TableSpec& spec = **spec_or;

@@ -62,7 +62,8 @@ class PsClient {
   Result<std::string> ServerStats(uint32_t server);
 
  private:
-  Result<const TableSpec*> Spec(uint32_t table) const;
+  // The spec of a table this client created, which must be of `kind`.
+  Result<const TableSpec*> Spec(uint32_t table, TableKind kind) const;
   Status Connect();
   PsTicket Sparse(uint32_t table, std::span<const uint64_t> keys, const float* grads, float* out,
                   bool push);

@@ -1,6 +1,8 @@
 // job_config.cc: the job file's top-level sections and the --config/--set/--print-config flags.
 #include "tools/job_config.h"
 
+#include <iostream>
+
 #include <CLI/CLI.hpp>
 
 namespace strata {
@@ -49,6 +51,20 @@ void AddJobFlags(CLI::App& app, JobFlags& flags) {
 
 Result<JobConfig> ResolveJobConfig(const JobFlags& flags) {
   return LoadJobConfig(flags.config_path, flags.overrides);
+}
+
+std::optional<int> LoadJobOrExit(const JobFlags& flags, const char* program, JobConfig* job) {
+  auto resolved = ResolveJobConfig(flags);
+  if (!resolved.ok()) {
+    std::cerr << program << ": " << resolved.status().ToString() << "\n";
+    return 2;
+  }
+  *job = std::move(resolved).value();
+  if (flags.print_config) {
+    std::cout << JobConfigToYaml(*job);
+    return 0;
+  }
+  return std::nullopt;
 }
 
 std::string JobConfigToYaml(const JobConfig& job) {

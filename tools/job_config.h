@@ -11,6 +11,7 @@
 //   if (flags.print_config) { std::cout << JobConfigToYaml(*job); return 0; }
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,11 @@ void AddJobFlags(CLI::App& app, JobFlags& flags);
 
 // LoadJobConfig(flags.config_path, flags.overrides).
 Result<JobConfig> ResolveJobConfig(const JobFlags& flags);
+
+// The common start of every binary's main(): resolves the job into *job. Returns the exit code
+// main() should return now (2 after printing the error, naming `program`; 0 after
+// --print-config printed the job), or nullopt to go on.
+std::optional<int> LoadJobOrExit(const JobFlags& flags, const char* program, JobConfig* job);
 
 // The effective job as YAML text (what --print-config prints and a binary logs at start);
 // reading it back gives the same JobConfig.

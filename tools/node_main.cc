@@ -49,15 +49,9 @@ int main(int argc, char** argv) {
   app.add_flag("--stay", stay, "after the protocol, stay (heartbeating) until the scheduler ends the job");
   CLI11_PARSE(app, argc, argv);
 
-  auto job = ResolveJobConfig(flags);
-  if (!job.ok()) {
-    std::cerr << "strata-node: " << job.status().ToString() << "\n";
-    return 2;
-  }
-  if (flags.print_config) {
-    std::cout << JobConfigToYaml(*job);
-    return 0;
-  }
+  JobConfig job_config;
+  if (auto code = LoadJobOrExit(flags, "strata-node", &job_config)) return *code;
+  const JobConfig* job = &job_config;
   options.role = *ParseRole(role_name);
   options.cluster = job->cluster;
   options.transport = job->transport;

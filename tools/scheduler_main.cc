@@ -25,15 +25,9 @@ int main(int argc, char** argv) {
   app.add_option("--address-file", address_file, "write the bound address to this file once listening");
   CLI11_PARSE(app, argc, argv);
 
-  auto job = ResolveJobConfig(flags);
-  if (!job.ok()) {
-    std::cerr << "strata-scheduler: " << job.status().ToString() << "\n";
-    return 2;
-  }
-  if (flags.print_config) {
-    std::cout << JobConfigToYaml(*job);
-    return 0;
-  }
+  JobConfig job_config;
+  if (auto code = LoadJobOrExit(flags, "strata-scheduler", &job_config)) return *code;
+  const JobConfig* job = &job_config;
   LogOptions log = job->log;
   log.role = "scheduler";
   log.rank = 0;

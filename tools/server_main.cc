@@ -27,15 +27,9 @@ int main(int argc, char** argv) {
                  "log statistics this often (0: never)")->check(CLI::Range(0, 86400000));
   CLI11_PARSE(app, argc, argv);
 
-  auto job = ResolveJobConfig(flags);
-  if (!job.ok()) {
-    std::cerr << "strata-server: " << job.status().ToString() << "\n";
-    return 2;
-  }
-  if (flags.print_config) {
-    std::cout << JobConfigToYaml(*job);
-    return 0;
-  }
+  JobConfig job_config;
+  if (auto code = LoadJobOrExit(flags, "strata-server", &job_config)) return *code;
+  const JobConfig* job = &job_config;
   node_options.cluster = job->cluster;
   node_options.transport = job->transport;
   LogOptions log = job->log;
