@@ -47,6 +47,13 @@ class RowStore {
   virtual Status Read(std::span<const uint64_t> keys, const Init& init, const ReadVisit& visit) = 0;
 
   virtual RowStoreStats stats() const = 0;
+
+  // Tells the store that `clock` (the slowest trainer's) began; clocks only grow. Stores that
+  // expire rows or checkpoint on a clock schedule act on it (TieredRowStore); others ignore it.
+  virtual Status AdvanceClock([[maybe_unused]] uint64_t clock) { return Status::OK(); }
+  // The last clock given to AdvanceClock (a store restored from a checkpoint resumes at the
+  // checkpoint's clock). Callers pass only larger clocks.
+  virtual uint64_t clock() const { return 0; }
 };
 
 }  // namespace strata

@@ -157,7 +157,8 @@ class TieredRowStore final : public RowStore {
 
   // Tells the store that `clock` began (clocks only grow). Expires unseen rows and, in
   // kCheckpoint mode, takes the automatic checkpoint when due.
-  Status AdvanceClock(uint64_t clock);
+  Status AdvanceClock(uint64_t clock) override;
+  uint64_t clock() const override { return clock_.load(); }
   // Opaque bytes stored in every later checkpoint's manifest (table spec, optimizer step
   // counts...) and handed back by checkpoint_metadata() after OpenFromCheckpoint().
   void SetCheckpointMetadata(std::string metadata);

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <thread>
 #include <unordered_map>
 
 namespace strata {
@@ -36,6 +37,18 @@ std::vector<std::pair<uint32_t, std::vector<uint64_t>>> DenseRequests(const Tabl
   return requests;
 }
 
+// Failures a server outage produces; anything else (a bad request) is final.
+bool Retryable(const Status& s) {
+  return s.code() == StatusCode::kDeadlineExceeded || s.code() == StatusCode::kUnavailable ||
+         s.code() == StatusCode::kCancelled;
+}
+
+// A frame viewing a vector shared by every (re)send of one request.
+template <typename T>
+Buffer View(const std::shared_ptr<std::vector<T>>& v) {
+  return Buffer(v->data(), v->size() * sizeof(T), v);
+}
+
 }  // namespace
 
 PsClient::PsClient(Node& node, Millis timeout) : node_(node), timeout_(timeout) {}
@@ -50,8 +63,48 @@ Status PsClient::Connect() {
     if (!n) return Status::Internal("server rank " + std::to_string(r) + " is missing from the view");
     STRATA_ASSIGN_OR_RETURN(PeerId peer, node_.rpc().Connect(n->address));
     servers_.push_back(peer);
+    addresses_.push_back(n->address);
   }
   return Status::OK();
+}
+
+Status PsClient::Reconnect(uint32_t rank) {
+  // The Node keeps its view current from the scheduler's dead/rejoined events; asking the
+  // scheduler as well covers an event still on its way.
+  auto fresh = node_.RefreshView();
+  const ClusterView view = fresh.ok() ? *fresh : node_.view();
+  const NodeInfo* n = view.Find(Role::kServer, static_cast<int>(rank));
+  if (!n) return Status::Internal("server rank " + std::to_string(rank) + " is missing from the view");
+  if (!n->alive) return Status::Unavailable(n->Describe() + " is down");
+  if (n->address != addresses_[rank]) {
+    STRATA_ASSIGN_OR_RETURN(PeerId peer, node_.rpc().Connect(n->address));
+    servers_[rank] = peer;
+    addresses_[rank] = n->address;
+  }
+  return Status::OK();
+}
+
+void PsClient::Send(PsTicket::Part& part, Millis timeout) {
+  part.ticket = node_.rpc().Call(servers_[part.server], part.make(), timeout);
+}
+
+Result<Message> PsClient::Retry(PsTicket::Part& part, Result<Message> failed) {
+  using SteadyClock = std::chrono::steady_clock;
+  const auto give_up = SteadyClock::now() + timeout_;
+  Result<Message> r = std::move(failed);
+  while (!r.ok() && Retryable(r.status()) && part.make) {
+    const auto left = std::chrono::duration_cast<Millis>(give_up - SteadyClock::now());
+    if (left <= Millis(0)) break;
+    if (Status s = Reconnect(part.server); !s.ok()) {
+      if (!Retryable(s)) return s;
+      std::this_thread::sleep_for(std::min(left, Millis(50)));  // down: wait for it to rejoin
+      continue;
+    }
+    ++retries_;
+    Send(part, left);
+    r = part.ticket.Wait(left + Millis(1000));
+  }
+  return r;
 }
 
 Result<const TableSpec*> PsClient::Spec(uint32_t table, TableKind kind) const {
@@ -67,16 +120,17 @@ Result<const TableSpec*> PsClient::Spec(uint32_t table, TableKind kind) const {
 Status PsClient::CreateTable(const TableSpec& spec) {
   STRATA_RETURN_IF_ERROR(spec.Validate());
   STRATA_RETURN_IF_ERROR(Connect());
-  std::vector<Ticket> tickets;
-  for (PeerId peer : servers_) {
-    Message m;
-    ToWire(spec, m.builder().getBody().initCreateTable());
-    tickets.push_back(node_.rpc().Call(peer, std::move(m), timeout_));
+  PsTicket ticket;
+  for (uint32_t s = 0; s < servers_.size(); ++s) {
+    PsTicket::Part part{{}, s, nullptr, [spec] {
+                          Message m;
+                          ToWire(spec, m.builder().getBody().initCreateTable());
+                          return m;
+                        }};
+    Send(part, timeout_);
+    ticket.parts_.push_back(std::move(part));
   }
-  for (size_t s = 0; s < tickets.size(); ++s) {
-    auto r = tickets[s].Wait(timeout_ + Millis(1000));
-    if (!r.ok()) return r.status().WithContext("creating table \"" + spec.name + "\" on server " + std::to_string(s));
-  }
+  STRATA_RETURN_IF_ERROR(Wait(ticket).WithContext("creating table \"" + spec.name + "\""));
   tables_[spec.id] = spec;
   return Status::OK();
 }
@@ -117,20 +171,27 @@ PsTicket PsClient::Sparse(uint32_t table, std::span<const uint64_t> keys, const 
     Slice& s = slices[sv];
     if (s.keys.empty()) continue;
     const int64_t n = static_cast<int64_t>(s.keys.size());
-    Message m;
-    if (push) {
-      auto p = m.builder().getBody().initPush();
-      p.setTable(table);
-      p.setClock(clock_);
-      p.setReturnValues(out != nullptr);
-    } else {
-      auto p = m.builder().getBody().initPull();
-      p.setTable(table);
-      p.setClock(clock_);
-    }
-    m.AddPayload(DType::kI64, {n}, Buffer::Take(std::move(s.keys)));
-    if (push) m.AddPayload(DType::kF32, {n, static_cast<int64_t>(dim)}, Buffer::Take(std::move(s.grads)));
-    PsTicket::Part part{node_.rpc().Call(servers_[sv], std::move(m), timeout_), sv, nullptr};
+    auto keys_v = std::make_shared<std::vector<uint64_t>>(std::move(s.keys));
+    auto grads_v = std::make_shared<std::vector<float>>(std::move(s.grads));
+    const int64_t clock = clock_;
+    const bool return_values = out != nullptr;
+    PsTicket::Part part{{}, sv, nullptr, [=] {
+                          Message m;
+                          if (push) {
+                            auto p = m.builder().getBody().initPush();
+                            p.setTable(table);
+                            p.setClock(clock);
+                            p.setReturnValues(return_values);
+                          } else {
+                            auto p = m.builder().getBody().initPull();
+                            p.setTable(table);
+                            p.setClock(clock);
+                          }
+                          m.AddPayload(DType::kI64, {n}, View(keys_v));
+                          if (push) m.AddPayload(DType::kF32, {n, static_cast<int64_t>(dim)}, View(grads_v));
+                          return m;
+                        }};
+    Send(part, timeout_);
     if (out) {
       part.on_reply = [positions = std::move(s.positions), dim, n, out](const Message& reply) {
         STRATA_RETURN_IF_ERROR(CheckValues(reply, {static_cast<size_t>(n) * dim}));
@@ -165,26 +226,28 @@ PsTicket PsClient::PullDense(uint32_t table, float* out) {
   }
   const TableSpec spec = **spec_or;
   const uint32_t servers = static_cast<uint32_t>(servers_.size());
+  const int64_t clock = clock_;
   for (auto& [sv, mine_chunks] : DenseRequests(spec, servers)) {
-    std::vector<std::vector<uint64_t>> chunks(servers);
-    chunks[sv] = std::move(mine_chunks);
-    Message m;
-    auto p = m.builder().getBody().initPull();
-    p.setTable(table);
-    p.setClock(clock_);
+    auto chunks = std::make_shared<std::vector<uint64_t>>(std::move(mine_chunks));
     std::vector<size_t> floats;
-    for (uint64_t c : chunks[sv]) floats.push_back(spec.ChunkLength(c));
-    const int64_t n = static_cast<int64_t>(chunks[sv].size());
-    PsTicket::Part part{{}, sv, nullptr};
-    part.on_reply = [spec, mine = chunks[sv], floats, out](const Message& reply) {
+    for (uint64_t c : *chunks) floats.push_back(spec.ChunkLength(c));
+    const int64_t n = static_cast<int64_t>(chunks->size());
+    PsTicket::Part part{{}, sv, nullptr, [table, clock, chunks, n] {
+                          Message m;
+                          auto p = m.builder().getBody().initPull();
+                          p.setTable(table);
+                          p.setClock(clock);
+                          m.AddPayload(DType::kI64, {n}, View(chunks));
+                          return m;
+                        }};
+    part.on_reply = [spec, chunks, floats, out](const Message& reply) {
       STRATA_RETURN_IF_ERROR(CheckValues(reply, floats));
-      for (size_t i = 0; i < mine.size(); ++i) {
-        std::memcpy(out + mine[i] * spec.chunk_floats, reply.payload(i).data(), floats[i] * sizeof(float));
+      for (size_t i = 0; i < chunks->size(); ++i) {
+        std::memcpy(out + (*chunks)[i] * spec.chunk_floats, reply.payload(i).data(), floats[i] * sizeof(float));
       }
       return Status::OK();
     };
-    m.AddPayload(DType::kI64, {n}, Buffer::Take(std::move(chunks[sv])));
-    part.ticket = node_.rpc().Call(servers_[sv], std::move(m), timeout_);
+    Send(part, timeout_);
     ticket.parts_.push_back(std::move(part));
   }
   return ticket;
@@ -197,29 +260,30 @@ PsTicket PsClient::PushDense(uint32_t table, const float* grads) {
     ticket.early_ = spec_or.status();
     return ticket;
   }
-  const TableSpec& spec = **spec_or;
+  const TableSpec spec = **spec_or;
   const uint32_t servers = static_cast<uint32_t>(servers_.size());
-  // Zero-copy: frames point into the caller's buffer, which outlives the call (see Wait).
+  const int64_t clock = clock_;
+  // Zero-copy: frames point into the caller's buffer, which outlives the call and its retries
+  // (see Wait).
   const std::shared_ptr<const void> borrowed(grads, [](const void*) {});
   for (auto& [sv, mine_chunks] : DenseRequests(spec, servers)) {
-    std::vector<std::vector<uint64_t>> chunks(servers);
-    chunks[sv] = std::move(mine_chunks);
-    Message m;
-    auto p = m.builder().getBody().initPush();
-    p.setTable(table);
-    p.setClock(clock_);
-    const int64_t n = static_cast<int64_t>(chunks[sv].size());
-    std::vector<Buffer> frames;
-    for (uint64_t c : chunks[sv]) {
-      const uint32_t len = spec.ChunkLength(c);
-      frames.emplace_back(grads + c * spec.chunk_floats, len * sizeof(float), borrowed);
-    }
-    m.AddPayload(DType::kI64, {n}, Buffer::Take(std::move(chunks[sv])));
-    for (Buffer& f : frames) {
-      const int64_t len = static_cast<int64_t>(f.size() / sizeof(float));
-      m.AddPayload(DType::kF32, {len}, std::move(f));
-    }
-    ticket.parts_.push_back({node_.rpc().Call(servers_[sv], std::move(m), timeout_), sv, nullptr});
+    auto chunks = std::make_shared<std::vector<uint64_t>>(std::move(mine_chunks));
+    const int64_t n = static_cast<int64_t>(chunks->size());
+    PsTicket::Part part{{}, sv, nullptr, [spec, table, clock, chunks, n, grads, borrowed] {
+                          Message m;
+                          auto p = m.builder().getBody().initPush();
+                          p.setTable(table);
+                          p.setClock(clock);
+                          m.AddPayload(DType::kI64, {n}, View(chunks));
+                          for (uint64_t c : *chunks) {
+                            const uint32_t len = spec.ChunkLength(c);
+                            m.AddPayload(DType::kF32, {static_cast<int64_t>(len)},
+                                         Buffer(grads + c * spec.chunk_floats, len * sizeof(float), borrowed));
+                          }
+                          return m;
+                        }};
+    Send(part, timeout_);
+    ticket.parts_.push_back(std::move(part));
   }
   return ticket;
 }
@@ -231,6 +295,7 @@ Status PsClient::Wait(PsTicket& ticket, std::optional<Millis> timeout) {
   for (auto& part : ticket.parts_) {
     const auto left = std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
     auto r = part.ticket.Wait(std::max(left, Millis(0)));
+    if (!r.ok() && Retryable(r.status())) r = Retry(part, std::move(r));
     Status s = r.ok() ? (part.on_reply ? part.on_reply(*r) : Status::OK()) : r.status();
     if (!s.ok() && first.ok()) first = s.WithContext("server " + std::to_string(part.server));
   }
@@ -240,16 +305,18 @@ Status PsClient::Wait(PsTicket& ticket, std::optional<Millis> timeout) {
 
 Status PsClient::Clock() {
   STRATA_RETURN_IF_ERROR(Connect());
-  std::vector<Ticket> tickets;
-  for (PeerId peer : servers_) {
-    Message m;
-    m.builder().getBody().initClock().setClock(clock_);
-    tickets.push_back(node_.rpc().Call(peer, std::move(m), timeout_));
+  PsTicket ticket;
+  const int64_t clock = clock_;
+  for (uint32_t s = 0; s < servers_.size(); ++s) {
+    PsTicket::Part part{{}, s, nullptr, [clock] {
+                          Message m;
+                          m.builder().getBody().initClock().setClock(clock);
+                          return m;
+                        }};
+    Send(part, timeout_);
+    ticket.parts_.push_back(std::move(part));
   }
-  for (size_t s = 0; s < tickets.size(); ++s) {
-    auto r = tickets[s].Wait(timeout_ + Millis(1000));
-    if (!r.ok()) return r.status().WithContext("clock " + std::to_string(clock_) + " on server " + std::to_string(s));
-  }
+  STRATA_RETURN_IF_ERROR(Wait(ticket).WithContext("clock " + std::to_string(clock_)));
   ++clock_;
   return Status::OK();
 }

@@ -5,6 +5,12 @@
 // sending. A dense tensor travels as one request per chunk, so transfer and apply overlap.
 // Dense pushes are zero-copy: the gradient buffer is handed to the transport as is, so it
 // must stay valid and unchanged until Wait() returns. Pull outputs are written at Wait().
+//
+// Server outages: a call that fails with DeadlineExceeded, Unavailable or Cancelled (a server
+// killed, or restarted and rejoined at a new address) is sent again, the same request to that
+// server rank's current address, for up to `timeout` more (see Wait). Delivery is therefore
+// at least once: a push the server applied (and, with a wal store, logged) whose reply was lost
+// is applied again by the retry. Pulls, clocks and createTable are idempotent.
 #pragma once
 
 #include <functional>
@@ -27,6 +33,7 @@ class PsTicket {
     Ticket ticket;
     uint32_t server;
     std::function<Status(const Message& reply)> on_reply;  // scatters values, if any
+    std::function<Message()> make;  // builds the request again, for a retry
   };
   std::vector<Part> parts_;
   Status early_;  // an error found before anything was sent
@@ -50,7 +57,9 @@ class PsClient {
   PsTicket PullDense(uint32_t table, float* out);
   PsTicket PushDense(uint32_t table, const float* grads);
 
-  // Waits for every server's part. The first error names the server.
+  // Waits for every server's part. The first error names the server. A part that failed with
+  // DeadlineExceeded/Unavailable/Cancelled is retried (after `timeout`, default the client's
+  // timeout + 1 s) for up to the client's timeout, so an outage may take about twice that.
   Status Wait(PsTicket& ticket, std::optional<Millis> timeout = std::nullopt);
 
   // This trainer finished its current clock: tells every server (after the pushes sent before
@@ -61,16 +70,28 @@ class PsClient {
   // A server's statistics (JSON).
   Result<std::string> ServerStats(uint32_t server);
 
+  // Requests sent again after a retryable failure (see above), since construction.
+  uint64_t retries() const { return retries_; }
+
  private:
   // The spec of a table this client created, which must be of `kind`.
   Result<const TableSpec*> Spec(uint32_t table, TableKind kind) const;
   Status Connect();
   PsTicket Sparse(uint32_t table, std::span<const uint64_t> keys, const float* grads, float* out,
                   bool push);
+  // Sends part.make() to server part.server and stores its ticket.
+  void Send(PsTicket::Part& part, Millis timeout);
+  // Re-sends a failed part until it succeeds, fails otherwise, or the retry budget runs out.
+  Result<Message> Retry(PsTicket::Part& part, Result<Message> failed);
+  // Points servers_[rank] at the rank's address in the current view (reconnecting if it moved).
+  // Unavailable while the scheduler reports it dead.
+  Status Reconnect(uint32_t rank);
 
   Node& node_;
   const Millis timeout_;
   std::vector<PeerId> servers_;  // by server rank
+  std::vector<std::string> addresses_;  // what servers_ are connected to
+  uint64_t retries_ = 0;
   std::map<uint32_t, TableSpec> tables_;
   int64_t clock_ = 0;
 };

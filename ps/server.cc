@@ -1,6 +1,8 @@
 // server.cc: PsServer.
 #include "ps/server.h"
 
+#include <capnp/message.h>
+#include <capnp/serialize.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -10,6 +12,7 @@
 
 #include "common/check.h"
 #include "offload/memory_row_store.h"
+#include "offload/store_format.h"
 #include "ps/optimizer.h"
 
 namespace strata {
@@ -17,6 +20,11 @@ namespace strata {
 namespace {
 
 constexpr size_t kMaxKeysPerRequest = 1 << 24;
+
+// The store layer's file helpers: checksum, whole-file read, temp + fsync + rename write.
+using offload_internal::Fnv1a64;
+using offload_internal::ReadWholeFile;
+using offload_internal::WriteFileDurably;
 
 RowStore::Init MakeInit(const TableSpec& spec) {
   return [spec](uint64_t key, std::span<float> r) {
@@ -44,6 +52,61 @@ const float* AlignedFloats(const Buffer& b, std::vector<float>* scratch) {
   return scratch->data();
 }
 
+// The tables file: the magic line, then per table its byte count (u64) and the TableSpec as a
+// flat Cap'n Proto message, then an FNV-1a 64 of everything before it. Integers in host order
+// (the file stays on the machine that wrote it).
+constexpr std::string_view kTablesMagic = "strata-tables 1\n";
+
+void AppendU64(std::string& out, uint64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof(v)); }
+uint64_t ReadU64(const char* p) {
+  uint64_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+std::string EncodeTableSpecs(const std::vector<const TableSpec*>& specs) {
+  std::string out(kTablesMagic);
+  for (const TableSpec* spec : specs) {
+    capnp::MallocMessageBuilder message;
+    ToWire(*spec, message.initRoot<wire::TableSpec>());
+    const kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
+    const auto bytes = words.asBytes();
+    AppendU64(out, bytes.size());
+    out.append(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+  }
+  AppendU64(out, Fnv1a64(out.data(), out.size()));
+  return out;
+}
+
+Result<std::vector<TableSpec>> DecodeTableSpecs(std::string_view bytes, const std::string& path) {
+  auto corrupt = [&](const std::string& what) { return Status::Corruption(path + ": " + what); };
+  if (bytes.size() < kTablesMagic.size() + 8 || bytes.substr(0, kTablesMagic.size()) != kTablesMagic) {
+    return corrupt("not a strata tables file");
+  }
+  const size_t body = bytes.size() - 8;
+  if (ReadU64(bytes.data() + body) != Fnv1a64(bytes.data(), body)) return corrupt("checksum mismatch");
+  std::vector<TableSpec> specs;
+  for (size_t at = kTablesMagic.size(); at < body;) {
+    if (body - at < 8) return corrupt("truncated entry");
+    const uint64_t n = ReadU64(bytes.data() + at);
+    at += 8;
+    if (n == 0 || n % sizeof(capnp::word) != 0 || n > body - at) return corrupt("bad entry length");
+    kj::Array<capnp::word> words = kj::heapArray<capnp::word>(n / sizeof(capnp::word));
+    std::memcpy(words.begin(), bytes.data() + at, n);
+    at += n;
+    TableSpec spec;
+    try {
+      capnp::FlatArrayMessageReader reader(words);
+      spec = FromWire(reader.getRoot<wire::TableSpec>());
+    } catch (const kj::Exception& e) {
+      return corrupt(std::string("bad table spec: ") + e.getDescription().cStr());
+    }
+    if (Status s = spec.Validate(); !s.ok()) return corrupt("invalid table spec: " + s.message());
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
 }  // namespace
 
 struct PsServer::Table {
@@ -51,6 +114,8 @@ struct PsServer::Table {
   std::unique_ptr<RowStore> store;
   RowStore::Init init;
   int slots = 0;
+  // The last clock given to store->AdvanceClock (guarded by clock_mu_).
+  uint64_t store_clock = 0;
   // BSP: summed gradients of each clock not yet applied, by key (sparse) or chunk (dense), and
   // how many clocks have been applied. Pushes take only bsp_mu (no server-wide lock on the hot
   // path); AdvanceLocked takes clock_mu_ then bsp_mu. applied_clock changes under both.
@@ -172,24 +237,59 @@ void PsServer::HandleCreateTable(Request& request) {
                                                       "\" is taken by table " + std::to_string(id)));
     }
   }
-  auto store = store_factory_(spec);
-  if (!store.ok()) {
+  auto made = MakeTableLocked(spec);
+  if (!made.ok()) {
     ++errors_;
-    return request.ReplyError(store.status().WithContext("creating table \"" + spec.name + "\""));
+    return request.ReplyError(made.status().WithContext("creating table \"" + spec.name + "\""));
   }
-  auto t = std::make_unique<Table>();
-  t->spec = spec;
-  t->store = std::move(store).value();
-  t->init = MakeInit(spec);
-  t->slots = spec.StateSlots();
+  if (Status s = RecordTablesLocked(&spec); !s.ok()) {
+    ++errors_;
+    return request.ReplyError(s.WithContext("recording table \"" + spec.name + "\""));
+  }
   spdlog::info("server: table {} \"{}\" ({}, {}) created", spec.id, spec.name,
                spec.kind == TableKind::kSparse ? "sparse dim " + std::to_string(spec.dim)
                                                : "dense " + std::to_string(spec.numel) + " floats",
                spec.consistency == Consistency::kBsp   ? "bsp"
                : spec.consistency == Consistency::kAsp ? "asp"
                                                        : "ssp " + std::to_string(spec.staleness));
-  tables_.emplace(spec.id, std::move(t));
+  tables_.emplace(spec.id, std::move(made).value());
   request.Reply(request.MakeReply());
+}
+
+Result<std::unique_ptr<PsServer::Table>> PsServer::MakeTableLocked(const TableSpec& spec) {
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<RowStore> store, store_factory_(spec));
+  auto t = std::make_unique<Table>();
+  t->spec = spec;
+  t->store = std::move(store);
+  t->store_clock = t->store->clock();
+  t->init = MakeInit(spec);
+  t->slots = spec.StateSlots();
+  return t;
+}
+
+Status PsServer::RecordTablesLocked(const TableSpec* extra) const {
+  if (options_.tables_file.empty()) return Status::OK();
+  std::vector<const TableSpec*> specs;
+  for (const auto& [id, t] : tables_) specs.push_back(&t->spec);
+  if (extra) specs.push_back(extra);
+  return WriteFileDurably(options_.tables_file, EncodeTableSpecs(specs));
+}
+
+Status PsServer::RestoreTables() {
+  if (options_.tables_file.empty()) return Status::OK();
+  auto bytes = ReadWholeFile(options_.tables_file);
+  if (!bytes.ok()) return bytes.status().code() == StatusCode::kNotFound ? Status::OK() : bytes.status();
+  STRATA_ASSIGN_OR_RETURN(std::vector<TableSpec> specs, DecodeTableSpecs(*bytes, options_.tables_file));
+  std::unique_lock lock(tables_mu_);
+  for (const TableSpec& spec : specs) {
+    auto made = MakeTableLocked(spec);
+    if (!made.ok()) return made.status().WithContext("restoring table \"" + spec.name + "\"");
+    const RowStoreStats st = (*made)->store->stats();
+    spdlog::info("server: table {} \"{}\" restored: {} records, clock {}", spec.id, spec.name,
+                 st.records, (*made)->store_clock);
+    tables_.emplace(spec.id, std::move(made).value());
+  }
+  return Status::OK();
 }
 
 Result<PsServer::Table*> PsServer::FindTable(uint32_t id) {
@@ -455,6 +555,18 @@ void PsServer::AdvanceLocked(std::vector<Parked>* ready) {
         t.pending.erase(it);
       }
       ++t.applied_clock;
+    }
+  }
+  // Stores act on clock boundaries (expiry, scheduled checkpoints) after BSP applied the clock.
+  if (min_clock != std::numeric_limits<int64_t>::max()) {
+    const uint64_t clock = static_cast<uint64_t>(min_clock);
+    for (auto& [id, tp] : tables_) {
+      Table& t = *tp;
+      if (clock <= t.store_clock) continue;
+      t.store_clock = clock;
+      if (Status s = t.store->AdvanceClock(clock); !s.ok()) {
+        spdlog::error("server: table \"{}\" at clock {}: {}", t.spec.name, clock, s.ToString());
+      }
     }
   }
   for (auto it = parked_.begin(); it != parked_.end();) {

@@ -36,6 +36,10 @@ struct ServerOptions {
   int worker_threads = 2;
   // How often statistics are logged (0: never).
   int stats_log_interval_ms = 10000;
+  // File recording the spec of every table created (rewritten whole via temp + fsync + rename
+  // at each createTable), which RestoreTables() reads back after a restart. Empty: tables are
+  // not recorded (a memory store keeps nothing to restore anyway).
+  std::string tables_file;
 };
 
 // Makes the store for this server's shard of a table (default: MemoryRowStore).
@@ -48,6 +52,11 @@ class PsServer {
   ~PsServer();
   PsServer(const PsServer&) = delete;
   PsServer& operator=(const PsServer&) = delete;
+
+  // Re-creates every table recorded in options.tables_file, opening each store through the
+  // StoreFactory (a durable store reloads its shard). Call before node.Join(), so no request
+  // sees a table missing. OK if the file does not exist; Corruption if it is damaged.
+  Status RestoreTables();
 
   // Statistics as JSON (also the reply to getStats).
   std::string StatsJson() const;
@@ -75,6 +84,10 @@ class PsServer {
   void HandleClock(Request& request);
   void OnNodeEvent(const NodeEvent& event);
   void LogStats();
+  // Makes the table (its store through the factory). Expects tables_mu_ held exclusively.
+  Result<std::unique_ptr<Table>> MakeTableLocked(const TableSpec& spec);
+  // Writes the specs of tables_ (plus `extra`) to options_.tables_file. Expects tables_mu_ held.
+  Status RecordTablesLocked(const TableSpec* extra) const;
 
   Result<Table*> FindTable(uint32_t id);
   // Checks a push or pull's keys (and gradients) against the table and this shard.

@@ -1,15 +1,54 @@
 // server_main.cc: strata-server, a parameter server: joins the cluster, holds its shard of every
 // table, applies optimizers on push and enforces each table's consistency, until the scheduler
-// ends the job.
-#include <CLI/CLI.hpp>
+// ends the job. With server.store.kind = tiered its tables live on disk under
+// <path>/server-<rank>/ and the same command (same --rank) restarted after a crash reloads them
+// and rejoins.
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
+#include <filesystem>
 #include <iostream>
 
 #include "common/logging.h"
+#include "offload/tiered_row_store.h"
 #include "ps/server.h"
 #include "tools/job_config.h"
 #include "tools/signals.h"
+
+namespace strata {
+namespace {
+
+// The stores of this server's tables as server.store says: tiered ones at <dir>/table-<id>.
+// In checkpoint mode a table with a checkpoint is restored from its latest one; without one it
+// starts empty, since records written back between checkpoints are not a consistent state.
+StoreFactory MakeStoreFactory(const ServerStoreConfig& c, const std::string& dir) {
+  if (c.kind == StoreKind::kMemory) return {};
+  return [c, dir](const TableSpec& spec) -> Result<std::unique_ptr<RowStore>> {
+    TieredStoreOptions o;
+    o.path = dir + "/table-" + std::to_string(spec.id);
+    o.dram_budget_bytes = c.dram_budget_mb << 20;
+    o.policy = c.policy;
+    o.durability = c.durability;
+    o.checkpoint_every_clocks = c.checkpoint_every_clocks;
+    const int width = static_cast<int>(spec.RecordWidth());
+    if (c.durability == Durability::kCheckpoint) {
+      auto latest = TieredRowStore::LatestCheckpoint(o.path + "/checkpoints");
+      if (latest.ok()) {
+        STRATA_ASSIGN_OR_RETURN(auto store, TieredRowStore::OpenFromCheckpoint(*latest, o, width));
+        return std::unique_ptr<RowStore>(std::move(store));
+      }
+      if (!latest.status().IsNotFound()) return latest.status();
+      std::error_code ec;
+      std::filesystem::remove_all(o.path + "/db", ec);
+      if (ec) return Status::IOError("cannot clear " + o.path + "/db: " + ec.message());
+    }
+    STRATA_ASSIGN_OR_RETURN(auto store, TieredRowStore::Open(o, width));
+    return std::unique_ptr<RowStore>(std::move(store));
+  };
+}
+
+}  // namespace
+}  // namespace strata
 
 int main(int argc, char** argv) {
   using namespace strata;
@@ -17,14 +56,18 @@ int main(int argc, char** argv) {
   JobFlags flags;
   AddJobFlags(app, flags);
   NodeOptions node_options;
-  ServerOptions server_options;
   node_options.role = Role::kServer;
-  app.add_option("--rank", node_options.requested_rank, "server rank to ask for (-1: assigned)");
+  int workers = 0, stats_interval_ms = 0;
+  app.add_option("--rank", node_options.requested_rank,
+                 "server rank to ask for (-1: assigned; a tiered store needs it)");
   app.add_option("--bind", node_options.bind, "endpoint to listen on; port 0 picks a free one");
-  app.add_option("--workers", server_options.worker_threads, "threads applying pushes")
-      ->check(CLI::Range(1, 256));
-  app.add_option("--stats-interval-ms", server_options.stats_log_interval_ms,
-                 "log statistics this often (0: never)")->check(CLI::Range(0, 86400000));
+  auto* workers_flag =
+      app.add_option("--workers", workers, "threads applying pushes (overrides server.workers)")
+          ->check(CLI::Range(1, 256));
+  auto* stats_flag =
+      app.add_option("--stats-interval-ms", stats_interval_ms,
+                     "log statistics this often, 0: never (overrides server.stats_interval_ms)")
+          ->check(CLI::Range(0, 86400000));
   CLI11_PARSE(app, argc, argv);
 
   JobConfig job_config;
@@ -37,11 +80,38 @@ int main(int argc, char** argv) {
   InitLogging(log);
   InstallStopSignals();
 
+  ServerOptions server_options;
+  server_options.worker_threads = workers_flag->count() ? workers : job->server.workers;
+  server_options.stats_log_interval_ms =
+      stats_flag->count() ? stats_interval_ms : job->server.stats_interval_ms;
+  const ServerStoreConfig& store = job->server.store;
+  std::string dir;
+  if (store.kind == StoreKind::kTiered) {
+    // The directory is this server's identity across restarts, so the rank must be fixed.
+    if (node_options.requested_rank < 0) {
+      std::cerr << "strata-server: server.store.kind: tiered needs --rank\n";
+      return 2;
+    }
+    dir = store.path + "/server-" + std::to_string(node_options.requested_rank);
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) {
+      std::cerr << "strata-server: cannot create " << dir << ": " << ec.message() << "\n";
+      return 1;
+    }
+    server_options.tables_file = dir + "/tables";
+  }
+
   Node node(node_options);
   node.OnEvent([](const NodeEvent& e) {
     if (e.kind == NodeEvent::Kind::kDead) spdlog::warn("event: dead {}", e.node.Describe());
   });
-  PsServer server(node, server_options);
+  PsServer server(node, server_options, MakeStoreFactory(store, dir));
+  // Before Join: the first request after a restart already sees every reloaded table.
+  if (Status s = server.RestoreTables(); !s.ok()) {
+    spdlog::error("{}", s.ToString());
+    return 1;
+  }
   if (Status s = node.Join(); !s.ok()) {
     spdlog::error("{}", s.ToString());
     return 1;

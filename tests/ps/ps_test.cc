@@ -1,7 +1,8 @@
 // ps_test.cc: parameter servers and clients as threads in one process over the in-process
 // transport (2 servers, 3 trainers): BSP equals a single-process computation, ASP applies
 // every update exactly once, SSP blocks exactly when a trainer runs too far ahead, bad requests
-// change nothing, and a lost trainer fails BSP with an error naming it.
+// change nothing, a lost trainer fails BSP with an error naming it, stores hear every clock of
+// the slowest trainer, and recorded tables are restored by a new server.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include "ps/client.h"
 #include "ps/optimizer.h"
 #include "ps/scheduler.h"
+#include "offload/memory_row_store.h"
 #include "ps/server.h"
 #include "test_util.h"
 
@@ -37,7 +39,9 @@ class PsTest : public ::testing::Test {
     std::vector<std::future<Status>> joins;
     for (int s = 0; s < kServers; ++s) {
       server_nodes_.push_back(MakeNode(Role::kServer, "server" + std::to_string(s), s));
-      servers_.push_back(std::make_unique<PsServer>(*server_nodes_.back(), ServerOptions{2, 0}));
+      ServerOptions options{2, 0, ""};
+      if (!tables_dir_.empty()) options.tables_file = tables_dir_ + "/tables-" + std::to_string(s);
+      servers_.push_back(std::make_unique<PsServer>(*server_nodes_.back(), options, factory_));
     }
     for (int t = 0; t < real_trainers; ++t) {
       trainer_nodes_.push_back(MakeNode(Role::kTrainer, "trainer" + std::to_string(t), t));
@@ -74,6 +78,8 @@ class PsTest : public ::testing::Test {
 
   InprocHub hub_;
   ClusterOptions cluster_;
+  std::string tables_dir_;  // set: servers record their tables under it
+  StoreFactory factory_;    // set: the servers' stores
   std::unique_ptr<Scheduler> scheduler_;
   std::vector<std::unique_ptr<Node>> server_nodes_, trainer_nodes_;
   std::vector<std::unique_ptr<PsServer>> servers_;
@@ -345,6 +351,80 @@ TEST_F(PsTest, LostTrainerFailsBspNamingIt) {
   Status s = clients_[0]->Wait(p, Millis(10000));
   EXPECT_EQ(s.code(), StatusCode::kAborted) << s.ToString();
   EXPECT_NE(s.message().find("trainer 2"), std::string::npos) << s.ToString();
+}
+
+// A MemoryRowStore that records the clocks it is told about.
+class ClockRecordingStore final : public RowStore {
+ public:
+  ClockRecordingStore(int width, std::mutex* mu, std::vector<std::vector<uint64_t>>* log)
+      : inner_(width), mu_(mu), log_(log) {
+    std::lock_guard lock(*mu_);
+    log_->emplace_back();
+    index_ = log_->size() - 1;
+  }
+  int width() const override { return inner_.width(); }
+  Status Update(std::span<const uint64_t> keys, const Init& init, const Visit& visit) override {
+    return inner_.Update(keys, init, visit);
+  }
+  Status Read(std::span<const uint64_t> keys, const Init& init, const ReadVisit& visit) override {
+    return inner_.Read(keys, init, visit);
+  }
+  RowStoreStats stats() const override { return inner_.stats(); }
+  Status AdvanceClock(uint64_t clock) override {
+    std::lock_guard lock(*mu_);
+    (*log_)[index_].push_back(clock);
+    return Status::OK();
+  }
+
+ private:
+  MemoryRowStore inner_;
+  std::mutex* mu_;
+  std::vector<std::vector<uint64_t>>* log_;
+  size_t index_ = 0;
+};
+
+TEST_F(PsTest, StoresHearEveryClockAndRecordedTablesAreRestored) {
+  testing::TempDir dir;
+  tables_dir_ = dir.path();
+  std::mutex mu;
+  std::vector<std::vector<uint64_t>> clocks;  // per store created
+  factory_ = [&](const TableSpec& spec) -> Result<std::unique_ptr<RowStore>> {
+    return std::unique_ptr<RowStore>(std::make_unique<ClockRecordingStore>(spec.RecordWidth(), &mu, &clocks));
+  };
+  Start();
+  const TableSpec sparse = Sparse(1, 4, Consistency::kAsp);
+  const TableSpec dense = Dense(2, 100, 32, Consistency::kBsp);
+  CreateEverywhere(sparse);
+  CreateEverywhere(dense);
+  // Clocks advance only when the slowest trainer finishes one: trainer 0 runs 2 ahead first.
+  ASSERT_TRUE(clients_[0]->Clock().ok());
+  ASSERT_TRUE(clients_[0]->Clock().ok());
+  for (size_t t = 1; t < clients_.size(); ++t) ASSERT_TRUE(clients_[t]->Clock().ok());
+  for (size_t t = 1; t < clients_.size(); ++t) ASSERT_TRUE(clients_[t]->Clock().ok());
+  {
+    std::lock_guard lock(mu);
+    ASSERT_EQ(clocks.size(), 2u * kServers);  // 2 tables on each server
+    for (const auto& c : clocks) EXPECT_EQ(c, (std::vector<uint64_t>{1, 2}));
+  }
+
+  // A new server given server 0's tables file re-creates both tables through the factory.
+  auto node = MakeNode(Role::kServer, "restarted", 0);
+  PsServer restored(*node, ServerOptions{1, 0, tables_dir_ + "/tables-0"}, factory_);
+  ASSERT_TRUE(restored.RestoreTables().ok());
+  const std::string stats = restored.StatsJson();
+  EXPECT_NE(stats.find("\"sparse1\""), std::string::npos) << stats;
+  EXPECT_NE(stats.find("\"dense2\""), std::string::npos) << stats;
+
+  // No file: nothing to restore. A damaged one: Corruption naming it.
+  PsServer fresh(*node, ServerOptions{1, 0, dir.File("none")}, factory_);
+  EXPECT_TRUE(fresh.RestoreTables().ok());
+  std::string bytes = testing::ReadFile(tables_dir_ + "/tables-0");
+  bytes[bytes.size() / 2] ^= 0x5a;
+  testing::WriteFile(dir.File("damaged"), bytes);
+  PsServer damaged(*node, ServerOptions{1, 0, dir.File("damaged")}, factory_);
+  Status s = damaged.RestoreTables();
+  EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
+  EXPECT_NE(s.message().find("damaged"), std::string::npos) << s.ToString();
 }
 
 }  // namespace

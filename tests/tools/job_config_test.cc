@@ -102,5 +102,45 @@ TEST(ConfigJobTest, PrintedConfigReadsBackTheSame) {
   EXPECT_EQ(JobConfigToYaml(*again), text);
 }
 
+TEST(ConfigJobTest, ServerStoreDefaultsToMemoryAndTieredExampleLoads) {
+  auto defaults = LoadJobConfig("", {});
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  EXPECT_EQ(defaults->server.store.kind, StoreKind::kMemory);
+  EXPECT_EQ(defaults->server.workers, 2);
+
+  auto job = LoadJobConfig(SourcePath("examples/tiered_server.yaml"), {});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->server.workers, 4);
+  EXPECT_EQ(job->server.store.kind, StoreKind::kTiered);
+  EXPECT_EQ(job->server.store.path, "/tmp/strata-store");
+  EXPECT_EQ(job->server.store.dram_budget_mb, 1024u);
+  EXPECT_EQ(job->server.store.policy, EvictionPolicy::kLfu);
+  EXPECT_EQ(job->server.store.durability, Durability::kWal);
+
+  auto checkpoint = LoadJobConfig(SourcePath("examples/tiered_server.yaml"),
+                                  {"server.store.durability=checkpoint",
+                                   "server.store.checkpoint_every_clocks=50"});
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().ToString();
+  EXPECT_EQ(checkpoint->server.store.durability, Durability::kCheckpoint);
+  EXPECT_EQ(checkpoint->server.store.checkpoint_every_clocks, 50u);
+}
+
+TEST(ConfigJobTest, ServerStoreErrorsNameTheField) {
+  auto no_path = LoadJobConfig("", {"server.store.kind=tiered"});
+  EXPECT_THAT(no_path.status().message(),
+              HasSubstr("server.store.path: is required by kind: tiered"));
+  auto memory_wal = LoadJobConfig("", {"server.store.durability=wal"});
+  EXPECT_THAT(memory_wal.status().message(),
+              HasSubstr("server.store.durability: needs kind: tiered"));
+  auto never = LoadJobConfig("", {"server.store.kind=tiered", "server.store.path=/tmp/x",
+                                  "server.store.durability=checkpoint"});
+  EXPECT_THAT(never.status().message(),
+              HasSubstr("server.store.checkpoint_every_clocks: must be at least 1"));
+  auto policy = LoadJobConfig("", {"server.store.policy=fifo"});
+  EXPECT_THAT(policy.status().message(), HasSubstr("server.store.policy: expected"));
+  auto workers = LoadJobConfig("", {"server.workers=0"});
+  EXPECT_THAT(workers.status().message(), HasSubstr("server.workers: expected"));
+}
+
 }  // namespace
 }  // namespace strata
