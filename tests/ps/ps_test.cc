@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <future>
+#include <nlohmann/json.hpp>
+#include <random>
 #include <thread>
 
 #include "common/inproc_transport.h"
@@ -14,6 +16,7 @@
 #include "ps/optimizer.h"
 #include "ps/scheduler.h"
 #include "offload/memory_row_store.h"
+#include "offload/tiered_row_store.h"
 #include "ps/server.h"
 #include "test_util.h"
 
@@ -425,6 +428,65 @@ TEST_F(PsTest, StoresHearEveryClockAndRecordedTablesAreRestored) {
   Status s = damaged.RestoreTables();
   EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
   EXPECT_NE(s.message().find("damaged"), std::string::npos) << s.ToString();
+}
+
+// The servers keep the table in tiered stores whose DRAM budget is a tenth of the table: a
+// training run through them must give exactly the values of the same updates in one process.
+TEST_F(PsTest, TableTenTimesTheDramBudgetTrainsToTheInMemoryValues) {
+  testing::TempDir dir;
+  constexpr uint64_t kBudget = 64 << 10;  // per server; the table is ~1.2 MB over 2 servers
+  std::atomic<int> stores{0};
+  factory_ = [&](const TableSpec& spec) -> Result<std::unique_ptr<RowStore>> {
+    TieredStoreOptions o;
+    o.path = dir.path() + "/store-" + std::to_string(stores++);
+    o.dram_budget_bytes = kBudget;
+    o.shards = 2;
+    STRATA_ASSIGN_OR_RETURN(auto store, TieredRowStore::Open(o, spec.RecordWidth()));
+    return std::unique_ptr<RowStore>(std::move(store));
+  };
+  Start();
+  OptimizerSpec adam;
+  adam.kind = OptimizerKind::kAdam;
+  adam.lr = 0.01f;
+  const TableSpec t = Sparse(1, 16, Consistency::kAsp, adam);
+  ASSERT_TRUE(clients_[0]->CreateTable(t).ok());
+
+  std::mt19937_64 rng(11);
+  std::map<uint64_t, std::vector<float>> reference;
+  for (int batch = 0; batch < 30; ++batch) {
+    std::vector<uint64_t> keys(500);
+    for (auto& k : keys) k = rng() % 4000;
+    std::vector<float> g(keys.size() * 16);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = Grad(0, batch, keys[i / 16], static_cast<int>(i % 16));
+    PsTicket p = clients_[0]->Push(1, keys, g.data());
+    ASSERT_TRUE(clients_[0]->Wait(p).ok());
+    // The same update in this process: duplicates summed in order, as the client merges them.
+    std::map<uint64_t, std::vector<float>> merged;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      auto [it, fresh] = merged.try_emplace(keys[i], g.begin() + i * 16, g.begin() + (i + 1) * 16);
+      if (!fresh) for (int j = 0; j < 16; ++j) it->second[j] += g[i * 16 + j];
+    }
+    for (auto& [key, sum] : merged) {
+      if (!reference.count(key)) reference[key] = FreshRecord(t, key);
+      ApplyUpdate(adam, t.StateSlots(), reference[key], 16, sum.data(), 1.0f);
+    }
+  }
+  std::vector<uint64_t> all;
+  for (const auto& [key, r] : reference) all.push_back(key);
+  std::vector<float> out(all.size() * 16);
+  PsTicket q = clients_[0]->Pull(1, all, out.data());
+  ASSERT_TRUE(clients_[0]->Wait(q).ok());
+  for (size_t i = 0; i < all.size(); ++i) {
+    for (int j = 0; j < 16; ++j) ASSERT_EQ(out[i * 16 + j], reference[all[i]][j]) << "key " << all[i];
+  }
+  // The stores really were over budget: most records lived in RocksDB, not DRAM.
+  for (uint32_t s = 0; s < kServers; ++s) {
+    auto stats = clients_[0]->ServerStats(s);
+    ASSERT_TRUE(stats.ok());
+    const auto table = nlohmann::json::parse(*stats)["tables"][0];
+    EXPECT_GT(table["records"].get<uint64_t>() * t.RecordWidth() * sizeof(float),
+              5 * table["bytes_in_memory"].get<uint64_t>()) << *stats;
+  }
 }
 
 }  // namespace
