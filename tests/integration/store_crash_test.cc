@@ -35,7 +35,7 @@ class StoreCrashTest : public ::testing::Test {
     std::vector<std::string> common = {"--set", "cluster.servers=1",
                                        "--set", "cluster.trainers=2",
                                        "--set", "cluster.heartbeat_interval_ms=100",
-                                       "--set", "cluster.heartbeat_timeout_ms=1000"};
+                                       "--set", "cluster.heartbeat_timeout_ms=2500"};
     std::vector<std::string> sched = {BinPath("strata-scheduler"), "--bind", "tcp://127.0.0.1:0",
                                       "--address-file", dir_.File("addr")};
     sched.insert(sched.end(), common.begin(), common.end());
@@ -59,7 +59,7 @@ class StoreCrashTest : public ::testing::Test {
     cluster.servers = 1;
     cluster.trainers = kTrainers;
     cluster.heartbeat_interval_ms = 100;
-    cluster.heartbeat_timeout_ms = 1000;
+    cluster.heartbeat_timeout_ms = 2500;
     for (int t = 0; t < kTrainers; ++t) {
       NodeOptions o;
       o.cluster = cluster;

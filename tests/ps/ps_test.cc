@@ -35,7 +35,7 @@ class PsTest : public ::testing::Test {
     cluster_.servers = kServers;
     cluster_.trainers = kTrainers;
     cluster_.heartbeat_interval_ms = 20;
-    cluster_.heartbeat_timeout_ms = 500;
+    cluster_.heartbeat_timeout_ms = 2000;  // generous: a loaded CI machine must not fake deaths
     scheduler_ = std::make_unique<Scheduler>(SchedulerOptions{cluster_},
                                              std::make_unique<InprocTransport>(&hub_));
     ASSERT_TRUE(scheduler_->Start("mem://scheduler").ok());

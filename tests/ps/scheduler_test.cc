@@ -25,7 +25,7 @@ class SchedulerTest : public ::testing::Test {
     cluster_.servers = servers;
     cluster_.trainers = trainers;
     cluster_.heartbeat_interval_ms = 20;
-    cluster_.heartbeat_timeout_ms = 400;
+    cluster_.heartbeat_timeout_ms = 2000;  // generous: a loaded CI machine must not fake deaths
     cluster_.join_timeout_ms = 10000;
     scheduler_ = std::make_unique<Scheduler>(SchedulerOptions{cluster_},
                                              std::make_unique<InprocTransport>(&hub_));
