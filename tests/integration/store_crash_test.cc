@@ -26,7 +26,7 @@ using testing::WaitFor;
 constexpr int kTrainers = 2;
 constexpr uint32_t kDim = 4;
 constexpr uint64_t kKeys = 16;
-constexpr Millis kClientTimeout(3000);
+constexpr Millis kClientTimeout(6000);  // covers detection (2.5 s) + restart, twice over
 
 class StoreCrashTest : public ::testing::Test {
  protected:
