@@ -37,10 +37,10 @@ std::vector<std::pair<uint32_t, std::vector<uint64_t>>> DenseRequests(const Tabl
   return requests;
 }
 
-// Failures a server outage produces; anything else (a bad request) is final.
+// Failures a server outage produces; anything else (a bad request, our own shutdown, which
+// reports Cancelled) is final.
 bool Retryable(const Status& s) {
-  return s.code() == StatusCode::kDeadlineExceeded || s.code() == StatusCode::kUnavailable ||
-         s.code() == StatusCode::kCancelled;
+  return s.code() == StatusCode::kDeadlineExceeded || s.code() == StatusCode::kUnavailable;
 }
 
 // A frame viewing a vector shared by every (re)send of one request.

@@ -6,7 +6,7 @@
 // Dense pushes are zero-copy: the gradient buffer is handed to the transport as is, so it
 // must stay valid and unchanged until Wait() returns. Pull outputs are written at Wait().
 //
-// Server outages: a call that fails with DeadlineExceeded, Unavailable or Cancelled (a server
+// Server outages: a call that fails with DeadlineExceeded or Unavailable (a server
 // killed, or restarted and rejoined at a new address) is sent again, the same request to that
 // server rank's current address, for up to `timeout` more (see Wait). Delivery is therefore
 // at least once: a push the server applied (and, with a wal store, logged) whose reply was lost
@@ -58,7 +58,7 @@ class PsClient {
   PsTicket PushDense(uint32_t table, const float* grads);
 
   // Waits for every server's part. The first error names the server. A part that failed with
-  // DeadlineExceeded/Unavailable/Cancelled is retried (after `timeout`, default the client's
+  // DeadlineExceeded/Unavailable is retried (after `timeout`, default the client's
   // timeout + 1 s) for up to the client's timeout, so an outage may take about twice that.
   Status Wait(PsTicket& ticket, std::optional<Millis> timeout = std::nullopt);
 
