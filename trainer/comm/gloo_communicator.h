@@ -1,0 +1,33 @@
+// gloo_communicator.h: GlooCommunicator, the CPU Communicator over Gloo's TCP transport, and
+// KvRendezvousStore, which lets Gloo rendezvous through the scheduler's key-value store.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "ps/node.h"
+#include "trainer/comm/communicator.h"
+
+namespace gloo {
+class Context;
+namespace rendezvous {
+class Store;
+}
+}  // namespace gloo
+
+namespace strata {
+
+struct GlooOptions {
+  std::string hostname = "127.0.0.1";  // the interface Gloo's TCP pairs listen on
+  Millis timeout{60000};               // for rendezvous and for every collective
+};
+
+// Creates the communicator of `rank` among `size` ranks, rendezvousing under `name` in the
+// scheduler's kv store (all ranks of a group pass the same name; different groups, e.g. one per
+// ProcessMesh dim, use different names). Blocks until every rank has joined.
+Result<std::unique_ptr<Communicator>> MakeGlooCommunicator(Node& node, const std::string& name,
+                                                           int rank, int size,
+                                                           const GlooOptions& options = {});
+
+}  // namespace strata
