@@ -19,6 +19,17 @@ const ops::Exec kCpu = ops::Exec::Cpu();
 // A seed per batch: batch k of a stream is a function of (seed, k) only.
 uint64_t BatchSeed(uint64_t seed, int64_t k) { return rng::Hash(seed, static_cast<uint64_t>(k)); }
 
+// The held-out set of a synthetic source: eval_samples drawn from a seed stream of their own,
+// in batches of batch_size (the last one short).
+template <typename MakeBatch>
+std::vector<Batch> SyntheticEvalSet(const DataOptions& d, int64_t batch_size, MakeBatch&& make) {
+  std::vector<Batch> out;
+  for (int64_t i = 0; i * batch_size < d.eval_samples; ++i) {
+    out.push_back(make(BatchSeed(d.seed ^ 0xE7A1ull, i), std::min(batch_size, d.eval_samples - i * batch_size)));
+  }
+  return out;
+}
+
 // y = x @ A / sqrt(in) + noise-free: a linear teacher the MLP can fit to any precision.
 class RegressionSource final : public DataSource {
  public:
@@ -31,12 +42,7 @@ class RegressionSource final : public DataSource {
   }
   Batch Next() override { return Make(BatchSeed(d_.seed, position_++), batch_); }
   std::vector<Batch> EvalSet(int64_t batch_size) override {
-    std::vector<Batch> out;
-    for (int64_t i = 0; i * batch_size < d_.eval_samples; ++i) {
-      out.push_back(Make(BatchSeed(d_.seed ^ 0xE7A1ull, i),
-                         std::min(batch_size, d_.eval_samples - i * batch_size)));
-    }
-    return out;
+    return SyntheticEvalSet(d_, batch_size, [this](uint64_t seed, int64_t n) { return Make(seed, n); });
   }
 
  private:
@@ -76,12 +82,7 @@ class ClickLogSource final : public DataSource {
   }
   Batch Next() override { return Make(BatchSeed(d_.seed, position_++), batch_); }
   std::vector<Batch> EvalSet(int64_t batch_size) override {
-    std::vector<Batch> out;
-    for (int64_t i = 0; i * batch_size < d_.eval_samples; ++i) {
-      out.push_back(Make(BatchSeed(d_.seed ^ 0xE7A1ull, i),
-                         std::min(batch_size, d_.eval_samples - i * batch_size)));
-    }
-    return out;
+    return SyntheticEvalSet(d_, batch_size, [this](uint64_t seed, int64_t n) { return Make(seed, n); });
   }
 
  private:
