@@ -20,6 +20,7 @@
 #include "common/options.h"
 #include "common/status.h"
 #include "offload/tiered_row_store.h"
+#include "trainer/train_options.h"
 
 namespace CLI {
 class App;
@@ -53,12 +54,20 @@ struct ServerConfig {
   ServerStoreConfig store;
 };
 
-// Later issues add model, parallel, sync, optimizer, storage and train sections.
+// One file describes the whole job; every binary reads all of it (and uses its sections).
 struct JobConfig {
   ClusterOptions cluster;
   TransportOptions transport;
   LogOptions log;  // only `level` is read from the job; role and rank are set by main()
   ServerConfig server;
+  // strata-trainer's sections (trainer/train_options.h).
+  ModelOptions model;
+  OptimizerOptions optimizer;
+  TrainOptions train;
+  DataOptions data;
+  SyncOptions sync;
+
+  TrainJob ToTrainJob() const { return {model, optimizer, train, data, log, sync}; }
 };
 
 void Bind(config::Binder& b, ServerStoreConfig& o);

@@ -2,6 +2,10 @@
 #include <CLI/CLI.hpp>
 
 #include <filesystem>
+#include <iostream>
+#include <sstream>
+
+#include "tools/job_config.h"
 
 #include "tools/launcher.h"
 
@@ -19,9 +23,44 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 600000));
   app.add_option("--timeout", o.timeout_s, "stop the job after this many seconds (0: never)")
       ->check(CLI::Range(0, 1 << 30));
-  app.add_option("--server-command", o.server_command, "server program and its arguments");
-  app.add_option("--trainer-command", o.trainer_command, "trainer program and its arguments");
+  app.add_option("--server-command", o.server_command, "server program and its arguments (one string is split at spaces)");
+  app.add_option("--trainer-command", o.trainer_command, "trainer program and its arguments (one string is split at spaces)");
+  app.add_flag("--keep-going", o.keep_going,
+               "a failed trainer (other than 0) does not stop the others; on by default for "
+               "asynchronous jobs (sync.mode ps or hybrid with consistency asp)");
   CLI11_PARSE(app, argc, argv);
+
+  // A command given as one string ("strata-node --role server") is split at spaces.
+  for (auto* command : {&o.server_command, &o.trainer_command}) {
+    if (command->size() != 1) continue;
+    std::istringstream words(command->front());
+    command->clear();
+    for (std::string w; words >> w;) command->push_back(w);
+  }
+  // Check the job here, once, rather than in every process.
+  std::vector<std::string> overrides = o.overrides;
+  overrides.push_back("cluster.servers=" + std::to_string(o.servers));
+  overrides.push_back("cluster.trainers=" + std::to_string(o.trainers));
+  auto job = LoadJobConfig(o.config_path, overrides);
+  if (!job.ok()) {
+    std::cerr << "strata-launch: " << job.status().ToString() << "\n";
+    return 2;
+  }
+  const SyncOptions::Mode mode = job->sync.mode;
+  const bool real_trainers = o.trainer_command == LaunchOptions().trainer_command;
+  if (real_trainers && mode == SyncOptions::Mode::kLocal) {
+    std::cerr << "strata-launch: sync.mode is local (one trainer, no cluster); set sync.mode to "
+                 "allreduce, ps or hybrid (e.g. --set sync.mode=allreduce), or run strata-trainer "
+                 "alone\n";
+    return 2;
+  }
+  const bool uses_servers = mode == SyncOptions::Mode::kPs || mode == SyncOptions::Mode::kHybrid;
+  if (real_trainers && uses_servers && o.servers == 0) {
+    std::cerr << "strata-launch: sync.mode " << (mode == SyncOptions::Mode::kPs ? "ps" : "hybrid")
+              << " needs at least one server (--servers)\n";
+    return 2;
+  }
+  if (uses_servers && job->sync.consistency == Consistency::kAsp) o.keep_going = true;
   o.bin_dir = std::filesystem::canonical("/proc/self/exe").parent_path().string();
   return Launcher(o).Run();
 }

@@ -7,14 +7,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "tools/signals.h"
+
+extern char** environ;
 
 namespace strata {
 namespace {
@@ -46,6 +50,18 @@ Status Launcher::Spawn(const std::string& name, std::vector<std::string> argv) {
   if (access(argv[0].c_str(), X_OK) != 0) {
     return Status::NotFound(name + ": no executable at " + argv[0]);
   }
+  // The environment, built before fork (the child must not allocate).
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) {
+    if (std::strncmp(*e, "STRATA_PROGRESS=", 16) != 0) env_strings.emplace_back(*e);
+  }
+  env_strings.emplace_back("STRATA_PROGRESS=launcher");
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return Status::IOError("pipe: " + std::string(strerror(errno)));
   const pid_t parent = getpid();
@@ -57,10 +73,7 @@ Status Launcher::Spawn(const std::string& name, std::vector<std::string> argv) {
     if (getppid() != parent) _exit(1);
     dup2(fds[1], 1);
     dup2(fds[1], 2);
-    std::vector<char*> args;
-    for (auto& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    execv(args[0], args.data());
+    execve(args[0], args.data(), envp.data());
     std::fprintf(stderr, "exec %s: %s\n", args[0], strerror(errno));
     _exit(127);
   }
@@ -74,22 +87,81 @@ Status Launcher::Spawn(const std::string& name, std::vector<std::string> argv) {
     FILE* in = fdopen(fd, "r");
     char* line = nullptr;
     size_t cap = 0;
-    while (getline(&line, &cap, in) > 0) {
-      std::lock_guard lock(out_mu_);
-      std::fputs(prefix.c_str(), stdout);
-      std::fputs(line, stdout);
-      std::fflush(stdout);
-    }
+    while (getline(&line, &cap, in) > 0) OnLine(prefix, line);
     free(line);
     fclose(in);
   });
-  {
-    std::lock_guard lock(out_mu_);
-    std::printf("strata-launch: started %s (pid %d)\n", name.c_str(), pid);
-    std::fflush(stdout);
-  }
   children_.push_back(std::move(child));
+  OnLine("", "strata-launch: started " + name + " (pid " + std::to_string(pid) + ")\n");
   return Status::OK();
+}
+
+void Launcher::OnLine(const std::string& prefix, const std::string& line) {
+  std::lock_guard lock(out_mu_);
+  static const std::string kMark = "@progress ";
+  if (line.compare(0, kMark.size(), kMark) == 0) {
+    auto j = nlohmann::json::parse(line.substr(kMark.size()), nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("rank") && j["rank"].is_number_integer()) {
+      const int rank = j["rank"].get<int>();
+      if (rank >= 0 && rank < 4096) {
+        if (static_cast<int>(progress_.size()) <= rank) progress_.resize(rank + 1);
+        Progress& p = progress_[rank];
+        p.step = j.value("step", int64_t{0});
+        p.steps = j.value("steps", int64_t{0});
+        p.loss = j.value("loss", 0.0);
+        p.samples_per_s = j.value("samples_per_s", 0.0);
+        p.eta_s = j.value("eta_s", 0.0);
+        ShowProgressLocked(false);
+        return;
+      }
+    }
+  }
+  if (progress_shown_) std::fputs("\r\033[K", stdout);  // the log line goes above the progress line
+  std::fputs(prefix.c_str(), stdout);
+  std::fputs(line.c_str(), stdout);
+  if (!line.empty() && line.back() != '\n') std::fputc('\n', stdout);
+  progress_shown_ = false;
+  if (tty_ && !progress_.empty()) ShowProgressLocked(true);
+  std::fflush(stdout);
+}
+
+std::string Launcher::ProgressLineLocked() const {
+  int64_t slowest = INT64_MAX, fastest = 0, steps = 0;
+  double rate = 0, eta = 0, loss = 0;
+  int reporting = 0;
+  for (const Progress& p : progress_) {
+    if (p.steps == 0) continue;
+    ++reporting;
+    slowest = std::min(slowest, p.step);
+    fastest = std::max(fastest, p.step);
+    steps = std::max(steps, p.steps);
+    rate += p.samples_per_s;
+    eta = std::max(eta, p.eta_s);
+  }
+  if (!progress_.empty()) loss = progress_[0].loss;
+  const int e = static_cast<int>(eta);
+  char buf[256];
+  std::snprintf(buf, sizeof(buf),
+                "progress: step %lld/%lld%s | loss %.5f | %.0f samples/s | %d/%d trainers | ETA %02d:%02d:%02d",
+                static_cast<long long>(slowest), static_cast<long long>(steps),
+                fastest > slowest ? (" (fastest " + std::to_string(fastest) + ")").c_str() : "",
+                loss, rate, reporting, options_.trainers, e / 3600, e / 60 % 60, e % 60);
+  return buf;
+}
+
+void Launcher::ShowProgressLocked(bool force) {
+  const auto now = Clock::now();
+  if (tty_) {
+    std::fputs(("\r\033[K" + ProgressLineLocked()).c_str(), stdout);
+    progress_shown_ = true;
+  } else if (force || now - last_progress_ > std::chrono::seconds(5)) {
+    // Not a terminal (a log file, CI): a progress line every few seconds.
+    std::fputs(("strata-launch: " + ProgressLineLocked() + "\n").c_str(), stdout);
+  } else {
+    return;
+  }
+  last_progress_ = now;
+  std::fflush(stdout);
 }
 
 Result<std::string> Launcher::WaitForSchedulerAddress(const std::string& path) {
@@ -155,6 +227,7 @@ void Launcher::StopAll() {
 
 int Launcher::Run() {
   const auto start = Clock::now();
+  tty_ = isatty(STDOUT_FILENO);
   InstallStopSignals();
   auto common_args = [&] {
     std::vector<std::string> args;
@@ -189,14 +262,22 @@ int Launcher::Run() {
     }
   }
 
-  // Supervise: the job succeeds when every process exited 0; the first failure stops it.
+  // Supervise: the job succeeds when every process exited 0; the first failure stops it
+  // (unless it is a trainer and the job goes on without lost trainers).
+  std::vector<std::string> lost;
   while (true) {
     Reap();
     for (const auto& c : children_) {
-      if (!c->running && c->exit_code != 0) {
-        return fail(Status::Aborted(c->name + " (pid " + std::to_string(c->pid) + ") exited with " +
-                                    Code(c->exit_code) + "; stopped the cluster"));
+      if (c->running || c->exit_code == 0) continue;
+      const std::string what = c->name + " (pid " + std::to_string(c->pid) + ") exited with " + Code(c->exit_code);
+      if (options_.keep_going && c->name.rfind("trainer ", 0) == 0 && c->name != "trainer 0") {
+        if (std::find(lost.begin(), lost.end(), what) == lost.end()) {
+          lost.push_back(what);
+          OnLine("", "strata-launch: " + what + "; asynchronous training goes on without it\n");
+        }
+        continue;
       }
+      return fail(Status::Aborted(what + "; stopped the cluster"));
     }
     if (!AnyRunning()) break;
     if (StopRequested()) {
@@ -211,6 +292,11 @@ int Launcher::Run() {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   StopAll();  // joins the output readers
+  if (!progress_.empty() && tty_) std::fputs("\n", stdout);
+  if (!lost.empty()) {
+    std::fprintf(stderr, "strata-launch: the job finished without %zu lost trainer(s): %s\n", lost.size(), lost[0].c_str());
+    return 1;
+  }
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   std::printf("strata-launch: scheduler, %d servers and %d trainers all exited cleanly in %.1f s\n",
               options_.servers, options_.trainers, secs);

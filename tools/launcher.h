@@ -1,12 +1,16 @@
 // launcher.h: Launcher, which runs a whole cluster on this machine: the scheduler (on a free
-// port), then S servers and W trainers pointed at it. Their output is streamed with a
-// "[server 1] " prefix. If any process fails, or on Ctrl-C, everything is stopped (SIGTERM,
-// then SIGKILL after a grace period); children also die with the launcher (PDEATHSIG), so no
-// process is left behind.
+// port), then S strata-server and W strata-trainer processes pointed at it. Their output is
+// streamed with a "[server 1] " prefix; the trainers' progress reports (STRATA_PROGRESS=launcher
+// makes them print "@progress {json}" lines) are folded into one progress line. If any process
+// fails, or on Ctrl-C, everything is stopped (SIGTERM, then SIGKILL after a grace period);
+// children also die with the launcher (PDEATHSIG), so no process is left behind. The one
+// exception is asynchronous training (sync.mode ps, consistency asp, or --keep-going): a lost
+// trainer is reported and the others finish without it; the job still exits non-zero.
 #pragma once
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -23,8 +27,9 @@ struct LaunchOptions {
   std::string config_path;             // passed to every process as --config
   std::vector<std::string> overrides;  // passed to every process as --set
   std::string bin_dir;                 // where strata-scheduler and the node binaries are
-  std::vector<std::string> server_command = {"strata-node", "--role", "server"};
-  std::vector<std::string> trainer_command = {"strata-node", "--role", "trainer"};
+  std::vector<std::string> server_command = {"strata-server"};
+  std::vector<std::string> trainer_command = {"strata-trainer"};
+  bool keep_going = false;  // a failed trainer does not stop the others (set for ASP jobs)
   int grace_ms = 3000;    // between SIGTERM and SIGKILL when stopping
   int timeout_s = 0;      // stop the job after this long; 0: no limit
 };
@@ -49,6 +54,9 @@ class Launcher {
   };
 
   Status Spawn(const std::string& name, std::vector<std::string> argv);
+  void OnLine(const std::string& prefix, const std::string& line);  // from a child
+  void ShowProgressLocked(bool force);
+  std::string ProgressLineLocked() const;
   Result<std::string> WaitForSchedulerAddress(const std::string& path);
   void Reap();  // collects exit codes of finished children
   void StopAll();
@@ -58,6 +66,15 @@ class Launcher {
   std::string work_dir_;
   std::vector<std::unique_ptr<Child>> children_;
   std::mutex out_mu_;
+  // Progress (under out_mu_): the latest report of each trainer rank.
+  struct Progress {
+    int64_t step = 0, steps = 0;
+    double loss = 0, samples_per_s = 0, eta_s = 0;
+  };
+  std::vector<Progress> progress_;
+  bool tty_ = false;
+  bool progress_shown_ = false;  // a progress line is on the terminal (tty) and must be cleared
+  std::chrono::steady_clock::time_point last_progress_{};
 };
 
 }  // namespace strata

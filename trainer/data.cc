@@ -16,8 +16,19 @@ namespace {
 
 const ops::Exec kCpu = ops::Exec::Cpu();
 
-// A seed per batch: batch k of a stream is a function of (seed, k) only.
+// A seed per batch: batch k of a stream is a function of (seed, k) only, and sample i of it a
+// function of (BatchSeed, i) only, so a shard of a batch does not depend on the other shards.
 uint64_t BatchSeed(uint64_t seed, int64_t k) { return rng::Hash(seed, static_cast<uint64_t>(k)); }
+uint64_t SampleSeed(uint64_t batch_seed, int64_t i) { return rng::Hash(batch_seed, static_cast<uint64_t>(i)); }
+
+// The sample seeds of this shard's part of global batch `k`.
+std::vector<uint64_t> ShardSeeds(uint64_t seed, int64_t k, int64_t global_batch, const DataShard& shard) {
+  const int64_t local = global_batch / shard.count;
+  std::vector<uint64_t> out(local);
+  const uint64_t bs = BatchSeed(seed, k);
+  for (int64_t i = 0; i < local; ++i) out[i] = SampleSeed(bs, shard.rank * local + i);
+  return out;
+}
 
 // The held-out set of a synthetic source: eval_samples drawn from a seed stream of their own,
 // in batches of batch_size (the last one short).
@@ -25,7 +36,11 @@ template <typename MakeBatch>
 std::vector<Batch> SyntheticEvalSet(const DataOptions& d, int64_t batch_size, MakeBatch&& make) {
   std::vector<Batch> out;
   for (int64_t i = 0; i * batch_size < d.eval_samples; ++i) {
-    out.push_back(make(BatchSeed(d.seed ^ 0xE7A1ull, i), std::min(batch_size, d.eval_samples - i * batch_size)));
+    const int64_t n = std::min(batch_size, d.eval_samples - i * batch_size);
+    std::vector<uint64_t> seeds(n);
+    // Sample g of the held-out set depends on g only, not on how the set is batched.
+    for (int64_t j = 0; j < n; ++j) seeds[j] = SampleSeed(d.seed ^ 0xE7A1ull, i * batch_size + j);
+    out.push_back(make(seeds));
   }
   return out;
 }
@@ -33,26 +48,29 @@ std::vector<Batch> SyntheticEvalSet(const DataOptions& d, int64_t batch_size, Ma
 // y = x @ A / sqrt(in) + noise-free: a linear teacher the MLP can fit to any precision.
 class RegressionSource final : public DataSource {
  public:
-  RegressionSource(const DataOptions& d, const ModelOptions& m, int64_t batch)
-      : d_(d), in_(m.mlp_in), out_(m.mlp_out), batch_(batch) {
+  RegressionSource(const DataOptions& d, const ModelOptions& m, int64_t batch, DataShard shard)
+      : d_(d), in_(m.mlp_in), out_(m.mlp_out), batch_(batch), shard_(shard) {
     teacher_.resize(in_ * out_);
     rng::Stream s(rng::Derive(d.seed, "regression.teacher"));
     const double scale = 1.0 / std::sqrt(static_cast<double>(in_));
     for (auto& w : teacher_) w = static_cast<float>(s.Normal() * scale);
   }
-  Batch Next() override { return Make(BatchSeed(d_.seed, position_++), batch_); }
+  Batch Next() override { return Make(ShardSeeds(d_.seed, position_++, batch_, shard_)); }
   std::vector<Batch> EvalSet(int64_t batch_size) override {
-    return SyntheticEvalSet(d_, batch_size, [this](uint64_t seed, int64_t n) { return Make(seed, n); });
+    return SyntheticEvalSet(d_, batch_size, [this](const std::vector<uint64_t>& seeds) { return Make(seeds); });
   }
 
  private:
-  Batch Make(uint64_t seed, int64_t n) const {
+  Batch Make(const std::vector<uint64_t>& seeds) const {
+    const int64_t n = static_cast<int64_t>(seeds.size());
     Batch b;
     b.x = ops::NewTensor(kCpu, {n, in_});
     b.target = ops::NewTensor(kCpu, {n, out_});
-    rng::Stream s(seed);
     float* x = b.x.data_as<float>();
-    for (int64_t i = 0; i < n * in_; ++i) x[i] = static_cast<float>(s.Normal());
+    for (int64_t i = 0; i < n; ++i) {
+      rng::Stream s(seeds[i]);
+      for (int64_t j = 0; j < in_; ++j) x[i * in_ + j] = static_cast<float>(s.Normal());
+    }
     Tensor a = Tensor::FromBlob(const_cast<float*>(teacher_.data()), {in_, out_}, DType::kF32,
                                 Device::CPU(), nullptr);
     ops::Matmul(kCpu, b.x, a, b.target, false, false);
@@ -61,6 +79,7 @@ class RegressionSource final : public DataSource {
   }
   DataOptions d_;
   int64_t in_, out_, batch_;
+  DataShard shard_;
   std::vector<float> teacher_;
 };
 
@@ -68,8 +87,8 @@ class RegressionSource final : public DataSource {
 // planted weights of the ids)). The planted probability is returned as the oracle.
 class ClickLogSource final : public DataSource {
  public:
-  ClickLogSource(const DataOptions& d, const ModelOptions& m, int64_t batch)
-      : d_(d), fields_(m.fields), vocab_(m.field_vocab), batch_(batch) {
+  ClickLogSource(const DataOptions& d, const ModelOptions& m, int64_t batch, DataShard shard)
+      : d_(d), fields_(m.fields), vocab_(m.field_vocab), batch_(batch), shard_(shard) {
     cdf_.resize(vocab_);
     double total = 0;
     for (int64_t r = 0; r < vocab_; ++r) total += std::pow(r + 1.0, -d.zipf_exponent);
@@ -80,19 +99,20 @@ class ClickLogSource final : public DataSource {
     for (auto& w : weights_) w = static_cast<float>(s.Normal() * d.planted_scale);
     bias_ = -1.0f;  // a CTR around 30%
   }
-  Batch Next() override { return Make(BatchSeed(d_.seed, position_++), batch_); }
+  Batch Next() override { return Make(ShardSeeds(d_.seed, position_++, batch_, shard_)); }
   std::vector<Batch> EvalSet(int64_t batch_size) override {
-    return SyntheticEvalSet(d_, batch_size, [this](uint64_t seed, int64_t n) { return Make(seed, n); });
+    return SyntheticEvalSet(d_, batch_size, [this](const std::vector<uint64_t>& seeds) { return Make(seeds); });
   }
 
  private:
-  Batch Make(uint64_t seed, int64_t n) const {
+  Batch Make(const std::vector<uint64_t>& seeds) const {
+    const int64_t n = static_cast<int64_t>(seeds.size());
     Batch b;
     b.ids = ops::NewTensor(kCpu, {n, fields_}, DType::kI32);
     b.target = ops::NewTensor(kCpu, {n});
     b.oracle = ops::NewTensor(kCpu, {n});
-    rng::Stream s(seed);
     for (int64_t i = 0; i < n; ++i) {
+      rng::Stream s(seeds[i]);
       double logit = bias_;
       for (int64_t f = 0; f < fields_; ++f) {
         const double u = s.Uniform();
@@ -110,6 +130,7 @@ class ClickLogSource final : public DataSource {
   }
   DataOptions d_;
   int64_t fields_, vocab_, batch_;
+  DataShard shard_;
   std::vector<double> cdf_;
   std::vector<float> weights_;
   float bias_;
@@ -121,10 +142,10 @@ class ClickLogSource final : public DataSource {
 class CriteoSource final : public DataSource {
  public:
   static Result<std::unique_ptr<DataSource>> Open(const DataOptions& d, const ModelOptions& m,
-                                                  int64_t batch) {
+                                                  int64_t batch, DataShard shard) {
     std::ifstream in(d.path);
     if (!in) return Status::NotFound("cannot open criteo file " + d.path);
-    auto src = std::unique_ptr<CriteoSource>(new CriteoSource(m, batch));
+    auto src = std::unique_ptr<CriteoSource>(new CriteoSource(m, batch, shard));
     std::string line;
     int64_t lineno = 0;
     while (std::getline(in, line)) {
@@ -138,9 +159,12 @@ class CriteoSource final : public DataSource {
     return std::unique_ptr<DataSource>(std::move(src));
   }
   Batch Next() override {
-    const int64_t start = (position_++ * batch_) % train_;
-    std::vector<int64_t> rows(batch_);
-    for (int64_t i = 0; i < batch_; ++i) rows[i] = (start + i) % train_;
+    // Global batch k is lines [k * batch, (k + 1) * batch) of the training part (cyclic); this
+    // shard reads its slice of them.
+    const int64_t local = batch_ / shard_.count;
+    const int64_t start = (position_++ * batch_ + shard_.rank * local) % train_;
+    std::vector<int64_t> rows(local);
+    for (int64_t i = 0; i < local; ++i) rows[i] = (start + i) % train_;
     return Make(rows);
   }
   std::vector<Batch> EvalSet(int64_t batch_size) override {
@@ -156,8 +180,8 @@ class CriteoSource final : public DataSource {
 
  private:
   static constexpr int kInts = 13, kCats = 26;
-  CriteoSource(const ModelOptions& m, int64_t batch)
-      : fields_(m.fields), vocab_(m.field_vocab), dense_(m.dense), batch_(batch) {}
+  CriteoSource(const ModelOptions& m, int64_t batch, DataShard shard)
+      : fields_(m.fields), vocab_(m.field_vocab), dense_(m.dense), batch_(batch), shard_(shard) {}
 
   Status Parse(const std::string& line) {
     std::vector<std::string> cols;
@@ -198,6 +222,7 @@ class CriteoSource final : public DataSource {
     return b;
   }
   int64_t fields_, vocab_, dense_, batch_;
+  DataShard shard_;
   int64_t train_ = 0;
   std::vector<float> labels_, dense_values_;
   std::vector<int32_t> ids_;
@@ -208,7 +233,7 @@ class CriteoSource final : public DataSource {
 class TextSource final : public DataSource {
  public:
   static Result<std::unique_ptr<DataSource>> Open(const DataOptions& d, const ModelOptions& m,
-                                                  int64_t batch) {
+                                                  int64_t batch, DataShard shard) {
     std::ifstream in(d.path, std::ios::binary);
     if (!in) return Status::NotFound("cannot open text file " + d.path);
     std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -217,15 +242,16 @@ class TextSource final : public DataSource {
     if (n - held < 2 * (m.context + 1) || held < m.context + 1) {
       return Status::InvalidArgument(d.path + ": too short for context " + std::to_string(m.context));
     }
-    auto src = std::unique_ptr<TextSource>(new TextSource(d, m, batch));
+    auto src = std::unique_ptr<TextSource>(new TextSource(d, m, batch, shard));
     src->bytes_ = std::move(bytes);
     src->train_end_ = n - held;
     return std::unique_ptr<DataSource>(std::move(src));
   }
   Batch Next() override {
-    rng::Stream s(BatchSeed(d_.seed, position_++));
-    std::vector<int64_t> starts(batch_);
-    for (auto& st : starts) st = static_cast<int64_t>(s.Next() % (train_end_ - context_ - 1));
+    std::vector<int64_t> starts;
+    for (uint64_t seed : ShardSeeds(d_.seed, position_++, batch_, shard_)) {
+      starts.push_back(static_cast<int64_t>(rng::Hash(seed, 0) % (train_end_ - context_ - 1)));
+    }
     return Make(starts);
   }
   std::vector<Batch> EvalSet(int64_t batch_size) override {
@@ -244,8 +270,8 @@ class TextSource final : public DataSource {
   const std::vector<uint8_t>& bytes() const { return bytes_; }
 
  private:
-  TextSource(const DataOptions& d, const ModelOptions& m, int64_t batch)
-      : d_(d), context_(m.context), batch_(batch) {}
+  TextSource(const DataOptions& d, const ModelOptions& m, int64_t batch, DataShard shard)
+      : d_(d), context_(m.context), batch_(batch), shard_(shard) {}
   Batch Make(const std::vector<int64_t>& starts) const {
     const int64_t n = static_cast<int64_t>(starts.size());
     Batch b;
@@ -263,6 +289,7 @@ class TextSource final : public DataSource {
   }
   DataOptions d_;
   int64_t context_, batch_;
+  DataShard shard_;
   std::vector<uint8_t> bytes_;
   int64_t train_end_ = 0;
 };
@@ -271,24 +298,32 @@ class TextSource final : public DataSource {
 
 Result<std::unique_ptr<DataSource>> CreateDataSource(const DataOptions& data,
                                                      const ModelOptions& model,
-                                                     int64_t batch_size) {
+                                                     int64_t batch_size, DataShard shard) {
   using K = DataOptions::Kind;
   using M = ModelOptions::Kind;
   const bool fits = (data.kind == K::kRegression && model.kind == M::kMlp) ||
                     ((data.kind == K::kClickLog || data.kind == K::kCriteo) && model.kind == M::kCtr) ||
                     (data.kind == K::kText && model.kind == M::kGpt);
   if (!fits) return Status::InvalidArgument("data.kind does not match model.kind");
+  if (shard.count < 1 || shard.rank < 0 || shard.rank >= shard.count) {
+    return Status::InvalidArgument("data shard " + std::to_string(shard.rank) + " of " + std::to_string(shard.count));
+  }
+  if (batch_size % shard.count != 0) {
+    return Status::InvalidArgument("train.batch_size " + std::to_string(batch_size) +
+                                   " (the global batch) must be divisible by the " +
+                                   std::to_string(shard.count) + " data-parallel trainers");
+  }
   switch (data.kind) {
     case K::kRegression:
-      return std::unique_ptr<DataSource>(std::make_unique<RegressionSource>(data, model, batch_size));
+      return std::unique_ptr<DataSource>(std::make_unique<RegressionSource>(data, model, batch_size, shard));
     case K::kClickLog:
       if (model.dense != 0) return Status::InvalidArgument("click_log data has no dense features: set model.dense=0");
-      return std::unique_ptr<DataSource>(std::make_unique<ClickLogSource>(data, model, batch_size));
+      return std::unique_ptr<DataSource>(std::make_unique<ClickLogSource>(data, model, batch_size, shard));
     case K::kCriteo:
-      return CriteoSource::Open(data, model, batch_size);
+      return CriteoSource::Open(data, model, batch_size, shard);
     case K::kText:
       if (model.vocab < 256) return Status::InvalidArgument("text data needs model.vocab >= 256");
-      return TextSource::Open(data, model, batch_size);
+      return TextSource::Open(data, model, batch_size, shard);
   }
   return Status::Internal("unknown data kind");
 }

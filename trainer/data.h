@@ -44,9 +44,19 @@ class DataSource {
   int64_t position_ = 0;
 };
 
+// The distributed sampler: data-parallel trainer `rank` of `count` reads its slice of every
+// global batch (samples [rank * b, (rank + 1) * b) with b = batch / count). Sample i of batch k
+// depends only on (seed, k, i), so the shards of any split are disjoint and together are exactly
+// the batch one trainer would read: losses and gradients match the single-trainer run.
+struct DataShard {
+  int rank = 0;
+  int count = 1;
+};
+
+// `batch_size` is the global batch; it must be divisible by shard.count.
 Result<std::unique_ptr<DataSource>> CreateDataSource(const DataOptions& data,
                                                      const ModelOptions& model,
-                                                     int64_t batch_size);
+                                                     int64_t batch_size, DataShard shard = {});
 
 // Area under the ROC curve of `scores` against 0/1 `labels` (ties count one half).
 double Auc(const std::vector<float>& scores, const std::vector<float>& labels);

@@ -37,8 +37,8 @@ class CtrModel final : public Model {
       : Model(ex, o.seed, nn::LossKind::kBceWithLogits),
         fields_(o.fields),
         dim_(o.embed_dim),
-        embedding_(reg_, "ctr.embedding", o.fields * o.field_vocab, o.embed_dim, 0.1f),
-        wide_(reg_, "ctr.wide", o.fields * o.field_vocab, 1, 0.0f),
+        embedding_(reg_, "ctr.embedding", o.sparse_rows ? o.sparse_rows : o.fields * o.field_vocab, o.embed_dim, 0.1f),
+        wide_(reg_, "ctr.wide", o.sparse_rows ? o.sparse_rows : o.fields * o.field_vocab, 1, 0.0f),
         fc1_(reg_, "ctr.fc1", o.fields * o.embed_dim, o.ctr_hidden),
         act_("ctr.act", nn::ActivationKind::kRelu),
         fc2_(reg_, "ctr.fc2", o.ctr_hidden, 1) {
@@ -91,7 +91,7 @@ class GptModel final : public Model {
   GptModel(const ModelOptions& o, const ops::Exec& ex)
       : Model(ex, o.seed, nn::LossKind::kCrossEntropy),
         o_(o),
-        tok_(reg_, "gpt.tok", o.vocab, o.width, 0.02f),
+        tok_(reg_, "gpt.tok", o.sparse_rows ? o.sparse_rows : o.vocab, o.width, 0.02f),
         pos_(&reg_.Create("gpt.pos.weight", {o.context, o.width}, nn::Init::Normal(0.01f), false)),
         drop_("gpt.drop", static_cast<float>(o.dropout)),
         ln_f_(reg_, "gpt.ln_f", o.width),
@@ -120,6 +120,7 @@ class GptModel final : public Model {
     dx = drop_.Backward(dx, ctx);
     const int64_t n = dx.size(0), t = dx.size(1), c = o_.width;
     ops::BiasGrad(ctx.exec(), Reshaped(dx, {n, t * c}), Reshaped(pos_->grad.Narrow(0, 0, t), {t * c}));
+    ctx.GradReady(*pos_);
     tok_.Backward(dx, ctx);
   }
 

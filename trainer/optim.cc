@@ -40,7 +40,9 @@ double LearningRate(const OptimizerOptions& o, int64_t step, int64_t total_steps
 
 double GradNorm(nn::ParameterRegistry& reg) {
   double sq = 0;
-  for (auto& p : reg.params()) sq += ops::SumSquares(reg.exec(), p->grad);
+  for (auto& p : reg.params()) {
+    if (!p->remote) sq += ops::SumSquares(reg.exec(), p->grad);
+  }
   return std::sqrt(sq);
 }
 
@@ -48,7 +50,9 @@ double ClipGradNorm(nn::ParameterRegistry& reg, double max_norm) {
   const double norm = GradNorm(reg);
   if (max_norm > 0 && norm > max_norm) {
     const float scale = static_cast<float>(max_norm / (norm + 1e-6));
-    for (auto& p : reg.params()) ops::Scale(reg.exec(), p->grad, scale);
+    for (auto& p : reg.params()) {
+      if (!p->remote) ops::Scale(reg.exec(), p->grad, scale);
+    }
   }
   return norm;
 }
@@ -58,12 +62,15 @@ namespace {
 class Sgd final : public Optimizer {
  public:
   Sgd(const OptimizerOptions& o, nn::ParameterRegistry& reg) : o_(o), reg_(reg) {
-    for (auto& p : reg.params()) velocity_.push_back(ops::NewZeros(reg.exec(), p->value.shape()));
+    for (auto& p : reg.params()) {
+      velocity_.push_back(p->remote ? Tensor() : ops::NewZeros(reg.exec(), p->value.shape()));
+    }
   }
   void Step(double lr) override {
     ++step_;
     const auto& params = reg_.params();
     for (size_t i = 0; i < params.size(); ++i) {
+      if (params[i]->remote) continue;
       const float wd = params[i]->weight_decay ? static_cast<float>(o_.weight_decay) : 0.0f;
       ops::SgdUpdate(reg_.exec(), params[i]->value, params[i]->grad, velocity_[i],
                      static_cast<float>(lr), static_cast<float>(o_.momentum), wd, o_.nesterov);
@@ -72,6 +79,7 @@ class Sgd final : public Optimizer {
   std::vector<std::pair<std::string, Tensor>> State() override {
     std::vector<std::pair<std::string, Tensor>> s;
     for (size_t i = 0; i < velocity_.size(); ++i) {
+      if (!velocity_[i].defined()) continue;
       s.emplace_back("sgd.v/" + reg_.params()[i]->name, velocity_[i]);
     }
     return s;
@@ -87,14 +95,15 @@ class AdamW final : public Optimizer {
  public:
   AdamW(const OptimizerOptions& o, nn::ParameterRegistry& reg) : o_(o), reg_(reg) {
     for (auto& p : reg.params()) {
-      m_.push_back(ops::NewZeros(reg.exec(), p->value.shape()));
-      v_.push_back(ops::NewZeros(reg.exec(), p->value.shape()));
+      m_.push_back(p->remote ? Tensor() : ops::NewZeros(reg.exec(), p->value.shape()));
+      v_.push_back(p->remote ? Tensor() : ops::NewZeros(reg.exec(), p->value.shape()));
     }
   }
   void Step(double lr) override {
     ++step_;
     const auto& params = reg_.params();
     for (size_t i = 0; i < params.size(); ++i) {
+      if (params[i]->remote) continue;
       const float wd = params[i]->weight_decay ? static_cast<float>(o_.weight_decay) : 0.0f;
       ops::AdamWUpdate(reg_.exec(), params[i]->value, params[i]->grad, m_[i], v_[i],
                        static_cast<float>(lr), static_cast<float>(o_.beta1),
@@ -104,6 +113,7 @@ class AdamW final : public Optimizer {
   std::vector<std::pair<std::string, Tensor>> State() override {
     std::vector<std::pair<std::string, Tensor>> s;
     for (size_t i = 0; i < m_.size(); ++i) {
+      if (!m_[i].defined()) continue;
       s.emplace_back("adamw.m/" + reg_.params()[i]->name, m_[i]);
       s.emplace_back("adamw.v/" + reg_.params()[i]->name, v_[i]);
     }

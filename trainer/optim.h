@@ -35,7 +35,8 @@ void Bind(config::Binder& b, OptimizerOptions& o);
 double LearningRate(const OptimizerOptions& o, int64_t step, int64_t total_steps);
 
 // Scales every gradient so that their joint L2 norm is at most `max_norm`; returns the norm
-// before clipping (synchronises on CUDA to read it).
+// before clipping (synchronises on CUDA to read it). Remote parameters (updated by the servers)
+// are left out, here and in Optimizer.
 double ClipGradNorm(nn::ParameterRegistry& reg, double max_norm);
 double GradNorm(nn::ParameterRegistry& reg);
 

@@ -62,12 +62,31 @@ void Bind(config::Binder& b, TrainOptions& o) {
             "needs checkpoint_dir");
 }
 
+void Bind(config::Binder& b, SyncOptions& o) {
+  using M = SyncOptions::Mode;
+  b.Enum("mode", o.mode,
+         {{"local", M::kLocal}, {"allreduce", M::kAllReduce}, {"ps", M::kPs}, {"hybrid", M::kHybrid}},
+         "local (one trainer), allreduce, ps (parameter servers) or hybrid (dense by all-reduce, "
+         "embeddings on the servers)");
+  b.Enum("consistency", o.consistency,
+         {{"bsp", Consistency::kBsp}, {"asp", Consistency::kAsp}, {"ssp", Consistency::kSsp}},
+         "ps/hybrid: bsp (synchronous), asp (asynchronous) or ssp (bounded staleness)");
+  b.Field("staleness", o.staleness, "ssp: clocks a trainer may run ahead of the slowest").Range(0, 1 << 20);
+  b.Field("bucket_mb", o.bucket_mb, "allreduce: gradient bucket size in MiB").Range(0.001, 4096.0);
+  b.Field("overlap", o.overlap, "allreduce: reduce buckets while backward runs");
+  b.Field("prefetch", o.prefetch, "ps: pull the next step's parameters during this step");
+  b.Field("timeout_ms", o.timeout_ms, "rendezvous, collectives and server calls").Range(100, 86400000);
+  b.Field("trace_path", o.trace_path, "Chrome-trace timeline per rank; {rank} is replaced (empty: none)");
+  b.Require(o.consistency == Consistency::kSsp || o.staleness == 0, "staleness", "is only for consistency: ssp");
+}
+
 void Bind(config::Binder& b, TrainJob& o) {
   b.Section("model", o.model, "model");
   b.Section("optimizer", o.optimizer, "optimizer");
   b.Section("train", o.train, "training loop");
   b.Section("data", o.data, "data");
   b.Section("log", o.log, "logging");
+  b.Section("sync", o.sync, "how trainers synchronise");
 }
 
 Result<TrainJob> LoadTrainJob(const std::string& path, const std::vector<std::string>& overrides) {

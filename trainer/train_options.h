@@ -8,6 +8,7 @@
 
 #include "common/config.h"
 #include "common/logging.h"
+#include "ps/table.h"
 #include "trainer/optim.h"
 
 namespace strata {
@@ -35,6 +36,9 @@ struct ModelOptions {
   int64_t dense = 0;
   int64_t embed_dim = 8;
   int64_t ctr_hidden = 64;
+  // Not a job field: with parameter servers, the trainer keeps only the rows a step touches, so
+  // every embedding table is built with this many rows (0: the full vocabulary).
+  int64_t sparse_rows = 0;
 };
 void Bind(config::Binder& b, ModelOptions& o);
 
@@ -64,12 +68,31 @@ struct TrainOptions {
 };
 void Bind(config::Binder& b, TrainOptions& o);
 
+// How the trainers of a job keep their parameters in step (the job's `sync` section).
+struct SyncOptions {
+  enum class Mode { kLocal, kAllReduce, kPs, kHybrid };
+  // local: one trainer, no cluster. allreduce: every trainer holds a replica, gradients are
+  // all-reduced in buckets during backward, the optimizer runs locally. ps: parameters live on
+  // the servers (dense tensors in dense tables, embeddings in sparse tables), the optimizer
+  // runs there. hybrid: dense parameters by all-reduce, embeddings through the servers.
+  Mode mode = Mode::kLocal;
+  Consistency consistency = Consistency::kBsp;  // of the servers' tables (ps, hybrid)
+  int64_t staleness = 0;       // ssp: a pull at clock c waits for the slowest trainer's c - s
+  double bucket_mb = 25;       // all-reduce bucket size
+  bool overlap = true;         // all-reduce buckets while backward still runs
+  bool prefetch = true;        // pull the next step's parameters while this one computes
+  int64_t timeout_ms = 120000; // rendezvous and every collective or server call
+  std::string trace_path;      // a Chrome-trace JSON timeline per rank ("{rank}" is replaced)
+};
+void Bind(config::Binder& b, SyncOptions& o);
+
 struct TrainJob {
   ModelOptions model;
   OptimizerOptions optimizer;
   TrainOptions train;
   DataOptions data;
   LogOptions log;
+  SyncOptions sync;
 };
 void Bind(config::Binder& b, TrainJob& o);
 

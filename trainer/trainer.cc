@@ -6,14 +6,19 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "ps/node.h"
+#include "trainer/comm/gloo_communicator.h"
+#include "trainer/grad_sync.h"
 #include "trainer/ops/ops.h"
 #include "trainer/ops/rng.h"
+#include "trainer/trace.h"
 #if STRATA_HAVE_CUDA
 #include "trainer/ops/cuda_exec.h"
 #endif
@@ -27,17 +32,62 @@ struct Trainer::DeviceState {
   ops::Exec exec;
 };
 
-Trainer::Trainer(const TrainJob& job) : job_(job) {}
+Trainer::Trainer(const TrainJob& job) : job_(job) {
+  const char* progress = std::getenv("STRATA_PROGRESS");
+  launched_ = progress && std::string(progress) == "launcher";
+}
 
 Trainer::~Trainer() {
-  // The model's tensors must go before the allocator and stream they live on.
+  // The communication thread goes first; the model's tensors before the allocator and stream
+  // they live on.
+  reducer_.reset();
+  ps_.reset();
+  client_.reset();
+  comm_.reset();
   eval_set_.clear();
+  lookahead_.clear();
   optimizer_.reset();
   model_.reset();
 }
 
-Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainJob& job) {
+namespace {
+
+// "{rank}" in `path` becomes the rank.
+std::string ForRank(std::string path, int rank) {
+  for (size_t at; (at = path.find("{rank}")) != std::string::npos;) path.replace(at, 6, std::to_string(rank));
+  return path;
+}
+
+// Ids one sample feeds to the embedding tables (what a compact sparse table must hold).
+int64_t IdsPerSample(const ModelOptions& m) {
+  switch (m.kind) {
+    case ModelOptions::Kind::kCtr: return m.fields;
+    case ModelOptions::Kind::kGpt: return m.context;
+    case ModelOptions::Kind::kMlp: return 0;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainJob& job, Node* node) {
   auto t = std::unique_ptr<Trainer>(new Trainer(job));
+  const SyncOptions& sync = job.sync;
+  const bool cluster = sync.mode != SyncOptions::Mode::kLocal;
+  if (cluster) {
+    if (!node) return Status::InvalidArgument("sync.mode " + std::string(sync.mode == SyncOptions::Mode::kPs ? "ps" : "allreduce/hybrid") + " needs a cluster (strata-launch, or --set cluster.scheduler=...)");
+    t->node_ = node;
+    t->rank_ = node->rank();
+    t->world_ = node->view().Count(Role::kTrainer);
+    if (t->rank_ < 0 || t->rank_ >= t->world_) {
+      return Status::Internal("trainer rank " + std::to_string(t->rank_) + " of " + std::to_string(t->world_));
+    }
+    if (job.train.checkpoint_every > 0 && sync.mode != SyncOptions::Mode::kAllReduce) {
+      return Status::InvalidArgument(
+          "train.checkpoint_every: trainer checkpoints cover sync.mode local and allreduce; with "
+          "parameters on the servers, use the servers' durability (server.store.durability)");
+    }
+  }
   STRATA_ASSIGN_OR_RETURN(Device device, ParseDevice(job.train.device));
   t->device_ = std::make_unique<DeviceState>();
   if (device.is_cuda()) {
@@ -48,37 +98,135 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainJob& job) {
     return Status::Unimplemented("train.device is " + job.train.device + " but this build has no CUDA");
 #endif
   }
-  STRATA_ASSIGN_OR_RETURN(t->model_, CreateModel(job.model, t->device_->exec));
+  if (job.train.batch_size % t->world_ != 0) {
+    return Status::InvalidArgument("train.batch_size " + std::to_string(job.train.batch_size) +
+                                   " (the global batch) must be divisible by the " +
+                                   std::to_string(t->world_) + " trainers");
+  }
+  const int64_t local_batch = job.train.batch_size / t->world_;
+  const bool servers = sync.mode == SyncOptions::Mode::kPs || sync.mode == SyncOptions::Mode::kHybrid;
+  ModelOptions model = job.model;
+  if (servers) model.sparse_rows = local_batch * job.train.micro_batches * IdsPerSample(job.model);
+  STRATA_ASSIGN_OR_RETURN(t->model_, CreateModel(model, t->device_->exec));
+  t->trace_ = std::make_unique<Trace>(!sync.trace_path.empty());
+  if (cluster) STRATA_RETURN_IF_ERROR(t->Connect(node));
   t->optimizer_ = Optimizer::Create(job.optimizer, t->model_->params());
-  STRATA_ASSIGN_OR_RETURN(t->data_, CreateDataSource(job.data, job.model, job.train.batch_size));
-  t->eval_set_ = t->data_->EvalSet(job.train.batch_size);
+  STRATA_ASSIGN_OR_RETURN(t->data_, CreateDataSource(job.data, job.model, job.train.batch_size,
+                                                     {t->rank_, t->world_}));
+  if (t->rank_ == 0) t->eval_set_ = t->data_->EvalSet(local_batch);
   if (job.data.kind == DataOptions::Kind::kText) {
     // The bar a language model must clear: a model without context reaches this loss at best.
     std::ifstream in(job.data.path, std::ios::binary);
     std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     t->unigram_entropy_ = UnigramEntropy(bytes);
-    spdlog::info("{}: {} bytes, byte-unigram entropy {:.4f} nats", job.data.path, bytes.size(),
-                 t->unigram_entropy_);
+    if (t->rank_ == 0) {
+      spdlog::info("{}: {} bytes, byte-unigram entropy {:.4f} nats", job.data.path, bytes.size(),
+                   t->unigram_entropy_);
+    }
   }
-  if (!job.train.metrics_path.empty()) {
-    t->metrics_.open(job.train.metrics_path, std::ios::app);
-    if (!t->metrics_) return Status::IOError("cannot open metrics file " + job.train.metrics_path);
+  std::string metrics = job.train.metrics_path;
+  if (!metrics.empty() && (t->rank_ == 0 || metrics.find("{rank}") != std::string::npos)) {
+    metrics = ForRank(metrics, t->rank_);
+    t->metrics_.open(metrics, std::ios::app);
+    if (!t->metrics_) return Status::IOError("cannot open metrics file " + metrics);
   }
   return t;
 }
 
-double Trainer::TrainStep() {
+Status Trainer::Connect(Node* node) {
+  const SyncOptions& sync = job_.sync;
+  const Millis timeout(sync.timeout_ms);
   nn::ParameterRegistry& reg = model_->params();
-  reg.ZeroGrad();
-  const int64_t micro = job_.train.micro_batches;
-  double loss = 0;
-  for (int64_t m = 0; m < micro; ++m) {
-    Batch batch = data_->Next();
-    // Dropout masks depend on (step, micro-batch) only, so a resumed run draws the same ones.
-    nn::Context ctx(reg.exec(), true, rng::Hash(job_.model.seed, step_ * micro + m));
-    loss += model_->ForwardBackward(batch, ctx, 1.0f / static_cast<float>(micro));
+  if (sync.mode == SyncOptions::Mode::kPs || sync.mode == SyncOptions::Mode::kHybrid) {
+    client_ = std::make_unique<PsClient>(*node, timeout);
+    STRATA_ASSIGN_OR_RETURN(ps_, PsSync::Create(*client_, reg, job_, trace_.get()));
   }
-  return loss / micro;
+  if (sync.mode == SyncOptions::Mode::kAllReduce || sync.mode == SyncOptions::Mode::kHybrid) {
+    GlooOptions gloo;
+    gloo.timeout = timeout;
+    STRATA_ASSIGN_OR_RETURN(comm_, MakeGlooCommunicator(*node, "trainers/dp", rank_, world_, gloo));
+    // Every replica starts from the same values: the initialisers are seeded by name, so they
+    // already are; the broadcast makes it so whatever the model did at construction.
+    std::vector<nn::Parameter*> local;
+    for (auto& p : reg.params()) {
+      if (p->remote) continue;
+      local.push_back(p.get());
+      if (p->value.is_cpu()) {
+        STRATA_RETURN_IF_ERROR(comm_->Broadcast(p->value.data_as<float>(), p->value.numel(), 0)
+                                   .WithContext("broadcasting " + p->name));
+      }
+    }
+    const auto bytes = static_cast<size_t>(sync.bucket_mb * 1024 * 1024);
+    const bool overlap = sync.overlap && reg.exec().device.is_cpu();
+    reducer_ = std::make_unique<BucketAllReducer>(*comm_, std::move(local), bytes, overlap, trace_.get());
+    if (rank_ == 0) {
+      spdlog::info("all-reduce over {} trainers: {} buckets of up to {} MiB{}", world_,
+                   reducer_->num_buckets(), sync.bucket_mb, overlap ? ", overlapped with backward" : "");
+    }
+  }
+  return Status::OK();
+}
+
+std::vector<Batch> Trainer::NextBatches() {
+  if (!lookahead_.empty()) return std::move(lookahead_);
+  std::vector<Batch> batches;
+  for (int64_t m = 0; m < job_.train.micro_batches; ++m) batches.push_back(data_->Next());
+  return batches;
+}
+
+Result<double> Trainer::TrainStep() {
+  nn::ParameterRegistry& reg = model_->params();
+  const int64_t micro = job_.train.micro_batches;
+  std::vector<Batch> batches = NextBatches();
+  lookahead_.clear();
+  const bool prefetch = ps_ && job_.sync.prefetch;
+  if (ps_) {
+    STRATA_RETURN_IF_ERROR(ps_->Prepare(batches, step_));
+    if (prefetch && ps_->prefetch_before_compute()) {
+      lookahead_ = NextBatches();
+      ps_->Prefetch(lookahead_);
+    }
+  }
+  reg.ZeroGrad();
+  double loss = 0;
+  {
+    Trace::Scope fb(trace_.get(), "forward + backward", "compute", 0, step_);
+    for (int64_t m = 0; m < micro; ++m) {
+      // Dropout masks depend on (step, micro-batch) only, so a resumed run draws the same ones.
+      nn::Context ctx(reg.exec(), true, rng::Hash(job_.model.seed, (step_ * micro + m) * world_ + rank_));
+      if (reducer_ && m == micro - 1) {
+        reducer_->BeginStep(step_);
+        ctx.set_grad_ready([this](nn::Parameter& p) { reducer_->GradReady(p); });
+      }
+      loss += model_->ForwardBackward(batches[m], ctx, 1.0f / static_cast<float>(micro));
+    }
+  }
+  loss /= micro;
+  if (reducer_) {
+    STRATA_RETURN_IF_ERROR(reducer_->Finish());
+    float l = static_cast<float>(loss);
+    STRATA_RETURN_IF_ERROR(comm_->AllReduce(&l, 1, ReduceOp::kAvg).WithContext("all-reducing the loss"));
+    loss = l;
+  }
+  if (ps_) {
+    STRATA_RETURN_IF_ERROR(ps_->PushAndClock(step_));
+    if (prefetch && !ps_->prefetch_before_compute()) {
+      lookahead_ = NextBatches();
+      ps_->Prefetch(lookahead_);
+    }
+  }
+  return loss;
+}
+
+Status Trainer::Finish() {
+  // Every trainer has pushed its last gradients before rank 0 evaluates.
+  Status s = node_->Barrier("train/done", wire::BarrierScope::TRAINERS, Millis(job_.sync.timeout_ms));
+  if (s.ok()) return s;
+  if (ps_ && job_.sync.consistency == Consistency::kAsp) {
+    spdlog::warn("not every trainer finished ({}); asynchronous training goes on without it", s.ToString());
+    return Status::OK();
+  }
+  return s.WithContext("waiting for the other trainers to finish");
 }
 
 Result<TrainSummary> Trainer::Run() {
@@ -101,9 +249,13 @@ Result<TrainSummary> Trainer::Run() {
   double window_start = elapsed();
   while (step_ < to.steps) {
     const double lr = LearningRate(job_.optimizer, step_, to.steps);
-    const double loss = TrainStep();
-    const double norm = ClipGradNorm(model_->params(), job_.optimizer.clip_norm);
-    optimizer_->Step(lr);
+    STRATA_ASSIGN_OR_RETURN(const double loss, TrainStep());
+    double norm = 0;
+    {
+      Trace::Scope opt(trace_.get(), "optimizer", "optim", 0, step_);
+      norm = ClipGradNorm(model_->params(), job_.optimizer.clip_norm);
+      optimizer_->Step(lr);
+    }
     ++step_;
     summary.losses.push_back(loss);
     if (!std::isfinite(loss)) return Status::Aborted("loss is " + std::to_string(loss) + " at step " + std::to_string(step_));
@@ -112,14 +264,26 @@ Result<TrainSummary> Trainer::Run() {
       Log(loss, lr, norm, (now - window_start) / std::min<int64_t>(to.log_every, step_ - summary.first_step), now);
       window_start = now;
     }
-    if (to.eval_every > 0 && step_ % to.eval_every == 0 && step_ != to.steps) Evaluate();
-    if (to.checkpoint_every > 0 && step_ % to.checkpoint_every == 0) {
+    if (to.eval_every > 0 && step_ % to.eval_every == 0 && step_ != to.steps && rank_ == 0) Evaluate();
+    if (to.checkpoint_every > 0 && step_ % to.checkpoint_every == 0 && rank_ == 0) {
       STRATA_RETURN_IF_ERROR(SaveCheckpoint());
     }
   }
-  if (to.progress) std::fprintf(stderr, "\n");
-  summary.eval = Evaluate();
   summary.seconds = elapsed();
+  const int64_t steps_run = step_ - summary.first_step;
+  summary.samples_per_second = summary.seconds > 0 ? steps_run * to.batch_size * to.micro_batches / summary.seconds : 0;
+  if (to.progress && isatty(STDERR_FILENO)) std::fprintf(stderr, "\n");
+  if (reducer_) {
+    summary.comm_seconds = reducer_->comm_seconds();
+    summary.exposed_comm_seconds = reducer_->exposed_seconds();
+  }
+  if (trace_->enabled()) {
+    const std::string path = ForRank(job_.sync.trace_path, rank_);
+    STRATA_RETURN_IF_ERROR(trace_->Write(path, rank_));
+    spdlog::info("wrote the timeline to {}", path);
+  }
+  if (node_) STRATA_RETURN_IF_ERROR(Finish());
+  if (rank_ == 0) summary.eval = Evaluate();
   return summary;
 }
 
@@ -129,7 +293,17 @@ void Trainer::Log(double loss, double lr, double grad_norm, double step_seconds,
   const int64_t tokens = job_.model.kind == ModelOptions::Kind::kGpt ? samples * job_.model.context : 0;
   const double sps = samples / step_seconds;
   const double eta = step_seconds * static_cast<double>(to.steps - step_);
-  if (to.progress) {
+  nlohmann::json j = {{"step", step_},          {"loss", loss},
+                      {"lr", lr},              {"grad_norm", grad_norm},
+                      {"samples_per_s", sps},  {"elapsed_s", elapsed}};
+  if (tokens) j["tokens_per_s"] = tokens / step_seconds;
+  if (launched_) {
+    // strata-launch folds every trainer's progress into one line.
+    nlohmann::json p = {{"rank", rank_}, {"step", step_}, {"steps", to.steps}, {"loss", loss},
+                        {"samples_per_s", sps / world_}, {"eta_s", eta}};
+    std::printf("@progress %s\n", p.dump().c_str());
+    std::fflush(stdout);
+  } else if (to.progress && rank_ == 0) {
     const int e = static_cast<int>(eta);
     std::string rate = tokens ? std::to_string(static_cast<int64_t>(tokens / step_seconds)) + " tok/s"
                               : std::to_string(static_cast<int64_t>(sps)) + " samples/s";
@@ -139,10 +313,6 @@ void Trainer::Log(double loss, double lr, double grad_norm, double step_seconds,
                  e % 60, isatty(STDERR_FILENO) ? "   " : "\n");
     std::fflush(stderr);
   }
-  nlohmann::json j = {{"step", step_},          {"loss", loss},
-                      {"lr", lr},              {"grad_norm", grad_norm},
-                      {"samples_per_s", sps},  {"elapsed_s", elapsed}};
-  if (tokens) j["tokens_per_s"] = tokens / step_seconds;
   WriteMetrics(j.dump());
 }
 
@@ -157,7 +327,17 @@ EvalMetrics Trainer::Evaluate() {
   EvalMetrics m;
   std::vector<float> scores, labels, oracle;
   double weighted = 0;
-  for (const Batch& b : eval_set_) {
+  for (const Batch& held : eval_set_) {
+    std::vector<Batch> one = {held};
+    if (ps_) {
+      // The servers hold the parameters: pull them (and this batch's rows) first.
+      if (Status st = ps_->Prepare(one, step_); !st.ok()) {
+        spdlog::error("evaluation: {}", st.ToString());
+        m.loss = std::nan("");
+        return m;
+      }
+    }
+    const Batch& b = one[0];
     nn::Context ctx(model_->exec(), false, 0);
     Tensor out;
     const double loss = model_->Evaluate(b, ctx, &out);

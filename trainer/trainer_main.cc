@@ -1,53 +1,101 @@
-// trainer_main.cc: strata-trainer, trains one model in one process from a job file:
+// trainer_main.cc: strata-trainer, trains a model from a job file, alone or as one trainer of
+// a cluster (sync.mode allreduce, ps or hybrid):
 //   strata-trainer --config examples/mlp.yaml [--set train.steps=100] [--print-config]
+//   strata-launch --servers 2 --trainers 2 examples/ctr.yaml   (starts strata-trainer --rank r)
 #include <CLI/CLI.hpp>
 
 #include <iostream>
 
 #include "common/logging.h"
+#include "ps/node.h"
+#include "tools/job_config.h"
+#include "tools/signals.h"
 #include "trainer/trainer.h"
 
-int main(int argc, char** argv) {
-  CLI::App app{"strata-trainer: trains a model (mlp, gpt, ctr) in one process"};
-  std::string config_path;
-  std::vector<std::string> overrides;
-  bool print_config = false;
-  app.add_option("--config,-c", config_path, "job file (YAML)")->check(CLI::ExistingFile);
-  app.add_option("--set", overrides, "override a job field: KEY=VALUE (repeatable)");
-  app.add_flag("--print-config", print_config, "print the effective job and exit");
-  app.footer("Job fields:\n" + strata::config::Describe<strata::TrainJob>());
-  CLI11_PARSE(app, argc, argv);
+namespace strata {
+namespace {
 
-  strata::Result<strata::TrainJob> job = strata::LoadTrainJob(config_path, overrides);
-  if (!job.ok()) {
-    std::cerr << job.status().ToString() << "\n";
-    return 2;
+void PrintSummary(const TrainJob& job, const Trainer& trainer, const TrainSummary& s) {
+  const EvalMetrics& e = s.eval;
+  std::string line = fmt::format("done: {} steps in {:.1f}s, {:.0f} samples/s", s.losses.size(),
+                                 s.seconds, s.samples_per_second);
+  if (job.model.kind == ModelOptions::Kind::kGpt) {
+    line += fmt::format(" ({:.0f} tokens/s)", s.samples_per_second * job.model.context);
   }
-  if (print_config) {
-    std::cout << strata::config::ToYaml(*job) << "\n";
-    return 0;
+  if (!s.losses.empty()) line += fmt::format(", final loss {:.5f}", s.losses.back());
+  line += fmt::format(", eval loss {:.5f}", e.loss);
+  if (e.auc >= 0) line += fmt::format(", auc {:.4f} (oracle {:.4f})", e.auc, e.oracle_auc);
+  if (s.comm_seconds > 0) {
+    line += fmt::format(", all-reduce {:.2f}s of which {:.0f}% hidden behind backward",
+                        s.comm_seconds, 100.0 * std::max(0.0, 1.0 - s.exposed_comm_seconds / s.comm_seconds));
   }
-  strata::LogOptions log = job->log;
-  log.role = "trainer";
-  strata::InitLogging(log);
-  auto trainer = strata::Trainer::Create(*job);
+  if (trainer.world() > 1) line += fmt::format(" [{} trainers]", trainer.world());
+  spdlog::info("{}", line);
+}
+
+int Train(const JobConfig& config, Node* node) {
+  const TrainJob job = config.ToTrainJob();
+  auto trainer = Trainer::Create(job, node);
   if (!trainer.ok()) {
     spdlog::error("{}", trainer.status().ToString());
     return 1;
   }
-  spdlog::info("model has {} parameters", (*trainer)->model().params().NumElements());
+  if ((*trainer)->rank() == 0) {
+    spdlog::info("model has {} parameters", (*trainer)->model().params().NumElements());
+  }
   auto summary = (*trainer)->Run();
   if (!summary.ok()) {
     spdlog::error("{}", summary.status().ToString());
     return 1;
   }
-  const strata::EvalMetrics& e = summary->eval;
-  if (e.auc >= 0) {
-    spdlog::info("done: {} steps in {:.1f}s, eval loss {:.5f}, auc {:.4f} (oracle {:.4f})",
-                 summary->losses.size(), summary->seconds, e.loss, e.auc, e.oracle_auc);
-  } else {
-    spdlog::info("done: {} steps in {:.1f}s, eval loss {:.5f}", summary->losses.size(),
-                 summary->seconds, e.loss);
-  }
+  if ((*trainer)->rank() == 0) PrintSummary(job, **trainer, *summary);
   return 0;
+}
+
+}  // namespace
+}  // namespace strata
+
+int main(int argc, char** argv) {
+  using namespace strata;
+  CLI::App app{"strata-trainer: trains a model (mlp, gpt, ctr) alone or as one trainer of a cluster"};
+  JobFlags flags;
+  AddJobFlags(app, flags);
+  NodeOptions options;
+  app.add_option("--rank", options.requested_rank, "trainer rank to ask for (-1: assigned)");
+  app.add_option("--bind", options.bind, "endpoint to listen on; port 0 picks a free one");
+  CLI11_PARSE(app, argc, argv);
+
+  JobConfig config;
+  if (auto code = LoadJobOrExit(flags, "strata-trainer", &config)) return *code;
+  LogOptions log = config.log;
+  log.role = "trainer";
+  InitLogging(log);
+  if (config.sync.mode == SyncOptions::Mode::kLocal) return Train(config, nullptr);
+
+  InstallStopSignals();
+  options.role = Role::kTrainer;
+  options.cluster = config.cluster;
+  options.transport = config.transport;
+  Node node(options);
+  node.OnEvent([](const NodeEvent& e) {
+    if (e.kind == NodeEvent::Kind::kDead) spdlog::warn("event: dead {}", e.node.Describe());
+  });
+  if (Status s = node.Join(); !s.ok()) {
+    spdlog::error("{}", s.ToString());
+    return 1;
+  }
+  SetLogIdentity("trainer", node.rank());
+  const int code = Train(config, &node);
+  if (code == 0) {
+    if (node.rank() == 0) {
+      // Every trainer is done (Run's final barrier): end the job for the servers too.
+      if (Status s = node.RequestShutdown(); !s.ok()) spdlog::warn("ending the job: {}", s.ToString());
+    } else {
+      while (!node.WaitForShutdown(Millis(100))) {
+        if (StopRequested()) break;
+      }
+    }
+  }
+  if (Status s = node.Leave(); !s.ok()) spdlog::warn("leaving: {}", s.ToString());
+  return code;
 }

@@ -154,7 +154,9 @@ TEST_F(ClusterTest, BadRegistrationsGetErrorsAndTheSchedulerKeepsServing) {
 
 TEST_F(ClusterTest, LauncherRunsTheSmokeCluster) {
   Subprocess launch({BinPath("strata-launch"), "--servers", "3", "--trainers", "4",
-                     std::string(STRATA_SOURCE_DIR) + "/examples/smoke.yaml", "--timeout", "120"},
+                     std::string(STRATA_SOURCE_DIR) + "/examples/smoke.yaml", "--timeout", "120",
+                     "--server-command", "strata-node --role server", "--trainer-command",
+                     "strata-node --role trainer"},
                     dir_.File("launch.log"));
   EXPECT_EQ(launch.Wait(Millis(150000)), 0) << launch.Log();
   const std::string log = launch.Log();

@@ -30,6 +30,8 @@ Linear::Linear(ParameterRegistry& reg, const std::string& name, int64_t in, int6
   const float std = init_std > 0 ? init_std : 1.0f / std::sqrt(static_cast<float>(in));
   weight_ = &reg.Create(name + ".weight", {in, out}, Init::Normal(std));
   if (bias) bias_ = &reg.Create(name + ".bias", {out}, Init::Zeros(), /*weight_decay=*/false);
+  Owns(weight_);
+  if (bias_) Owns(bias_);
 }
 
 Tensor Linear::DoForward(const Tensor& x, Context& ctx) {
@@ -59,8 +61,8 @@ Tensor Linear::DoBackward(const Tensor& dy, Context& ctx) {
 Embedding::Embedding(ParameterRegistry& reg, const std::string& name, int64_t vocab, int64_t dim,
                      float init_std)
     : Layer(name), dim_(dim) {
-  table_ = &reg.Create(name + ".weight", {vocab, dim}, Init::Normal(init_std), false);
-  table_->sparse = true;
+  table_ = &reg.Create(name + ".weight", {vocab, dim}, Init::Normal(init_std), false, /*sparse=*/true);
+  Owns(table_);
 }
 
 Tensor Embedding::DoForward(const Tensor& ids, Context& ctx) {
@@ -84,6 +86,8 @@ LayerNorm::LayerNorm(ParameterRegistry& reg, const std::string& name, int64_t di
     : Layer(name), dim_(dim), eps_(eps) {
   gamma_ = &reg.Create(name + ".weight", {dim}, Init::Ones(), false);
   beta_ = &reg.Create(name + ".bias", {dim}, Init::Zeros(), false);
+  Owns(gamma_);
+  Owns(beta_);
 }
 
 Tensor LayerNorm::DoForward(const Tensor& x, Context& ctx) {

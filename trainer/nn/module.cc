@@ -9,24 +9,33 @@
 namespace strata::nn {
 
 Parameter& ParameterRegistry::Create(const std::string& name, Shape shape, Init init,
-                                     bool weight_decay) {
+                                     bool weight_decay, bool sparse) {
   STRATA_CHECK(!by_name_.contains(name)) << "parameter " << name << " created twice";
+  STRATA_CHECK(!sparse || shape.size() == 2) << "sparse parameter " << name << " must be 2-D";
   auto p = std::make_unique<Parameter>();
   p->name = name;
   p->weight_decay = weight_decay;
+  p->sparse = sparse;
+  InitSpec& spec = p->init;
+  spec.seed = rng::Derive(seed_, name.c_str());
+  switch (init.kind) {
+    case Init::Kind::kZeros: spec.kind = InitKind::kZeros; break;
+    case Init::Kind::kOnes: spec.kind = InitKind::kConstant; spec.a = 1.0f; break;
+    case Init::Kind::kNormal: spec.kind = InitKind::kNormal; spec.a = 0.0f; spec.b = init.scale; break;
+    case Init::Kind::kUniform:
+      spec.kind = InitKind::kUniform;
+      spec.a = -init.scale;
+      spec.b = init.scale;
+      break;
+  }
   const ops::Exec cpu = ops::Exec::Cpu();
   Tensor host = ops::NewTensor(cpu, shape);
-  rng::Stream stream(rng::Derive(seed_, name.c_str()));
-  float* v = host.data_as<float>();
-  for (int64_t i = 0; i < host.numel(); ++i) {
-    switch (init.kind) {
-      case Init::Kind::kZeros: v[i] = 0.0f; break;
-      case Init::Kind::kOnes: v[i] = 1.0f; break;
-      case Init::Kind::kNormal: v[i] = init.scale * static_cast<float>(stream.Normal()); break;
-      case Init::Kind::kUniform:
-        v[i] = init.scale * static_cast<float>(2.0 * stream.Uniform() - 1.0);
-        break;
-    }
+  std::span<float> v(host.data_as<float>(), static_cast<size_t>(host.numel()));
+  if (sparse) {
+    const size_t dim = static_cast<size_t>(shape[1]);
+    for (int64_t k = 0; k < shape[0]; ++k) InitValues(spec, static_cast<uint64_t>(k), v.subspan(k * dim, dim));
+  } else {
+    InitDenseValues(spec, 0, v);
   }
   if (exec_.is_cuda()) {
     p->value = ops::NewTensor(exec_, shape);
@@ -82,10 +91,17 @@ Tensor Layer::Forward(const Tensor& x, Context& ctx) {
 }
 
 Tensor Layer::Backward(const Tensor& dy, Context& ctx) {
-  if (!recompute_) return DoBackward(dy, ctx);
-  Context scratch(ctx.exec(), ctx.training(), ctx.seed());
-  DoForward(ctx.Get(this, "recompute.input"), scratch);
-  return DoBackward(dy, scratch);
+  Tensor dx;
+  if (!recompute_) {
+    dx = DoBackward(dy, ctx);
+  } else {
+    Context scratch(ctx.exec(), ctx.training(), ctx.seed());
+    scratch.set_grad_ready(ctx.grad_ready());  // sublayers report through the scratch context
+    DoForward(ctx.Get(this, "recompute.input"), scratch);
+    dx = DoBackward(dy, scratch);
+  }
+  for (Parameter* p : owned_) ctx.GradReady(*p);
+  return dx;
 }
 
 }  // namespace strata::nn

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -12,13 +13,16 @@
 #include <vector>
 
 #include "common/tensor.h"
+#include "ps/table.h"
 #include "trainer/ops/exec.h"
 
 namespace strata::nn {
 
-// How a parameter starts. Values are drawn on the host from a stream seeded by
-// rng::Derive(model_seed, name), so a parameter's initial value depends only on the model seed
-// and its name: the same on any device and any number of devices.
+// How a parameter starts. Values come from the parameter servers' initialisers (ps/table.h
+// InitValues, InitDenseValues) seeded by rng::Derive(model_seed, name), so a parameter's initial
+// value depends only on the model seed and its name: the same on any device, any number of
+// devices, and on a parameter server that creates the parameter's table from its InitSpec
+// (nothing has to be sent to initialise a server).
 struct Init {
   enum class Kind { kZeros, kOnes, kNormal, kUniform };
   Kind kind = Kind::kNormal;
@@ -38,6 +42,12 @@ struct Parameter {
   Tensor grad;
   bool weight_decay = true;  // false for biases, norms and embeddings' scalar biases
   bool sparse = false;       // an embedding table: rows touched per batch are few
+  bool remote = false;       // held and updated by the parameter servers: the local optimizer
+                             // and gradient clipping skip it
+  // What a parameter server needs to produce the same initial values: element g of a dense
+  // parameter is InitDenseValues(init, g); row k of a sparse [rows, dim] one is
+  // InitValues(init, k).
+  InitSpec init;
 };
 
 // Owns a model's parameters in creation order (the order optimizers and checkpoints walk).
@@ -48,8 +58,10 @@ class ParameterRegistry {
   ParameterRegistry(const ParameterRegistry&) = delete;
   ParameterRegistry& operator=(const ParameterRegistry&) = delete;
 
-  // Creates and initialises a parameter; a duplicate name is a bug (aborts).
-  Parameter& Create(const std::string& name, Shape shape, Init init, bool weight_decay = true);
+  // Creates and initialises a parameter; a duplicate name is a bug (aborts). A sparse parameter
+  // is a [rows, dim] table initialised row by row (see Parameter::init).
+  Parameter& Create(const std::string& name, Shape shape, Init init, bool weight_decay = true,
+                    bool sparse = false);
   Parameter* Find(std::string_view name) const;  // null if absent
   const std::vector<std::unique_ptr<Parameter>>& params() const { return params_; }
   void ZeroGrad();
@@ -82,10 +94,21 @@ class Context {
   bool training() const { return training_; }
   uint64_t seed() const { return seed_; }
 
+  // Called during Backward as soon as a parameter's gradient is final for this context (after
+  // the layer that owns it ran backward): data parallelism starts all-reducing it then, while
+  // the rest of backward runs. Set it only on the context of a step's last micro-batch.
+  using GradReadyFn = std::function<void(Parameter&)>;
+  void set_grad_ready(GradReadyFn fn) { grad_ready_ = std::move(fn); }
+  const GradReadyFn& grad_ready() const { return grad_ready_; }
+  void GradReady(Parameter& p) const {
+    if (grad_ready_) grad_ready_(p);
+  }
+
  private:
   ops::Exec exec_;
   bool training_;
   uint64_t seed_;
+  GradReadyFn grad_ready_;
   std::map<std::pair<const void*, std::string>, Tensor> saved_;
 };
 
@@ -110,10 +133,14 @@ class Layer {
   explicit Layer(std::string name) : name_(std::move(name)) {}
   virtual Tensor DoForward(const Tensor& x, Context& ctx) = 0;
   virtual Tensor DoBackward(const Tensor& dy, Context& ctx) = 0;
+  // Declares a parameter whose gradient this layer's DoBackward completes (not a sublayer's):
+  // Backward reports it to Context::GradReady afterwards.
+  void Owns(Parameter* p) { owned_.push_back(p); }
 
  private:
   std::string name_;
   bool recompute_ = false;
+  std::vector<Parameter*> owned_;
 };
 
 }  // namespace strata::nn

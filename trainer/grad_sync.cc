@@ -1,0 +1,319 @@
+// grad_sync.cc: BucketAllReducer and PsSync.
+#include "trainer/grad_sync.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "trainer/ops/ops.h"
+
+namespace strata {
+namespace {
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+// A host view of `floats` floats at `data`, shaped like `like` (for Tensor::CopyFrom).
+Tensor HostView(float* data, const Tensor& like) {
+  return Tensor::FromBlob(data, like.shape(), DType::kF32, Device::CPU(), nullptr);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// BucketAllReducer
+
+BucketAllReducer::BucketAllReducer(Communicator& comm, std::vector<nn::Parameter*> params,
+                                   size_t bucket_bytes, bool overlap, Trace* trace)
+    : comm_(comm), params_(std::move(params)), overlap_(overlap), trace_(trace) {
+  // Backward finishes the last-created parameters first, so buckets fill in reverse order.
+  bucket_of_.resize(params_.size());
+  for (size_t k = params_.size(); k-- > 0;) {
+    nn::Parameter* p = params_[k];
+    index_[p] = k;
+    if (buckets_.empty() || buckets_.back().floats * sizeof(float) >= bucket_bytes) buckets_.emplace_back();
+    Bucket& b = buckets_.back();
+    b.params.push_back(k);
+    b.floats += static_cast<size_t>(p->grad.numel());
+    bucket_of_[k] = buckets_.size() - 1;
+  }
+  for (Bucket& b : buckets_) {
+    const bool direct = b.params.size() == 1 && params_[b.params[0]]->grad.is_cpu() &&
+                        params_[b.params[0]]->grad.is_contiguous();
+    if (!direct) b.flat.resize(b.floats);
+  }
+  reported_.assign(params_.size(), false);
+  ready_.assign(buckets_.size(), false);
+  thread_ = std::thread([this] { Run(); });
+}
+
+BucketAllReducer::~BucketAllReducer() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void BucketAllReducer::BeginStep(int64_t step) {
+  std::lock_guard lock(mu_);
+  std::fill(reported_.begin(), reported_.end(), false);
+  std::fill(ready_.begin(), ready_.end(), false);
+  for (Bucket& b : buckets_) b.pending = b.params.size();
+  next_ = done_ = 0;
+  error_ = Status::OK();
+  late_.clear();
+  step_ = step;
+  active_ = true;
+}
+
+void BucketAllReducer::MarkReadyLocked(size_t bucket) {
+  ready_[bucket] = true;
+  cv_.notify_all();
+}
+
+void BucketAllReducer::GradReady(nn::Parameter& p) {
+  if (!overlap_) return;
+  std::lock_guard lock(mu_);
+  auto it = index_.find(&p);
+  if (!active_ || it == index_.end()) return;
+  const size_t k = it->second;
+  if (reported_[k]) {
+    // A parameter used twice (shared weights): its first report may already be reduced.
+    if (late_.empty()) late_ = p.name;
+    return;
+  }
+  reported_[k] = true;
+  Bucket& b = buckets_[bucket_of_[k]];
+  if (--b.pending == 0) MarkReadyLocked(bucket_of_[k]);
+}
+
+Status BucketAllReducer::Finish() {
+  const auto start = std::chrono::steady_clock::now();
+  Trace::Scope scope(trace_, "wait for all-reduce", "comm", 0, step_);
+  std::unique_lock lock(mu_);
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    if (!ready_[i]) MarkReadyLocked(i);
+  }
+  cv_.wait(lock, [&] { return done_ == buckets_.size(); });
+  active_ = false;
+  exposed_seconds_ += Seconds(start);
+  if (!error_.ok()) return error_;
+  if (!late_.empty()) {
+    return Status::FailedPrecondition("parameter " + late_ +
+                                      " got gradient after it was reported ready (a shared "
+                                      "parameter); set sync.overlap: false");
+  }
+  return Status::OK();
+}
+
+void BucketAllReducer::Run() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    cv_.wait(lock, [&] { return stop_ || (active_ && next_ < buckets_.size() && ready_[next_]); });
+    if (stop_) return;
+    const size_t i = next_;
+    lock.unlock();
+    const auto start = std::chrono::steady_clock::now();
+    Status s = Reduce(buckets_[i]);
+    const double secs = Seconds(start);
+    lock.lock();
+    comm_seconds_ += secs;
+    ++next_;
+    ++done_;
+    if (!s.ok()) {
+      error_ = s.WithContext("all-reduce of bucket " + std::to_string(i));
+      next_ = done_ = buckets_.size();  // the communicator is unusable now; Finish returns
+    }
+    cv_.notify_all();
+  }
+}
+
+Status BucketAllReducer::Reduce(Bucket& b) {
+  Trace::Scope scope(trace_, "all-reduce bucket " + std::to_string(&b - buckets_.data()), "comm", 1, step_);
+  if (b.flat.empty()) {
+    Tensor& g = params_[b.params[0]]->grad;
+    return comm_.AllReduce(g.data_as<float>(), b.floats, ReduceOp::kAvg);
+  }
+  size_t offset = 0;
+  for (size_t k : b.params) {
+    const Tensor& g = params_[k]->grad;
+    if (g.is_cpu() && g.is_contiguous()) {
+      std::memcpy(b.flat.data() + offset, g.data_as<float>(), g.nbytes());
+    } else {
+      STRATA_RETURN_IF_ERROR(HostView(b.flat.data() + offset, g).CopyFrom(g));
+    }
+    offset += static_cast<size_t>(g.numel());
+  }
+  STRATA_RETURN_IF_ERROR(comm_.AllReduce(b.flat.data(), b.floats, ReduceOp::kAvg));
+  offset = 0;
+  for (size_t k : b.params) {
+    Tensor& g = params_[k]->grad;
+    if (g.is_cpu() && g.is_contiguous()) {
+      std::memcpy(g.data_as<float>(), b.flat.data() + offset, g.nbytes());
+    } else {
+      STRATA_RETURN_IF_ERROR(g.CopyFrom(HostView(b.flat.data() + offset, g)));
+    }
+    offset += static_cast<size_t>(g.numel());
+  }
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------------------------
+// PsSync
+
+Result<std::unique_ptr<PsSync>> PsSync::Create(PsClient& client, nn::ParameterRegistry& reg,
+                                               const TrainJob& job, Trace* trace) {
+  const SyncOptions& sync = job.sync;
+  const OptimizerOptions& o = job.optimizer;
+  const bool all = sync.mode == SyncOptions::Mode::kPs;
+  // The servers apply a fixed learning rate per table and clip per row or chunk.
+  const std::string where = all ? "sync.mode: ps" : "sync.mode: hybrid (embeddings on the servers)";
+  if (o.nesterov) return Status::InvalidArgument("optimizer.nesterov is not available with " + where);
+  if (all && (o.schedule != OptimizerOptions::Schedule::kConstant || o.warmup_steps > 0)) {
+    return Status::InvalidArgument(
+        "optimizer.schedule must be constant and optimizer.warmup_steps 0 with sync.mode: ps "
+        "(the servers apply a fixed learning rate)");
+  }
+  if (all && o.clip_norm > 0) {
+    return Status::InvalidArgument(
+        "optimizer.clip_norm (global) is not available with sync.mode: ps: the servers see one "
+        "table at a time");
+  }
+  auto sync_ptr = std::unique_ptr<PsSync>(new PsSync(client, trace));
+  PsSync& ps = *sync_ptr;
+  ps.early_prefetch_ = sync.prefetch && sync.consistency == Consistency::kAsp;
+  uint32_t next_id = 0;
+  for (auto& p : reg.params()) {
+    if (!all && !p->sparse) continue;
+    TableSpec spec;
+    spec.id = next_id++;
+    spec.name = p->name;
+    spec.init = p->init;
+    spec.consistency = sync.consistency;
+    spec.staleness = static_cast<uint32_t>(sync.staleness);
+    spec.aggregate = Aggregate::kMean;
+    OptimizerSpec& os = spec.optimizer;
+    os.lr = static_cast<float>(o.lr);
+    os.weight_decay = p->weight_decay ? static_cast<float>(o.weight_decay) : 0.0f;
+    if (o.kind == OptimizerOptions::Kind::kSgd) {
+      os.kind = OptimizerKind::kSgd;
+      os.momentum = static_cast<float>(o.momentum);
+    } else {
+      os.kind = OptimizerKind::kAdamW;
+      os.beta1 = static_cast<float>(o.beta1);
+      os.beta2 = static_cast<float>(o.beta2);
+      os.eps = static_cast<float>(o.eps);
+    }
+    if (p->sparse) {
+      spec.kind = TableKind::kSparse;
+      spec.dim = static_cast<uint32_t>(p->value.size(1));
+      ps.sparse_.push_back({p.get(), spec.id, spec.dim});
+      ps.capacity_ = p->value.size(0);
+    } else {
+      spec.kind = TableKind::kDense;
+      spec.numel = static_cast<uint64_t>(p->value.numel());
+      ps.dense_.push_back({p.get(), spec.id, 0});
+    }
+    STRATA_RETURN_IF_ERROR(client.CreateTable(spec).WithContext("creating table " + spec.name));
+    p->remote = true;
+  }
+  return sync_ptr;
+}
+
+std::vector<uint64_t> PsSync::Keys(const std::vector<Batch>& batches) {
+  std::vector<uint64_t> keys;
+  for (const Batch& b : batches) {
+    const int32_t* ids = b.ids.data_as<int32_t>();
+    for (int64_t i = 0; i < b.ids.numel(); ++i) keys.push_back(static_cast<uint64_t>(ids[i]));
+  }
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  return keys;
+}
+
+std::unique_ptr<PsSync::Pull> PsSync::StartPull(std::vector<uint64_t> keys) {
+  auto pull = std::make_unique<Pull>();
+  pull->keys = std::move(keys);
+  for (const Remote& r : dense_) {
+    pull->dense.emplace_back(static_cast<size_t>(r.param->value.numel()));
+    pull->tickets.push_back(client_.PullDense(r.table, pull->dense.back().data()));
+  }
+  for (const Remote& r : sparse_) {
+    pull->sparse.emplace_back(pull->keys.size() * r.dim);
+    pull->tickets.push_back(client_.Pull(r.table, pull->keys, pull->sparse.back().data()));
+  }
+  return pull;
+}
+
+void PsSync::Prefetch(const std::vector<Batch>& batches) {
+  prefetched_ = StartPull(sparse_.empty() ? std::vector<uint64_t>() : Keys(batches));
+}
+
+Status PsSync::Prepare(std::vector<Batch>& batches, int64_t step) {
+  Trace::Scope scope(trace_, "pull", "ps", 0, step);
+  std::vector<uint64_t> keys = sparse_.empty() ? std::vector<uint64_t>() : Keys(batches);
+  if (static_cast<int64_t>(keys.size()) > capacity_ && !sparse_.empty()) {
+    return Status::Internal("a step touches " + std::to_string(keys.size()) + " ids, more than the " +
+                            std::to_string(capacity_) + " rows kept locally");
+  }
+  std::unique_ptr<Pull> pull;
+  if (prefetched_ && prefetched_->keys == keys) {
+    pull = std::move(prefetched_);
+  } else {
+    prefetched_.reset();  // for other batches (an evaluation came between): pull afresh
+    pull = StartPull(keys);
+  }
+  for (PsTicket& t : pull->tickets) STRATA_RETURN_IF_ERROR(client_.Wait(t));
+  for (size_t i = 0; i < dense_.size(); ++i) {
+    Tensor& v = dense_[i].param->value;
+    STRATA_RETURN_IF_ERROR(v.CopyFrom(HostView(pull->dense[i].data(), v)));
+  }
+  const int64_t n = static_cast<int64_t>(pull->keys.size());
+  for (size_t i = 0; i < sparse_.size() && n > 0; ++i) {
+    Tensor rows = sparse_[i].param->value.Narrow(0, 0, n);
+    STRATA_RETURN_IF_ERROR(rows.CopyFrom(HostView(pull->sparse[i].data(), rows)));
+  }
+  if (!sparse_.empty()) {
+    // Ids become rows of the compact tables: the position of the id among the step's keys.
+    for (Batch& b : batches) {
+      Tensor local = ops::NewTensor(ops::Exec::Cpu(), b.ids.shape(), DType::kI32);
+      const int32_t* ids = b.ids.data_as<int32_t>();
+      int32_t* out = local.data_as<int32_t>();
+      for (int64_t j = 0; j < b.ids.numel(); ++j) {
+        out[j] = static_cast<int32_t>(std::lower_bound(pull->keys.begin(), pull->keys.end(),
+                                                       static_cast<uint64_t>(ids[j])) - pull->keys.begin());
+      }
+      b.ids = local;
+    }
+  }
+  keys_ = std::move(pull->keys);
+  return Status::OK();
+}
+
+Status PsSync::PushAndClock(int64_t step) {
+  Trace::Scope scope(trace_, "push + clock", "ps", 0, step);
+  std::vector<PsTicket> tickets;
+  std::vector<std::vector<float>> staged;  // host copies of device gradients
+  auto host_floats = [&](const Tensor& g) -> const float* {
+    if (g.is_cpu() && g.is_contiguous()) return g.data_as<float>();
+    staged.emplace_back(static_cast<size_t>(g.numel()));
+    STRATA_CHECK_OK(HostView(staged.back().data(), g).CopyFrom(g));
+    return staged.back().data();
+  };
+  staged.reserve(dense_.size() + sparse_.size());
+  for (const Remote& r : dense_) tickets.push_back(client_.PushDense(r.table, host_floats(r.param->grad)));
+  const int64_t n = static_cast<int64_t>(keys_.size());
+  for (const Remote& r : sparse_) {
+    if (n == 0) break;
+    tickets.push_back(client_.Push(r.table, keys_, host_floats(r.param->grad.Narrow(0, 0, n))));
+  }
+  for (PsTicket& t : tickets) STRATA_RETURN_IF_ERROR(client_.Wait(t));
+  return client_.Clock();
+}
+
+}  // namespace strata

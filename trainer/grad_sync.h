@@ -1,0 +1,137 @@
+// grad_sync.h: how a data-parallel trainer keeps in step with the others.
+//   BucketAllReducer: gradients packed into buckets (in backward order, like PyTorch DDP) and
+//     all-reduced on a communication thread as soon as backward has finished every gradient in
+//     the bucket, so communication hides behind the rest of backward.
+//   PsSync: parameters held by the servers: dense ones in dense tables, embeddings in sparse
+//     tables of which a step pulls only the rows its batch touches (remapped into a compact
+//     local table), gradients pushed back, the optimizer applied on the servers; the next
+//     step's pull is issued early (prefetch) where the consistency model allows.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "ps/client.h"
+#include "trainer/comm/communicator.h"
+#include "trainer/data.h"
+#include "trainer/nn/module.h"
+#include "trainer/trace.h"
+#include "trainer/train_options.h"
+
+namespace strata {
+
+// Used by one training thread, plus the communication thread it owns. Works on CPU gradients
+// (the Gloo backend); on CUDA, Finish() copies through the host and nothing overlaps.
+class BucketAllReducer {
+ public:
+  // `params`: the parameters to average (creation order); buckets hold up to `bucket_bytes`.
+  BucketAllReducer(Communicator& comm, std::vector<nn::Parameter*> params, size_t bucket_bytes,
+                   bool overlap, Trace* trace);
+  ~BucketAllReducer();
+  BucketAllReducer(const BucketAllReducer&) = delete;
+  BucketAllReducer& operator=(const BucketAllReducer&) = delete;
+
+  // Before the step's last micro-batch runs backward: every gradient becomes pending.
+  void BeginStep(int64_t step);
+  // The Context::GradReady hook: `p`'s gradient is final for this step.
+  void GradReady(nn::Parameter& p);
+  // Reduces what backward did not report (in bucket order), waits for every bucket and returns
+  // the first error. Afterwards every gradient is the average over the ranks.
+  Status Finish();
+
+  size_t num_buckets() const { return buckets_.size(); }
+  // Totals since construction: seconds the communication thread spent reducing, and seconds
+  // Finish() waited for it (the part backward did not hide).
+  double comm_seconds() const { return comm_seconds_; }
+  double exposed_seconds() const { return exposed_seconds_; }
+
+ private:
+  struct Bucket {
+    std::vector<size_t> params;  // indices into params_
+    size_t floats = 0;
+    size_t pending = 0;          // gradients not yet reported this step
+    std::vector<float> flat;     // packed gradients (unless one contiguous CPU tensor)
+  };
+  void Run();                    // the communication thread
+  Status Reduce(Bucket& b);
+  void MarkReadyLocked(size_t bucket);
+
+  Communicator& comm_;
+  std::vector<nn::Parameter*> params_;
+  std::unordered_map<const nn::Parameter*, size_t> index_;
+  std::vector<size_t> bucket_of_;  // by param index
+  std::vector<Bucket> buckets_;
+  const bool overlap_;
+  Trace* trace_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<bool> reported_;   // by param index, this step
+  std::vector<bool> ready_;      // by bucket, this step
+  size_t next_ = 0;              // the next bucket the thread reduces
+  size_t done_ = 0;              // buckets reduced this step
+  bool active_ = false;          // between BeginStep and Finish
+  bool stop_ = false;
+  int64_t step_ = 0;
+  Status error_;
+  std::string late_;             // a parameter reported twice (shared weights)
+  double comm_seconds_ = 0, exposed_seconds_ = 0;
+  std::thread thread_;
+};
+
+// Used by one training thread.
+class PsSync {
+ public:
+  // Creates one table per parameter that lives on the servers (every parameter in ps mode;
+  // the sparse ones in hybrid) and marks them remote. Fails if the optimizer cannot run on the
+  // servers as configured.
+  static Result<std::unique_ptr<PsSync>> Create(PsClient& client, nn::ParameterRegistry& reg,
+                                                const TrainJob& job, Trace* trace);
+
+  // Makes parameters ready for computing on `batches` (a step's micro-batches, or one eval
+  // batch): takes the prefetched pull if it was for these batches, else pulls now; writes the
+  // values into the parameters and rewrites each batch's ids into the compact sparse rows.
+  Status Prepare(std::vector<Batch>& batches, int64_t step);
+  // Issues the pull for `batches` (the next step) without waiting.
+  void Prefetch(const std::vector<Batch>& batches);
+  // Pushes every remote gradient (the compact rows of sparse ones), waits for the servers and
+  // finishes the clock.
+  Status PushAndClock(int64_t step);
+
+  // Whether a pull issued before this step's push may be used for the next step: ASP, or SSP
+  // with staleness >= 1. (BSP must pull after the clock.)
+  bool prefetch_before_compute() const { return early_prefetch_; }
+  bool has_sparse() const { return !sparse_.empty(); }
+
+ private:
+  struct Remote {
+    nn::Parameter* param;
+    uint32_t table;
+    uint32_t dim;  // sparse: floats per row
+  };
+  struct Pull {  // one pull in flight
+    std::vector<uint64_t> keys;  // sorted unique ids of the batches
+    std::vector<std::vector<float>> dense;   // by dense_ index
+    std::vector<std::vector<float>> sparse;  // by sparse_ index: keys.size() * dim
+    std::vector<PsTicket> tickets;
+  };
+  PsSync(PsClient& client, Trace* trace) : client_(client), trace_(trace) {}
+  static std::vector<uint64_t> Keys(const std::vector<Batch>& batches);
+  std::unique_ptr<Pull> StartPull(std::vector<uint64_t> keys);
+
+  PsClient& client_;
+  Trace* trace_;
+  std::vector<Remote> dense_, sparse_;
+  int64_t capacity_ = 0;  // rows of each compact sparse table
+  bool early_prefetch_ = false;
+  std::unique_ptr<Pull> prefetched_;
+  std::vector<uint64_t> keys_;  // of the current step (what PushAndClock pushes)
+};
+
+}  // namespace strata
