@@ -54,6 +54,11 @@ int main(int argc, char** argv) {
                  "alone\n";
     return 2;
   }
+  if (real_trainers && job->train.batch_size % o.trainers != 0) {
+    std::cerr << "strata-launch: train.batch_size " << job->train.batch_size
+              << " (the global batch) must be divisible by the " << o.trainers << " trainers\n";
+    return 2;
+  }
   const bool uses_servers = mode == SyncOptions::Mode::kPs || mode == SyncOptions::Mode::kHybrid;
   if (real_trainers && uses_servers && o.servers == 0) {
     std::cerr << "strata-launch: sync.mode " << (mode == SyncOptions::Mode::kPs ? "ps" : "hybrid")

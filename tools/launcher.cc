@@ -137,8 +137,10 @@ std::string Launcher::ProgressLineLocked() const {
     steps = std::max(steps, p.steps);
     rate += p.samples_per_s;
     eta = std::max(eta, p.eta_s);
+    loss += p.loss;
   }
-  if (!progress_.empty()) loss = progress_[0].loss;
+  if (reporting > 0) loss /= reporting;  // each trainer's latest loss
+
   const int e = static_cast<int>(eta);
   char buf[256];
   std::snprintf(buf, sizeof(buf),
@@ -292,7 +294,11 @@ int Launcher::Run() {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   StopAll();  // joins the output readers
-  if (!progress_.empty() && tty_) std::fputs("\n", stdout);
+  {
+    std::lock_guard lock(out_mu_);
+    if (!progress_.empty()) ShowProgressLocked(true);  // where the trainers ended
+    if (progress_shown_) std::fputs("\n", stdout);
+  }
   if (!lost.empty()) {
     std::fprintf(stderr, "strata-launch: the job finished without %zu lost trainer(s): %s\n", lost.size(), lost[0].c_str());
     return 1;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -250,6 +251,58 @@ TEST(DataTest, CriteoReaderParsesAndHoldsOut) {
   d.path = dir + "/bad.tsv";
   EXPECT_FALSE(CreateDataSource(d, m, 4).ok());
   std::filesystem::remove_all(dir);
+}
+
+// The distributed sampler: the shards of every split are disjoint and together are exactly the
+// batch one trainer reads, for every synthetic and file source.
+TEST(DataTest, ShardsOfEveryBatchTileTheSingleTrainerBatch) {
+  ModelOptions mlp;
+  mlp.kind = ModelOptions::Kind::kMlp;
+  mlp.mlp_in = 5;
+  mlp.mlp_out = 3;
+  ModelOptions ctr;
+  ctr.kind = ModelOptions::Kind::kCtr;
+  ctr.fields = 4;
+  ctr.field_vocab = 50;
+  ModelOptions gpt;
+  gpt.kind = ModelOptions::Kind::kGpt;
+  gpt.context = 8;
+  DataOptions regression, clicks, text;
+  clicks.kind = DataOptions::Kind::kClickLog;
+  text.kind = DataOptions::Kind::kText;
+  text.path = std::string(STRATA_SOURCE_DIR) + "/README.md";
+  text.eval_samples = 256;
+  struct Case {
+    DataOptions d;
+    ModelOptions m;
+  };
+  for (const Case& c : {Case{regression, mlp}, Case{clicks, ctr}, Case{text, gpt}}) {
+    auto whole = CreateDataSource(c.d, c.m, 8);
+    ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+    std::vector<Batch> full;
+    for (int k = 0; k < 3; ++k) full.push_back((*whole)->Next());
+    for (int count : {2, 4}) {
+      for (int rank = 0; rank < count; ++rank) {
+        auto shard = CreateDataSource(c.d, c.m, 8, {rank, count});
+        ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+        for (int k = 0; k < 3; ++k) {
+          Batch b = (*shard)->Next();
+          const int64_t n = 8 / count;
+          ASSERT_EQ(b.samples, n);
+          for (Tensor Batch::*field : {&Batch::x, &Batch::ids, &Batch::target}) {
+            const Tensor& got = b.*field;
+            if (!got.defined()) continue;
+            const Tensor want = (full[k].*field).Narrow(0, rank * n, n);
+            const size_t row = got.nbytes() / n;
+            ASSERT_EQ(std::memcmp(got.data(), static_cast<const char*>(want.data()), got.nbytes()), 0)
+                << "batch " << k << " shard " << rank << "/" << count << " row bytes " << row;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_FALSE(CreateDataSource(regression, mlp, 6, {0, 4}).ok());  // 6 samples over 4 trainers
+  EXPECT_FALSE(CreateDataSource(regression, mlp, 8, {4, 4}).ok());
 }
 
 TEST(TrainJobTest, ParsesExamplesAndRejectsTypos) {

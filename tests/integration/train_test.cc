@@ -1,0 +1,302 @@
+// train_test.cc: end-to-end training through strata-launch (real processes on loopback: a
+// scheduler, strata-server and strata-trainer): every data-parallel split reproduces the
+// single-process run, asynchronous training reaches the synchronous AUC, the all-reduce overlaps
+// backward in the recorded timelines, and a lost trainer is handled as its sync mode says.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+
+#include "tests/test_util.h"
+
+namespace strata {
+namespace {
+
+using testing::BinPath;
+using testing::ReadFile;
+using testing::Subprocess;
+using testing::TempDir;
+using testing::WriteFile;
+using Millis = std::chrono::milliseconds;
+
+// Failure detection fast enough for a test, slow enough not to misfire on a loaded CI machine.
+const char* kCluster =
+    "cluster: {heartbeat_interval_ms: 200, heartbeat_timeout_ms: 2500}\n";
+
+const char* kMlp =
+    "model: {kind: mlp, mlp_in: 64, mlp_hidden: 128, mlp_out: 16}\n"
+    "data: {kind: regression, eval_samples: 256}\n"
+    "optimizer: {kind: sgd, lr: 0.05, momentum: 0.9}\n"
+    "train: {steps: 20, batch_size: 64, log_every: 1, progress: false}\n";
+
+const char* kGpt =
+    "model: {kind: gpt, layers: 2, heads: 2, width: 32, context: 16}\n"
+    "data: {kind: text, path: " STRATA_SOURCE_DIR "/README.md, eval_samples: 512}\n"
+    "optimizer: {kind: adamw, lr: 0.003}\n"
+    "train: {steps: 20, batch_size: 16, log_every: 1, progress: false}\n";
+
+const char* kCtr =
+    "model: {kind: ctr, fields: 8, field_vocab: 300, embed_dim: 8, ctr_hidden: 32}\n"
+    "data: {kind: click_log, eval_samples: 20000}\n"
+    "optimizer: {kind: adamw, lr: 0.01}\n"
+    "train: {steps: 300, batch_size: 256, log_every: 50, progress: false}\n";
+
+std::vector<double> Losses(const std::string& metrics_path) {
+  std::vector<double> out;
+  std::ifstream in(metrics_path);
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("loss")) out.push_back(j["loss"].get<double>());
+  }
+  return out;
+}
+
+double MaxRelativeDifference(const std::vector<double>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    worst = std::max(worst, std::abs(a[i] - b[i]) / std::max(1e-12, std::abs(a[i])));
+  }
+  return worst;
+}
+
+// Every tensor of a trainer checkpoint (see Trainer::SaveCheckpoint), by name.
+std::map<std::string, std::vector<float>> ReadCheckpoint(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::map<std::string, std::vector<float>> out;
+  char header[8 + 4 + 8 + 8 + 8];
+  uint32_t count = 0;
+  if (!in.read(header, sizeof(header)) || !in.read(reinterpret_cast<char*>(&count), 4)) return out;
+  for (uint32_t i = 0; i < count; ++i) {
+    uint32_t len = 0;
+    int64_t numel = 0;
+    in.read(reinterpret_cast<char*>(&len), 4);
+    std::string name(len, '\0');
+    in.read(name.data(), len);
+    in.read(reinterpret_cast<char*>(&numel), 8);
+    std::vector<float> v(static_cast<size_t>(numel));
+    in.read(reinterpret_cast<char*>(v.data()), numel * 4);
+    out[name] = std::move(v);
+  }
+  return out;
+}
+
+class TrainTest : public ::testing::Test {
+ protected:
+  // Writes the job, runs it alone (strata-trainer, sync.mode local) or launched; returns the log.
+  std::string Job(const std::string& name, const std::string& text) {
+    const std::string path = dir_.File(name + ".yaml");
+    WriteFile(path, std::string(kCluster) + text);
+    return path;
+  }
+  int RunLocal(const std::string& job, const std::vector<std::string>& sets, std::string* log) {
+    std::vector<std::string> argv = {BinPath("strata-trainer"), "--config", job};
+    for (const auto& s : sets) argv.insert(argv.end(), {"--set", s});
+    Subprocess p(argv, dir_.File("local-" + std::to_string(runs_++) + ".log"));
+    const int code = p.Wait(Millis(240000));
+    *log = p.Log();
+    return code;
+  }
+  int Launch(const std::string& job, int servers, int trainers, const std::vector<std::string>& sets,
+             std::string* log) {
+    std::vector<std::string> argv = {BinPath("strata-launch"), "--servers", std::to_string(servers),
+                                     "--trainers", std::to_string(trainers), job, "--timeout", "240"};
+    for (const auto& s : sets) argv.insert(argv.end(), {"--set", s});
+    Subprocess p(argv, dir_.File("launch-" + std::to_string(runs_++) + ".log"));
+    const int code = p.Wait(Millis(270000));
+    *log = p.Log();
+    return code;
+  }
+  std::string Metrics(const std::string& tag) { return dir_.File("metrics-" + tag + "-{rank}.jsonl"); }
+  std::string Rank(const std::string& tag, int rank) {
+    return dir_.File("metrics-" + tag + "-" + std::to_string(rank) + ".jsonl");
+  }
+
+  // The same global batch split over 1, 2 and 4 all-reducing trainers gives the
+  // single-process losses at every step, and the same weights at the end.
+  void ExpectAllReduceEquivalence(const std::string& job, const std::string& model) {
+    std::string log;
+    const std::string ckpt = dir_.File("ckpt");
+    ASSERT_EQ(RunLocal(job, {"train.metrics_path=" + Rank(model + "-local", 0), "train.checkpoint_every=20",
+                             "train.checkpoint_dir=" + ckpt + "/local"},
+                       &log), 0) << log;
+    const auto base = Losses(Rank(model + "-local", 0));
+    ASSERT_EQ(base.size(), 20u) << log;
+    const auto base_weights = ReadCheckpoint(ckpt + "/local/ckpt-20.bin");
+    ASSERT_FALSE(base_weights.empty());
+    for (int trainers : {1, 2, 4}) {
+      const std::string tag = model + "-ar" + std::to_string(trainers);
+      ASSERT_EQ(Launch(job, 0, trainers,
+                       {"sync.mode=allreduce", "sync.bucket_mb=0.01", "train.metrics_path=" + Metrics(tag),
+                        "train.checkpoint_every=20", "train.checkpoint_dir=" + ckpt + "/" + tag},
+                       &log), 0) << log;
+      EXPECT_LT(MaxRelativeDifference(base, Losses(Rank(tag, 0))), 1e-5) << trainers << " trainers";
+      const auto weights = ReadCheckpoint(ckpt + "/" + tag + "/ckpt-20.bin");
+      ASSERT_EQ(weights.size(), base_weights.size());
+      for (const auto& [name, w] : base_weights) {
+        const auto& got = weights.at(name);
+        ASSERT_EQ(got.size(), w.size()) << name;
+        for (size_t i = 0; i < w.size(); ++i) {
+          ASSERT_NEAR(got[i], w[i], 1e-5f + 1e-4f * std::abs(w[i]))
+              << name << "[" << i << "], " << trainers << " trainers";
+        }
+      }
+    }
+  }
+
+  TempDir dir_;
+  int runs_ = 0;
+};
+
+TEST_F(TrainTest, MlpAllReduceOn1To4TrainersMatchesOneProcess) {
+  ExpectAllReduceEquivalence(Job("mlp", kMlp), "mlp");
+}
+
+TEST_F(TrainTest, GptAllReduceOn1To4TrainersMatchesOneProcess) {
+  ExpectAllReduceEquivalence(Job("gpt", kGpt), "gpt");
+}
+
+// SGD on the servers under BSP (gradients averaged per clock) is the same computation as
+// all-reduce + local SGD. In ps mode every trainer reports its own loss: their mean is the
+// global one.
+TEST_F(TrainTest, PsBspSgdMatchesAllReduceSgd) {
+  const std::string job = Job("mlp", kMlp);
+  std::string log;
+  ASSERT_EQ(Launch(job, 0, 2, {"sync.mode=allreduce", "train.metrics_path=" + Metrics("ar")}, &log), 0) << log;
+  ASSERT_EQ(Launch(job, 2, 2, {"sync.mode=ps", "sync.consistency=bsp", "train.metrics_path=" + Metrics("ps")}, &log), 0) << log;
+  const auto ar = Losses(Rank("ar", 0));
+  const auto ps0 = Losses(Rank("ps", 0)), ps1 = Losses(Rank("ps", 1));
+  ASSERT_EQ(ps0.size(), 20u);
+  ASSERT_EQ(ps1.size(), 20u);
+  std::vector<double> ps(20);
+  for (size_t i = 0; i < 20; ++i) ps[i] = (ps0[i] + ps1[i]) / 2;
+  EXPECT_LT(MaxRelativeDifference(ar, ps), 1e-5);
+}
+
+double Auc(const std::string& log) {
+  std::smatch m;
+  if (!std::regex_search(log, m, std::regex("auc ([0-9.]+) \\(oracle"))) return -1;
+  return std::stod(m[1]);
+}
+
+TEST_F(TrainTest, CtrAsynchronousAndBoundedStalenessReachTheSynchronousAuc) {
+  const std::string job = Job("ctr", kCtr);
+  std::string log;
+  ASSERT_EQ(Launch(job, 2, 2, {"sync.mode=ps", "sync.consistency=bsp"}, &log), 0) << log;
+  const double bsp = Auc(log);
+  ASSERT_GT(bsp, 0.75) << log;  // well above chance: the planted model is learnable
+  ASSERT_EQ(Launch(job, 2, 2, {"sync.mode=ps", "sync.consistency=asp"}, &log), 0) << log;
+  EXPECT_NEAR(Auc(log), bsp, 0.01) << log;
+  ASSERT_EQ(Launch(job, 2, 2, {"sync.mode=ps", "sync.consistency=ssp", "sync.staleness=2"}, &log), 0) << log;
+  EXPECT_NEAR(Auc(log), bsp, 0.01) << log;
+  ASSERT_EQ(Launch(job, 2, 2, {"sync.mode=hybrid", "sync.consistency=asp"}, &log), 0) << log;
+  EXPECT_NEAR(Auc(log), bsp, 0.01) << log;
+}
+
+// In each rank's timeline the first buckets' all-reduce starts before that step's backward
+// ends: communication overlaps computation rather than following it.
+TEST_F(TrainTest, AllReduceOverlapsBackwardInTheTimeline) {
+  const std::string job = Job("mlp", std::string(kMlp));
+  std::string log;
+  const std::string trace = dir_.File("trace-{rank}.json");
+  ASSERT_EQ(Launch(job, 0, 2,
+                   {"sync.mode=allreduce", "sync.bucket_mb=0.01", "sync.trace_path=" + trace,
+                    "model.mlp_hidden=512", "model.mlp_in=256"},
+                   &log), 0) << log;
+  EXPECT_NE(log.find("hidden behind backward"), std::string::npos) << log;
+  for (int rank : {0, 1}) {
+    auto j = nlohmann::json::parse(ReadFile(dir_.File("trace-" + std::to_string(rank) + ".json")));
+    std::map<int64_t, double> compute_end, first_comm;
+    for (const auto& e : j["traceEvents"]) {
+      if (e["ph"] != "X" || !e.contains("args")) continue;
+      const int64_t step = e["args"]["step"];
+      const std::string name = e["name"];
+      const double start = e["ts"], end = start + e["dur"].get<double>();
+      if (name == "forward + backward") compute_end[step] = end;
+      if (name.rfind("all-reduce bucket", 0) == 0) {
+        first_comm[step] = first_comm.contains(step) ? std::min(first_comm[step], start) : start;
+      }
+    }
+    ASSERT_EQ(compute_end.size(), 20u);
+    int overlapped = 0;
+    for (const auto& [step, end] : compute_end) {
+      ASSERT_TRUE(first_comm.contains(step)) << "step " << step;
+      if (first_comm[step] < end) ++overlapped;
+    }
+    // Every step's backward has several buckets to finish; allow a few steps where the
+    // communication thread was not scheduled in time on a loaded machine.
+    EXPECT_GE(overlapped, 15) << "rank " << rank;
+  }
+}
+
+TEST_F(TrainTest, LauncherRefusesALocalJob) {
+  std::string log;
+  EXPECT_EQ(Launch(Job("mlp", kMlp), 0, 2, {}, &log), 2) << log;
+  EXPECT_NE(log.find("sync.mode is local"), std::string::npos) << log;
+}
+
+// Kills trainer 2 of 3 once training is under way; returns the launcher's exit code and log.
+int RunAndKillATrainer(const std::string& job, const std::vector<std::string>& sets,
+                       const std::string& log_path, std::string* log, std::vector<pid_t>* started,
+                       bool keep_going = false) {
+  std::vector<std::string> argv = {BinPath("strata-launch"), "--servers", "2", "--trainers", "3",
+                                   job, "--timeout", "200", "--grace-ms", "2000"};
+  if (keep_going) argv.push_back("--keep-going");
+  for (const auto& s : sets) argv.insert(argv.end(), {"--set", s});
+  Subprocess launch(argv, log_path);
+  pid_t victim = -1;
+  const std::regex started_re("started trainer 2 \\(pid ([0-9]+)\\)");
+  EXPECT_TRUE(testing::WaitFor([&] {
+    const std::string l = launch.Log();
+    std::smatch m;
+    if (victim < 0 && std::regex_search(l, m, started_re)) victim = std::stoi(m[1]);
+    return victim > 0 && l.find("progress: step") != std::string::npos;
+  }, Millis(120000))) << launch.Log();
+  if (victim > 0) kill(victim, SIGKILL);
+  const int code = launch.Wait(Millis(220000));
+  *log = launch.Log();
+  const std::regex any_started("started [a-z]+ ?[0-9]* \\(pid ([0-9]+)\\)");
+  for (auto it = std::sregex_iterator(log->begin(), log->end(), any_started); it != std::sregex_iterator(); ++it) {
+    started->push_back(std::stoi((*it)[1]));
+  }
+  return code;
+}
+
+TEST_F(TrainTest, AsynchronousTrainingFinishesWithoutAKilledTrainer) {
+  std::string log;
+  std::vector<pid_t> started;
+  const int code = RunAndKillATrainer(
+      Job("ctr", kCtr), {"sync.mode=ps", "sync.consistency=asp", "train.steps=3000", "train.batch_size=255"},
+      dir_.File("asp.log"), &log, &started);
+  EXPECT_EQ(code, 1) << log;
+  EXPECT_NE(log.find("trainer 2 (pid"), std::string::npos) << log;
+  EXPECT_NE(log.find("goes on without it"), std::string::npos) << log;
+  EXPECT_NE(log.find("[trainer 0] "), std::string::npos) << log;
+  EXPECT_NE(log.find("done: 3000 steps"), std::string::npos) << log;  // the others finished
+  EXPECT_EQ(started.size(), 6u) << log;
+  for (pid_t pid : started) EXPECT_NE(kill(pid, 0), 0) << "pid " << pid << " survived";
+}
+
+TEST_F(TrainTest, SynchronousTrainingFailsNamingTheKilledTrainer) {
+  std::string log;
+  std::vector<pid_t> started;
+  const int code = RunAndKillATrainer(
+      Job("ctr", kCtr),
+      {"sync.mode=ps", "sync.consistency=bsp", "train.steps=1000000", "train.batch_size=255",
+       "sync.timeout_ms=20000"},
+      dir_.File("bsp.log"), &log, &started, /*keep_going=*/true);
+  EXPECT_EQ(code, 1) << log;
+  // The launcher lets the others run on (--keep-going), so what they do is seen: the servers
+  // give up the BSP clock as soon as the scheduler declares the trainer dead, and say which
+  // one; the trainers fail with that error, and the launcher stops everything.
+  EXPECT_NE(log.find("lost trainer 2"), std::string::npos) << log;
+  EXPECT_EQ(started.size(), 6u) << log;
+  for (pid_t pid : started) EXPECT_NE(kill(pid, 0), 0) << "pid " << pid << " survived";
+}
+
+}  // namespace
+}  // namespace strata
