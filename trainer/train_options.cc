@@ -89,13 +89,4 @@ void Bind(config::Binder& b, TrainJob& o) {
   b.Section("sync", o.sync, "how trainers synchronise");
 }
 
-Result<TrainJob> LoadTrainJob(const std::string& path, const std::vector<std::string>& overrides) {
-  YAML::Node root(YAML::NodeType::Map);
-  if (!path.empty()) {
-    STRATA_ASSIGN_OR_RETURN(root, config::LoadYamlFile(path));
-  }
-  for (const std::string& o : overrides) STRATA_RETURN_IF_ERROR(config::ApplyOverride(root, o));
-  return config::Parse<TrainJob>(root, path.empty() ? "<defaults>" : path, overrides);
-}
-
 }  // namespace strata

@@ -1,6 +1,7 @@
-// train_options.h: the option sections of a training job (model, data, train) and TrainJob,
-// the job file strata-trainer reads: {model, optimizer, train, data, log}. Bound with the
-// common config machinery (config.h), so unknown keys, types and ranges are checked at start.
+// train_options.h: the option sections of a training job (model, data, train, sync) and
+// TrainJob, what a Trainer is built from. They are sections of the job file every binary reads
+// (tools/job_config.h). Bound with the common config machinery (config.h), so unknown keys,
+// types and ranges are checked at start.
 #pragma once
 
 #include <cstdint>
@@ -95,8 +96,5 @@ struct TrainJob {
   SyncOptions sync;
 };
 void Bind(config::Binder& b, TrainJob& o);
-
-// Reads `path`, applies `overrides` ("a.b=value") and validates.
-Result<TrainJob> LoadTrainJob(const std::string& path, const std::vector<std::string>& overrides);
 
 }  // namespace strata

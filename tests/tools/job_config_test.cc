@@ -142,5 +142,29 @@ TEST(ConfigJobTest, ServerStoreErrorsNameTheField) {
   EXPECT_THAT(workers.status().message(), HasSubstr("server.workers: expected"));
 }
 
+// Every example is one job file for every binary: the trainer's sections sit beside the
+// cluster's, and they are checked like any other.
+TEST(ConfigJobTest, TrainingExamplesLoadAndTrainerFieldsAreChecked) {
+  for (const char* name : {"mlp", "ctr", "gpt"}) {
+    auto job = LoadJobConfig(SourcePath(std::string("examples/") + name + ".yaml"), {});
+    EXPECT_TRUE(job.ok()) << name << ": " << job.status().ToString();
+  }
+  auto ctr = LoadJobConfig(SourcePath("examples/ctr.yaml"), {});
+  ASSERT_TRUE(ctr.ok());
+  EXPECT_EQ(ctr->sync.mode, SyncOptions::Mode::kPs);
+  EXPECT_EQ(ctr->sync.consistency, Consistency::kAsp);
+  EXPECT_EQ(ctr->server.store.kind, StoreKind::kTiered);
+  auto typo = LoadJobConfig("", {"train.stpes=3"});
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(typo.status().message().find("steps"), std::string::npos) << typo.status().ToString();
+  EXPECT_FALSE(LoadJobConfig("", {"model.kind=gpt", "model.width=30", "model.heads=4"}).ok());
+  auto mode = LoadJobConfig("", {"sync.mode=allreduc"});
+  ASSERT_FALSE(mode.ok());
+  EXPECT_NE(mode.status().message().find("sync.mode"), std::string::npos) << mode.status().ToString();
+  auto staleness = LoadJobConfig("", {"sync.staleness=3"});  // without consistency: ssp
+  ASSERT_FALSE(staleness.ok());
+  EXPECT_NE(staleness.status().message().find("staleness"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace strata

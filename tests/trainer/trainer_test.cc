@@ -305,17 +305,5 @@ TEST(DataTest, ShardsOfEveryBatchTileTheSingleTrainerBatch) {
   EXPECT_FALSE(CreateDataSource(regression, mlp, 8, {4, 4}).ok());
 }
 
-TEST(TrainJobTest, ParsesExamplesAndRejectsTypos) {
-  for (const char* name : {"mlp", "ctr", "gpt"}) {
-    auto job = LoadTrainJob(std::string(STRATA_SOURCE_DIR) + "/examples/" + name + ".yaml", {});
-    EXPECT_TRUE(job.ok()) << name << ": " << job.status().ToString();
-  }
-  auto bad = LoadTrainJob("", {"train.stpes=3"});
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("steps"), std::string::npos) << bad.status().ToString();
-  auto bad_heads = LoadTrainJob("", {"model.kind=gpt", "model.width=30", "model.heads=4"});
-  EXPECT_FALSE(bad_heads.ok());
-}
-
 }  // namespace
 }  // namespace strata
