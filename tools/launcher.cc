@@ -56,6 +56,12 @@ Status Launcher::Spawn(const std::string& name, std::vector<std::string> argv) {
     if (std::strncmp(*e, "STRATA_PROGRESS=", 16) != 0) env_strings.emplace_back(*e);
   }
   env_strings.emplace_back("STRATA_PROGRESS=launcher");
+  // The trainers share this machine's cores: each gets its share for its BLAS threads (as
+  // torchrun sets OMP_NUM_THREADS), unless the user chose.
+  if (!std::getenv("OPENBLAS_NUM_THREADS") && options_.trainers > 0) {
+    const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+    env_strings.emplace_back("OPENBLAS_NUM_THREADS=" + std::to_string(std::max(1L, cores / options_.trainers)));
+  }
   std::vector<char*> envp;
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);

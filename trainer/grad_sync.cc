@@ -28,16 +28,30 @@ Tensor HostView(float* data, const Tensor& like) {
 
 BucketAllReducer::BucketAllReducer(Communicator& comm, std::vector<nn::Parameter*> params,
                                    size_t bucket_bytes, bool overlap, Trace* trace)
-    : comm_(comm), params_(std::move(params)), overlap_(overlap), trace_(trace) {
-  // Backward finishes the last-created parameters first, so buckets fill in reverse order.
-  bucket_of_.resize(params_.size());
-  for (size_t k = params_.size(); k-- > 0;) {
-    nn::Parameter* p = params_[k];
-    index_[p] = k;
-    if (buckets_.empty() || buckets_.back().floats * sizeof(float) >= bucket_bytes) buckets_.emplace_back();
+    : comm_(comm), params_(std::move(params)), bucket_bytes_(bucket_bytes), overlap_(overlap), trace_(trace) {
+  // Until a step has shown the order backward finishes gradients in, guess reverse creation.
+  std::vector<size_t> order;
+  for (size_t k = params_.size(); k-- > 0;) order.push_back(k);
+  for (size_t k = 0; k < params_.size(); ++k) index_[params_[k]] = k;
+  BuildBuckets(order);
+  reported_.assign(params_.size(), false);
+  thread_ = std::thread([this] { Run(); });
+}
+
+void BucketAllReducer::BuildBuckets(const std::vector<size_t>& order) {
+  buckets_.clear();
+  bucket_of_.assign(params_.size(), 0);
+  for (size_t k : order) {
+    // A new bucket when this gradient would take the current one past the cap (a gradient
+    // larger than the cap gets a bucket of its own).
+    const size_t floats = static_cast<size_t>(params_[k]->grad.numel());
+    if (buckets_.empty() || (!buckets_.back().params.empty() &&
+                             (buckets_.back().floats + floats) * sizeof(float) > bucket_bytes_)) {
+      buckets_.emplace_back();
+    }
     Bucket& b = buckets_.back();
     b.params.push_back(k);
-    b.floats += static_cast<size_t>(p->grad.numel());
+    b.floats += floats;
     bucket_of_[k] = buckets_.size() - 1;
   }
   for (Bucket& b : buckets_) {
@@ -45,9 +59,24 @@ BucketAllReducer::BucketAllReducer(Communicator& comm, std::vector<nn::Parameter
                         params_[b.params[0]]->grad.is_contiguous();
     if (!direct) b.flat.resize(b.floats);
   }
-  reported_.assign(params_.size(), false);
   ready_.assign(buckets_.size(), false);
-  thread_ = std::thread([this] { Run(); });
+}
+
+Status BucketAllReducer::Rebuild() {
+  // The order this step's backward reported gradients in (then any it did not report), taken
+  // from rank 0 so that every rank builds the same buckets whatever happened locally.
+  std::vector<size_t> order = reported_order_;
+  std::vector<bool> seen(params_.size(), false);
+  for (size_t k : order) seen[k] = true;
+  for (size_t k = params_.size(); k-- > 0;) {
+    if (!seen[k]) order.push_back(k);
+  }
+  std::vector<float> wire(order.begin(), order.end());  // exact: fewer than 2^24 parameters
+  STRATA_RETURN_IF_ERROR(comm_.Broadcast(wire.data(), wire.size(), 0).WithContext("sharing the bucket order"));
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<size_t>(wire[i]);
+  std::lock_guard lock(mu_);
+  BuildBuckets(order);
+  return Status::OK();
 }
 
 BucketAllReducer::~BucketAllReducer() {
@@ -88,6 +117,7 @@ void BucketAllReducer::GradReady(nn::Parameter& p) {
     return;
   }
   reported_[k] = true;
+  if (!rebuilt_) reported_order_.push_back(k);
   Bucket& b = buckets_[bucket_of_[k]];
   if (--b.pending == 0) MarkReadyLocked(bucket_of_[k]);
 }
@@ -103,6 +133,12 @@ Status BucketAllReducer::Finish() {
   active_ = false;
   exposed_seconds_ += Seconds(start);
   if (!error_.ok()) return error_;
+  if (!rebuilt_ && overlap_) {
+    rebuilt_ = true;
+    lock.unlock();
+    STRATA_RETURN_IF_ERROR(Rebuild());
+    lock.lock();
+  }
   if (!late_.empty()) {
     return Status::FailedPrecondition("parameter " + late_ +
                                       " got gradient after it was reported ready (a shared "

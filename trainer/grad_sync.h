@@ -30,7 +30,8 @@ namespace strata {
 // (the Gloo backend); on CUDA, Finish() copies through the host and nothing overlaps.
 class BucketAllReducer {
  public:
-  // `params`: the parameters to average (creation order); buckets hold up to `bucket_bytes`.
+  // `params`: the parameters to average (creation order); buckets hold up to `bucket_bytes`
+  // and follow the order backward finishes gradients in (learnt in the first step).
   BucketAllReducer(Communicator& comm, std::vector<nn::Parameter*> params, size_t bucket_bytes,
                    bool overlap, Trace* trace);
   ~BucketAllReducer();
@@ -59,11 +60,17 @@ class BucketAllReducer {
     std::vector<float> flat;     // packed gradients (unless one contiguous CPU tensor)
   };
   void Run();                    // the communication thread
+  // Buckets of up to bucket_bytes_, filled in `order` (parameter indices).
+  void BuildBuckets(const std::vector<size_t>& order);
+  // After the first step: buckets in the order backward actually finished the gradients (as
+  // PyTorch DDP does), so a bucket is not held back by a gradient that comes much later.
+  Status Rebuild();
   Status Reduce(Bucket& b);
   void MarkReadyLocked(size_t bucket);
 
   Communicator& comm_;
   std::vector<nn::Parameter*> params_;
+  const size_t bucket_bytes_;
   std::unordered_map<const nn::Parameter*, size_t> index_;
   std::vector<size_t> bucket_of_;  // by param index
   std::vector<Bucket> buckets_;
@@ -81,6 +88,8 @@ class BucketAllReducer {
   int64_t step_ = 0;
   Status error_;
   std::string late_;             // a parameter reported twice (shared weights)
+  bool rebuilt_ = false;
+  std::vector<size_t> reported_order_;  // first step: parameter indices as reported
   double comm_seconds_ = 0, exposed_seconds_ = 0;
   std::thread thread_;
 };

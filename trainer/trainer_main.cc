@@ -90,6 +90,9 @@ int main(int argc, char** argv) {
     if (node.rank() == 0) {
       // Every trainer is done (Run's final barrier): end the job for the servers too.
       if (Status s = node.RequestShutdown(); !s.ok()) spdlog::warn("ending the job: {}", s.ToString());
+      // The notice comes back to us too; after it, leaving does not wait on the scheduler,
+      // which may already be gone.
+      node.WaitForShutdown(Millis(10000));
     } else {
       while (!node.WaitForShutdown(Millis(100))) {
         if (StopRequested()) break;

@@ -205,7 +205,7 @@ TEST_F(TrainTest, AllReduceOverlapsBackwardInTheTimeline) {
   const std::string trace = dir_.File("trace-{rank}.json");
   ASSERT_EQ(Launch(job, 0, 2,
                    {"sync.mode=allreduce", "sync.bucket_mb=0.01", "sync.trace_path=" + trace,
-                    "model.mlp_hidden=512", "model.mlp_in=256"},
+                    "model.mlp_hidden=1024", "model.mlp_in=1024"},
                    &log), 0) << log;
   EXPECT_NE(log.find("hidden behind backward"), std::string::npos) << log;
   for (int rank : {0, 1}) {
@@ -227,9 +227,10 @@ TEST_F(TrainTest, AllReduceOverlapsBackwardInTheTimeline) {
       ASSERT_TRUE(first_comm.contains(step)) << "step " << step;
       if (first_comm[step] < end) ++overlapped;
     }
-    // Every step's backward has several buckets to finish; allow a few steps where the
-    // communication thread was not scheduled in time on a loaded machine.
-    EXPECT_GE(overlapped, 15) << "rank " << rank;
+    // After the first buckets are ready, backward still has the first layer's two large GEMMs
+    // to run. Allow for steps where the communication thread was not scheduled in time on a
+    // loaded machine: most steps, not all, must show the overlap.
+    EXPECT_GE(overlapped, 10) << "rank " << rank;
   }
 }
 
