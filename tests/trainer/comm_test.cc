@@ -46,11 +46,12 @@ class CommTest : public ::testing::Test {
   }
 
   // Runs `body(rank)` on ranks 0..n-1 concurrently.
-  void OnEveryRank(const std::function<void(int)>& body, int n = kRanks) {
+  void OnRanks(int n, const std::function<void(int)>& body) {
     std::vector<std::thread> threads;
     for (int r = 0; r < n; ++r) threads.emplace_back(body, r);
     for (auto& t : threads) t.join();
   }
+  void OnEveryRank(const std::function<void(int)>& body) { OnRanks(kRanks, body); }
 
   InprocHub hub_;
   ClusterOptions cluster_;
@@ -136,11 +137,13 @@ INSTANTIATE_TEST_SUITE_P(Ranks, CommSizesTest, ::testing::Values(2, 4),
                          [](const auto& info) { return std::to_string(info.param) + "ranks"; });
 
 // Small integers, so every reduction is exact in float (and kAvg divides by a power of two).
-float Input(int rank, size_t j) { return static_cast<float>(((rank + 1) * 31 + j * 7) % 101) - 50.0f; }
+float Input(int rank, size_t j) {
+  return static_cast<float>(((rank + 1) * 31 + j * 7) % 101) - 50.0f;
+}
 
 TEST_P(CommSizesTest, ReduceScatterMatchesACpuReference) {
   const int n = GetParam();
-  OnEveryRank([&](int r) {
+  OnRanks(n, [&](int r) {
     auto comm = Make(r, "rs");
     ASSERT_NE(comm, nullptr);
     for (size_t count : {size_t{1}, size_t{3}, size_t{7}, size_t{1001}, size_t{100003}}) {
@@ -157,21 +160,24 @@ TEST_P(CommSizesTest, ReduceScatterMatchesACpuReference) {
           float want = Input(0, j);
           for (int k = 1; k < n; ++k) {
             const float x = Input(k, j);
-            want = op == ReduceOp::kMax ? std::max(want, x) : op == ReduceOp::kMin ? std::min(want, x) : want + x;
+            want = op == ReduceOp::kMax   ? std::max(want, x)
+                   : op == ReduceOp::kMin ? std::min(want, x)
+                                          : want + x;
           }
           if (op == ReduceOp::kAvg) want /= static_cast<float>(n);
-          ASSERT_EQ(out[i], want) << ReduceOpName(op) << " count " << count << " rank " << r << " at " << i;
+          ASSERT_EQ(out[i], want) << ReduceOpName(op) << " count " << count << " rank " << r
+                                  << " at " << i;
         }
       }
     }
     // Nothing to reduce is not an error.
     EXPECT_TRUE(comm->ReduceScatter(nullptr, nullptr, 0, ReduceOp::kSum).ok());
-  }, n);
+  });
 }
 
 TEST_P(CommSizesTest, SendRecvRingExchange) {
   const int n = GetParam();
-  OnEveryRank([&](int r) {
+  OnRanks(n, [&](int r) {
     auto comm = Make(r, "ring");
     ASSERT_NE(comm, nullptr);
     const int next = (r + 1) % n, prev = (r + n - 1) % n;
@@ -188,39 +194,41 @@ TEST_P(CommSizesTest, SendRecvRingExchange) {
         ASSERT_TRUE(comm->Send(mine.data(), count, next, tag).ok());
       }
       for (size_t i = 0; i < count; ++i) {
-        ASSERT_EQ(got[i], static_cast<float>(prev * 1000003 + i)) << "count " << count << " at " << i;
+        ASSERT_EQ(got[i], static_cast<float>(prev * 1000003 + i))
+            << "count " << count << " at " << i;
       }
     }
     // Point-to-point traffic between collectives does not disturb them.
     float x = 1.0f;
     ASSERT_TRUE(comm->AllReduce(&x, 1, ReduceOp::kSum).ok());
     EXPECT_EQ(x, static_cast<float>(n));
-  }, n);
+  });
 }
 
 TEST_P(CommSizesTest, BadPeersAreInvalidArgumentsAndBreakNothing) {
   const int n = GetParam();
-  OnEveryRank([&](int r) {
+  OnRanks(n, [&](int r) {
     auto comm = Make(r, "bad");
     ASSERT_NE(comm, nullptr);
     float x = 1.0f;
     for (int peer : {-1, r, n, n + 5}) {
       Status s = comm->Send(&x, 1, peer, 0);
       EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << peer;
-      EXPECT_NE(s.message().find("rank " + std::to_string(peer)), std::string::npos) << s.ToString();
+      EXPECT_NE(s.message().find("rank " + std::to_string(peer)), std::string::npos)
+          << s.ToString();
       EXPECT_EQ(comm->Recv(&x, 1, peer, 0).code(), StatusCode::kInvalidArgument) << peer;
     }
     EXPECT_EQ(comm->Broadcast(&x, 1, -1).code(), StatusCode::kInvalidArgument);
     ASSERT_TRUE(comm->AllReduce(&x, 1, ReduceOp::kSum).ok());
     EXPECT_EQ(x, static_cast<float>(n));
-  }, n);
+  });
 }
 
 TEST_F(CommTest, RecvTimesOutAndBreaksTheCommunicator) {
   GlooOptions quick;
   quick.timeout = Millis(500);
   std::latch done(2);
-  OnEveryRank([&](int r) {
+  OnRanks(2, [&](int r) {
     auto comm = MakeGlooCommunicator(*nodes_[r], "quiet", r, 2, quick);
     ASSERT_TRUE(comm.ok()) << comm.status().ToString();
     if (r == 0) {
@@ -233,11 +241,11 @@ TEST_F(CommTest, RecvTimesOutAndBreaksTheCommunicator) {
       EXPECT_EQ(after.code(), StatusCode::kFailedPrecondition) << after.ToString();
     }
     done.arrive_and_wait();  // rank 1 keeps its end open until rank 0 is done
-  }, 2);
+  });
 }
 
 TEST_F(CommTest, PeerThatWentAwayIsUnavailable) {
-  OnEveryRank([&](int r) {
+  OnRanks(2, [&](int r) {
     auto comm = MakeGlooCommunicator(*nodes_[r], "gone", r, 2);
     ASSERT_TRUE(comm.ok()) << comm.status().ToString();
     ASSERT_TRUE((*comm)->Barrier().ok());
@@ -250,7 +258,7 @@ TEST_F(CommTest, PeerThatWentAwayIsUnavailable) {
     EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
     s = (*comm)->AllReduce(data.data(), data.size(), ReduceOp::kSum);
     EXPECT_FALSE(s.ok());
-  }, 2);
+  });
 }
 
 }  // namespace

@@ -33,7 +33,8 @@ class DeviceFloats {
     EXPECT_EQ(cudaMalloc(&data_, std::max<size_t>(count, 1) * sizeof(float)), cudaSuccess);
   }
   explicit DeviceFloats(const std::vector<float>& host) : DeviceFloats(host.size()) {
-    EXPECT_EQ(cudaMemcpy(data_, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(data_, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice),
+              cudaSuccess);
     // A pageable upload may still be in flight when cudaMemcpy returns, and the communicator's
     // stream does not wait for the legacy stream.
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -45,7 +46,8 @@ class DeviceFloats {
   float* get() { return data_; }
   std::vector<float> Download() const {
     std::vector<float> host(count_);
-    EXPECT_EQ(cudaMemcpy(host.data(), data_, count_ * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(host.data(), data_, count_ * sizeof(float), cudaMemcpyDeviceToHost),
+              cudaSuccess);
     return host;
   }
 
@@ -55,13 +57,17 @@ class DeviceFloats {
 };
 
 // Small integers, so every reduction is exact in float (and kAvg divides by a power of two).
-float Input(int rank, size_t j) { return static_cast<float>(((rank + 1) * 31 + j * 7) % 101) - 50.0f; }
+float Input(int rank, size_t j) {
+  return static_cast<float>(((rank + 1) * 31 + j * 7) % 101) - 50.0f;
+}
 
 float Reference(ReduceOp op, int n, size_t j) {
   float want = Input(0, j);
   for (int k = 1; k < n; ++k) {
     const float x = Input(k, j);
-    want = op == ReduceOp::kMax ? std::max(want, x) : op == ReduceOp::kMin ? std::min(want, x) : want + x;
+    want = op == ReduceOp::kMax   ? std::max(want, x)
+           : op == ReduceOp::kMin ? std::min(want, x)
+                                  : want + x;
   }
   return op == ReduceOp::kAvg ? want / static_cast<float>(n) : want;
 }
@@ -87,7 +93,8 @@ class NcclCommTest : public ::testing::Test {
       nodes_.push_back(std::make_unique<Node>(o, &hub_));
     }
     std::vector<std::future<Status>> joins;
-    for (auto& n : nodes_) joins.push_back(std::async(std::launch::async, [&n] { return n->Join(); }));
+    for (auto& n : nodes_)
+      joins.push_back(std::async(std::launch::async, [&n] { return n->Join(); }));
     for (auto& j : joins) ASSERT_TRUE(j.get().ok());
   }
 
@@ -101,7 +108,8 @@ class NcclCommTest : public ::testing::Test {
       ASSERT_TRUE(c.AllReduce(data.get(), kCount, op).ok());
       ASSERT_TRUE(c.Synchronize().ok());
       const std::vector<float> got = data.Download();
-      for (size_t j = 0; j < kCount; ++j) ASSERT_EQ(got[j], Reference(op, n, j)) << ReduceOpName(op) << " at " << j;
+      for (size_t j = 0; j < kCount; ++j)
+        ASSERT_EQ(got[j], Reference(op, n, j)) << ReduceOpName(op) << " at " << j;
 
       std::vector<float> blocks(n * kCount);
       for (size_t j = 0; j < blocks.size(); ++j) blocks[j] = Input(r, j);
@@ -179,7 +187,8 @@ TEST_F(NcclCommTest, TwoRanksOnTwoDevices) {
       }
       ASSERT_TRUE(c.Synchronize().ok());
       const std::vector<float> got = recv.Download();
-      for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], static_cast<float>(prev * 1000003 + i)) << i;
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_EQ(got[i], static_cast<float>(prev * 1000003 + i)) << i;
 
       float* x = send.get();
       for (int peer : {-1, r, kRanks}) {
@@ -193,7 +202,8 @@ TEST_F(NcclCommTest, TwoRanksOnTwoDevices) {
 }
 
 TEST_F(NcclCommTest, BadArgumentsAreErrors) {
-  EXPECT_EQ(MakeNcclCommunicator(*nodes_[0], "x", 2, 2).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeNcclCommunicator(*nodes_[0], "x", 2, 2).status().code(),
+            StatusCode::kInvalidArgument);
   NcclOptions options;
   options.device = DeviceCount();
   EXPECT_EQ(MakeNcclCommunicator(*nodes_[0], "x", 0, 1, options).status().code(),

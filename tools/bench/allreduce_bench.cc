@@ -37,8 +37,8 @@ struct Options {
   int timeout_ms = 120000;
 };
 
-constexpr int kMinSamples = 3;     // per side, however slow the op
-constexpr int kMaxSamples = 2000;  // per side, however fast
+constexpr int kMinSamples = 3;                  // per side, however slow the op
+constexpr int kMaxSamples = 2000;               // per side, however fast
 constexpr uint64_t kWarmupBytes = 64ull << 20;  // warm-up ops: up to this much, at most 20
 
 enum Side { kOurs = 0, kGloo = 1 };
@@ -181,7 +181,9 @@ Status RunRanks(int n, const Options& o, const std::vector<uint64_t>& sizes, Sha
     nodes.push_back(std::make_unique<Node>(no, &hub));
   }
   std::vector<std::future<Status>> joins;
-  for (auto& node : nodes) joins.push_back(std::async(std::launch::async, [&node] { return node->Join(); }));
+  for (auto& node : nodes) {
+    joins.push_back(std::async(std::launch::async, [&node] { return node->Join(); }));
+  }
   for (auto& j : joins) STRATA_RETURN_IF_ERROR(j.get());
 
   gloo::rendezvous::HashStore store;
@@ -209,7 +211,9 @@ Result<Report> RunAllreduceBench(const Options& o) {
     return Status::InvalidArgument("need 4 <= --min <= --max");
   }
   std::vector<uint64_t> sizes;
-  for (uint64_t b = min_bytes; b <= max_bytes; b *= o.step) sizes.push_back(b / sizeof(float) * sizeof(float));
+  for (uint64_t b = min_bytes; b <= max_bytes; b *= o.step) {
+    sizes.push_back(b / sizeof(float) * sizeof(float));
+  }
   std::vector<int> rank_counts;
   for (const std::string& s : SplitList(o.ranks)) {
     const int n = std::atoi(s.c_str());
@@ -218,18 +222,19 @@ Result<Report> RunAllreduceBench(const Options& o) {
   }
 
   Report report;
-  Table table("strata-bench allreduce: Communicator::AllReduce (Gloo backend, sum) vs gloo::allreduce",
-              {{"ranks", "ranks", Table::Format::kInteger},
-               {"size", "size_bytes", Table::Format::kBytes},
-               {"our us", "our_us", Table::Format::kFixed1},
-               {"gloo us", "gloo_us", Table::Format::kFixed1},
-               {"our algbw GB/s", "our_algbw_gb_per_s", Table::Format::kFixed3},
-               {"our busbw GB/s", "our_busbw_gb_per_s", Table::Format::kFixed3},
-               {"gloo algbw GB/s", "gloo_algbw_gb_per_s", Table::Format::kFixed3},
-               {"gloo busbw GB/s", "gloo_busbw_gb_per_s", Table::Format::kFixed3},
-               {"overhead %", "overhead_pct", Table::Format::kFixed1},
-               {"spread %", "spread_pct", Table::Format::kFixed1},
-               {"samples", "samples", Table::Format::kInteger}});
+  Table table(
+      "strata-bench allreduce: Communicator::AllReduce (Gloo backend, sum) vs gloo::allreduce",
+      {{"ranks", "ranks", Table::Format::kInteger},
+       {"size", "size_bytes", Table::Format::kBytes},
+       {"our us", "our_us", Table::Format::kFixed1},
+       {"gloo us", "gloo_us", Table::Format::kFixed1},
+       {"our algbw GB/s", "our_algbw_gb_per_s", Table::Format::kFixed3},
+       {"our busbw GB/s", "our_busbw_gb_per_s", Table::Format::kFixed3},
+       {"gloo algbw GB/s", "gloo_algbw_gb_per_s", Table::Format::kFixed3},
+       {"gloo busbw GB/s", "gloo_busbw_gb_per_s", Table::Format::kFixed3},
+       {"overhead %", "overhead_pct", Table::Format::kFixed1},
+       {"spread %", "spread_pct", Table::Format::kFixed1},
+       {"samples", "samples", Table::Format::kInteger}});
   nlohmann::json details = nlohmann::json::array();
   Stopwatch total;
   for (int n : rank_counts) {
@@ -247,9 +252,9 @@ Result<Report> RunAllreduceBench(const Options& o) {
                             std::min(ours, gloo);
       const double bytes = static_cast<double>(sizes[i]);
       const double bus = n > 1 ? 2.0 * (n - 1) / n : 0.0;
-      table.AddRow({n, sizes[i], ours * 1e6, gloo * 1e6, bytes / ours / 1e9, bytes / ours / 1e9 * bus,
-                    bytes / gloo / 1e9, bytes / gloo / 1e9 * bus, (ours / gloo - 1) * 100, spread * 100,
-                    our_samples.size()});
+      table.AddRow({n, sizes[i], ours * 1e6, gloo * 1e6, bytes / ours / 1e9,
+                    bytes / ours / 1e9 * bus, bytes / gloo / 1e9, bytes / gloo / 1e9 * bus,
+                    (ours / gloo - 1) * 100, spread * 100, our_samples.size()});
       details.push_back({{"ranks", n},
                          {"size_bytes", sizes[i]},
                          {"our_seconds", sh.per_size[kOurs][i]},
@@ -259,7 +264,9 @@ Result<Report> RunAllreduceBench(const Options& o) {
 
   report.tables.push_back(std::move(table));
   report.details = {{"samples", std::move(details)}};
-  report.config = {{"ranks", rank_counts}, {"sizes", sizes}, {"seconds", o.seconds},
+  report.config = {{"ranks", rank_counts},
+                   {"sizes", sizes},
+                   {"seconds", o.seconds},
                    {"cpus", std::thread::hardware_concurrency()}};
   double load[3] = {0, 0, 0};
   getloadavg(load, 3);
@@ -288,7 +295,8 @@ BenchFn SetupAllreduceBench(CLI::App& app) {
   app.add_option("--ranks", o->ranks, "rank counts, comma-separated")->capture_default_str();
   app.add_option("--min", o->min, "smallest message (bytes; 4KiB, 1MiB...)")->capture_default_str();
   app.add_option("--max", o->max, "largest message")->capture_default_str();
-  app.add_option("--step", o->step, "size multiplier between points (2 or 4)")->capture_default_str();
+  app.add_option("--step", o->step, "size multiplier between points (2 or 4)")
+      ->capture_default_str();
   app.add_option("--seconds", o->seconds,
                  "time per size and rank count, both sides together (>= 3 samples each)")
       ->capture_default_str();

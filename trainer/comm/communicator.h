@@ -44,8 +44,7 @@ class Communicator {
   // `in` holds size() blocks of `count_per_rank` floats; rank r's `out` (count_per_rank floats)
   // gets the element-wise reduction of block r over every rank. `in` is not modified; `out`
   // must not overlap it.
-  virtual Status ReduceScatter(const float* in, float* out, size_t count_per_rank,
-                               ReduceOp op) = 0;
+  virtual Status ReduceScatter(const float* in, float* out, size_t count_per_rank, ReduceOp op) = 0;
   // `out` (size() * count floats) gets every rank's `in` (count floats), in rank order.
   virtual Status AllGather(const float* in, float* out, size_t count) = 0;
   // Every rank ends with `root`'s `data`.

@@ -64,9 +64,10 @@ Status Guard(const std::string& what, Fn&& fn) {
     return Status::OK();
   } catch (const gloo::IoException& e) {
     const std::string m = e.what();
-    const bool timeout = m.find("Timed out") != std::string::npos ||
-                         m.find("timeout") != std::string::npos;
-    return timeout ? Status::DeadlineExceeded(what + ": " + m) : Status::Unavailable(what + ": " + m);
+    const bool timeout =
+        m.find("Timed out") != std::string::npos || m.find("timeout") != std::string::npos;
+    return timeout ? Status::DeadlineExceeded(what + ": " + m)
+                   : Status::Unavailable(what + ": " + m);
   } catch (const std::exception& e) {
     return Status::Internal(what + ": " + e.what());
   }
@@ -77,10 +78,13 @@ using ReduceFn = void (*)(void*, const void*, const void*, size_t);
 // kAvg reduces with the sum; the caller divides.
 ReduceFn ReduceFunction(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kMax: return &gloo::max<float>;
-    case ReduceOp::kMin: return &gloo::min<float>;
+    case ReduceOp::kMax:
+      return &gloo::max<float>;
+    case ReduceOp::kMin:
+      return &gloo::min<float>;
     case ReduceOp::kSum:
-    case ReduceOp::kAvg: break;
+    case ReduceOp::kAvg:
+      break;
   }
   return &gloo::sum<float>;
 }
@@ -127,8 +131,8 @@ class GlooCommunicator final : public Communicator {
 
   Status Broadcast(float* data, size_t count, int root) override {
     if (root < 0 || root >= size()) {
-      return Status::InvalidArgument("broadcast root " + std::to_string(root) + " out of range [0, " +
-                                     std::to_string(size()) + ")");
+      return Status::InvalidArgument("broadcast root " + std::to_string(root) +
+                                     " out of range [0, " + std::to_string(size()) + ")");
     }
     return Run("broadcast", [&] {
       gloo::BroadcastOptions opts(context_);
@@ -184,7 +188,8 @@ class GlooCommunicator final : public Communicator {
     if (peer < 0 || peer >= size() || peer == rank()) {
       return Status::InvalidArgument(std::string(what) + " rank " + std::to_string(peer) +
                                      ": not another rank of this group (rank " +
-                                     std::to_string(rank()) + " of " + std::to_string(size()) + ")");
+                                     std::to_string(rank()) + " of " + std::to_string(size()) +
+                                     ")");
     }
     return Status::OK();
   }

@@ -24,10 +24,13 @@ Status NcclError(ncclComm_t comm, ncclResult_t result, const std::string& what) 
   if (last != nullptr && *last != '\0') message += " (" + std::string(last) + ")";
   switch (result) {
     case ncclInvalidArgument:
-    case ncclInvalidUsage: return Status::InvalidArgument(message);
+    case ncclInvalidUsage:
+      return Status::InvalidArgument(message);
     case ncclRemoteError:
-    case ncclSystemError: return Status::Unavailable(message);
-    default: return Status::Internal(message);
+    case ncclSystemError:
+      return Status::Unavailable(message);
+    default:
+      return Status::Internal(message);
   }
 }
 
@@ -36,7 +39,8 @@ Status NcclError(ncclComm_t comm, ncclResult_t result, const std::string& what) 
 Status Settle(ncclComm_t comm, ncclResult_t result, Clock::time_point deadline,
               const std::string& what) {
   while (result == ncclInProgress) {
-    if (Clock::now() > deadline) return Status::DeadlineExceeded(what + ": NCCL did not finish in time");
+    if (Clock::now() > deadline)
+      return Status::DeadlineExceeded(what + ": NCCL did not finish in time");
     std::this_thread::sleep_for(std::chrono::microseconds(20));
     const ncclResult_t query = ncclCommGetAsyncError(comm, &result);
     if (query != ncclSuccess) return NcclError(comm, query, what + ": ncclCommGetAsyncError");
@@ -46,10 +50,14 @@ Status Settle(ncclComm_t comm, ncclResult_t result, Clock::time_point deadline,
 
 ncclRedOp_t NcclOp(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kAvg: return ncclAvg;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kMin: return ncclMin;
-    case ReduceOp::kSum: break;
+    case ReduceOp::kAvg:
+      return ncclAvg;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kMin:
+      return ncclMin;
+    case ReduceOp::kSum:
+      break;
   }
   return ncclSum;
 }
@@ -66,8 +74,13 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   NcclCommunicatorImpl(ncclComm_t comm, int rank, int size, const NcclOptions& options,
                        cudaStream_t stream, std::unique_ptr<CUstream_st, StreamDeleter> owned,
                        std::unique_ptr<float, DeviceFree> scratch)
-      : comm_(comm), rank_(rank), size_(size), device_(options.device),
-        timeout_(options.timeout), stream_(stream), owned_stream_(std::move(owned)),
+      : comm_(comm),
+        rank_(rank),
+        size_(size),
+        device_(options.device),
+        timeout_(options.timeout),
+        stream_(stream),
+        owned_stream_(std::move(owned)),
         scratch_(std::move(scratch)) {}
 
   // Flushes and frees the NCCL communicator; aborts it if that does not finish in time.
@@ -100,13 +113,14 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   }
 
   Status AllGather(const float* in, float* out, size_t count) override {
-    return Enqueue("all-gather", [&] { return ncclAllGather(in, out, count, ncclFloat, comm_, stream_); });
+    return Enqueue("all-gather",
+                   [&] { return ncclAllGather(in, out, count, ncclFloat, comm_, stream_); });
   }
 
   Status Broadcast(float* data, size_t count, int root) override {
     if (root < 0 || root >= size_) {
-      return Status::InvalidArgument("broadcast root " + std::to_string(root) + " out of range [0, " +
-                                     std::to_string(size_) + ")");
+      return Status::InvalidArgument("broadcast root " + std::to_string(root) +
+                                     " out of range [0, " + std::to_string(size_) + ")");
     }
     return Enqueue("broadcast", [&] {
       return ncclBroadcast(data, data, count, ncclFloat, root, comm_, stream_);
@@ -124,17 +138,15 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   Status Send(const float* data, size_t count, int peer, uint32_t /*tag*/) override {
     STRATA_RETURN_IF_ERROR(CheckPeer("send to", peer));
     if (count == 0) return Status::OK();
-    return Enqueue("send to rank " + std::to_string(peer), [&] {
-      return ncclSend(data, count, ncclFloat, peer, comm_, stream_);
-    });
+    return Enqueue("send to rank " + std::to_string(peer),
+                   [&] { return ncclSend(data, count, ncclFloat, peer, comm_, stream_); });
   }
 
   Status Recv(float* data, size_t count, int peer, uint32_t /*tag*/) override {
     STRATA_RETURN_IF_ERROR(CheckPeer("recv from", peer));
     if (count == 0) return Status::OK();
-    return Enqueue("recv from rank " + std::to_string(peer), [&] {
-      return ncclRecv(data, count, ncclFloat, peer, comm_, stream_);
-    });
+    return Enqueue("recv from rank " + std::to_string(peer),
+                   [&] { return ncclRecv(data, count, ncclFloat, peer, comm_, stream_); });
   }
 
   Status Synchronize() override {
@@ -144,16 +156,19 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
       const cudaError_t q = cudaStreamQuery(stream_);
       ncclResult_t async = ncclSuccess;
       const ncclResult_t query = ncclCommGetAsyncError(comm_, &async);
-      if (query != ncclSuccess) return Break(NcclError(comm_, query, "synchronize: ncclCommGetAsyncError"));
-      if (async != ncclSuccess && async != ncclInProgress) return Break(NcclError(comm_, async, "synchronize"));
+      if (query != ncclSuccess)
+        return Break(NcclError(comm_, query, "synchronize: ncclCommGetAsyncError"));
+      if (async != ncclSuccess && async != ncclInProgress)
+        return Break(NcclError(comm_, async, "synchronize"));
       if (q == cudaSuccess) return Status::OK();
       if (q != cudaErrorNotReady) {
-        return Break(Status::Internal(std::string("synchronize: cudaStreamQuery: ") + cudaGetErrorString(q)));
+        return Break(Status::Internal(std::string("synchronize: cudaStreamQuery: ") +
+                                      cudaGetErrorString(q)));
       }
       if (Clock::now() > deadline) {
-        return Break(Status::DeadlineExceeded(
-            "synchronize: the stream did not drain within " + std::to_string(timeout_.count()) +
-            " ms (a peer is gone or out of step)"));
+        return Break(Status::DeadlineExceeded("synchronize: the stream did not drain within " +
+                                              std::to_string(timeout_.count()) +
+                                              " ms (a peer is gone or out of step)"));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
@@ -183,8 +198,8 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     STRATA_RETURN_IF_ERROR(Usable(what));
     const cudaError_t set = cudaSetDevice(device_);
     if (set != cudaSuccess) {
-      return Status::Internal(what + ": cudaSetDevice(" + std::to_string(device_) + "): " +
-                              cudaGetErrorString(set));
+      return Status::Internal(what + ": cudaSetDevice(" + std::to_string(device_) +
+                              "): " + cudaGetErrorString(set));
     }
     Status s = Settle(comm_, call(), Clock::now() + timeout_, what);
     // A rejected argument was caught before anything was enqueued; anything else breaks.
@@ -221,8 +236,9 @@ Result<ncclUniqueId> RendezvousId(Node& node, const std::string& key, int rank, 
   }
   STRATA_ASSIGN_OR_RETURN(std::string value, node.KvGet(key, timeout));
   if (value.size() != sizeof(id.internal)) {
-    return Status::Corruption("NCCL unique id under \"" + key + "\" has " + std::to_string(value.size()) +
-                              " bytes, expected " + std::to_string(sizeof(id.internal)));
+    return Status::Corruption("NCCL unique id under \"" + key + "\" has " +
+                              std::to_string(value.size()) + " bytes, expected " +
+                              std::to_string(sizeof(id.internal)));
   }
   std::memcpy(id.internal, value.data(), sizeof(id.internal));
   return id;
