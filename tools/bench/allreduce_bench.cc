@@ -33,11 +33,11 @@ struct Options {
   std::string min = "4KiB";
   std::string max = "256MiB";
   int step = 4;          // size multiplier between points
-  double seconds = 1.0;  // per size and rank count, both sides together (at least 3 samples each)
+  double seconds = 1.5;  // per size and rank count, both sides together (at least 5 samples each)
   int timeout_ms = 120000;
 };
 
-constexpr int kMinSamples = 3;                  // per side, however slow the op
+constexpr int kMinSamples = 5;                  // per side, however slow the op
 constexpr int kMaxSamples = 2000;               // per side, however fast
 constexpr uint64_t kWarmupBytes = 64ull << 20;  // warm-up ops: up to this much, at most 20
 
@@ -246,15 +246,20 @@ Result<Report> RunAllreduceBench(const Options& o) {
       const std::vector<double>& our_samples = sh.per_size[kOurs][i];
       const std::vector<double>& gloo_samples = sh.per_size[kGloo][i];
       const double ours = Median(our_samples), gloo = Median(gloo_samples);
-      // The noise of this point: the wider interquartile range of the two sides, relative.
-      const double spread = std::max(Percentile(our_samples, 75) - Percentile(our_samples, 25),
-                                     Percentile(gloo_samples, 75) - Percentile(gloo_samples, 25)) /
-                            std::min(ours, gloo);
+      // The overhead from pairs of neighbouring ops (the k-th of each side are adjacent in ABBA
+      // order), robust to the load changing in the middle of a point, which a ratio of the two
+      // medians is not when there are few samples.
+      std::vector<double> ratios;
+      for (size_t k = 0; k < our_samples.size(); ++k) {
+        ratios.push_back(our_samples[k] / gloo_samples[k]);
+      }
+      const double overhead = Median(ratios) - 1;
+      const double spread = Percentile(ratios, 75) - Percentile(ratios, 25);
       const double bytes = static_cast<double>(sizes[i]);
       const double bus = n > 1 ? 2.0 * (n - 1) / n : 0.0;
       table.AddRow({n, sizes[i], ours * 1e6, gloo * 1e6, bytes / ours / 1e9,
                     bytes / ours / 1e9 * bus, bytes / gloo / 1e9, bytes / gloo / 1e9 * bus,
-                    (ours / gloo - 1) * 100, spread * 100, our_samples.size()});
+                    overhead * 100, spread * 100, our_samples.size()});
       details.push_back({{"ranks", n},
                          {"size_bytes", sizes[i]},
                          {"our_seconds", sh.per_size[kOurs][i]},
@@ -282,8 +287,9 @@ Result<Report> RunAllreduceBench(const Options& o) {
       "in place on the same zero-filled buffer.",
       "time: one sample per op, the slowest rank's time from call to return; ops back to back, "
       "sides interleaved ABBA; median of the samples (samples: per side). algbw = bytes / time, "
-      "busbw = algbw * 2(n-1)/n, GB = 10^9 B. overhead = our time / gloo time - 1. spread: the "
-      "wider side's interquartile range over the median: an overhead inside it is noise.",
+      "busbw = algbw * 2(n-1)/n, GB = 10^9 B. overhead = our time / gloo time - 1, the median "
+      "over pairs of neighbouring ops (one of each side); spread: the interquartile range of "
+      "those ratios, in points: an overhead well inside it is noise.",
       text};
   return report;
 }
@@ -298,7 +304,7 @@ BenchFn SetupAllreduceBench(CLI::App& app) {
   app.add_option("--step", o->step, "size multiplier between points (2 or 4)")
       ->capture_default_str();
   app.add_option("--seconds", o->seconds,
-                 "time per size and rank count, both sides together (>= 3 samples each)")
+                 "time per size and rank count, both sides together (>= 5 samples each)")
       ->capture_default_str();
   app.add_option("--timeout-ms", o->timeout_ms, "limit on every collective and rendezvous")
       ->capture_default_str();
