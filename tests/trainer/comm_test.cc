@@ -1,12 +1,16 @@
-// comm_test.cc: the Gloo communicator with 4 ranks as threads (each a Node whose kv store is
-// the scheduler's, over the in-process transport; Gloo's own pairs are TCP on loopback):
-// all-reduce (sum, avg, max; small and 1M floats), all-gather, broadcast, barrier, and groups
-// from a ProcessMesh.
+// comm_test.cc: the Gloo communicator with 2 and 4 ranks as threads (each a Node whose kv store
+// is the scheduler's, over the in-process transport; Gloo's own pairs are TCP on loopback):
+// all-reduce (sum, avg, max; small and 1M floats), reduce-scatter against a CPU reference,
+// all-gather, broadcast, barrier, send/recv rings, groups from a ProcessMesh, and the errors:
+// bad ranks and peers, timeouts, a peer that went away.
 #include "trainer/comm/gloo_communicator.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <future>
+#include <latch>
 #include <thread>
 
 #include "common/inproc_transport.h"
@@ -41,12 +45,13 @@ class CommTest : public ::testing::Test {
     for (auto& j : joins) ASSERT_TRUE(j.get().ok());
   }
 
-  // Runs `body(rank)` on every rank concurrently.
-  void OnEveryRank(const std::function<void(int)>& body) {
+  // Runs `body(rank)` on ranks 0..n-1 concurrently.
+  void OnRanks(int n, const std::function<void(int)>& body) {
     std::vector<std::thread> threads;
-    for (int r = 0; r < kRanks; ++r) threads.emplace_back(body, r);
+    for (int r = 0; r < n; ++r) threads.emplace_back(body, r);
     for (auto& t : threads) t.join();
   }
+  void OnEveryRank(const std::function<void(int)>& body) { OnRanks(kRanks, body); }
 
   InprocHub hub_;
   ClusterOptions cluster_;
@@ -116,6 +121,144 @@ TEST_F(CommTest, BadArgumentsAreErrors) {
   quick.timeout = Millis(300);
   auto lonely = MakeGlooCommunicator(*nodes_[0], "lonely", 0, 2, quick);
   EXPECT_FALSE(lonely.ok());
+}
+
+// The same tests over groups of 2 and 4 ranks (ranks 0..n-1 of the fixture's nodes).
+class CommSizesTest : public CommTest, public ::testing::WithParamInterface<int> {
+ protected:
+  std::unique_ptr<Communicator> Make(int rank, const std::string& name, GlooOptions options = {}) {
+    auto comm = MakeGlooCommunicator(*nodes_[rank], name, rank, GetParam(), options);
+    EXPECT_TRUE(comm.ok()) << comm.status().ToString();
+    return comm.ok() ? std::move(*comm) : nullptr;
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Ranks, CommSizesTest, ::testing::Values(2, 4),
+                         [](const auto& info) { return std::to_string(info.param) + "ranks"; });
+
+// Small integers, so every reduction is exact in float (and kAvg divides by a power of two).
+float Input(int rank, size_t j) {
+  return static_cast<float>(((rank + 1) * 31 + j * 7) % 101) - 50.0f;
+}
+
+TEST_P(CommSizesTest, ReduceScatterMatchesACpuReference) {
+  const int n = GetParam();
+  OnRanks(n, [&](int r) {
+    auto comm = Make(r, "rs");
+    ASSERT_NE(comm, nullptr);
+    for (size_t count : {size_t{1}, size_t{3}, size_t{7}, size_t{1001}, size_t{100003}}) {
+      std::vector<float> in(n * count);
+      for (size_t j = 0; j < in.size(); ++j) in[j] = Input(r, j);
+      const std::vector<float> in_copy = in;
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
+        std::vector<float> out(count, -1234.0f);
+        Status s = comm->ReduceScatter(in.data(), out.data(), count, op);
+        ASSERT_TRUE(s.ok()) << s.ToString();
+        ASSERT_EQ(in, in_copy) << "the input changed";
+        for (size_t i = 0; i < count; ++i) {
+          const size_t j = r * count + i;  // this rank's block
+          float want = Input(0, j);
+          for (int k = 1; k < n; ++k) {
+            const float x = Input(k, j);
+            want = op == ReduceOp::kMax   ? std::max(want, x)
+                   : op == ReduceOp::kMin ? std::min(want, x)
+                                          : want + x;
+          }
+          if (op == ReduceOp::kAvg) want /= static_cast<float>(n);
+          ASSERT_EQ(out[i], want) << ReduceOpName(op) << " count " << count << " rank " << r
+                                  << " at " << i;
+        }
+      }
+    }
+    // Nothing to reduce is not an error.
+    EXPECT_TRUE(comm->ReduceScatter(nullptr, nullptr, 0, ReduceOp::kSum).ok());
+  });
+}
+
+TEST_P(CommSizesTest, SendRecvRingExchange) {
+  const int n = GetParam();
+  OnRanks(n, [&](int r) {
+    auto comm = Make(r, "ring");
+    ASSERT_NE(comm, nullptr);
+    const int next = (r + 1) % n, prev = (r + n - 1) % n;
+    for (size_t count : {size_t{1}, size_t{5}, size_t{300007}}) {
+      std::vector<float> mine(count), got(count, -1.0f);
+      for (size_t i = 0; i < count; ++i) mine[i] = static_cast<float>(r * 1000003 + i);
+      // Send blocks until the peer receives: even ranks send first, odd ranks receive first.
+      const uint32_t tag = static_cast<uint32_t>(count);
+      if (r % 2 == 0) {
+        ASSERT_TRUE(comm->Send(mine.data(), count, next, tag).ok());
+        ASSERT_TRUE(comm->Recv(got.data(), count, prev, tag).ok());
+      } else {
+        ASSERT_TRUE(comm->Recv(got.data(), count, prev, tag).ok());
+        ASSERT_TRUE(comm->Send(mine.data(), count, next, tag).ok());
+      }
+      for (size_t i = 0; i < count; ++i) {
+        ASSERT_EQ(got[i], static_cast<float>(prev * 1000003 + i))
+            << "count " << count << " at " << i;
+      }
+    }
+    // Point-to-point traffic between collectives does not disturb them.
+    float x = 1.0f;
+    ASSERT_TRUE(comm->AllReduce(&x, 1, ReduceOp::kSum).ok());
+    EXPECT_EQ(x, static_cast<float>(n));
+  });
+}
+
+TEST_P(CommSizesTest, BadPeersAreInvalidArgumentsAndBreakNothing) {
+  const int n = GetParam();
+  OnRanks(n, [&](int r) {
+    auto comm = Make(r, "bad");
+    ASSERT_NE(comm, nullptr);
+    float x = 1.0f;
+    for (int peer : {-1, r, n, n + 5}) {
+      Status s = comm->Send(&x, 1, peer, 0);
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << peer;
+      EXPECT_NE(s.message().find("rank " + std::to_string(peer)), std::string::npos)
+          << s.ToString();
+      EXPECT_EQ(comm->Recv(&x, 1, peer, 0).code(), StatusCode::kInvalidArgument) << peer;
+    }
+    EXPECT_EQ(comm->Broadcast(&x, 1, -1).code(), StatusCode::kInvalidArgument);
+    ASSERT_TRUE(comm->AllReduce(&x, 1, ReduceOp::kSum).ok());
+    EXPECT_EQ(x, static_cast<float>(n));
+  });
+}
+
+TEST_F(CommTest, RecvTimesOutAndBreaksTheCommunicator) {
+  GlooOptions quick;
+  quick.timeout = Millis(500);
+  std::latch done(2);
+  OnRanks(2, [&](int r) {
+    auto comm = MakeGlooCommunicator(*nodes_[r], "quiet", r, 2, quick);
+    ASSERT_TRUE(comm.ok()) << comm.status().ToString();
+    if (r == 0) {
+      // Rank 1 never sends.
+      float x;
+      Status s = (*comm)->Recv(&x, 1, 1, 7);
+      EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString();
+      EXPECT_NE(s.message().find("recv from rank 1"), std::string::npos) << s.ToString();
+      Status after = (*comm)->Barrier();
+      EXPECT_EQ(after.code(), StatusCode::kFailedPrecondition) << after.ToString();
+    }
+    done.arrive_and_wait();  // rank 1 keeps its end open until rank 0 is done
+  });
+}
+
+TEST_F(CommTest, PeerThatWentAwayIsUnavailable) {
+  OnRanks(2, [&](int r) {
+    auto comm = MakeGlooCommunicator(*nodes_[r], "gone", r, 2);
+    ASSERT_TRUE(comm.ok()) << comm.status().ToString();
+    ASSERT_TRUE((*comm)->Barrier().ok());
+    if (r == 1) {
+      comm->reset();  // closes rank 1's connections
+      return;
+    }
+    std::vector<float> data(1000);
+    Status s = (*comm)->Recv(data.data(), data.size(), 1, 0);
+    EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+    s = (*comm)->AllReduce(data.data(), data.size(), ReduceOp::kSum);
+    EXPECT_FALSE(s.ok());
+  });
 }
 
 }  // namespace

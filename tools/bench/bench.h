@@ -30,5 +30,7 @@ BenchFn SetupPsBench(CLI::App& app);
 BenchFn SetupStoreBench(CLI::App& app);
 // ops_bench.cc: CPU GEMM beside OpenBLAS called directly, and the gpt block's ops.
 BenchFn SetupOpsBench(CLI::App& app);
+// allreduce_bench.cc: Communicator::AllReduce (Gloo backend) beside gloo::allreduce direct.
+BenchFn SetupAllreduceBench(CLI::App& app);
 
 }  // namespace strata::bench

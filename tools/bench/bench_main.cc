@@ -21,6 +21,8 @@ const strata::bench::Subcommand kSubcommands[] = {
      strata::bench::SetupStoreBench},
     {"ops", "CPU GEMM beside OpenBLAS, and the gpt block's ops",
      strata::bench::SetupOpsBench},
+    {"allreduce", "Communicator::AllReduce (Gloo) beside gloo::allreduce: time, algbw, busbw",
+     strata::bench::SetupAllreduceBench},
 };
 
 }  // namespace

@@ -1,11 +1,13 @@
-// communicator.h: Communicator, the collectives trainers synchronise with when they do not go
-// through the parameter servers: all-reduce, all-gather, broadcast and barrier over a group of
-// ranks. Backends: Gloo over TCP for CPU tensors (gloo_communicator.h); NCCL for GPUs to come.
+// communicator.h: Communicator, the collectives and point-to-point transfers trainers use when
+// they do not go through the parameter servers: all-reduce, reduce-scatter, all-gather,
+// broadcast, barrier, send and recv over a group of ranks. Backends: Gloo over TCP for host
+// memory (gloo_communicator.h) and NCCL for device memory (nccl_communicator.h, CUDA builds).
 // Every backend is bootstrapped through the scheduler's key-value store, so no extra rendezvous
 // service is needed.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,8 +17,20 @@
 
 namespace strata {
 
-// Not thread-safe: one thread issues a communicator's collectives, in the same order on every
-// rank of its group (as with MPI, Gloo and NCCL).
+// Not thread-safe: one thread issues a communicator's operations, collectives in the same order
+// on every rank of its group (as with MPI, Gloo and NCCL).
+//
+// Memory and completion differ by backend; code written to this contract runs on both:
+//  - Gloo: pointers are host memory. Every call returns when the operation is complete on this
+//    rank, so its buffers may be read or reused at once. Synchronize() does nothing.
+//  - NCCL: pointers are device memory. Every call enqueues the operation on the communicator's
+//    stream and returns (stream-ordered): work issued later on that stream sees the results,
+//    the host sees them after Synchronize(). Barrier() is the exception: it synchronizes.
+//
+// Errors (a bad rank or peer, a timeout, a peer that died) come back as Statuses. A timeout or a
+// transport failure leaves the group out of step, so the communicator is broken from then on:
+// later calls fail with FailedPrecondition naming the first error; destroy it and rebuild the
+// group. InvalidArgument errors are caught before anything is sent and break nothing.
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -27,11 +41,26 @@ class Communicator {
   // In place: every rank ends with the element-wise reduction of every rank's `data`.
   // kAvg divides the sum by size().
   virtual Status AllReduce(float* data, size_t count, ReduceOp op) = 0;
+  // `in` holds size() blocks of `count_per_rank` floats; rank r's `out` (count_per_rank floats)
+  // gets the element-wise reduction of block r over every rank. `in` is not modified; `out`
+  // must not overlap it.
+  virtual Status ReduceScatter(const float* in, float* out, size_t count_per_rank, ReduceOp op) = 0;
   // `out` (size() * count floats) gets every rank's `in` (count floats), in rank order.
   virtual Status AllGather(const float* in, float* out, size_t count) = 0;
   // Every rank ends with `root`'s `data`.
   virtual Status Broadcast(float* data, size_t count, int root) = 0;
   virtual Status Barrier() = 0;
+
+  // Point-to-point (pipeline stages): `count` floats to or from `peer` (another rank of this
+  // group). A Send matches the Recv of the same tag on the peer, in issue order per (peer, tag);
+  // counts must agree. Both block until the transfer is done (Gloo) or enqueue it (NCCL, which
+  // ignores tags and matches in issue order per peer), so two ranks that both Send first
+  // deadlock: order exchanges (e.g. even ranks send first) or use distinct phases.
+  virtual Status Send(const float* data, size_t count, int peer, uint32_t tag) = 0;
+  virtual Status Recv(float* data, size_t count, int peer, uint32_t tag) = 0;
+
+  // Waits until every operation issued so far is complete (see above). A no-op on Gloo.
+  virtual Status Synchronize() { return Status::OK(); }
 };
 
 }  // namespace strata

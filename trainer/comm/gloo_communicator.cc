@@ -1,5 +1,7 @@
-// gloo_communicator.cc: GlooCommunicator and the kv-store rendezvous adapter. Gloo reports
-// failures by throwing; they become Statuses here, at the boundary.
+// gloo_communicator.cc: GlooCommunicator (Gloo's own all-reduce, all-gather, broadcast and
+// barrier; a ring reduce-scatter and send/recv over Gloo's unbound buffers) and the kv-store
+// rendezvous adapter. Gloo reports failures by throwing; they become Statuses here, at the
+// boundary.
 #include "trainer/comm/gloo_communicator.h"
 
 #include <gloo/allgather.h>
@@ -11,11 +13,18 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/types.h>
 
+#include <cstring>
 #include <stdexcept>
+#include <vector>
 
 namespace strata {
 namespace {
+
+// Slot prefixes of the operations Gloo has no algorithm for; Gloo's own use 0x01..0x08.
+constexpr uint8_t kReduceScatterSlotPrefix = 0x40;
+constexpr uint8_t kPointToPointSlotPrefix = 0x41;
 
 // Gloo's rendezvous Store over the scheduler's key-value store (kvGet waits for a key).
 class KvRendezvousStore final : public gloo::rendezvous::Store {
@@ -46,18 +55,45 @@ class KvRendezvousStore final : public gloo::rendezvous::Store {
   const Millis timeout_;
 };
 
+// Runs `fn`, turning Gloo's exceptions into Statuses: its I/O errors say "Timed out ..." when a
+// wait expired and name the socket error otherwise (a peer that closed or died).
 template <typename Fn>
-Status Guard(const char* what, Fn&& fn) {
+Status Guard(const std::string& what, Fn&& fn) {
   try {
     fn();
     return Status::OK();
   } catch (const gloo::IoException& e) {
-    return Status::Unavailable(std::string(what) + ": " + e.what());
+    const std::string m = e.what();
+    const bool timeout =
+        m.find("Timed out") != std::string::npos || m.find("timeout") != std::string::npos;
+    return timeout ? Status::DeadlineExceeded(what + ": " + m)
+                   : Status::Unavailable(what + ": " + m);
   } catch (const std::exception& e) {
-    return Status::Internal(std::string(what) + ": " + e.what());
+    return Status::Internal(what + ": " + e.what());
   }
 }
 
+using ReduceFn = void (*)(void*, const void*, const void*, size_t);
+
+// kAvg reduces with the sum; the caller divides.
+ReduceFn ReduceFunction(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMax:
+      return &gloo::max<float>;
+    case ReduceOp::kMin:
+      return &gloo::min<float>;
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      break;
+  }
+  return &gloo::sum<float>;
+}
+
+void Scale(float* data, size_t count, float factor) {
+  for (size_t i = 0; i < count; ++i) data[i] *= factor;
+}
+
+// Safe for one thread at a time (Communicator's contract).
 class GlooCommunicator final : public Communicator {
  public:
   explicit GlooCommunicator(std::shared_ptr<gloo::Context> context) : context_(std::move(context)) {}
@@ -66,26 +102,25 @@ class GlooCommunicator final : public Communicator {
   int size() const override { return context_->size; }
 
   Status AllReduce(float* data, size_t count, ReduceOp op) override {
-    return Guard("all-reduce", [&] {
+    return Run("all-reduce", [&] {
       gloo::AllreduceOptions opts(context_);
       opts.setOutput(data, count);
       opts.setTag(next_tag_++);
-      switch (op) {
-        case ReduceOp::kSum:
-        case ReduceOp::kAvg: opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>)); break;
-        case ReduceOp::kMax: opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::max<float>)); break;
-        case ReduceOp::kMin: opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::min<float>)); break;
-      }
+      opts.setReduceFunction(ReduceFunction(op));
       gloo::allreduce(opts);
-      if (op == ReduceOp::kAvg) {
-        const float inv = 1.0f / static_cast<float>(size());
-        for (size_t i = 0; i < count; ++i) data[i] *= inv;
-      }
+      if (op == ReduceOp::kAvg) Scale(data, count, 1.0f / static_cast<float>(size()));
+    });
+  }
+
+  Status ReduceScatter(const float* in, float* out, size_t count_per_rank, ReduceOp op) override {
+    return Run("reduce-scatter", [&] {
+      RingReduceScatter(in, out, count_per_rank, ReduceFunction(op), next_tag_++);
+      if (op == ReduceOp::kAvg) Scale(out, count_per_rank, 1.0f / static_cast<float>(size()));
     });
   }
 
   Status AllGather(const float* in, float* out, size_t count) override {
-    return Guard("all-gather", [&] {
+    return Run("all-gather", [&] {
       gloo::AllgatherOptions opts(context_);
       opts.setInput(const_cast<float*>(in), count);
       opts.setOutput(out, count * size());
@@ -95,8 +130,11 @@ class GlooCommunicator final : public Communicator {
   }
 
   Status Broadcast(float* data, size_t count, int root) override {
-    if (root < 0 || root >= size()) return Status::InvalidArgument("broadcast root out of range");
-    return Guard("broadcast", [&] {
+    if (root < 0 || root >= size()) {
+      return Status::InvalidArgument("broadcast root " + std::to_string(root) +
+                                     " out of range [0, " + std::to_string(size()) + ")");
+    }
+    return Run("broadcast", [&] {
       gloo::BroadcastOptions opts(context_);
       opts.setOutput(data, count);
       opts.setRoot(root);
@@ -106,16 +144,92 @@ class GlooCommunicator final : public Communicator {
   }
 
   Status Barrier() override {
-    return Guard("barrier", [&] {
+    return Run("barrier", [&] {
       gloo::BarrierOptions opts(context_);
       opts.setTag(next_tag_++);
       gloo::barrier(opts);
     });
   }
 
+  Status Send(const float* data, size_t count, int peer, uint32_t tag) override {
+    STRATA_RETURN_IF_ERROR(CheckPeer("send to", peer));
+    if (count == 0) return Status::OK();
+    return Run("send to rank " + std::to_string(peer), [&] {
+      auto buf = context_->createUnboundBuffer(const_cast<float*>(data), count * sizeof(float));
+      buf->send(peer, gloo::Slot::build(kPointToPointSlotPrefix, tag));
+      buf->waitSend();
+    });
+  }
+
+  Status Recv(float* data, size_t count, int peer, uint32_t tag) override {
+    STRATA_RETURN_IF_ERROR(CheckPeer("recv from", peer));
+    if (count == 0) return Status::OK();
+    return Run("recv from rank " + std::to_string(peer), [&] {
+      auto buf = context_->createUnboundBuffer(data, count * sizeof(float));
+      buf->recv(peer, gloo::Slot::build(kPointToPointSlotPrefix, tag));
+      buf->waitRecv();
+    });
+  }
+
  private:
+  // Runs one operation unless an earlier failure broke the communicator; a failure breaks it.
+  template <typename Fn>
+  Status Run(const std::string& what, Fn&& fn) {
+    if (!broken_.ok()) {
+      return Status::FailedPrecondition(what + ": communicator broken by an earlier error (" +
+                                        broken_.ToString() + ")");
+    }
+    Status s = Guard(what, std::forward<Fn>(fn));
+    if (!s.ok()) broken_ = s;
+    return s;
+  }
+
+  Status CheckPeer(const char* what, int peer) const {
+    if (peer < 0 || peer >= size() || peer == rank()) {
+      return Status::InvalidArgument(std::string(what) + " rank " + std::to_string(peer) +
+                                     ": not another rank of this group (rank " +
+                                     std::to_string(rank()) + " of " + std::to_string(size()) +
+                                     ")");
+    }
+    return Status::OK();
+  }
+
+  // Ring reduce-scatter, n-1 steps: at step s rank r passes the partial sum of block r-s-1 to
+  // rank r+1 and receives that of block r-s-2 from rank r-1, adding its own share. The block
+  // received last is r, complete. Throws Gloo's exceptions.
+  void RingReduceScatter(const float* in, float* out, size_t count, ReduceFn reduce, uint32_t tag) {
+    const int n = size(), r = rank();
+    const size_t bytes = count * sizeof(float);
+    if (n == 1 || count == 0) {
+      if (count) std::memcpy(out, in, bytes);
+      return;
+    }
+    if (scratch_.size() < 2 * count) scratch_.resize(2 * count);
+    auto mine = context_->createUnboundBuffer(const_cast<float*>(in), n * bytes);
+    // Two halves, each its own buffer: one is sent while the other receives.
+    std::unique_ptr<gloo::transport::UnboundBuffer> half[2] = {
+        context_->createUnboundBuffer(scratch_.data(), bytes),
+        context_->createUnboundBuffer(scratch_.data() + count, bytes)};
+    const uint64_t slot = gloo::Slot::build(kReduceScatterSlotPrefix, tag);
+    const int next = (r + 1) % n, prev = (r + n - 1) % n;
+    auto block = [n](int b) { return static_cast<size_t>(((b % n) + n) % n); };
+    for (int s = 0; s < n - 1; ++s) {
+      gloo::transport::UnboundBuffer& send = s == 0 ? *mine : *half[(s + 1) % 2];
+      gloo::transport::UnboundBuffer& recv = *half[s % 2];
+      send.send(next, slot, s == 0 ? block(r - 1) * bytes : 0, bytes);
+      recv.recv(prev, slot, 0, bytes);
+      recv.waitRecv();
+      send.waitSend();
+      const float* own = in + block(r - s - 2) * count;
+      float* partial = static_cast<float*>(recv.ptr);
+      reduce(s == n - 2 ? out : partial, partial, own, count);
+    }
+  }
+
   std::shared_ptr<gloo::Context> context_;
   uint32_t next_tag_ = 1;
+  std::vector<float> scratch_;  // reduce-scatter's two halves, grown on demand
+  Status broken_;               // the first failure; OK while usable
 };
 
 }  // namespace

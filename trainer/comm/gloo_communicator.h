@@ -1,5 +1,5 @@
-// gloo_communicator.h: GlooCommunicator, the CPU Communicator over Gloo's TCP transport, and
-// KvRendezvousStore, which lets Gloo rendezvous through the scheduler's key-value store.
+// gloo_communicator.h: MakeGlooCommunicator, the host-memory Communicator over Gloo's TCP
+// transport, rendezvousing through the scheduler's key-value store.
 #pragma once
 
 #include <chrono>
@@ -20,7 +20,9 @@ namespace strata {
 
 struct GlooOptions {
   std::string hostname = "127.0.0.1";  // the interface Gloo's TCP pairs listen on
-  Millis timeout{60000};               // for rendezvous and for every collective
+  // For the rendezvous and for every operation: a collective, send or recv that waits longer for
+  // a peer fails with DeadlineExceeded (and breaks the communicator, see communicator.h).
+  Millis timeout{60000};
 };
 
 // Creates the communicator of `rank` among `size` ranks, rendezvousing under `name` in the
