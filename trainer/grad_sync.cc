@@ -8,6 +8,12 @@
 #include <spdlog/spdlog.h>
 
 #include "trainer/ops/ops.h"
+#if STRATA_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "common/cuda_check.h"
+#include "trainer/comm/nccl_communicator.h"
+#endif
 
 namespace strata {
 namespace {
@@ -27,8 +33,22 @@ Tensor HostView(float* data, const Tensor& like) {
 // BucketAllReducer
 
 BucketAllReducer::BucketAllReducer(Communicator& comm, std::vector<nn::Parameter*> params,
-                                   size_t bucket_bytes, bool overlap, Trace* trace)
+                                   size_t bucket_bytes, bool overlap, Trace* trace,
+                                   void* compute_stream)
     : comm_(comm), params_(std::move(params)), bucket_bytes_(bucket_bytes), overlap_(overlap), trace_(trace) {
+  if (compute_stream) {
+#if STRATA_HAVE_CUDA
+    auto* nccl = dynamic_cast<NcclCommunicator*>(&comm_);
+    STRATA_CHECK(nccl) << "device-mode all-reduce needs a stream-ordered (NCCL) communicator";
+    compute_stream_ = compute_stream;
+    comm_stream_ = nccl->stream();
+    cudaEvent_t done;
+    CUDA_CHECK_FATAL(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    done_event_ = done;
+#else
+    STRATA_CHECK(false) << "a compute stream without CUDA";
+#endif
+  }
   // Until a step has shown the order backward finishes gradients in, guess reverse creation.
   std::vector<size_t> order;
   for (size_t k = params_.size(); k-- > 0;) order.push_back(k);
@@ -39,6 +59,7 @@ BucketAllReducer::BucketAllReducer(Communicator& comm, std::vector<nn::Parameter
 }
 
 void BucketAllReducer::BuildBuckets(const std::vector<size_t>& order) {
+  FreeDeviceBuffers();
   buckets_.clear();
   bucket_of_.assign(params_.size(), 0);
   for (size_t k : order) {
@@ -57,7 +78,16 @@ void BucketAllReducer::BuildBuckets(const std::vector<size_t>& order) {
   for (Bucket& b : buckets_) {
     const bool direct = b.params.size() == 1 && params_[b.params[0]]->grad.is_cpu() &&
                         params_[b.params[0]]->grad.is_contiguous();
-    if (!direct) b.flat.resize(b.floats);
+    if (comm_stream_) {
+#if STRATA_HAVE_CUDA
+      cudaEvent_t e;
+      CUDA_CHECK_FATAL(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      b.ready_event = e;
+      if (b.params.size() > 1) CUDA_CHECK_FATAL(cudaMalloc(&b.device_flat, b.floats * sizeof(float)));
+#endif
+    } else if (!direct) {
+      b.flat.resize(b.floats);
+    }
   }
   ready_.assign(buckets_.size(), false);
 }
@@ -86,6 +116,22 @@ BucketAllReducer::~BucketAllReducer() {
   }
   cv_.notify_all();
   thread_.join();
+  FreeDeviceBuffers();
+#if STRATA_HAVE_CUDA
+  if (done_event_) cudaEventDestroy(static_cast<cudaEvent_t>(done_event_));
+#endif
+}
+
+void BucketAllReducer::FreeDeviceBuffers() {
+#if STRATA_HAVE_CUDA
+  if (comm_stream_) cudaStreamSynchronize(static_cast<cudaStream_t>(comm_stream_));
+  for (Bucket& b : buckets_) {
+    if (b.ready_event) cudaEventDestroy(static_cast<cudaEvent_t>(b.ready_event));
+    if (b.device_flat) cudaFree(b.device_flat);
+    b.ready_event = nullptr;
+    b.device_flat = nullptr;
+  }
+#endif
 }
 
 void BucketAllReducer::BeginStep(int64_t step) {
@@ -101,6 +147,14 @@ void BucketAllReducer::BeginStep(int64_t step) {
 }
 
 void BucketAllReducer::MarkReadyLocked(size_t bucket) {
+#if STRATA_HAVE_CUDA
+  // Called on the training thread, right after backward enqueued the bucket's last gradient:
+  // the event marks the point on the compute stream the reduction must wait for.
+  if (compute_stream_) {
+    CUDA_CHECK_FATAL(cudaEventRecord(static_cast<cudaEvent_t>(buckets_[bucket].ready_event),
+                                     static_cast<cudaStream_t>(compute_stream_)));
+  }
+#endif
   ready_[bucket] = true;
   cv_.notify_all();
 }
@@ -133,6 +187,13 @@ Status BucketAllReducer::Finish() {
   active_ = false;
   exposed_seconds_ += Seconds(start);
   if (!error_.ok()) return error_;
+#if STRATA_HAVE_CUDA
+  if (compute_stream_) {
+    // Later compute (the optimizer) waits for the reductions on the device, not on the host.
+    CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(done_event_), static_cast<cudaStream_t>(comm_stream_)));
+    CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(compute_stream_), static_cast<cudaEvent_t>(done_event_), 0));
+  }
+#endif
   if (!rebuilt_ && overlap_) {
     rebuilt_ = true;
     lock.unlock();
@@ -148,6 +209,9 @@ Status BucketAllReducer::Finish() {
 }
 
 void BucketAllReducer::Run() {
+#if STRATA_HAVE_CUDA
+  if (comm_stream_) CUDA_CHECK_FATAL(cudaSetDevice(dynamic_cast<NcclCommunicator&>(comm_).device()));
+#endif
   std::unique_lock lock(mu_);
   while (true) {
     cv_.wait(lock, [&] { return stop_ || (active_ && next_ < buckets_.size() && ready_[next_]); });
@@ -169,8 +233,36 @@ void BucketAllReducer::Run() {
   }
 }
 
+Status BucketAllReducer::ReduceOnDevice(Bucket& b) {
+#if STRATA_HAVE_CUDA
+  auto stream = static_cast<cudaStream_t>(comm_stream_);
+  CUDA_CHECK(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(b.ready_event), 0));
+  if (!b.device_flat) {
+    return comm_.AllReduce(params_[b.params[0]]->grad.data_as<float>(), b.floats, ReduceOp::kAvg);
+  }
+  size_t offset = 0;
+  for (size_t k : b.params) {
+    const Tensor& g = params_[k]->grad;
+    CUDA_CHECK(cudaMemcpyAsync(b.device_flat + offset, g.data(), g.nbytes(), cudaMemcpyDeviceToDevice, stream));
+    offset += static_cast<size_t>(g.numel());
+  }
+  STRATA_RETURN_IF_ERROR(comm_.AllReduce(b.device_flat, b.floats, ReduceOp::kAvg));
+  offset = 0;
+  for (size_t k : b.params) {
+    Tensor& g = params_[k]->grad;
+    CUDA_CHECK(cudaMemcpyAsync(g.data(), b.device_flat + offset, g.nbytes(), cudaMemcpyDeviceToDevice, stream));
+    offset += static_cast<size_t>(g.numel());
+  }
+  return Status::OK();
+#else
+  (void)b;
+  return Status::Internal("device-mode all-reduce without CUDA");
+#endif
+}
+
 Status BucketAllReducer::Reduce(Bucket& b) {
   Trace::Scope scope(trace_, "all-reduce bucket " + std::to_string(&b - buckets_.data()), "comm", 1, step_);
+  if (comm_stream_) return ReduceOnDevice(b);
   if (b.flat.empty()) {
     Tensor& g = params_[b.params[0]]->grad;
     return comm_.AllReduce(g.data_as<float>(), b.floats, ReduceOp::kAvg);

@@ -26,14 +26,20 @@
 
 namespace strata {
 
-// Used by one training thread, plus the communication thread it owns. Works on CPU gradients
-// (the Gloo backend); on CUDA, Finish() copies through the host and nothing overlaps.
+// Used by one training thread, plus the communication thread it owns.
+//  - Host gradients, Gloo: the thread all-reduces a bucket when backward reported all of it.
+//  - CUDA gradients, NCCL (`compute_stream` given): nothing blocks the host. When a bucket is
+//    ready the training thread records an event on the compute stream; the thread makes the
+//    communicator's stream wait for it and enqueues the bucket's all-reduce there; Finish()
+//    makes the compute stream wait for the communicator's. Compute and communication overlap
+//    on the device as they do on the host.
+//  - CUDA gradients with a host communicator: through the host (correct, no overlap).
 class BucketAllReducer {
  public:
   // `params`: the parameters to average (creation order); buckets hold up to `bucket_bytes`
   // and follow the order backward finishes gradients in (learnt in the first step).
   BucketAllReducer(Communicator& comm, std::vector<nn::Parameter*> params, size_t bucket_bytes,
-                   bool overlap, Trace* trace);
+                   bool overlap, Trace* trace, void* compute_stream = nullptr);
   ~BucketAllReducer();
   BucketAllReducer(const BucketAllReducer&) = delete;
   BucketAllReducer& operator=(const BucketAllReducer&) = delete;
@@ -58,7 +64,11 @@ class BucketAllReducer {
     size_t floats = 0;
     size_t pending = 0;          // gradients not yet reported this step
     std::vector<float> flat;     // packed gradients (unless one contiguous CPU tensor)
+    void* ready_event = nullptr; // device mode: recorded on the compute stream when ready
+    float* device_flat = nullptr;  // device mode: packed gradients (unless one tensor)
   };
+  void MarkReadyLocked(size_t bucket);
+  void FreeDeviceBuffers();
   void Run();                    // the communication thread
   // Buckets of up to bucket_bytes_, filled in `order` (parameter indices).
   void BuildBuckets(const std::vector<size_t>& order);
@@ -66,7 +76,7 @@ class BucketAllReducer {
   // PyTorch DDP does), so a bucket is not held back by a gradient that comes much later.
   Status Rebuild();
   Status Reduce(Bucket& b);
-  void MarkReadyLocked(size_t bucket);
+  Status ReduceOnDevice(Bucket& b);
 
   Communicator& comm_;
   std::vector<nn::Parameter*> params_;
@@ -76,6 +86,9 @@ class BucketAllReducer {
   std::vector<Bucket> buckets_;
   const bool overlap_;
   Trace* trace_;
+  void* compute_stream_ = nullptr;  // device mode (see above)
+  void* comm_stream_ = nullptr;
+  void* done_event_ = nullptr;
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -20,6 +20,7 @@
 #include "trainer/ops/rng.h"
 #include "trainer/trace.h"
 #if STRATA_HAVE_CUDA
+#include "trainer/comm/nccl_communicator.h"
 #include "trainer/ops/cuda_exec.h"
 #endif
 
@@ -46,6 +47,7 @@ Trainer::~Trainer() {
   comm_.reset();
   eval_set_.clear();
   lookahead_.clear();
+  loss_buffer_ = Tensor();
   optimizer_.reset();
   model_.reset();
 }
@@ -142,9 +144,21 @@ Status Trainer::Connect(Node* node) {
     STRATA_ASSIGN_OR_RETURN(ps_, PsSync::Create(*client_, reg, job_, trace_.get()));
   }
   if (sync.mode == SyncOptions::Mode::kAllReduce || sync.mode == SyncOptions::Mode::kHybrid) {
-    GlooOptions gloo;
-    gloo.timeout = timeout;
-    STRATA_ASSIGN_OR_RETURN(comm_, MakeGlooCommunicator(*node, "trainers/dp", rank_, world_, gloo));
+    void* compute_stream = nullptr;
+    if (reg.exec().is_cuda()) {
+#if STRATA_HAVE_CUDA
+      // Device gradients all-reduce over NCCL on its own stream, ordered by events.
+      NcclOptions nccl;
+      nccl.device = reg.exec().device.index;
+      nccl.timeout = timeout;
+      STRATA_ASSIGN_OR_RETURN(comm_, MakeNcclCommunicator(*node, "trainers/dp", rank_, world_, nccl));
+      compute_stream = reg.exec().stream;
+#endif
+    } else {
+      GlooOptions gloo;
+      gloo.timeout = timeout;
+      STRATA_ASSIGN_OR_RETURN(comm_, MakeGlooCommunicator(*node, "trainers/dp", rank_, world_, gloo));
+    }
     // Every replica starts from the same values: the initialisers are seeded by name, so they
     // already are; the broadcast makes it so whatever the model did at construction.
     std::vector<nn::Parameter*> local;
@@ -157,8 +171,9 @@ Status Trainer::Connect(Node* node) {
       }
     }
     const auto bytes = static_cast<size_t>(sync.bucket_mb * 1024 * 1024);
-    const bool overlap = sync.overlap && reg.exec().device.is_cpu();
-    reducer_ = std::make_unique<BucketAllReducer>(*comm_, std::move(local), bytes, overlap, trace_.get());
+    reducer_ = std::make_unique<BucketAllReducer>(*comm_, std::move(local), bytes, sync.overlap,
+                                                  trace_.get(), compute_stream);
+    const bool overlap = sync.overlap;
     if (rank_ == 0) {
       spdlog::info("all-reduce over {} trainers: {} buckets of up to {} MiB{}", world_,
                    reducer_->num_buckets(), sync.bucket_mb, overlap ? ", overlapped with backward" : "");
@@ -205,7 +220,18 @@ Result<double> Trainer::TrainStep() {
   if (reducer_) {
     STRATA_RETURN_IF_ERROR(reducer_->Finish());
     float l = static_cast<float>(loss);
-    STRATA_RETURN_IF_ERROR(comm_->AllReduce(&l, 1, ReduceOp::kAvg).WithContext("all-reducing the loss"));
+    if (model_->exec().is_cuda()) {
+      // NCCL reduces device memory: the loss goes through a one-float device tensor.
+      Tensor host = Tensor::FromBlob(&l, {1}, DType::kF32, Device::CPU(), nullptr);
+      if (!loss_buffer_.defined()) loss_buffer_ = ops::NewTensor(model_->exec(), {1});
+      STRATA_RETURN_IF_ERROR(loss_buffer_.CopyFrom(host));
+      STRATA_RETURN_IF_ERROR(comm_->AllReduce(loss_buffer_.data_as<float>(), 1, ReduceOp::kAvg)
+                                 .WithContext("all-reducing the loss"));
+      STRATA_RETURN_IF_ERROR(comm_->Synchronize());
+      STRATA_RETURN_IF_ERROR(host.CopyFrom(loss_buffer_));
+    } else {
+      STRATA_RETURN_IF_ERROR(comm_->AllReduce(&l, 1, ReduceOp::kAvg).WithContext("all-reducing the loss"));
+    }
     loss = l;
   }
   if (ps_) {
