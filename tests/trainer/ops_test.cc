@@ -3,9 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <thread>
 #include <vector>
 
+#include "trainer/ops/parallel.h"
 #include "trainer/ops/rng.h"
 
 namespace strata::ops {
@@ -27,6 +30,55 @@ void ExpectNear(const Tensor& got, const std::vector<double>& want, double tol) 
   for (size_t i = 0; i < want.size(); ++i) {
     ASSERT_NEAR(got.data_as<float>()[i], want[i], tol * (1 + std::abs(want[i]))) << "at " << i;
   }
+}
+
+// Every index is visited exactly once, in chunks of the grain, from any number of callers.
+TEST(ParallelForTest, CoversEveryIndexOnceFromConcurrentCallers) {
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{1000}, int64_t{1} << 20, (int64_t{1} << 20) + 7}) {
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+    ParallelFor(n, 4096, [&](int64_t lo, int64_t hi) {
+      EXPECT_EQ(lo % 4096, 0);
+      EXPECT_LE(hi - lo, 4096);
+      for (int64_t i = lo; i < hi; ++i) hits[static_cast<size_t>(i)]++;
+    });
+    for (auto& h : hits) ASSERT_EQ(h.load(), 1) << "n " << n;
+  }
+  std::vector<std::thread> callers;
+  std::atomic<int64_t> total{0};
+  for (int t = 0; t < 4; ++t) {
+    callers.emplace_back([&] {
+      for (int rep = 0; rep < 50; ++rep) {
+        ParallelFor(100000, 1000, [&](int64_t lo, int64_t hi) { total += hi - lo; });
+      }
+    });
+  }
+  for (auto& c : callers) c.join();
+  EXPECT_EQ(total.load(), 4 * 50 * 100000);
+}
+
+// Elementwise ops over the pool agree with a plain loop, and reductions give the same bits
+// however many chunks there are (partials are summed in chunk order).
+TEST(ParallelForTest, PooledOpsMatchPlainLoops) {
+  const int64_t n = 3 * kParallelGrain + 123;
+  Tensor x = NewTensor(Exec::Cpu(), {n}), y = NewTensor(Exec::Cpu(), {n});
+  rng::Stream s(11);
+  for (int64_t i = 0; i < n; ++i) {
+    x.data_as<float>()[i] = static_cast<float>(s.Normal());
+    y.data_as<float>()[i] = static_cast<float>(s.Normal());
+  }
+  std::vector<float> want(y.data_as<float>(), y.data_as<float>() + n);
+  for (int64_t i = 0; i < n; ++i) want[i] += 0.5f * x.data_as<float>()[i];
+  Axpy(Exec::Cpu(), 0.5f, x, y);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y.data_as<float>()[i], want[i]) << i;
+  double chunked = 0;
+  for (int64_t lo = 0; lo < n; lo += kParallelGrain) {
+    double acc = 0;
+    for (int64_t i = lo; i < std::min(n, lo + kParallelGrain); ++i) {
+      acc += static_cast<double>(x.data_as<float>()[i]) * x.data_as<float>()[i];
+    }
+    chunked += acc;
+  }
+  EXPECT_EQ(SumSquares(Exec::Cpu(), x), chunked);
 }
 
 TEST(OpsTest, MatmulAllTransposesAndBatched) {

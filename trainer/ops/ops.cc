@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "trainer/ops/cuda_ops.h"
+#include "trainer/ops/parallel.h"
 #include "trainer/ops/rng.h"
 
 namespace strata::ops {
@@ -99,10 +100,31 @@ void Matmul(const Exec& ex, const Tensor& a, const Tensor& b, const Tensor& c, b
 
 // --- Elementwise and reductions
 
+namespace {
+
+// Sum of term(i) over [0, n): per-chunk partials summed in chunk order, so the result does not
+// depend on the number of threads.
+template <typename Term>
+double ChunkedSum(int64_t n, Term term) {
+  const int64_t chunks = (n + kParallelGrain - 1) / kParallelGrain;
+  std::vector<double> partial(static_cast<size_t>(std::max<int64_t>(chunks, 1)), 0.0);
+  ParallelFor(n, kParallelGrain, [&](int64_t lo, int64_t hi) {
+    double acc = 0;
+    for (int64_t i = lo; i < hi; ++i) acc += term(i);
+    partial[static_cast<size_t>(lo / kParallelGrain)] = acc;
+  });
+  double s = 0;
+  for (double v : partial) s += v;
+  return s;
+}
+
+}  // namespace
+
 void Fill(const Exec& ex, const Tensor& x, float value) {
   CheckF32(x, "fill");
   STRATA_DISPATCH(x, Fill(ex, x, value));
-  std::fill_n(W(x), x.numel(), value);
+  float* p = W(x);
+  ParallelFor(x.numel(), kParallelGrain, [&](int64_t lo, int64_t hi) { std::fill(p + lo, p + hi, value); });
 }
 
 void Copy(const Exec& ex, const Tensor& src, const Tensor& dst) {
@@ -121,7 +143,9 @@ void Add(const Exec& ex, const Tensor& a, const Tensor& b, const Tensor& out) {
   const int64_t n = a.numel();
   const float *pa = F(a), *pb = F(b);
   float* po = W(out);
-  for (int64_t i = 0; i < n; ++i) po[i] = pa[i] + pb[i];
+  ParallelFor(n, kParallelGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) po[i] = pa[i] + pb[i];
+  });
 }
 
 void Mul(const Exec& ex, const Tensor& a, const Tensor& b, const Tensor& out) {
@@ -132,7 +156,9 @@ void Mul(const Exec& ex, const Tensor& a, const Tensor& b, const Tensor& out) {
   const int64_t n = a.numel();
   const float *pa = F(a), *pb = F(b);
   float* po = W(out);
-  for (int64_t i = 0; i < n; ++i) po[i] = pa[i] * pb[i];
+  ParallelFor(n, kParallelGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) po[i] = pa[i] * pb[i];
+  });
 }
 
 void Scale(const Exec& ex, const Tensor& x, float alpha) {
@@ -140,7 +166,9 @@ void Scale(const Exec& ex, const Tensor& x, float alpha) {
   STRATA_DISPATCH(x, Scale(ex, x, alpha));
   const int64_t n = x.numel();
   float* p = W(x);
-  for (int64_t i = 0; i < n; ++i) p[i] *= alpha;
+  ParallelFor(n, kParallelGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) p[i] *= alpha;
+  });
 }
 
 void Axpy(const Exec& ex, float alpha, const Tensor& x, const Tensor& y) {
@@ -150,25 +178,23 @@ void Axpy(const Exec& ex, float alpha, const Tensor& x, const Tensor& y) {
   const int64_t n = x.numel();
   const float* px = F(x);
   float* py = W(y);
-  for (int64_t i = 0; i < n; ++i) py[i] += alpha * px[i];
+  ParallelFor(n, kParallelGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) py[i] += alpha * px[i];
+  });
 }
 
 double Sum(const Exec& ex, const Tensor& x) {
   CheckF32(x, "sum");
   STRATA_DISPATCH(x, Sum(ex, x));
-  double s = 0;
   const float* p = F(x);
-  for (int64_t i = 0; i < x.numel(); ++i) s += p[i];
-  return s;
+  return ChunkedSum(x.numel(), [p](int64_t i) { return static_cast<double>(p[i]); });
 }
 
 double SumSquares(const Exec& ex, const Tensor& x) {
   CheckF32(x, "sum_squares");
   STRATA_DISPATCH(x, SumSquares(ex, x));
-  double s = 0;
   const float* p = F(x);
-  for (int64_t i = 0; i < x.numel(); ++i) s += static_cast<double>(p[i]) * p[i];
-  return s;
+  return ChunkedSum(x.numel(), [p](int64_t i) { return static_cast<double>(p[i]) * p[i]; });
 }
 
 void AddBias(const Exec& ex, const Tensor& x, const Tensor& bias) {
@@ -208,7 +234,9 @@ void Relu(const Exec& ex, const Tensor& x, const Tensor& y) {
   const int64_t n = x.numel();
   const float* px = F(x);
   float* py = W(y);
-  for (int64_t i = 0; i < n; ++i) py[i] = px[i] > 0 ? px[i] : 0.0f;
+  ParallelFor(n, kParallelGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) py[i] = px[i] > 0 ? px[i] : 0.0f;
+  });
 }
 
 void ReluBackward(const Exec& ex, const Tensor& x, const Tensor& dy, const Tensor& dx) {
@@ -219,7 +247,9 @@ void ReluBackward(const Exec& ex, const Tensor& x, const Tensor& dy, const Tenso
   const int64_t n = x.numel();
   const float *px = F(x), *pdy = F(dy);
   float* pdx = W(dx);
-  for (int64_t i = 0; i < n; ++i) pdx[i] = px[i] > 0 ? pdy[i] : 0.0f;
+  ParallelFor(n, kParallelGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) pdx[i] = px[i] > 0 ? pdy[i] : 0.0f;
+  });
 }
 
 namespace {
@@ -252,10 +282,12 @@ void Gelu(const Exec& ex, const Tensor& x, const Tensor& y) {
   const int64_t n = x.numel();
   const float* px = F(x);
   float* py = W(y);
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = px[i];
-    py[i] = 0.5f * v * (1.0f + FastTanh(kGeluK * (v + kGeluC * v * v * v)));
-  }
+  ParallelFor(n, kParallelGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const float v = px[i];
+      py[i] = 0.5f * v * (1.0f + FastTanh(kGeluK * (v + kGeluC * v * v * v)));
+    }
+  });
 }
 
 void GeluBackward(const Exec& ex, const Tensor& x, const Tensor& dy, const Tensor& dx) {
@@ -266,13 +298,15 @@ void GeluBackward(const Exec& ex, const Tensor& x, const Tensor& dy, const Tenso
   const int64_t n = x.numel();
   const float *px = F(x), *pdy = F(dy);
   float* pdx = W(dx);
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = px[i];
-    const float t = FastTanh(kGeluK * (v + kGeluC * v * v * v));
-    const float d = 0.5f * (1.0f + t) +
-                    0.5f * v * (1.0f - t * t) * kGeluK * (1.0f + 3.0f * kGeluC * v * v);
-    pdx[i] = pdy[i] * d;
-  }
+  ParallelFor(n, kParallelGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const float v = px[i];
+      const float t = FastTanh(kGeluK * (v + kGeluC * v * v * v));
+      const float d = 0.5f * (1.0f + t) +
+                      0.5f * v * (1.0f - t * t) * kGeluK * (1.0f + 3.0f * kGeluC * v * v);
+      pdx[i] = pdy[i] * d;
+    }
+  });
 }
 
 // --- LayerNorm
@@ -653,11 +687,13 @@ void SgdUpdate(const Exec& ex, const Tensor& w, const Tensor& g, const Tensor& v
   const int64_t n = w.numel();
   float *pw = W(w), *pv = W(v);
   const float* pg = F(g);
-  for (int64_t i = 0; i < n; ++i) {
-    const float gi = pg[i] + weight_decay * pw[i];
-    pv[i] = momentum * pv[i] + gi;
-    pw[i] -= lr * (nesterov ? gi + momentum * pv[i] : pv[i]);
-  }
+  ParallelFor(n, kParallelGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const float gi = pg[i] + weight_decay * pw[i];
+      pv[i] = momentum * pv[i] + gi;
+      pw[i] -= lr * (nesterov ? gi + momentum * pv[i] : pv[i]);
+    }
+  });
 }
 
 void AdamWUpdate(const Exec& ex, const Tensor& w, const Tensor& g, const Tensor& m,
@@ -674,12 +710,14 @@ void AdamWUpdate(const Exec& ex, const Tensor& w, const Tensor& g, const Tensor&
   const float c2 = 1.0f / (1.0f - static_cast<float>(std::pow(beta2, t)));
   float *pw = W(w), *pm = W(m), *pv = W(v);
   const float* pg = F(g);
-  for (int64_t i = 0; i < n; ++i) {
-    pm[i] = beta1 * pm[i] + (1.0f - beta1) * pg[i];
-    pv[i] = beta2 * pv[i] + (1.0f - beta2) * pg[i] * pg[i];
-    const float mhat = pm[i] * c1, vhat = pv[i] * c2;
-    pw[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + weight_decay * pw[i]);
-  }
+  ParallelFor(n, kParallelGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      pm[i] = beta1 * pm[i] + (1.0f - beta1) * pg[i];
+      pv[i] = beta2 * pv[i] + (1.0f - beta2) * pg[i] * pg[i];
+      const float mhat = pm[i] * c1, vhat = pv[i] * c2;
+      pw[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + weight_decay * pw[i]);
+    }
+  });
 }
 
 // --- Casts
