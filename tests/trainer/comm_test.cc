@@ -13,36 +13,17 @@
 #include <latch>
 #include <thread>
 
-#include "common/inproc_transport.h"
-#include "ps/scheduler.h"
+#include "tests/trainer/inproc_trainers.h"
 
 namespace strata {
 namespace {
 
 constexpr int kRanks = 4;
 
-class CommTest : public ::testing::Test {
+class CommTest : public InprocTrainersTest {
  protected:
   void SetUp() override {
-    cluster_.scheduler = "mem://scheduler";
-    cluster_.servers = 0;
-    cluster_.trainers = kRanks;
-    cluster_.heartbeat_interval_ms = 50;
-    cluster_.heartbeat_timeout_ms = 5000;
-    scheduler_ = std::make_unique<Scheduler>(SchedulerOptions{cluster_},
-                                             std::make_unique<InprocTransport>(&hub_));
-    ASSERT_TRUE(scheduler_->Start("mem://scheduler").ok());
-    for (int r = 0; r < kRanks; ++r) {
-      NodeOptions o;
-      o.cluster = cluster_;
-      o.role = Role::kTrainer;
-      o.bind = "mem://trainer" + std::to_string(r);
-      o.requested_rank = r;
-      nodes_.push_back(std::make_unique<Node>(o, &hub_));
-    }
-    std::vector<std::future<Status>> joins;
-    for (auto& n : nodes_) joins.push_back(std::async(std::launch::async, [&n] { return n->Join(); }));
-    for (auto& j : joins) ASSERT_TRUE(j.get().ok());
+    StartTrainers(kRanks);
   }
 
   // Runs `body(rank)` on ranks 0..n-1 concurrently.
@@ -53,10 +34,6 @@ class CommTest : public ::testing::Test {
   }
   void OnEveryRank(const std::function<void(int)>& body) { OnRanks(kRanks, body); }
 
-  InprocHub hub_;
-  ClusterOptions cluster_;
-  std::unique_ptr<Scheduler> scheduler_;
-  std::vector<std::unique_ptr<Node>> nodes_;
 };
 
 TEST_F(CommTest, WorldCollectives) {
@@ -157,14 +134,7 @@ TEST_P(CommSizesTest, ReduceScatterMatchesACpuReference) {
         ASSERT_EQ(in, in_copy) << "the input changed";
         for (size_t i = 0; i < count; ++i) {
           const size_t j = r * count + i;  // this rank's block
-          float want = Input(0, j);
-          for (int k = 1; k < n; ++k) {
-            const float x = Input(k, j);
-            want = op == ReduceOp::kMax   ? std::max(want, x)
-                   : op == ReduceOp::kMin ? std::min(want, x)
-                                          : want + x;
-          }
-          if (op == ReduceOp::kAvg) want /= static_cast<float>(n);
+          const float want = ReferenceReduce(op, n, [j](int k) { return Input(k, j); });
           ASSERT_EQ(out[i], want) << ReduceOpName(op) << " count " << count << " rank " << r
                                   << " at " << i;
         }

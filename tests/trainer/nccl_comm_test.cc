@@ -12,8 +12,7 @@
 #include <thread>
 
 #include "common/allocator.h"
-#include "common/inproc_transport.h"
-#include "ps/scheduler.h"
+#include "tests/trainer/inproc_trainers.h"
 
 namespace strata {
 namespace {
@@ -62,40 +61,14 @@ float Input(int rank, size_t j) {
 }
 
 float Reference(ReduceOp op, int n, size_t j) {
-  float want = Input(0, j);
-  for (int k = 1; k < n; ++k) {
-    const float x = Input(k, j);
-    want = op == ReduceOp::kMax   ? std::max(want, x)
-           : op == ReduceOp::kMin ? std::min(want, x)
-                                  : want + x;
-  }
-  return op == ReduceOp::kAvg ? want / static_cast<float>(n) : want;
+  return ReferenceReduce(op, n, [j](int rank) { return Input(rank, j); });
 }
 
-class NcclCommTest : public ::testing::Test {
+class NcclCommTest : public InprocTrainersTest {
  protected:
   void SetUp() override {
     if (!CudaDeviceAvailable()) GTEST_SKIP() << "no CUDA device";
-    cluster_.scheduler = "mem://scheduler";
-    cluster_.servers = 0;
-    cluster_.trainers = kRanks;
-    cluster_.heartbeat_interval_ms = 50;
-    cluster_.heartbeat_timeout_ms = 5000;
-    scheduler_ = std::make_unique<Scheduler>(SchedulerOptions{cluster_},
-                                             std::make_unique<InprocTransport>(&hub_));
-    ASSERT_TRUE(scheduler_->Start("mem://scheduler").ok());
-    for (int r = 0; r < kRanks; ++r) {
-      NodeOptions o;
-      o.cluster = cluster_;
-      o.role = Role::kTrainer;
-      o.bind = "mem://trainer" + std::to_string(r);
-      o.requested_rank = r;
-      nodes_.push_back(std::make_unique<Node>(o, &hub_));
-    }
-    std::vector<std::future<Status>> joins;
-    for (auto& n : nodes_)
-      joins.push_back(std::async(std::launch::async, [&n] { return n->Join(); }));
-    for (auto& j : joins) ASSERT_TRUE(j.get().ok());
+    StartTrainers(kRanks);
   }
 
   // Checks every operation of `c` (rank r of n) against the CPU reference.
@@ -138,10 +111,6 @@ class NcclCommTest : public ::testing::Test {
     EXPECT_EQ(c.Broadcast(b.get(), 2, n).code(), StatusCode::kInvalidArgument);
   }
 
-  InprocHub hub_;
-  ClusterOptions cluster_;
-  std::unique_ptr<Scheduler> scheduler_;
-  std::vector<std::unique_ptr<Node>> nodes_;
 };
 
 TEST_F(NcclCommTest, GroupOfOneOnOneDevice) {
