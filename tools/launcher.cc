@@ -281,7 +281,7 @@ int Launcher::Run() {
       if (options_.keep_going && c->name.rfind("trainer ", 0) == 0 && c->name != "trainer 0") {
         if (std::find(lost.begin(), lost.end(), what) == lost.end()) {
           lost.push_back(what);
-          OnLine("", "strata-launch: " + what + "; asynchronous training goes on without it\n");
+          OnLine("", "strata-launch: " + what + "; the other trainers go on without it\n");
         }
         continue;
       }
