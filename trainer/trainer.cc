@@ -173,10 +173,9 @@ Status Trainer::Connect(Node* node) {
     const auto bytes = static_cast<size_t>(sync.bucket_mb * 1024 * 1024);
     reducer_ = std::make_unique<BucketAllReducer>(*comm_, std::move(local), bytes, sync.overlap,
                                                   trace_.get(), compute_stream);
-    const bool overlap = sync.overlap;
     if (rank_ == 0) {
       spdlog::info("all-reduce over {} trainers: {} buckets of up to {} MiB{}", world_,
-                   reducer_->num_buckets(), sync.bucket_mb, overlap ? ", overlapped with backward" : "");
+                   reducer_->num_buckets(), sync.bucket_mb, sync.overlap ? ", overlapped with backward" : "");
     }
   }
   return Status::OK();
