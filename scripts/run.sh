@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run.sh: the main job. Builds strata if needed, then trains the ctr example on a local
 # cluster (a scheduler, 2 servers and 2 trainers on loopback, through strata-launch) in hybrid
-# mode: the MLP by all-reduce, the embeddings on the servers (DRAM over RocksDB). About a
+# mode: the MLP by all-reduce, the embeddings on the servers (DRAM over RocksDB). About half a
 # minute on 2 CPU cores; ends with trainer 0's summary (loss, AUC beside the oracle's,
 # throughput) and the launcher's. Extra arguments go to strata-launch (e.g. --set train.steps=500).
 set -euo pipefail
