@@ -46,11 +46,7 @@ void Bind(config::Binder& b, JobConfig& o) {
   b.Section("transport", o.transport, "messaging between processes (ZeroMQ)");
   b.Section("log", o.log, "logging");
   b.Section("server", o.server, "strata-server: workers and table storage");
-  b.Section("model", o.model, "strata-trainer: the model");
-  b.Section("optimizer", o.optimizer, "strata-trainer: the optimizer (on the servers in sync.mode ps)");
-  b.Section("train", o.train, "strata-trainer: the training loop");
-  b.Section("data", o.data, "strata-trainer: the data");
-  b.Section("sync", o.sync, "strata-trainer: how trainers synchronise");
+  Bind(b, o.trainer);  // strata-trainer's sections, at the top level
 }
 
 Result<JobConfig> LoadJobConfig(const std::string& path,

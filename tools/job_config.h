@@ -60,14 +60,9 @@ struct JobConfig {
   TransportOptions transport;
   LogOptions log;  // only `level` is read from the job; role and rank are set by main()
   ServerConfig server;
-  // strata-trainer's sections (trainer/train_options.h).
-  ModelOptions model;
-  OptimizerOptions optimizer;
-  TrainOptions train;
-  DataOptions data;
-  SyncOptions sync;
-
-  TrainJob ToTrainJob() const { return {model, optimizer, train, data, log, sync}; }
+  // strata-trainer's sections (model, optimizer, train, data, sync; trainer/train_options.h),
+  // top-level sections of the file like the others.
+  TrainJob trainer;
 };
 
 void Bind(config::Binder& b, ServerStoreConfig& o);

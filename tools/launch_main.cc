@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
     std::cerr << "strata-launch: " << job.status().ToString() << "\n";
     return 2;
   }
-  const SyncOptions::Mode mode = job->sync.mode;
+  const SyncOptions::Mode mode = job->trainer.sync.mode;
   const bool real_trainers = o.trainer_command == LaunchOptions().trainer_command;
   if (real_trainers && mode == SyncOptions::Mode::kLocal) {
     std::cerr << "strata-launch: sync.mode is local (one trainer, no cluster); set sync.mode to "
@@ -54,8 +54,8 @@ int main(int argc, char** argv) {
                  "alone\n";
     return 2;
   }
-  if (real_trainers && job->train.batch_size % o.trainers != 0) {
-    std::cerr << "strata-launch: train.batch_size " << job->train.batch_size
+  if (real_trainers && job->trainer.train.batch_size % o.trainers != 0) {
+    std::cerr << "strata-launch: train.batch_size " << job->trainer.train.batch_size
               << " (the global batch) must be divisible by the " << o.trainers << " trainers\n";
     return 2;
   }
@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
               << " needs at least one server (--servers)\n";
     return 2;
   }
-  if (uses_servers && job->sync.consistency == Consistency::kAsp) o.keep_going = true;
+  if (uses_servers && job->trainer.sync.consistency == Consistency::kAsp) o.keep_going = true;
   o.bin_dir = std::filesystem::canonical("/proc/self/exe").parent_path().string();
   return Launcher(o).Run();
 }

@@ -85,7 +85,6 @@ void Bind(config::Binder& b, TrainJob& o) {
   b.Section("optimizer", o.optimizer, "optimizer");
   b.Section("train", o.train, "training loop");
   b.Section("data", o.data, "data");
-  b.Section("log", o.log, "logging");
   b.Section("sync", o.sync, "how trainers synchronise");
 }
 

@@ -87,12 +87,13 @@ struct SyncOptions {
 };
 void Bind(config::Binder& b, SyncOptions& o);
 
+// Its sections sit at the top level of the job file, beside the cluster's (JobConfig binds them
+// in place).
 struct TrainJob {
   ModelOptions model;
   OptimizerOptions optimizer;
   TrainOptions train;
   DataOptions data;
-  LogOptions log;
   SyncOptions sync;
 };
 void Bind(config::Binder& b, TrainJob& o);

@@ -34,7 +34,7 @@ void PrintSummary(const TrainJob& job, const Trainer& trainer, const TrainSummar
 }
 
 int Train(const JobConfig& config, Node* node) {
-  const TrainJob job = config.ToTrainJob();
+  const TrainJob& job = config.trainer;
   auto trainer = Trainer::Create(job, node);
   if (!trainer.ok()) {
     spdlog::error("{}", trainer.status().ToString());
@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   LogOptions log = config.log;
   log.role = "trainer";
   InitLogging(log);
-  if (config.sync.mode == SyncOptions::Mode::kLocal) return Train(config, nullptr);
+  if (config.trainer.sync.mode == SyncOptions::Mode::kLocal) return Train(config, nullptr);
 
   InstallStopSignals();
   options.role = Role::kTrainer;

@@ -151,8 +151,8 @@ TEST(ConfigJobTest, TrainingExamplesLoadAndTrainerFieldsAreChecked) {
   }
   auto ctr = LoadJobConfig(SourcePath("examples/ctr.yaml"), {});
   ASSERT_TRUE(ctr.ok());
-  EXPECT_EQ(ctr->sync.mode, SyncOptions::Mode::kPs);
-  EXPECT_EQ(ctr->sync.consistency, Consistency::kAsp);
+  EXPECT_EQ(ctr->trainer.sync.mode, SyncOptions::Mode::kPs);
+  EXPECT_EQ(ctr->trainer.sync.consistency, Consistency::kAsp);
   EXPECT_EQ(ctr->server.store.kind, StoreKind::kTiered);
   auto typo = LoadJobConfig("", {"train.stpes=3"});
   ASSERT_FALSE(typo.ok());
