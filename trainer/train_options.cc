@@ -40,6 +40,8 @@ void Bind(config::Binder& b, DataOptions& o) {
   b.Field("zipf_exponent", o.zipf_exponent, "click_log: id popularity exponent").Range(0.0, 5.0);
   b.Field("planted_scale", o.planted_scale, "click_log: std of planted id weights").Range(0.0, 10.0);
   b.Field("eval_samples", o.eval_samples, "held-out samples (bytes for text)").Range(1, INT64_MAX);
+  b.Field("latent_dim", o.latent_dim, "regression: dimension of the inputs' subspace (0: full rank)")
+      .Range(0, 1 << 16);
   b.Require(!(o.kind == DataOptions::Kind::kCriteo || o.kind == DataOptions::Kind::kText) ||
                 !o.path.empty(),
             "path", "is required for criteo and text data");

@@ -51,6 +51,7 @@ struct DataOptions {
   double zipf_exponent = 1.1; // click_log: id popularity
   double planted_scale = 0.6; // click_log: std of each planted id weight
   int64_t eval_samples = 20000;  // held-out samples (regression, click_log) or bytes (text)
+  int64_t latent_dim = 32;    // regression: inputs lie on a random k-dim subspace; 0: full rank
 };
 void Bind(config::Binder& b, DataOptions& o);
 

@@ -28,6 +28,7 @@ TrainJob SmallMlpJob() {
   job.model.mlp_hidden = 512;
   job.model.mlp_out = 32;
   job.data.kind = DataOptions::Kind::kRegression;
+  job.data.latent_dim = 8;  // inputs on a subspace, as in examples/mlp.yaml
   job.data.eval_samples = 512;
   job.optimizer.lr = 0.003;
   job.optimizer.schedule = OptimizerOptions::Schedule::kCosine;
