@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <unistd.h>
 #include <functional>
 #include <vector>
 
@@ -208,6 +211,28 @@ TEST_F(CudaOpsTest, EmbeddingDropoutOptimizersCasts) {
     Cast(gpu_, gh, gback);
     ExpectClose(back, gback, 0);  // both round to nearest even: bit-identical
   }
+}
+
+// An id outside the table stops the kernel (it prints the id and traps) instead of reading or
+// writing past the table; the next synchronisation reports the failed launch. The trap poisons
+// the CUDA context, so the op runs in a death-test child of its own. (Written and compiled here;
+// it runs only where a GPU is present.)
+TEST_F(CudaOpsTest, EmbeddingIdOutsideTheTableFailsTheLaunch) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  Tensor table = Up(Random({10, 4}, 23)), ids = NewTensor(kCpu, {3}, DType::kI64);
+  ids.data_as<int64_t>()[0] = 1;
+  ids.data_as<int64_t>()[1] = 10;
+  ids.data_as<int64_t>()[2] = 2;
+  Tensor gids = Up(ids), rows = Up(NewTensor(kCpu, {3, 4}));
+  EXPECT_DEATH(
+      {
+        dup2(STDERR_FILENO, STDOUT_FILENO);  // the kernel's printf goes to stdout
+        EmbeddingGather(gpu_, table, gids, rows);
+        const Status s = cuda_->Synchronize();
+        std::fprintf(stderr, "synchronize: %s\n", s.ToString().c_str());
+        std::abort();
+      },
+      "id 10 at position 1 outside \\[0, 10\\)");
 }
 
 }  // namespace

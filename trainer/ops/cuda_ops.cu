@@ -244,16 +244,32 @@ __global__ void BceKernel(const float* z, const float* y, float* d, int64_t n, f
   }
   atomicAdd(&acc->sum, local);
 }
+// An id outside the table is our bug (the data sources map every id into its table), so, like
+// the CPU op's STRATA_CHECK, the kernel stops loudly: it prints the id and traps, which makes
+// the launch fail with cudaErrorLaunchFailure at the next checked call instead of reading or
+// writing outside the table.
 template <typename Id>
-__global__ void GatherKernel(const float* table, const Id* ids, float* rows, int64_t n, int64_t d) {
+__device__ int64_t CheckedRow(const Id* ids, int64_t i, int64_t vocab) {
+  const int64_t id = static_cast<int64_t>(ids[i]);
+  if (id < 0 || id >= vocab) {
+    printf("strata embedding kernel: id %lld at position %lld outside [0, %lld)\n", (long long)id,
+           (long long)i, (long long)vocab);
+    __trap();
+  }
+  return id;
+}
+template <typename Id>
+__global__ void GatherKernel(const float* table, const Id* ids, float* rows, int64_t n, int64_t d,
+                             int64_t vocab) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n * d; i += (int64_t)gridDim.x * blockDim.x) {
-    rows[i] = table[(int64_t)ids[i / d] * d + i % d];
+    rows[i] = table[CheckedRow(ids, i / d, vocab) * d + i % d];
   }
 }
 template <typename Id>
-__global__ void ScatterAddKernel(const float* drows, const Id* ids, float* dtable, int64_t n, int64_t d) {
+__global__ void ScatterAddKernel(const float* drows, const Id* ids, float* dtable, int64_t n, int64_t d,
+                                 int64_t vocab) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n * d; i += (int64_t)gridDim.x * blockDim.x) {
-    atomicAdd(&dtable[(int64_t)ids[i / d] * d + i % d], drows[i]);
+    atomicAdd(&dtable[CheckedRow(ids, i / d, vocab) * d + i % d], drows[i]);
   }
 }
 __global__ void DropoutKernel(const float* x, float* y, int64_t n, float p, uint64_t seed) {
@@ -450,22 +466,21 @@ double BceWithLogits(const Exec& ex, const Tensor& logits, const Tensor& labels,
   return acc.Read().sum / n;
 }
 
-// Ids must be in range: unlike the CPU op, the kernels do not check each id.
 void EmbeddingGather(const Exec& ex, const Tensor& table, const Tensor& ids, const Tensor& rows) {
-  const int64_t n = ids.numel(), d = table.size(1);
+  const int64_t n = ids.numel(), d = table.size(1), vocab = table.size(0);
   if (ids.dtype() == DType::kI64) {
-    STRATA_LAUNCH(GatherKernel<int64_t>, Blocks(n * d), kThreads, ex, F(table), ids.data_as<int64_t>(), W(rows), n, d);
+    STRATA_LAUNCH(GatherKernel<int64_t>, Blocks(n * d), kThreads, ex, F(table), ids.data_as<int64_t>(), W(rows), n, d, vocab);
   } else {
-    STRATA_LAUNCH(GatherKernel<int32_t>, Blocks(n * d), kThreads, ex, F(table), ids.data_as<int32_t>(), W(rows), n, d);
+    STRATA_LAUNCH(GatherKernel<int32_t>, Blocks(n * d), kThreads, ex, F(table), ids.data_as<int32_t>(), W(rows), n, d, vocab);
   }
 }
 void EmbeddingScatterAdd(const Exec& ex, const Tensor& drows, const Tensor& ids,
                          const Tensor& dtable) {
-  const int64_t n = ids.numel(), d = dtable.size(1);
+  const int64_t n = ids.numel(), d = dtable.size(1), vocab = dtable.size(0);
   if (ids.dtype() == DType::kI64) {
-    STRATA_LAUNCH(ScatterAddKernel<int64_t>, Blocks(n * d), kThreads, ex, F(drows), ids.data_as<int64_t>(), W(dtable), n, d);
+    STRATA_LAUNCH(ScatterAddKernel<int64_t>, Blocks(n * d), kThreads, ex, F(drows), ids.data_as<int64_t>(), W(dtable), n, d, vocab);
   } else {
-    STRATA_LAUNCH(ScatterAddKernel<int32_t>, Blocks(n * d), kThreads, ex, F(drows), ids.data_as<int32_t>(), W(dtable), n, d);
+    STRATA_LAUNCH(ScatterAddKernel<int32_t>, Blocks(n * d), kThreads, ex, F(drows), ids.data_as<int32_t>(), W(dtable), n, d, vocab);
   }
 }
 
