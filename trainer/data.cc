@@ -79,33 +79,39 @@ class RegressionSource final : public DataSource {
   }
 
  private:
-  static Tensor View(const std::vector<float>& v, int64_t rows, int64_t cols) {
-    return Tensor::FromBlob(const_cast<float*>(v.data()), {rows, cols}, DType::kF32, Device::CPU(), nullptr);
+  // out[0, m) = v[0, k) @ a (a: k x m, row-major), summed in a fixed order: a sample's values
+  // depend on its own latent point only, never on how many samples share its batch (a GEMM's
+  // blocking does depend on that, and shards must tile the whole batch bit for bit).
+  static void VecMat(const float* v, const std::vector<float>& a, int64_t k, int64_t m, float* out) {
+    std::fill_n(out, m, 0.0f);
+    for (int64_t j = 0; j < k; ++j) {
+      const float c = v[j];
+      const float* row = a.data() + j * m;
+      for (int64_t o = 0; o < m; ++o) out[o] += c * row[o];
+    }
   }
   Batch Make(const std::vector<uint64_t>& seeds) const {
     const int64_t n = static_cast<int64_t>(seeds.size());
-    Tensor z = ops::NewTensor(kCpu, {n, k_});
-    float* zp = z.data_as<float>();
+    Batch b;
+    b.x = ops::NewTensor(kCpu, {n, in_});
+    b.target = ops::NewTensor(kCpu, {n, out_});
+    std::vector<float> z(k_), h(kTeacherHidden), nonlinear(out_);
     for (int64_t i = 0; i < n; ++i) {
       rng::Stream s(seeds[i]);
-      for (int64_t j = 0; j < k_; ++j) zp[i * k_ + j] = static_cast<float>(s.Normal());
+      for (auto& v : z) v = static_cast<float>(s.Normal());
+      float* x = b.x.data_as<float>() + i * in_;
+      if (embed_.empty()) {
+        std::copy(z.begin(), z.end(), x);
+      } else {
+        VecMat(z.data(), embed_, k_, in_, x);
+      }
+      float* y = b.target.data_as<float>() + i * out_;
+      VecMat(z.data(), linear_, k_, out_, y);
+      VecMat(z.data(), hidden_, k_, kTeacherHidden, h.data());
+      for (auto& v : h) v = std::tanh(v);
+      VecMat(h.data(), readout_, kTeacherHidden, out_, nonlinear.data());
+      for (int64_t o = 0; o < out_; ++o) y[o] += kNonlinearWeight * nonlinear[o];
     }
-    Batch b;
-    if (embed_.empty()) {
-      b.x = z;
-    } else {
-      b.x = ops::NewTensor(kCpu, {n, in_});
-      ops::Matmul(kCpu, z, View(embed_, k_, in_), b.x, false, false);
-    }
-    b.target = ops::NewTensor(kCpu, {n, out_});
-    ops::Matmul(kCpu, z, View(linear_, k_, out_), b.target, false, false);
-    Tensor h = ops::NewTensor(kCpu, {n, kTeacherHidden});
-    ops::Matmul(kCpu, z, View(hidden_, k_, kTeacherHidden), h, false, false);
-    float* hp = h.data_as<float>();
-    for (int64_t i = 0; i < n * kTeacherHidden; ++i) hp[i] = std::tanh(hp[i]);
-    Tensor nonlinear = ops::NewTensor(kCpu, {n, out_});
-    ops::Matmul(kCpu, h, View(readout_, kTeacherHidden, out_), nonlinear, false, false);
-    ops::Axpy(kCpu, kNonlinearWeight, nonlinear, b.target);
     b.samples = n;
     return b;
   }
