@@ -72,7 +72,33 @@ int64_t IdsPerSample(const ModelOptions& m) {
 
 }  // namespace
 
+namespace {
+
+// Runs f, returning an ops::OutOfMemory thrown inside it as its ResourceExhausted Status with
+// what was being done and what the job can change.
+template <typename Doing, typename F>
+auto CatchOutOfMemory(Doing&& doing, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const ops::OutOfMemory& e) {
+    return Status::ResourceExhausted(
+        std::string(doing()) + ": out of memory allocating " + e.status().message() +
+        " (lower train.batch_size, raise train.micro_batches, set model.recompute, or shrink the model)");
+  }
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainJob& job, Node* node) {
+  return CatchOutOfMemory([] { return "building the model"; }, [&] { return Build(job, node); });
+}
+
+Result<TrainSummary> Trainer::Run() {
+  return CatchOutOfMemory([this] { return "training, step " + std::to_string(step_ + 1); },
+                          [this] { return RunSteps(); });
+}
+
+Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node) {
   auto t = std::unique_ptr<Trainer>(new Trainer(job));
   const SyncOptions& sync = job.sync;
   const bool cluster = sync.mode != SyncOptions::Mode::kLocal;
@@ -254,7 +280,7 @@ Status Trainer::Finish() {
   return s.WithContext("waiting for the other trainers to finish");
 }
 
-Result<TrainSummary> Trainer::Run() {
+Result<TrainSummary> Trainer::RunSteps() {
   const TrainOptions& to = job_.train;
   if (to.resume && !to.checkpoint_dir.empty()) {
     const std::string latest = to.checkpoint_dir + "/latest";

@@ -48,7 +48,8 @@ class Trace;
 class Trainer {
  public:
   // With sync.mode other than local, `node` is this trainer's joined cluster node; its rank
-  // is the data-parallel rank, and every trainer of the cluster takes part.
+  // is the data-parallel rank, and every trainer of the cluster takes part. Create and Run
+  // return ResourceExhausted when the device runs out of memory (ops::OutOfMemory).
   static Result<std::unique_ptr<Trainer>> Create(const TrainJob& job, Node* node = nullptr);
   ~Trainer();
   Trainer(const Trainer&) = delete;
@@ -57,7 +58,7 @@ class Trainer {
   // Resumes from train.checkpoint_dir/latest when asked and present, then trains to
   // train.steps, checkpointing and evaluating as configured.
   Result<TrainSummary> Run();
-  EvalMetrics Evaluate();
+  EvalMetrics Evaluate();  // may throw ops::OutOfMemory (Run catches it)
 
   // Writes ckpt-<step>.bin (parameters, optimizer state, step, data position) atomically and
   // points `latest` at it.
@@ -74,6 +75,8 @@ class Trainer {
 
  private:
   explicit Trainer(const TrainJob& job);
+  static Result<std::unique_ptr<Trainer>> Build(const TrainJob& job, Node* node);
+  Result<TrainSummary> RunSteps();
   Status Connect(Node* node);
   std::vector<Batch> NextBatches();
   Result<double> TrainStep();

@@ -155,6 +155,51 @@ TEST(TrainerTest, GptLearnsBelowUnigramEntropy) {
   EXPECT_LT(summary->eval.loss, entropy - 0.4);
 }
 
+// Running out of memory is a job that asks too much, not a bug: the trainer returns
+// ResourceExhausted naming the allocation, whether the model itself does not fit or a step's
+// activations do not. (Sizes far beyond any machine's memory, so malloc refuses at once.)
+TEST(TrainerTest, OutOfMemoryIsAnErrorNotAnAbort) {
+  TrainJob huge_model = SmallMlpJob();
+  huge_model.model.mlp_hidden = int64_t{1} << 40;
+  auto t = Trainer::Create(huge_model);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kResourceExhausted) << t.status().ToString();
+  EXPECT_NE(t.status().message().find("building the model: out of memory allocating"), std::string::npos)
+      << t.status().ToString();
+  EXPECT_NE(t.status().message().find("1099511627776"), std::string::npos) << t.status().ToString();
+
+  // A context of 2^19 bytes (a 3 MB text file): parameters and the data fit, one head's
+  // attention probabilities (T x T floats, 1 TiB) do not.
+  const std::string dir = TempDir("oom");
+  const std::string text = dir + "/text.txt";
+  {
+    std::ofstream out(text, std::ios::binary);
+    const std::string line = "the quick brown fox jumps over the lazy dog\n";
+    for (int64_t n = 0; n < 6 * ((int64_t{1} << 19) + 1); n += line.size()) out << line;
+  }
+  TrainJob long_context;
+  long_context.model.kind = ModelOptions::Kind::kGpt;
+  long_context.model.layers = 1;
+  long_context.model.heads = 1;
+  long_context.model.width = 4;
+  long_context.model.context = int64_t{1} << 19;
+  long_context.data.kind = DataOptions::Kind::kText;
+  long_context.data.path = text;
+  long_context.data.eval_samples = (int64_t{1} << 19) + 1;
+  long_context.train.steps = 2;
+  long_context.train.batch_size = 1;
+  long_context.train.progress = false;
+  auto trainer = Trainer::Create(long_context);
+  ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+  auto summary = (*trainer)->Run();
+  ASSERT_FALSE(summary.ok());
+  EXPECT_EQ(summary.status().code(), StatusCode::kResourceExhausted) << summary.status().ToString();
+  EXPECT_NE(summary.status().message().find("training, step 1: out of memory allocating"), std::string::npos)
+      << summary.status().ToString();
+  EXPECT_EQ((*trainer)->step(), 0);  // no optimizer step ran
+  std::filesystem::remove_all(dir);
+}
+
 TEST(TrainerTest, CorruptCheckpointIsRejected) {
   TrainJob job = SmallMlpJob();
   job.train.steps = 3;

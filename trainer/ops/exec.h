@@ -2,7 +2,11 @@
 // and the helpers that allocate op outputs beside their inputs.
 #pragma once
 
+#include <exception>
+#include <utility>
+
 #include "common/allocator.h"
+#include "common/status.h"
 #include "common/tensor.h"
 
 namespace strata::ops {
@@ -22,8 +26,25 @@ struct Exec {
   Allocator& alloc() const { return allocator ? *allocator : HostAllocator(); }
 };
 
-// A new tensor on ex's device. Allocation failure aborts: the trainer cannot continue without
-// its activations, and a Status here would touch every op signature.
+// Thrown by NewTensor when the device has no room left (the allocator said ResourceExhausted).
+// Running out of memory is a matter of configuration (batch size, width, recompute), not a bug,
+// so it must not abort; but a Status on every op and layer signature would bury the compute in
+// error plumbing for the one failure that can happen in the middle of it. So ops throw this, and
+// only this, and the trainer turns it back into a Status at its boundary (CatchOutOfMemory):
+// Trainer::Create and Trainer::Run return ResourceExhausted naming the allocation. Nothing is
+// half-applied by then: parameters change only in the optimizer step, which allocates nothing.
+class OutOfMemory : public std::exception {
+ public:
+  explicit OutOfMemory(Status status) : status_(std::move(status)) {}
+  const Status& status() const { return status_; }
+  const char* what() const noexcept override { return status_.message().c_str(); }
+
+ private:
+  Status status_;
+};
+
+// A new tensor on ex's device; throws OutOfMemory when the device is full. Any other allocation
+// failure (an absurd shape) is a bug and aborts.
 Tensor NewTensor(const Exec& ex, Shape shape, DType dtype = DType::kF32);
 Tensor NewZeros(const Exec& ex, Shape shape, DType dtype = DType::kF32);
 
