@@ -2,6 +2,8 @@
 // CudaDeviceAvailable().
 #include "common/allocator.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
@@ -97,6 +99,13 @@ Allocator& HostAllocator() {
   // Never destroyed: tensors in other static objects may free into it during exit.
   static auto* allocator = new AlignedHostAllocator();
   return *allocator;
+}
+
+bool TuneHostMallocForLargeBuffers() {
+  // 32 MiB is the most glibc accepts for M_MMAP_THRESHOLD (half its per-thread heap size).
+  const bool mmap_ok = mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1;
+  const bool trim_ok = mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1;
+  return mmap_ok && trim_ok;
 }
 
 #if STRATA_HAVE_CUDA

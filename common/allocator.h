@@ -76,6 +76,16 @@ class AlignedHostAllocator final : public Allocator {
 // counters: sharing it cannot couple two components' behaviour, only their stats.
 Allocator& HostAllocator();
 
+// Keeps freed large host blocks in the process for reuse. By default glibc serves every block
+// over a threshold (128 KiB, adapting up to 32 MiB) with a fresh mmap and gives it back on free,
+// so each multi-MiB message buffer (a reply being built, a frame ZeroMQ receives, a chunk being
+// applied) costs a page fault and a kernel zero-fill per 4 KiB page: on a 2-core host that was
+// a third of a 16 MiB dense pull's time. This serves blocks up to 32 MiB from the heap and
+// trims the heap only past 1 GiB of free memory at its top. Call once at the start of main(),
+// before threads start; processes that move tensors (servers, trainers, benchmarks) do.
+// Returns false if glibc refused a setting.
+bool TuneHostMallocForLargeBuffers();
+
 // True if the CUDA runtime finds a driver and at least one device. Never aborts; false when
 // built without CUDA.
 bool CudaDeviceAvailable();

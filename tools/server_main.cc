@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "common/allocator.h"
 #include "common/logging.h"
 #include "offload/tiered_row_store.h"
 #include "ps/server.h"
@@ -52,6 +53,7 @@ StoreFactory MakeStoreFactory(const ServerStoreConfig& c, const std::string& dir
 
 int main(int argc, char** argv) {
   using namespace strata;
+  TuneHostMallocForLargeBuffers();  // before any thread starts
   CLI::App app{"strata-server: a parameter server holding a shard of every table"};
   JobFlags flags;
   AddJobFlags(app, flags);

@@ -6,6 +6,7 @@
 
 #include <iostream>
 
+#include "common/allocator.h"
 #include "common/logging.h"
 #include "ps/node.h"
 #include "tools/job_config.h"
@@ -57,6 +58,7 @@ int Train(const JobConfig& config, Node* node) {
 
 int main(int argc, char** argv) {
   using namespace strata;
+  TuneHostMallocForLargeBuffers();  // before any thread starts
   CLI::App app{"strata-trainer: trains a model (mlp, gpt, ctr) alone or as one trainer of a cluster"};
   JobFlags flags;
   AddJobFlags(app, flags);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/allocator.h"
 #include "common/logging.h"
 #include "tools/bench/bench.h"
 
@@ -28,6 +29,7 @@ const strata::bench::Subcommand kSubcommands[] = {
 }  // namespace
 
 int main(int argc, char** argv) {
+  strata::TuneHostMallocForLargeBuffers();  // before any thread starts
   CLI::App app{"strata-bench: benchmarks of strata's layers, each beside a reference peer"};
   app.require_subcommand(1);
   app.fallthrough();  // --log-level may follow the subcommand

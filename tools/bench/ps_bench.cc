@@ -92,7 +92,8 @@ Result<Timing> Measure(double seconds, const std::function<Status()>& op) {
   return Timing{Median(samples), Percentile(samples, 50) * 1e3, Percentile(samples, 99) * 1e3};
 }
 
-// Raw ZeroMQ: GB/s of a one-way stream of `bytes`-sized messages to the echo server's PULL.
+// Raw ZeroMQ: GB/s of a one-way stream of `bytes`-sized messages to the echo server's PULL,
+// over about `seconds`.
 Result<double> RawStream(zmq::context_t& ctx, const EchoServerAddresses& a, size_t bytes, double seconds) {
   zmq::socket_t push(ctx, zmq::socket_type::push), ctl(ctx, zmq::socket_type::req);
   push.connect(a.pull);
@@ -110,13 +111,11 @@ Result<double> RawStream(zmq::context_t& ctx, const EchoServerAddresses& a, size
   };
   STRATA_ASSIGN_OR_RETURN(double first, run(2));
   const uint64_t n = std::max<uint64_t>(3, static_cast<uint64_t>(seconds / std::max(first / 2, 1e-6)));
-  std::vector<double> rates;
-  for (int rep = 0; rep < 3; ++rep) {
-    STRATA_ASSIGN_OR_RETURN(double t, run(n));
-    rates.push_back(n * bytes / t / 1e9);
-  }
-  return Median(rates);
+  STRATA_ASSIGN_OR_RETURN(double t, run(n));
+  return n * bytes / t / 1e9;
 }
+
+constexpr int kDenseRounds = 3;
 
 Result<Report> Run(const PsBenchOptions& o) {
   const std::string bin = std::filesystem::canonical("/proc/self/exe").parent_path().string();
@@ -129,10 +128,6 @@ Result<Report> Run(const PsBenchOptions& o) {
   // The raw peer first: forking is only safe before this process starts threads.
   STRATA_ASSIGN_OR_RETURN(auto echo, EchoServerProcess::Fork({"tcp"}, Millis(20000)));
   zmq::context_t raw_ctx(1);
-  std::map<uint64_t, double> raw_gbps;
-  for (uint64_t size : dense_sizes) {
-    STRATA_ASSIGN_OR_RETURN(raw_gbps[size], RawStream(raw_ctx, echo->addresses()[0], size, o.seconds));
-  }
 
   Report report;
   report.benchmark = "ps";
@@ -145,7 +140,10 @@ Result<Report> Run(const PsBenchOptions& o) {
                {"pull GB/s", "pull_gb_per_s", Table::Format::kFixed2},
                {"raw GB/s", "raw_gb_per_s", Table::Format::kFixed2},
                {"push/raw", "push_ratio", Table::Format::kFixed2},
-               {"pull/raw", "pull_ratio", Table::Format::kFixed2}});
+               {"pull/raw", "pull_ratio", Table::Format::kFixed2},
+               {"raw@chunk GB/s", "raw_chunked_gb_per_s", Table::Format::kFixed2},
+               {"push/raw@chunk", "push_chunked_ratio", Table::Format::kFixed2},
+               {"pull/raw@chunk", "pull_chunked_ratio", Table::Format::kFixed2}});
   Table sparse("sparse tables: pull and push of Zipf(1.1) keys (rows/s over whole batches)",
                {{"servers", "servers", Table::Format::kInteger},
                 {"batch", "batch", Table::Format::kInteger},
@@ -196,21 +194,40 @@ Result<Report> Run(const PsBenchOptions& o) {
       t.name = "dense" + std::to_string(t.id);
       t.kind = TableKind::kDense;
       t.numel = size / sizeof(float);
-      t.chunk_floats = 1 << 20;
       t.consistency = Consistency::kAsp;
       STRATA_RETURN_IF_ERROR(client.CreateTable(t));
       std::vector<float> grads(t.numel, 1e-6f), values(t.numel);
-      STRATA_ASSIGN_OR_RETURN(Timing push, Measure(o.seconds, [&] {
-        PsTicket tk = client.PushDense(t.id, grads.data());
-        return client.Wait(tk);
-      }));
-      STRATA_ASSIGN_OR_RETURN(Timing pull, Measure(o.seconds, [&] {
-        PsTicket tk = client.PullDense(t.id, values.data());
-        return client.Wait(tk);
-      }));
-      const double push_gbps = size / push.median_s / 1e9, pull_gbps = size / pull.median_s / 1e9;
-      dense.AddRow({servers, size, push_gbps, pull_gbps, raw_gbps[size], push_gbps / raw_gbps[size],
-                    pull_gbps / raw_gbps[size]});
+      // Rounds of raw, push, pull back to back, so a ratio compares figures taken under the same
+      // load on this shared host; the table gives the medians over the rounds.
+      // raw: the tensor as one message; raw@chunk: the same bytes as chunk-sized messages, which
+      // is what we send (a stricter peer where smaller messages move faster).
+      const uint64_t chunk_bytes = std::min<uint64_t>(size, uint64_t{t.chunk_floats} * sizeof(float));
+      std::vector<double> raw, chunked, push, pull, push_ratio, pull_ratio, push_cratio, pull_cratio;
+      for (int round = 0; round < kDenseRounds; ++round) {
+        STRATA_ASSIGN_OR_RETURN(const double r, RawStream(raw_ctx, echo->addresses()[0], size, o.seconds));
+        double rc = r;
+        if (chunk_bytes < size) {
+          STRATA_ASSIGN_OR_RETURN(rc, RawStream(raw_ctx, echo->addresses()[0], chunk_bytes, o.seconds));
+        }
+        STRATA_ASSIGN_OR_RETURN(Timing pu, Measure(o.seconds, [&] {
+          PsTicket tk = client.PushDense(t.id, grads.data());
+          return client.Wait(tk);
+        }));
+        STRATA_ASSIGN_OR_RETURN(Timing pl, Measure(o.seconds, [&] {
+          PsTicket tk = client.PullDense(t.id, values.data());
+          return client.Wait(tk);
+        }));
+        raw.push_back(r);
+        chunked.push_back(rc);
+        push.push_back(size / pu.median_s / 1e9);
+        pull.push_back(size / pl.median_s / 1e9);
+        push_ratio.push_back(push.back() / r);
+        pull_ratio.push_back(pull.back() / r);
+        push_cratio.push_back(push.back() / rc);
+        pull_cratio.push_back(pull.back() / rc);
+      }
+      dense.AddRow({servers, size, Median(push), Median(pull), Median(raw), Median(push_ratio),
+                    Median(pull_ratio), Median(chunked), Median(push_cratio), Median(pull_cratio)});
     }
     for (int dim : dims) {
       TableSpec t;
@@ -249,9 +266,12 @@ Result<Report> Run(const PsBenchOptions& o) {
   report.tables.push_back(std::move(dense));
   report.tables.push_back(std::move(sparse));
   report.notes.push_back("servers: strata-server processes on this host (ASP tables, SGD on push); the client is one "
-                         "trainer in this process, one call in flight. Dense chunks are 4 MiB, spread round-robin.");
-  report.notes.push_back("raw: libzmq PUSH/PULL one-way stream of messages of the same size to another process, "
-                         "median of 3 runs. Our dense figure also includes the server applying SGD to every float.");
+                         "trainer in this process, one call in flight. Dense chunks are the tables' default (" +
+                         std::to_string(TableSpec{}.chunk_floats * sizeof(float) >> 20) + " MiB), spread round-robin, one request each.");
+  report.notes.push_back("raw: libzmq PUSH/PULL one-way stream of messages of the same size (raw@chunk: of chunk-sized messages) to another process. "
+                         "Raw, push and pull are measured back to back in 3 rounds; each column is the median over the rounds, "
+                         "the ratios medians of the rounds' ratios. Our dense figure also includes the server applying SGD to every float. "
+                         "Every process here keeps freed large blocks for reuse (TuneHostMallocForLargeBuffers), the raw peer too.");
   report.notes.push_back("sparse keys: Zipf(1.1) ranks over 1e6 hot ids hashed into a 1e7 key space; pull creates "
                          "rows on first touch; rows/s counts keys sent (duplicates included) per whole-batch round trip.");
   return report;
