@@ -1,8 +1,9 @@
 // ops.h: the trainer's tensor ops. Each op checks its shapes (a mismatch is a bug: it aborts),
-// then runs the CPU implementation (ops.cc: OpenBLAS GEMM with its threads; the other loops are
-// single-threaded, since OpenMP regions spin-wait and starved OpenBLAS's threads: steps were 25x
-// slower on a 2-core host) or the CUDA one (cuda_ops.cu: cuBLAS GEMM, our kernels, on ex.stream), chosen by the tensors'
-// device. Compute tensors are contiguous f32 unless a signature says otherwise; index tensors
+// then runs the CPU implementation (ops.cc: OpenBLAS GEMM with its threads; elementwise loops
+// and reductions on ParallelFor's sleeping pool, parallel.h, not OpenMP, whose spin-waiting
+// regions starved OpenBLAS's threads: steps were 25x slower on a 2-core host; the loops are
+// written to vectorise, GELU's tanh and softmax's exp as branch-free polynomials) or the CUDA
+// one (cuda_ops.cu: cuBLAS GEMM, our kernels, on ex.stream), chosen by the tensors' device. Compute tensors are contiguous f32 unless a signature says otherwise; index tensors
 // are i32 or i64. Outputs are passed in (preallocated); "+=" in a comment means the op
 // accumulates into that output, which is how gradients of shared parameters add up.
 #pragma once
