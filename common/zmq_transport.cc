@@ -1,6 +1,8 @@
 // zmq_transport.cc: ZmqTransport.
 #include "common/zmq_transport.h"
 
+#include <unistd.h>
+
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
@@ -81,6 +83,10 @@ Result<std::string> ZmqTransport::Bind(const std::string& endpoint) {
     // Handing a socket to another thread is allowed with a full fence; the mutex is one.
     new_router_ = std::move(socket);
     wake_push_.send(zmq::message_t(), zmq::send_flags::dontwait);
+    constexpr std::string_view kIpc = "ipc://";
+    if (bound.rfind(kIpc, 0) == 0 && bound.size() > kIpc.size() && bound[kIpc.size()] != '@') {
+      ipc_file_ = bound.substr(kIpc.size());  // '@': an abstract socket, no file
+    }
   }
   return bound;
 }
@@ -155,6 +161,7 @@ void ZmqTransport::Shutdown() {
   wake_push_.close();
   wake_pull_.close();
   context_.close();
+  if (!ipc_file_.empty()) ::unlink(ipc_file_.c_str());
 }
 
 void ZmqTransport::TakeCommands() {

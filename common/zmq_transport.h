@@ -65,6 +65,9 @@ class ZmqTransport final : public Transport {
   PeerId next_peer_ = 0;
   zmq::socket_t wake_push_;
   bool shut_down_ = false;
+  // The socket file of an ipc:// bind, removed at Shutdown (libzmq removes only the files of
+  // wildcard binds).
+  std::string ipc_file_;
 
   // I/O thread only.
   zmq::socket_t wake_pull_;

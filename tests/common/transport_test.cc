@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <future>
 #include <cstring>
 #include <thread>
@@ -279,6 +280,17 @@ TEST(Endpoint, BindingATakenPortFails) {
   ASSERT_FALSE(again.ok());
   EXPECT_EQ(again.status().code(), StatusCode::kIOError);
   EXPECT_NE(again.status().message().find(*addr), std::string::npos);
+}
+
+// libzmq leaves the socket file of an explicit ipc:// bind behind; the transport removes it.
+TEST(Endpoint, IpcSocketFileIsRemovedAtShutdown) {
+  const std::string path = "/tmp/strata-test-ipc-" + std::to_string(getpid());
+  auto t = MakeTransport("ipc://" + path, {});
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE((*t)->Bind("ipc://" + path).ok());
+  EXPECT_TRUE(std::filesystem::exists(path));
+  (*t)->Shutdown();
+  EXPECT_FALSE(std::filesystem::exists(path));
 }
 
 TEST(Endpoint, UnknownPeerAndMemWithoutHub) {
