@@ -102,7 +102,18 @@ Status BucketAllReducer::Rebuild() {
     if (!seen[k]) order.push_back(k);
   }
   std::vector<float> wire(order.begin(), order.end());  // exact: fewer than 2^24 parameters
-  STRATA_RETURN_IF_ERROR(comm_.Broadcast(wire.data(), wire.size(), 0).WithContext("sharing the bucket order"));
+  Status shared;
+#if STRATA_HAVE_CUDA
+  if (comm_stream_) {
+    // NCCL moves device memory only.
+    shared = dynamic_cast<NcclCommunicator&>(comm_).BroadcastHost(wire.data(), wire.size(), 0);
+  } else {
+    shared = comm_.Broadcast(wire.data(), wire.size(), 0);
+  }
+#else
+  shared = comm_.Broadcast(wire.data(), wire.size(), 0);
+#endif
+  STRATA_RETURN_IF_ERROR(shared.WithContext("sharing the bucket order"));
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<size_t>(wire[i]);
   std::lock_guard lock(mu_);
   BuildBuckets(order);
@@ -124,7 +135,16 @@ BucketAllReducer::~BucketAllReducer() {
 
 void BucketAllReducer::FreeDeviceBuffers() {
 #if STRATA_HAVE_CUDA
-  if (comm_stream_) cudaStreamSynchronize(static_cast<cudaStream_t>(comm_stream_));
+  if (comm_stream_ && !buckets_.empty() && !comm_.Synchronize().ok()) {
+    // The communicator's Synchronize is bounded (past its timeout it aborts NCCL, releasing
+    // kernels that wait for a dead peer), where cudaStreamSynchronize would wait forever. When
+    // it fails, the buffers and events are left allocated rather than freed under a kernel.
+    for (Bucket& b : buckets_) {
+      b.ready_event = nullptr;
+      b.device_flat = nullptr;
+    }
+    return;
+  }
   for (Bucket& b : buckets_) {
     if (b.ready_event) cudaEventDestroy(static_cast<cudaEvent_t>(b.ready_event));
     if (b.device_flat) cudaFree(b.device_flat);

@@ -48,7 +48,7 @@ void Bind(config::Binder& b, DataOptions& o) {
 }
 
 void Bind(config::Binder& b, TrainOptions& o) {
-  b.Field("device", o.device, "cpu or cuda[:N]");
+  b.Field("device", o.device, "cpu, cuda (a cluster's trainer takes device rank % devices) or cuda:N");
   b.Field("steps", o.steps, "optimizer steps").Range(1, INT64_MAX);
   b.Field("batch_size", o.batch_size, "samples per micro-batch").Range(1, 1 << 24);
   b.Field("micro_batches", o.micro_batches, "micro-batches per step").Range(1, 1 << 16);

@@ -20,6 +20,7 @@
 #include "trainer/ops/rng.h"
 #include "trainer/trace.h"
 #if STRATA_HAVE_CUDA
+#include "common/cuda_check.h"
 #include "trainer/comm/nccl_communicator.h"
 #include "trainer/ops/cuda_exec.h"
 #endif
@@ -47,7 +48,6 @@ Trainer::~Trainer() {
   comm_.reset();
   eval_set_.clear();
   lookahead_.clear();
-  loss_buffer_ = Tensor();
   optimizer_.reset();
   model_.reset();
 }
@@ -120,6 +120,12 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node)
   t->device_ = std::make_unique<DeviceState>();
   if (device.is_cuda()) {
 #if STRATA_HAVE_CUDA
+    if (cluster && job.train.device == "cuda") {
+      // No index given: trainers of one host take a device each (ranks are assigned in address
+      // order, so a host's trainers have consecutive ranks), as NCCL wants one rank per device.
+      int count = 0;
+      if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) device.index = t->rank_ % count;
+    }
     STRATA_ASSIGN_OR_RETURN(t->device_->cuda, ops::CudaExec::Create(device.index));
     t->device_->exec = t->device_->cuda->exec();
 #else
@@ -187,15 +193,21 @@ Status Trainer::Connect(Node* node) {
     }
     // Every replica starts from the same values: the initialisers are seeded by name, so they
     // already are; the broadcast makes it so whatever the model did at construction.
+#if STRATA_HAVE_CUDA
+    if (reg.exec().is_cuda()) {
+      // The values were uploaded on the legacy stream, and NCCL's stream does not wait for it.
+      CUDA_CHECK(cudaDeviceSynchronize());
+    }
+#endif
     std::vector<nn::Parameter*> local;
     for (auto& p : reg.params()) {
       if (p->remote) continue;
       local.push_back(p.get());
-      if (p->value.is_cpu()) {
-        STRATA_RETURN_IF_ERROR(comm_->Broadcast(p->value.data_as<float>(), p->value.numel(), 0)
-                                   .WithContext("broadcasting " + p->name));
-      }
+      STRATA_RETURN_IF_ERROR(comm_->Broadcast(p->value.data_as<float>(), p->value.numel(), 0)
+                                 .WithContext("broadcasting " + p->name));
     }
+    // A stream-ordered (NCCL) communicator has only enqueued the broadcasts.
+    STRATA_RETURN_IF_ERROR(comm_->Synchronize().WithContext("broadcasting the parameters"));
     const auto bytes = static_cast<size_t>(sync.bucket_mb * 1024 * 1024);
     reducer_ = std::make_unique<BucketAllReducer>(*comm_, std::move(local), bytes, sync.overlap,
                                                   trace_.get(), compute_stream);
@@ -245,18 +257,19 @@ Result<double> Trainer::TrainStep() {
   if (reducer_) {
     STRATA_RETURN_IF_ERROR(reducer_->Finish());
     float l = static_cast<float>(loss);
+    Status reduced;
+#if STRATA_HAVE_CUDA
     if (model_->exec().is_cuda()) {
-      // NCCL reduces device memory: the loss goes through a one-float device tensor.
-      Tensor host = Tensor::FromBlob(&l, {1}, DType::kF32, Device::CPU(), nullptr);
-      if (!loss_buffer_.defined()) loss_buffer_ = ops::NewTensor(model_->exec(), {1});
-      STRATA_RETURN_IF_ERROR(loss_buffer_.CopyFrom(host));
-      STRATA_RETURN_IF_ERROR(comm_->AllReduce(loss_buffer_.data_as<float>(), 1, ReduceOp::kAvg)
-                                 .WithContext("all-reducing the loss"));
-      STRATA_RETURN_IF_ERROR(comm_->Synchronize());
-      STRATA_RETURN_IF_ERROR(host.CopyFrom(loss_buffer_));
+      // NCCL reduces device memory: the loss goes through a device float on NCCL's stream,
+      // after this step's buckets, and the call waits for all of them (bounded by the timeout).
+      reduced = dynamic_cast<NcclCommunicator&>(*comm_).AllReduceHost(&l, 1, ReduceOp::kAvg);
     } else {
-      STRATA_RETURN_IF_ERROR(comm_->AllReduce(&l, 1, ReduceOp::kAvg).WithContext("all-reducing the loss"));
+      reduced = comm_->AllReduce(&l, 1, ReduceOp::kAvg);
     }
+#else
+    reduced = comm_->AllReduce(&l, 1, ReduceOp::kAvg);
+#endif
+    STRATA_RETURN_IF_ERROR(reduced.WithContext("all-reducing the loss"));
     loss = l;
   }
   if (ps_) {

@@ -100,7 +100,6 @@ class Trainer {
   std::unique_ptr<PsSync> ps_;
   std::unique_ptr<BucketAllReducer> reducer_;
   std::vector<Batch> lookahead_;  // the next step's batches, already prefetched
-  Tensor loss_buffer_;     // CUDA + NCCL: the loss is all-reduced in device memory
   bool launched_ = false;  // under strata-launch (STRATA_PROGRESS=launcher): @progress lines
   int64_t step_ = 0;
   double unigram_entropy_ = 0;

@@ -105,8 +105,12 @@ TEST_F(CudaOpsTest, ElementwiseActivationsAndReductions) {
   ExpectClose(db, ddb, 1e-4);
 }
 
-TEST_F(CudaOpsTest, LayerNormAndSoftmax) {
-  const int64_t n = 19, d = 300;
+// Row widths below 128, below 256, below 1024 and past it: every block size of the row kernels
+// (32, 128, 256, 1024 threads), the last one the GPT widths use.
+class CudaRowOpsTest : public CudaOpsTest, public ::testing::WithParamInterface<int64_t> {};
+
+TEST_P(CudaRowOpsTest, LayerNormAndSoftmax) {
+  const int64_t n = 19, d = GetParam();
   Tensor x = Random({n, d}, 9), g = Random({d}, 10), b = Random({d}, 11), dy = Random({n, d}, 12);
   Tensor y = NewTensor(kCpu, {n, d}), mean = NewTensor(kCpu, {n}), rstd = NewTensor(kCpu, {n});
   Tensor gy = Up(y), gmean = Up(mean), grstd = Up(rstd);
@@ -123,6 +127,41 @@ TEST_F(CudaOpsTest, LayerNormAndSoftmax) {
   Softmax(kCpu, x, y);
   Softmax(gpu_, Up(x), gy);
   ExpectClose(y, gy, 1e-5);
+  SoftmaxBackward(kCpu, y, dy, dx);
+  SoftmaxBackward(gpu_, gy, Up(dy), gdx);
+  ExpectClose(dx, gdx, 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Widths, CudaRowOpsTest, ::testing::Values(int64_t{100}, int64_t{200}, int64_t{300}, int64_t{1500}));
+
+// Empty GEMMs: nothing to write, or (k = 0) C = beta C, as on the CPU.
+TEST_F(CudaOpsTest, EmptyMatmul) {
+  Tensor a = NewTensor(kCpu, {5, 0}), b = NewTensor(kCpu, {0, 4}), c = Random({5, 4}, 24);
+  Tensor gc = Up(c);
+  Matmul(kCpu, a, b, c, false, false, 1.0f, 0.5f);
+  Matmul(gpu_, Up(a), Up(b), gc, false, false, 1.0f, 0.5f);
+  ExpectClose(c, gc, 0);
+  Tensor a0 = NewTensor(kCpu, {0, 3}), b0 = Random({3, 4}, 25), c0 = NewTensor(kCpu, {0, 4});
+  Matmul(gpu_, Up(a0), Up(b0), Up(c0), false, false);
+  ASSERT_TRUE(cuda_->Synchronize().ok());
+}
+
+// A target outside the vocabulary stops the kernel, as on the CPU (a death-test child: the trap
+// poisons the CUDA context).
+TEST_F(CudaOpsTest, CrossEntropyTargetOutsideTheVocabularyFailsTheLaunch) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  Tensor logits = Up(Random({2, 5}, 26)), d = Up(NewTensor(kCpu, {2, 5}));
+  Tensor targets = NewTensor(kCpu, {2}, DType::kI32);
+  targets.data_as<int32_t>()[0] = 1;
+  targets.data_as<int32_t>()[1] = 5;
+  Tensor gt = Up(targets);
+  EXPECT_DEATH(
+      {
+        dup2(STDERR_FILENO, STDOUT_FILENO);  // the kernel's printf goes to stdout
+        CrossEntropy(gpu_, logits, gt, d);
+        std::abort();
+      },
+      "target 5 of row 1 >= vocab 5");
 }
 
 TEST_F(CudaOpsTest, AttentionForwardBackwardAndHeads) {

@@ -107,6 +107,18 @@ TEST(OpsTest, MatmulAllTransposesAndBatched) {
   }
 }
 
+// An empty inner dimension is an empty sum (C = beta C); an empty output writes nothing.
+TEST(OpsTest, EmptyMatmul) {
+  Tensor a = NewTensor(kCpu, {5, 0}), b = NewTensor(kCpu, {0, 4}), c = Random({5, 4}, 4);
+  std::vector<double> want = D(c);
+  for (double& w : want) w *= 0.5;
+  Matmul(kCpu, a, b, c, false, false, 1.0f, 0.5f);
+  ExpectNear(c, want, 0);
+  Tensor c0 = NewTensor(kCpu, {0, 4});
+  Matmul(kCpu, NewTensor(kCpu, {0, 3}), Random({3, 4}, 5), c0, false, false);
+  EXPECT_EQ(c0.numel(), 0);
+}
+
 TEST(OpsTest, LayerNormForwardBackward) {
   const int64_t n = 6, d = 10;
   Tensor x = Random({n, d}, 4), g = Random({d}, 5), b = Random({d}, 6), dy = Random({n, d}, 7);

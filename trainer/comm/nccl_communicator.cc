@@ -149,6 +149,16 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
                    [&] { return ncclRecv(data, count, ncclFloat, peer, comm_, stream_); });
   }
 
+  Status AllReduceHost(float* host, size_t count, ReduceOp op) override {
+    return ThroughDevice("all-reduce of host floats", host, count,
+                         [&](float* d) { return AllReduce(d, count, op); });
+  }
+
+  Status BroadcastHost(float* host, size_t count, int root) override {
+    return ThroughDevice("broadcast of host floats", host, count,
+                         [&](float* d) { return Broadcast(d, count, root); });
+  }
+
   Status Synchronize() override {
     STRATA_RETURN_IF_ERROR(Usable("synchronize"));
     const Clock::time_point deadline = Clock::now() + timeout_;
@@ -179,6 +189,27 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     if (broken_.ok()) return Status::OK();
     return Status::FailedPrecondition(what + ": communicator broken by an earlier error (" +
                                       broken_.ToString() + ")");
+  }
+
+  // Copies `host` into a device buffer on stream_, runs `collective` on it, copies the result
+  // back and waits for all of it (Synchronize: the timeout applies).
+  template <typename Collective>
+  Status ThroughDevice(const std::string& what, float* host, size_t count, Collective&& collective) {
+    STRATA_RETURN_IF_ERROR(Usable(what));
+    if (count == 0) return Status::OK();
+    auto cuda = [&](cudaError_t e, const char* call) {
+      return e == cudaSuccess ? Status::OK()
+                              : Status::Internal(what + ": " + call + ": " + cudaGetErrorString(e));
+    };
+    STRATA_RETURN_IF_ERROR(cuda(cudaSetDevice(device_), "cudaSetDevice"));
+    float* raw = nullptr;
+    STRATA_RETURN_IF_ERROR(cuda(cudaMalloc(&raw, count * sizeof(float)), "cudaMalloc"));
+    std::unique_ptr<float, DeviceFree> d(raw);
+    const size_t bytes = count * sizeof(float);
+    STRATA_RETURN_IF_ERROR(cuda(cudaMemcpyAsync(d.get(), host, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync"));
+    STRATA_RETURN_IF_ERROR(collective(d.get()));
+    STRATA_RETURN_IF_ERROR(cuda(cudaMemcpyAsync(host, d.get(), bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync"));
+    return Synchronize();  // before `d` is freed and before the caller reads `host`
   }
 
   // Records the first failure and aborts the NCCL communicator, which releases kernels that

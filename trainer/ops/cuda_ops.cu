@@ -114,7 +114,7 @@ __global__ void GeluBackwardKernel(const float* x, const float* dy, float* dx, i
   }
 }
 // One block per row.
-__global__ void LayerNormKernel(const float* x, const float* g, const float* b, float eps, float* y,
+__global__ void __launch_bounds__(1024) LayerNormKernel(const float* x, const float* g, const float* b, float eps, float* y,
                                 float* mean, float* rstd, int64_t d) {
   const float* xr = x + blockIdx.x * d;
   float s = 0;
@@ -129,7 +129,7 @@ __global__ void LayerNormKernel(const float* x, const float* g, const float* b, 
     rstd[blockIdx.x] = rs;
   }
 }
-__global__ void LayerNormBackwardKernel(const float* dy, const float* x, const float* g, const float* mean,
+__global__ void __launch_bounds__(1024) LayerNormBackwardKernel(const float* dy, const float* x, const float* g, const float* mean,
                                         const float* rstd, float* dx, float* dg, float* db, int64_t d) {
   const int64_t r = blockIdx.x;
   const float m = mean[r], rs = rstd[r];
@@ -150,7 +150,7 @@ __global__ void LayerNormBackwardKernel(const float* dy, const float* x, const f
 }
 // One block per row; `valid` entries (the rest are written as 0): causal masking when
 // row_mod > 0 keeps columns <= (row % row_mod), scaled by `scale` first.
-__global__ void SoftmaxKernel(const float* x, float* y, int64_t d, int64_t row_mod, float scale) {
+__global__ void __launch_bounds__(1024) SoftmaxKernel(const float* x, float* y, int64_t d, int64_t row_mod, float scale) {
   const int64_t r = blockIdx.x;
   const int64_t valid = row_mod > 0 ? (r % row_mod) + 1 : d;
   const float* xr = x + r * d;
@@ -162,7 +162,7 @@ __global__ void SoftmaxKernel(const float* x, float* y, int64_t d, int64_t row_m
   const float inv = 1.0f / BlockSum(s);
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) y[r * d + i] = i < valid ? expf(xr[i] * scale - mx) * inv : 0.0f;
 }
-__global__ void SoftmaxBackwardKernel(const float* y, const float* dy, float* dx, int64_t d, float scale) {
+__global__ void __launch_bounds__(1024) SoftmaxBackwardKernel(const float* y, const float* dy, float* dx, int64_t d, float scale) {
   const int64_t r = blockIdx.x;
   float dot = 0;
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) dot += y[r * d + i] * dy[r * d + i];
@@ -207,7 +207,7 @@ __global__ void CountValidKernel(const int32_t* targets, int64_t n, LossAccum* a
   }
 }
 // One block per row: loss += logsumexp - logit[target]; dlogits = (softmax - onehot) * scale / count.
-__global__ void CrossEntropyKernel(const float* logits, const int32_t* targets, float* d, int64_t v,
+__global__ void __launch_bounds__(1024) CrossEntropyKernel(const float* logits, const int32_t* targets, float* d, int64_t v,
                                    float grad_scale, LossAccum* acc) {
   const int64_t r = blockIdx.x;
   const float* x = logits + r * v;
@@ -215,6 +215,12 @@ __global__ void CrossEntropyKernel(const float* logits, const int32_t* targets, 
   if (t < 0) {
     for (int64_t i = threadIdx.x; i < v; i += blockDim.x) d[r * v + i] = 0.0f;
     return;
+  }
+  if (t >= v) {  // a bug upstream, as on the CPU: stop loudly rather than read past the row
+    if (threadIdx.x == 0) {
+      printf("strata cross-entropy kernel: target %d of row %lld >= vocab %lld\n", t, (long long)r, (long long)v);
+    }
+    __trap();
   }
   float mx = -INFINITY;
   for (int64_t i = threadIdx.x; i < v; i += blockDim.x) mx = fmaxf(mx, x[i]);
@@ -315,10 +321,14 @@ float* W(const Tensor& t) { return t.data_as<float>(); }
 int64_t Rows(const Tensor& t) { return t.numel() / t.size(t.dim() - 1); }
 int64_t Cols(const Tensor& t) { return t.size(t.dim() - 1); }
 void CheckLaunch() { CUDA_CHECK_FATAL(cudaGetLastError()); }
-#define STRATA_LAUNCH(kernel, grid, block, ex, ...)            \
-  do {                                                         \
-    if ((grid) > 0) kernel<<<(grid), (block), 0, S(ex)>>>(__VA_ARGS__); \
-    CheckLaunch();                                             \
+// `grid` is an int64 count of blocks (one per row for the row kernels): more than a grid's x
+// dimension holds is a bug, not something to wrap around.
+#define STRATA_LAUNCH(kernel, grid, block, ex, ...)                                       \
+  do {                                                                                    \
+    const int64_t strata_grid = (grid);                                                   \
+    STRATA_CHECK(strata_grid <= INT32_MAX) << #kernel ": " << strata_grid << " blocks";   \
+    if (strata_grid > 0) kernel<<<static_cast<unsigned>(strata_grid), (block), 0, S(ex)>>>(__VA_ARGS__); \
+    CheckLaunch();                                                                        \
   } while (0)
 
 void CublasCheck(cublasStatus_t s) { STRATA_CHECK(s == CUBLAS_STATUS_SUCCESS) << "cuBLAS error " << static_cast<int>(s); }
@@ -326,13 +336,10 @@ void CublasCheck(cublasStatus_t s) { STRATA_CHECK(s == CUBLAS_STATUS_SUCCESS) <<
 // Scratch accumulator on the device, read back after the stream drains.
 class Accumulator {
  public:
-  explicit Accumulator(const Exec& ex) : ex_(ex) {
-    Result<void*> p = ex.alloc().Allocate(sizeof(LossAccum));
-    STRATA_CHECK(p.ok()) << p.status().ToString();
-    p_ = static_cast<LossAccum*>(*p);
+  explicit Accumulator(const Exec& ex) : ex_(ex), t_(NewTensor(ex, {static_cast<int64_t>(sizeof(LossAccum))}, DType::kU8)) {
+    p_ = static_cast<LossAccum*>(t_.data());
     CUDA_CHECK_FATAL(cudaMemsetAsync(p_, 0, sizeof(LossAccum), S(ex)));
   }
-  ~Accumulator() { ex_.alloc().Free(p_); }
   LossAccum* get() { return p_; }
   LossAccum Read() {
     LossAccum host{};
@@ -343,6 +350,7 @@ class Accumulator {
 
  private:
   const Exec& ex_;
+  Tensor t_;  // NewTensor: out of memory throws OutOfMemory, like every op allocation
   LossAccum* p_;
 };
 
@@ -353,6 +361,11 @@ void Matmul(const Exec& ex, const Tensor& a, const Tensor& b, const Tensor& c, b
   const int o = a.dim() - 2;
   const int64_t batch = a.dim() == 3 ? a.size(0) : 1;
   const int64_t m = c.size(o), n = c.size(o + 1), k = trans_a ? a.size(o) : a.size(o + 1);
+  if (m * n * batch == 0) return;  // nothing to write (cuBLAS would reject a zero leading dimension)
+  if (k == 0) {                    // an empty sum: C = beta * C
+    cuda::Scale(ex, c, beta);
+    return;
+  }
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
   CublasCheck(cublasSgemmStridedBatched(
       static_cast<cublasHandle_t>(ex.cublas), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
@@ -416,15 +429,15 @@ void CausalAttentionBackward(const Exec& ex, const Tensor& q, const Tensor& k, c
   const int64_t bh = q.size(0) * q.size(1), t = q.size(2), hd = q.size(3);
   auto r3 = [&](const Tensor& x, int64_t last) { return *x.Reshape({bh, t, last}); };
   const Tensor a3 = r3(att, t), do3 = r3(dout, hd);
-  Result<Tensor> datt = Tensor::Empty({bh, t, t}, DType::kF32, ex.alloc());
-  STRATA_CHECK(datt.ok()) << datt.status().ToString();
-  cuda::Matmul(ex, a3, do3, r3(dv, hd), true, false, 1.0f, 0.0f);    // dv = att^T dout
-  cuda::Matmul(ex, do3, r3(v, hd), *datt, false, true, 1.0f, 0.0f);  // datt = dout v^T
+  // B*H*T*T floats: the allocation most likely to exhaust the device (throws OutOfMemory).
+  const Tensor datt = NewTensor(ex, {bh, t, t});
+  cuda::Matmul(ex, a3, do3, r3(dv, hd), true, false, 1.0f, 0.0f);   // dv = att^T dout
+  cuda::Matmul(ex, do3, r3(v, hd), datt, false, true, 1.0f, 0.0f);  // datt = dout v^T
   const float scale = 1.0f / sqrtf(static_cast<float>(hd));
   // dS (scaled) in place; masked entries have att = 0, so they stay 0.
-  STRATA_LAUNCH(SoftmaxBackwardKernel, bh * t, RowThreads(t), ex, F(a3), F(*datt), W(*datt), t, scale);
-  cuda::Matmul(ex, *datt, r3(k, hd), r3(dq, hd), false, false, 1.0f, 0.0f);  // dq = dS k
-  cuda::Matmul(ex, *datt, r3(q, hd), r3(dk, hd), true, false, 1.0f, 0.0f);   // dk = dS^T q
+  STRATA_LAUNCH(SoftmaxBackwardKernel, bh * t, RowThreads(t), ex, F(a3), F(datt), W(datt), t, scale);
+  cuda::Matmul(ex, datt, r3(k, hd), r3(dq, hd), false, false, 1.0f, 0.0f);  // dq = dS k
+  cuda::Matmul(ex, datt, r3(q, hd), r3(dk, hd), true, false, 1.0f, 0.0f);   // dk = dS^T q
 }
 
 void SplitHeads(const Exec& ex, const Tensor& qkv, int64_t batch, int64_t heads, const Tensor& q,

@@ -17,8 +17,14 @@
 namespace strata::ops {
 
 #if STRATA_HAVE_CUDA
-#define STRATA_DISPATCH(t, call) \
-  if ((t).is_cuda()) return cuda::call
+// A CUDA tensor runs on ex's stream and cuBLAS handle, which must be on the tensor's device (a
+// CPU Exec has neither: the launch would go to the legacy stream and allocate host memory).
+#define STRATA_DISPATCH(t, call)                                                         \
+  if ((t).is_cuda()) {                                                                   \
+    STRATA_CHECK(ex.device == (t).device())                                              \
+        << #call ": tensor on " << (t).device().ToString() << ", Exec on " << ex.device.ToString(); \
+    return cuda::call;                                                                   \
+  }
 #else
 #define STRATA_DISPATCH(t, call)                                  \
   do {                                                            \
@@ -94,6 +100,11 @@ void Matmul(const Exec& ex, const Tensor& a, const Tensor& b, const Tensor& c, b
                         << ShapeToString(b.shape());
   STRATA_CHECK(c.size(o) == m && c.size(o + 1) == n) << "matmul output " << ShapeToString(c.shape());
   STRATA_DISPATCH(a, Matmul(ex, a, b, c, trans_a, trans_b, alpha, beta));
+  if (m * n * batch == 0) return;  // nothing to write (BLAS rejects a zero leading dimension)
+  if (k == 0) {                    // an empty sum: C = beta * C
+    Scale(ex, c, beta);
+    return;
+  }
   const int64_t lda = a.size(o + 1), ldb = b.size(o + 1), ldc = n;
   for (int64_t i = 0; i < batch; ++i) {
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
