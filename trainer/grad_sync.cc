@@ -102,18 +102,7 @@ Status BucketAllReducer::Rebuild() {
     if (!seen[k]) order.push_back(k);
   }
   std::vector<float> wire(order.begin(), order.end());  // exact: fewer than 2^24 parameters
-  Status shared;
-#if STRATA_HAVE_CUDA
-  if (comm_stream_) {
-    // NCCL moves device memory only.
-    shared = dynamic_cast<NcclCommunicator&>(comm_).BroadcastHost(wire.data(), wire.size(), 0);
-  } else {
-    shared = comm_.Broadcast(wire.data(), wire.size(), 0);
-  }
-#else
-  shared = comm_.Broadcast(wire.data(), wire.size(), 0);
-#endif
-  STRATA_RETURN_IF_ERROR(shared.WithContext("sharing the bucket order"));
+  STRATA_RETURN_IF_ERROR(comm_.BroadcastHost(wire.data(), wire.size(), 0).WithContext("sharing the bucket order"));
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<size_t>(wire[i]);
   std::lock_guard lock(mu_);
   BuildBuckets(order);

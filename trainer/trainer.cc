@@ -70,10 +70,6 @@ int64_t IdsPerSample(const ModelOptions& m) {
   return 0;
 }
 
-}  // namespace
-
-namespace {
-
 // Runs f, returning an ops::OutOfMemory thrown inside it as its ResourceExhausted Status with
 // what was being done and what the job can change.
 template <typename Doing, typename F>
@@ -256,20 +252,9 @@ Result<double> Trainer::TrainStep() {
   loss /= micro;
   if (reducer_) {
     STRATA_RETURN_IF_ERROR(reducer_->Finish());
+    // On NCCL this goes after the step's buckets on its stream and waits for all of them.
     float l = static_cast<float>(loss);
-    Status reduced;
-#if STRATA_HAVE_CUDA
-    if (model_->exec().is_cuda()) {
-      // NCCL reduces device memory: the loss goes through a device float on NCCL's stream,
-      // after this step's buckets, and the call waits for all of them (bounded by the timeout).
-      reduced = dynamic_cast<NcclCommunicator&>(*comm_).AllReduceHost(&l, 1, ReduceOp::kAvg);
-    } else {
-      reduced = comm_->AllReduce(&l, 1, ReduceOp::kAvg);
-    }
-#else
-    reduced = comm_->AllReduce(&l, 1, ReduceOp::kAvg);
-#endif
-    STRATA_RETURN_IF_ERROR(reduced.WithContext("all-reducing the loss"));
+    STRATA_RETURN_IF_ERROR(comm_->AllReduceHost(&l, 1, ReduceOp::kAvg).WithContext("all-reducing the loss"));
     loss = l;
   }
   if (ps_) {

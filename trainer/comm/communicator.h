@@ -61,6 +61,12 @@ class Communicator {
 
   // Waits until every operation issued so far is complete (see above). A no-op on Gloo.
   virtual Status Synchronize() { return Status::OK(); }
+
+  // AllReduce and Broadcast of a few floats in host memory (a loss, a bucket order; not
+  // tensors), complete on return. A communicator of host memory runs them directly; a
+  // device-memory one (NCCL) stages them through the device and waits.
+  virtual Status AllReduceHost(float* host, size_t count, ReduceOp op) { return AllReduce(host, count, op); }
+  virtual Status BroadcastHost(float* host, size_t count, int root) { return Broadcast(host, count, root); }
 };
 
 }  // namespace strata

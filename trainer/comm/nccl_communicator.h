@@ -39,11 +39,8 @@ class NcclCommunicator : public Communicator {
   // host: cudaEventRecord(e, stream()), then cudaStreamWaitEvent(compute, e).
   virtual cudaStream_t stream() const = 0;
   virtual int device() const = 0;
-  // Collectives on a few host floats (a loss, a bucket order; not tensors): NCCL reads and
-  // writes device memory only, so these stage `host` through a device buffer on stream() and
-  // wait on the host (with the timeout) before returning.
-  virtual Status AllReduceHost(float* host, size_t count, ReduceOp op) = 0;
-  virtual Status BroadcastHost(float* host, size_t count, int root) = 0;
+  // AllReduceHost / BroadcastHost: NCCL reads and writes device memory only, so these stage the
+  // host floats through a device buffer on stream() and wait (with the timeout) before returning.
 };
 
 // Creates the communicator of `rank` among `size` ranks. All ranks of a group pass the same

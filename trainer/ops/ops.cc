@@ -58,10 +58,9 @@ int64_t IdAt(const Tensor& ids, int64_t i) {
 }  // namespace
 
 Tensor NewTensor(const Exec& ex, Shape shape, DType dtype) {
-  const std::string what = ShapeToString(shape);
-  Result<Tensor> t = Tensor::Empty(std::move(shape), dtype, ex.alloc());
+  Result<Tensor> t = Tensor::Empty(shape, dtype, ex.alloc());  // `shape` kept for the message
   if (!t.ok() && t.status().code() == StatusCode::kResourceExhausted) {
-    throw OutOfMemory(t.status().WithContext("a " + what + " tensor on " + ex.device.ToString()));
+    throw OutOfMemory(t.status().WithContext("a " + ShapeToString(shape) + " tensor on " + ex.device.ToString()));
   }
   STRATA_CHECK(t.ok()) << t.status().ToString();
   return *std::move(t);
