@@ -104,4 +104,15 @@ Tensor Layer::Backward(const Tensor& dy, Context& ctx) {
   return dx;
 }
 
+Tensor Layer::BackwardInput(const Tensor& dy, Context& ctx) {
+  if (recompute_) return Backward(dy, ctx);  // recomputed state is not kept for a later W
+  return DoBackwardInput(dy, ctx);
+}
+
+void Layer::BackwardWeight(Context& ctx) {
+  if (recompute_) return;  // BackwardInput ran all of it
+  DoBackwardWeight(ctx);
+  for (Parameter* p : owned_) ctx.GradReady(*p);
+}
+
 }  // namespace strata::nn

@@ -116,6 +116,12 @@ class Context {
 // accumulates parameter gradients and returns dL/dx (undefined when x is not differentiable,
 // such as token ids). With recompute on, Forward keeps only its input and Backward runs the
 // forward again into a scratch context first: less memory for one more forward.
+//
+// Backward splits in two for the zero-bubble pipeline schedules: BackwardInput (dL/dx, what
+// the previous stage waits for) and, any time later on the same context, BackwardWeight (dL/dW,
+// accumulated into the parameters' gradients; reports them to Context::GradReady). Backward is
+// both in one. A layer that does not split runs its whole backward in BackwardInput and
+// nothing in BackwardWeight, which is correct, only not helpful to the schedule.
 class Layer {
  public:
   virtual ~Layer() = default;
@@ -124,6 +130,8 @@ class Layer {
 
   Tensor Forward(const Tensor& x, Context& ctx);
   Tensor Backward(const Tensor& dy, Context& ctx);
+  Tensor BackwardInput(const Tensor& dy, Context& ctx);
+  void BackwardWeight(Context& ctx);
 
   void set_recompute(bool on) { recompute_ = on; }
   bool recompute() const { return recompute_; }
@@ -133,6 +141,9 @@ class Layer {
   explicit Layer(std::string name) : name_(std::move(name)) {}
   virtual Tensor DoForward(const Tensor& x, Context& ctx) = 0;
   virtual Tensor DoBackward(const Tensor& dy, Context& ctx) = 0;
+  // The halves of DoBackward (see above); the defaults put all of it in the first.
+  virtual Tensor DoBackwardInput(const Tensor& dy, Context& ctx) { return DoBackward(dy, ctx); }
+  virtual void DoBackwardWeight(Context& /*ctx*/) {}
   // Declares a parameter whose gradient this layer's DoBackward completes (not a sublayer's):
   // Backward reports it to Context::GradReady afterwards.
   void Owns(Parameter* p) { owned_.push_back(p); }
