@@ -8,6 +8,7 @@
 #include "tools/job_config.h"
 
 #include "tools/launcher.h"
+#include "trainer/parallel/plan.h"
 
 int main(int argc, char** argv) {
   using namespace strata;
@@ -54,10 +55,19 @@ int main(int argc, char** argv) {
                  "alone\n";
     return 2;
   }
-  if (real_trainers && job->trainer.train.batch_size % o.trainers != 0) {
-    std::cerr << "strata-launch: train.batch_size " << job->trainer.train.batch_size
-              << " (the global batch) must be divisible by the " << o.trainers << " trainers\n";
-    return 2;
+  if (real_trainers) {
+    // The parallel plan (dp x tp x pp against the trainers, the schedule, the partition).
+    Result<ParallelPlan> plan = ResolvePlan(job->trainer, o.trainers);
+    if (!plan.ok()) {
+      std::cerr << "strata-launch: " << plan.status().ToString() << "\n";
+      return 2;
+    }
+    if (job->trainer.train.batch_size % plan->dp != 0) {
+      std::cerr << "strata-launch: train.batch_size " << job->trainer.train.batch_size
+                << " (the global batch) must be divisible by the " << plan->dp
+                << " data-parallel replicas\n";
+      return 2;
+    }
   }
   const bool uses_servers = mode == SyncOptions::Mode::kPs || mode == SyncOptions::Mode::kHybrid;
   if (real_trainers && uses_servers && o.servers == 0) {

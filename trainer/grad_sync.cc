@@ -185,7 +185,7 @@ void BucketAllReducer::GradReady(nn::Parameter& p) {
   if (--b.pending == 0) MarkReadyLocked(bucket_of_[k]);
 }
 
-Status BucketAllReducer::Finish() {
+Status BucketAllReducer::Finish(int64_t /*step*/) {
   const auto start = std::chrono::steady_clock::now();
   Trace::Scope scope(trace_, "wait for all-reduce", "comm", 0, step_);
   std::unique_lock lock(mu_);
@@ -304,7 +304,8 @@ Status BucketAllReducer::Reduce(Bucket& b) {
 // PsSync
 
 Result<std::unique_ptr<PsSync>> PsSync::Create(PsClient& client, nn::ParameterRegistry& reg,
-                                               const TrainJob& job, Trace* trace) {
+                                               const TrainJob& job, const PsSyncOptions& options,
+                                               Trace* trace) {
   const SyncOptions& sync = job.sync;
   const OptimizerOptions& o = job.optimizer;
   const bool all = sync.mode == SyncOptions::Mode::kPs;
@@ -324,7 +325,11 @@ Result<std::unique_ptr<PsSync>> PsSync::Create(PsClient& client, nn::ParameterRe
   auto sync_ptr = std::unique_ptr<PsSync>(new PsSync(client, trace));
   PsSync& ps = *sync_ptr;
   ps.early_prefetch_ = sync.prefetch && sync.consistency == Consistency::kAsp;
-  uint32_t next_id = 0;
+  // A BSP clock's pushes are averaged over every live trainer; a table here is pushed by this
+  // stage's replicas only.
+  if (sync.consistency == Consistency::kBsp) ps.push_scale_ = static_cast<float>(options.trainers) / options.replicas;
+  ps.exec_ = reg.exec();
+  uint32_t next_id = options.first_table_id;
   for (auto& p : reg.params()) {
     if (!all && !p->sparse) continue;
     TableSpec spec;
@@ -432,7 +437,7 @@ Status PsSync::Prepare(std::vector<Batch>& batches, int64_t step) {
   return Status::OK();
 }
 
-Status PsSync::PushAndClock(int64_t step) {
+Status PsSync::Finish(int64_t step) {
   Trace::Scope scope(trace_, "push + clock", "ps", 0, step);
   std::vector<PsTicket> tickets;
   std::vector<std::vector<float>> staged;  // host copies of device gradients
@@ -443,6 +448,10 @@ Status PsSync::PushAndClock(int64_t step) {
     return staged.back().data();
   };
   staged.reserve(dense_.size() + sparse_.size());
+  if (push_scale_ != 1.0f) {
+    for (const Remote& r : dense_) ops::Scale(exec_, r.param->grad, push_scale_);
+    for (const Remote& r : sparse_) ops::Scale(exec_, r.param->grad, push_scale_);
+  }
   for (const Remote& r : dense_) tickets.push_back(client_.PushDense(r.table, host_floats(r.param->grad)));
   const int64_t n = static_cast<int64_t>(keys_.size());
   for (const Remote& r : sparse_) {

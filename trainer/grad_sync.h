@@ -26,6 +26,21 @@
 
 namespace strata {
 
+// How the data-parallel replicas of one model shard agree on its gradients: all-reduce
+// (BucketAllReducer) or the parameter servers (PsSync); hybrid runs both, each over its own
+// parameters. The step calls BeginStep before any backward, GradReady as backward (or W)
+// finishes each gradient of the step's last micro-batch, and Finish after the last one.
+class GradSync {
+ public:
+  virtual ~GradSync() = default;
+  virtual void BeginStep(int64_t step) = 0;
+  // `p`'s gradient is final for this step (Context::GradReady). Called on the training thread.
+  virtual void GradReady(nn::Parameter& p) = 0;
+  // Completes the step's synchronisation: afterwards local gradients are the replicas'
+  // average (all-reduce), or the servers have them (ps).
+  virtual Status Finish(int64_t step) = 0;
+};
+
 // Used by one training thread, plus the communication thread it owns.
 //  - Host gradients, Gloo: the thread all-reduces a bucket when backward reported all of it.
 //  - CUDA gradients, NCCL (`compute_stream` given): nothing blocks the host. When a bucket is
@@ -34,7 +49,7 @@ namespace strata {
 //    makes the compute stream wait for the communicator's. Compute and communication overlap
 //    on the device as they do on the host.
 //  - CUDA gradients with a host communicator: through the host (correct, no overlap).
-class BucketAllReducer {
+class BucketAllReducer final : public GradSync {
  public:
   // `params`: the parameters to average (creation order); buckets hold up to `bucket_bytes`
   // and follow the order backward finishes gradients in (learnt in the first step).
@@ -45,12 +60,12 @@ class BucketAllReducer {
   BucketAllReducer& operator=(const BucketAllReducer&) = delete;
 
   // Before the step's last micro-batch runs backward: every gradient becomes pending.
-  void BeginStep(int64_t step);
+  void BeginStep(int64_t step) override;
   // The Context::GradReady hook: `p`'s gradient is final for this step.
-  void GradReady(nn::Parameter& p);
+  void GradReady(nn::Parameter& p) override;
   // Reduces what backward did not report (in bucket order), waits for every bucket and returns
   // the first error. Afterwards every gradient is the average over the ranks.
-  Status Finish();
+  Status Finish(int64_t step) override;
 
   size_t num_buckets() const { return buckets_.size(); }
   // Totals since construction: seconds the communication thread spent reducing, and seconds
@@ -107,14 +122,21 @@ class BucketAllReducer {
   std::thread thread_;
 };
 
+struct PsSyncOptions {
+  int trainers = 1;             // every trainer of the job (they all clock)
+  int replicas = 1;             // the data-parallel replicas that push this rank's tables
+  uint32_t first_table_id = 0;  // tables get ids from here (pipeline ranks' ids differ)
+};
+
 // Used by one training thread.
-class PsSync {
+class PsSync final : public GradSync {
  public:
   // Creates one table per parameter that lives on the servers (every parameter in ps mode;
   // the sparse ones in hybrid) and marks them remote. Fails if the optimizer cannot run on the
   // servers as configured.
   static Result<std::unique_ptr<PsSync>> Create(PsClient& client, nn::ParameterRegistry& reg,
-                                                const TrainJob& job, Trace* trace);
+                                                const TrainJob& job, const PsSyncOptions& options,
+                                                Trace* trace);
 
   // Makes parameters ready for computing on `batches` (a step's micro-batches, or one eval
   // batch): takes the prefetched pull if it was for these batches, else pulls now; writes the
@@ -122,9 +144,11 @@ class PsSync {
   Status Prepare(std::vector<Batch>& batches, int64_t step);
   // Issues the pull for `batches` (the next step) without waiting.
   void Prefetch(const std::vector<Batch>& batches);
+  void BeginStep(int64_t /*step*/) override {}
+  void GradReady(nn::Parameter& /*p*/) override {}
   // Pushes every remote gradient (the compact rows of sparse ones), waits for the servers and
   // finishes the clock.
-  Status PushAndClock(int64_t step);
+  Status Finish(int64_t step) override;
 
   // Whether a pull issued before this step's push may be used for the next step: ASP, or SSP
   // with staleness >= 1. (BSP must pull after the clock.)
@@ -152,6 +176,8 @@ class PsSync {
   std::vector<Remote> dense_, sparse_;
   int64_t capacity_ = 0;  // rows of each compact sparse table
   bool early_prefetch_ = false;
+  float push_scale_ = 1.0f;   // gradients are scaled by this before a push (see Create)
+  ops::Exec exec_;            // the parameters' device
   std::unique_ptr<Pull> prefetched_;
   std::vector<uint64_t> keys_;  // of the current step (what PushAndClock pushes)
 };

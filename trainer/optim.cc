@@ -38,22 +38,25 @@ double LearningRate(const OptimizerOptions& o, int64_t step, int64_t total_steps
   return o.lr * (o.min_lr_ratio + (1.0 - o.min_lr_ratio) * cosine);
 }
 
-double GradNorm(nn::ParameterRegistry& reg) {
+double GradSquaredSum(nn::ParameterRegistry& reg) {
   double sq = 0;
   for (auto& p : reg.params()) {
     if (!p->remote) sq += ops::SumSquares(reg.exec(), p->grad);
   }
-  return std::sqrt(sq);
+  return sq;
+}
+
+double GradNorm(nn::ParameterRegistry& reg) { return std::sqrt(GradSquaredSum(reg)); }
+
+void ScaleGrads(nn::ParameterRegistry& reg, float scale) {
+  for (auto& p : reg.params()) {
+    if (!p->remote) ops::Scale(reg.exec(), p->grad, scale);
+  }
 }
 
 double ClipGradNorm(nn::ParameterRegistry& reg, double max_norm) {
   const double norm = GradNorm(reg);
-  if (max_norm > 0 && norm > max_norm) {
-    const float scale = static_cast<float>(max_norm / (norm + 1e-6));
-    for (auto& p : reg.params()) {
-      if (!p->remote) ops::Scale(reg.exec(), p->grad, scale);
-    }
-  }
+  if (max_norm > 0 && norm > max_norm) ScaleGrads(reg, static_cast<float>(max_norm / (norm + 1e-6)));
   return norm;
 }
 

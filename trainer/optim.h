@@ -39,6 +39,10 @@ double LearningRate(const OptimizerOptions& o, int64_t step, int64_t total_steps
 // are left out, here and in Optimizer.
 double ClipGradNorm(nn::ParameterRegistry& reg, double max_norm);
 double GradNorm(nn::ParameterRegistry& reg);
+// The pieces of ClipGradNorm for gradients spread over ranks (a pipeline's stages): the sum of
+// squares of the local gradients, reduced by the caller, and the scale applied to them.
+double GradSquaredSum(nn::ParameterRegistry& reg);
+void ScaleGrads(nn::ParameterRegistry& reg, float scale);
 
 // Updates a registry's parameters from their gradients. Not thread-safe.
 class Optimizer {

@@ -82,12 +82,34 @@ void Bind(config::Binder& b, SyncOptions& o) {
   b.Require(o.consistency == Consistency::kSsp || o.staleness == 0, "staleness", "is only for consistency: ssp");
 }
 
+void Bind(config::Binder& b, ParallelOptions& o) {
+  using R = ParallelOptions::Recompute;
+  b.Field("dp", o.dp, "data-parallel replicas (0: world / (tp * pp))").Range(0, 1 << 20);
+  b.Field("tp", o.tp, "tensor-parallel ways").Range(1, 1024);
+  b.Field("pp", o.pp, "pipeline ranks").Range(1, 1024);
+  b.Field("vpp", o.vpp, "model chunks per pipeline rank (interleaved: >= 2; zbv: 2)").Range(1, 64);
+  b.Field("micro_batches", o.micro_batches, "micro-batches per step (0: train.micro_batches)")
+      .Range(0, 1 << 16);
+  b.Field("schedule", o.schedule, "pipeline schedule: gpipe, 1f1b, interleaved, zb-h1 or zbv");
+  b.Field("zero", o.zero, "ZeRO stage (0: replicated optimizer state)").Range(0, 3);
+  b.Enum("recompute", o.recompute,
+         {{"none", R::kNone}, {"selective", R::kSelective}, {"full", R::kFull}},
+         "activation recomputation: none, selective (attention core) or full (each unit keeps "
+         "only its input)");
+  b.Field("partition", o.partition,
+          "how units are cut into stages: params, cost, or the first unit of each later stage "
+          "(\"3,6,9\")");
+  b.Require(o.tp == 1, "tp", "tensor parallelism is not built yet (tp must be 1)");
+  b.Require(o.zero == 0, "zero", "ZeRO is not built yet (zero must be 0)");
+}
+
 void Bind(config::Binder& b, TrainJob& o) {
   b.Section("model", o.model, "model");
   b.Section("optimizer", o.optimizer, "optimizer");
   b.Section("train", o.train, "training loop");
   b.Section("data", o.data, "data");
   b.Section("sync", o.sync, "how trainers synchronise");
+  b.Section("parallel", o.parallel, "how the trainers cut the model: dp x tp x pp");
 }
 
 }  // namespace strata

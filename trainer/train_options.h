@@ -59,7 +59,7 @@ struct TrainOptions {
   std::string device = "cpu";   // "cpu" or "cuda[:N]"
   int64_t steps = 1000;
   int64_t batch_size = 64;      // samples (sequences for gpt) per micro-batch
-  int64_t micro_batches = 1;    // micro-batches per step; gradients accumulate
+  int64_t micro_batches = 1;    // micro-batches per step; gradients accumulate (the pipeline's m)
   int64_t log_every = 10;       // progress line and metrics every N steps
   int64_t eval_every = 0;       // 0: only at the end
   int64_t checkpoint_every = 0; // 0: no periodic checkpoints
@@ -88,6 +88,30 @@ struct SyncOptions {
 };
 void Bind(config::Binder& b, SyncOptions& o);
 
+// How the world of trainers is cut (the job's `parallel` section; see docs/architecture.md).
+// Ranks are laid out Megatron's way: tp fastest, then dp, then pp. The world must be
+// dp * tp * pp; dp 0 means world / (tp * pp).
+struct ParallelOptions {
+  enum class Recompute { kNone, kSelective, kFull };
+  int64_t dp = 0;             // data-parallel replicas (0: what the world leaves)
+  int64_t tp = 1;             // tensor-parallel ways within a layer
+  int64_t pp = 1;             // pipeline ranks
+  int64_t vpp = 1;            // model chunks (virtual stages) per pipeline rank
+  // Micro-batches a step runs through the pipeline, per data-parallel replica. 0: take
+  // train.micro_batches (the two name one thing; giving both, different, is an error).
+  int64_t micro_batches = 0;
+  std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved | zb-h1 | zbv
+  int64_t zero = 0;           // 0: replicated optimizer state (1-3: ZeRO stages, not built yet)
+  // none: keep every activation; selective: recompute the attention core (the [T, T] scores)
+  // in backward; full: every unit keeps only its input and recomputes its forward.
+  Recompute recompute = Recompute::kNone;
+  // How the model's units are cut into pp * vpp stages: "params" (balanced parameter counts),
+  // "cost" (balanced measured forward+backward time of each unit), or the first unit of every
+  // stage after the first as a comma list ("3,6,9" for 4 stages).
+  std::string partition = "params";
+};
+void Bind(config::Binder& b, ParallelOptions& o);
+
 // Its sections sit at the top level of the job file, beside the cluster's (JobConfig binds them
 // in place).
 struct TrainJob {
@@ -96,6 +120,7 @@ struct TrainJob {
   TrainOptions train;
   DataOptions data;
   SyncOptions sync;
+  ParallelOptions parallel;
 };
 void Bind(config::Binder& b, TrainJob& o);
 

@@ -1,51 +1,39 @@
-// trainer.cc: the training loop, evaluation and checkpoints.
+// trainer.cc: building a trainer for its place in the plan, the step loop and evaluation.
 #include "trainer/trainer.h"
-
-#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
+#include <fstream>
 #include <iterator>
-#include <map>
 #include <nlohmann/json.hpp>
 
 #include "ps/node.h"
+#include "trainer/checkpoint.h"
 #include "trainer/comm/gloo_communicator.h"
+#include "trainer/device.h"
 #include "trainer/grad_sync.h"
 #include "trainer/ops/ops.h"
 #include "trainer/ops/rng.h"
+#include "trainer/pipeline/executor.h"
+#include "trainer/progress.h"
 #include "trainer/trace.h"
 #if STRATA_HAVE_CUDA
 #include "common/cuda_check.h"
 #include "trainer/comm/nccl_communicator.h"
-#include "trainer/ops/cuda_exec.h"
 #endif
 
 namespace strata {
 
-struct Trainer::DeviceState {
-#if STRATA_HAVE_CUDA
-  std::unique_ptr<ops::CudaExec> cuda;
-#endif
-  ops::Exec exec;
-};
-
-Trainer::Trainer(const TrainJob& job) : job_(job) {
-  const char* progress = std::getenv("STRATA_PROGRESS");
-  launched_ = progress && std::string(progress) == "launcher";
-}
+Trainer::Trainer(const TrainJob& job) : job_(job) {}
 
 Trainer::~Trainer() {
   // The communication thread goes first; the model's tensors before the allocator and stream
   // they live on.
+  executor_.reset();
   reducer_.reset();
   ps_.reset();
   client_.reset();
-  comm_.reset();
+  groups_ = ParallelGroups();
   eval_set_.clear();
   lookahead_.clear();
   optimizer_.reset();
@@ -53,12 +41,6 @@ Trainer::~Trainer() {
 }
 
 namespace {
-
-// "{rank}" in `path` becomes the rank.
-std::string ForRank(std::string path, int rank) {
-  for (size_t at; (at = path.find("{rank}")) != std::string::npos;) path.replace(at, 6, std::to_string(rank));
-  return path;
-}
 
 // Ids one sample feeds to the embedding tables (what a compact sparse table must hold).
 int64_t IdsPerSample(const ModelOptions& m) {
@@ -79,14 +61,25 @@ auto CatchOutOfMemory(Doing&& doing, F&& f) -> decltype(f()) {
   } catch (const ops::OutOfMemory& e) {
     return Status::ResourceExhausted(
         std::string(doing()) + ": out of memory allocating " + e.status().message() +
-        " (lower train.batch_size, raise train.micro_batches, set model.recompute, or shrink the model)");
+        " (lower train.batch_size, raise train.micro_batches, set parallel.recompute, raise "
+        "parallel.pp, or shrink the model)");
   }
+}
+
+const char* ModeName(SyncOptions::Mode m) {
+  switch (m) {
+    case SyncOptions::Mode::kLocal: return "local";
+    case SyncOptions::Mode::kAllReduce: return "allreduce";
+    case SyncOptions::Mode::kPs: return "ps";
+    case SyncOptions::Mode::kHybrid: return "hybrid";
+  }
+  return "?";
 }
 
 }  // namespace
 
-Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainJob& job, Node* node) {
-  return CatchOutOfMemory([] { return "building the model"; }, [&] { return Build(job, node); });
+Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainJob& job, Node* node, bool launched) {
+  return CatchOutOfMemory([] { return "building the model"; }, [&] { return Build(job, node, launched); });
 }
 
 Result<TrainSummary> Trainer::Run() {
@@ -94,12 +87,12 @@ Result<TrainSummary> Trainer::Run() {
                           [this] { return RunSteps(); });
 }
 
-Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node) {
+Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node, bool launched) {
   auto t = std::unique_ptr<Trainer>(new Trainer(job));
   const SyncOptions& sync = job.sync;
   const bool cluster = sync.mode != SyncOptions::Mode::kLocal;
   if (cluster) {
-    if (!node) return Status::InvalidArgument("sync.mode " + std::string(sync.mode == SyncOptions::Mode::kPs ? "ps" : "allreduce/hybrid") + " needs a cluster (strata-launch, or --set cluster.scheduler=...)");
+    if (!node) return Status::InvalidArgument(std::string("sync.mode ") + ModeName(sync.mode) + " needs a cluster (strata-launch, or --set cluster.scheduler=...)");
     t->node_ = node;
     t->rank_ = node->rank();
     t->world_ = node->view().Count(Role::kTrainer);
@@ -112,38 +105,47 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node)
           "parameters on the servers, use the servers' durability (server.store.durability)");
     }
   }
-  STRATA_ASSIGN_OR_RETURN(Device device, ParseDevice(job.train.device));
-  t->device_ = std::make_unique<DeviceState>();
-  if (device.is_cuda()) {
-#if STRATA_HAVE_CUDA
-    if (cluster && job.train.device == "cuda") {
-      // No index given: trainers of one host take a device each (ranks are assigned in address
-      // order, so a host's trainers have consecutive ranks), as NCCL wants one rank per device.
-      int count = 0;
-      if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) device.index = t->rank_ % count;
-    }
-    STRATA_ASSIGN_OR_RETURN(t->device_->cuda, ops::CudaExec::Create(device.index));
-    t->device_->exec = t->device_->cuda->exec();
-#else
-    return Status::Unimplemented("train.device is " + job.train.device + " but this build has no CUDA");
-#endif
+  STRATA_ASSIGN_OR_RETURN(t->plan_, ResolvePlan(job, t->world_));
+  if (!cluster && t->plan_.pp > 1) {
+    return Status::InvalidArgument("parallel.pp " + std::to_string(t->plan_.pp) +
+                                   " needs a cluster of trainers (strata-launch --trainers N)");
   }
-  if (job.train.batch_size % t->world_ != 0) {
+  if (job.train.batch_size % t->plan_.dp != 0) {
     return Status::InvalidArgument("train.batch_size " + std::to_string(job.train.batch_size) +
                                    " (the global batch) must be divisible by the " +
-                                   std::to_string(t->world_) + " trainers");
+                                   std::to_string(t->plan_.dp) + " data-parallel replicas");
   }
-  const int64_t local_batch = job.train.batch_size / t->world_;
+  STRATA_ASSIGN_OR_RETURN(t->device_, ComputeDevice::Open(job.train.device, cluster, t->rank_));
+  const ops::Exec& exec = t->device_->exec();
+  t->trace_ = std::make_unique<Trace>(!sync.trace_path.empty());
+  if (cluster) STRATA_RETURN_IF_ERROR(t->MakeGroups());
+
+  // This rank builds the units of its stages only.
+  const std::vector<int> stages = pipeline::StagesOfRank(t->plan_.schedule, t->plan_.shape(), t->groups_.pp_rank);
+  UnitSelection mine;
+  if (t->plan_.pp > 1) {
+    mine.assign(t->plan_.stages.back().last, false);
+    for (int s : stages) {
+      for (int u = t->plan_.stages[s].first; u < t->plan_.stages[s].last; ++u) mine[u] = true;
+    }
+  }
+  const int64_t local_batch = job.train.batch_size / t->plan_.dp;
   const bool servers = sync.mode == SyncOptions::Mode::kPs || sync.mode == SyncOptions::Mode::kHybrid;
   ModelOptions model = job.model;
-  if (servers) model.sparse_rows = local_batch * job.train.micro_batches * IdsPerSample(job.model);
-  STRATA_ASSIGN_OR_RETURN(t->model_, CreateModel(model, t->device_->exec));
-  t->trace_ = std::make_unique<Trace>(!sync.trace_path.empty());
-  if (cluster) STRATA_RETURN_IF_ERROR(t->Connect(node));
+  if (servers) model.sparse_rows = local_batch * t->plan_.micro_batches * IdsPerSample(job.model);
+  STRATA_ASSIGN_OR_RETURN(t->model_, CreateModel(model, exec, mine));
+  if (job.parallel.recompute == ParallelOptions::Recompute::kFull) {
+    for (int u = 0; u < t->model_->num_units(); ++u) {
+      if (t->model_->built(u)) t->model_->unit(u).set_recompute(true);
+    }
+  }
+  if (cluster) STRATA_RETURN_IF_ERROR(t->Connect());
   t->optimizer_ = Optimizer::Create(job.optimizer, t->model_->params());
   STRATA_ASSIGN_OR_RETURN(t->data_, CreateDataSource(job.data, job.model, job.train.batch_size,
-                                                     {t->rank_, t->world_}));
-  if (t->rank_ == 0) t->eval_set_ = t->data_->EvalSet(local_batch);
+                                                     {t->groups_.dp_rank, t->plan_.dp}));
+  if (t->groups_.dp_rank == 0) t->eval_set_ = t->data_->EvalSet(local_batch);
+  t->executor_ = std::make_unique<pipeline::StageExecutor>(*t->model_, t->plan_, t->groups_.pp_rank,
+                                                           t->groups_.pp.get(), t->trace_.get());
   if (job.data.kind == DataOptions::Kind::kText) {
     // The bar a language model must clear: a model without context reaches this loss at best.
     std::ifstream in(job.data.path, std::ios::binary);
@@ -154,61 +156,72 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node)
                    t->unigram_entropy_);
     }
   }
-  std::string metrics = job.train.metrics_path;
-  if (!metrics.empty() && (t->rank_ == 0 || metrics.find("{rank}") != std::string::npos)) {
-    metrics = ForRank(metrics, t->rank_);
-    t->metrics_.open(metrics, std::ios::app);
-    if (!t->metrics_) return Status::IOError("cannot open metrics file " + metrics);
-  }
+  if (t->rank_ == 0 && (t->plan_.pp > 1 || t->plan_.dp > 1)) spdlog::info("parallel plan: {}", t->plan_.ToString());
+  t->progress_ = std::make_unique<Progress>(job, t->rank_, t->world_, launched);
+  STRATA_RETURN_IF_ERROR(t->progress_->Open());
   return t;
 }
 
-Status Trainer::Connect(Node* node) {
+Status Trainer::MakeGroups() {
+  const Millis timeout(job_.sync.timeout_ms);
+  const bool cuda = device_->exec().is_cuda();
+  CommunicatorFactory make = [&](const std::string& name, int rank, int size) -> Result<std::unique_ptr<Communicator>> {
+    if (cuda) {
+#if STRATA_HAVE_CUDA
+      // Device tensors move over NCCL on its own stream, ordered by events.
+      NcclOptions nccl;
+      nccl.device = device_->exec().device.index;
+      nccl.timeout = timeout;
+      STRATA_ASSIGN_OR_RETURN(auto comm, MakeNcclCommunicator(*node_, name, rank, size, nccl));
+      return std::unique_ptr<Communicator>(std::move(comm));
+#endif
+    }
+    GlooOptions gloo;
+    gloo.timeout = timeout;
+    return MakeGlooCommunicator(*node_, name, rank, size, gloo);
+  };
+  STRATA_ASSIGN_OR_RETURN(groups_, MakeParallelGroups(plan_, rank_, make));
+  return Status::OK();
+}
+
+Status Trainer::Connect() {
   const SyncOptions& sync = job_.sync;
   const Millis timeout(sync.timeout_ms);
   nn::ParameterRegistry& reg = model_->params();
   if (sync.mode == SyncOptions::Mode::kPs || sync.mode == SyncOptions::Mode::kHybrid) {
-    client_ = std::make_unique<PsClient>(*node, timeout);
-    STRATA_ASSIGN_OR_RETURN(ps_, PsSync::Create(*client_, reg, job_, trace_.get()));
+    client_ = std::make_unique<PsClient>(*node_, timeout);
+    PsSyncOptions o;
+    o.trainers = world_;
+    o.replicas = plan_.dp;
+    o.first_table_id = static_cast<uint32_t>(groups_.pp_rank) << 16;
+    STRATA_ASSIGN_OR_RETURN(ps_, PsSync::Create(*client_, reg, job_, o, trace_.get()));
+    syncs_.push_back(ps_.get());
   }
-  if (sync.mode == SyncOptions::Mode::kAllReduce || sync.mode == SyncOptions::Mode::kHybrid) {
-    void* compute_stream = nullptr;
-    if (reg.exec().is_cuda()) {
-#if STRATA_HAVE_CUDA
-      // Device gradients all-reduce over NCCL on its own stream, ordered by events.
-      NcclOptions nccl;
-      nccl.device = reg.exec().device.index;
-      nccl.timeout = timeout;
-      STRATA_ASSIGN_OR_RETURN(comm_, MakeNcclCommunicator(*node, "trainers/dp", rank_, world_, nccl));
-      compute_stream = reg.exec().stream;
-#endif
-    } else {
-      GlooOptions gloo;
-      gloo.timeout = timeout;
-      STRATA_ASSIGN_OR_RETURN(comm_, MakeGlooCommunicator(*node, "trainers/dp", rank_, world_, gloo));
-    }
-    // Every replica starts from the same values: the initialisers are seeded by name, so they
-    // already are; the broadcast makes it so whatever the model did at construction.
+  if ((sync.mode == SyncOptions::Mode::kAllReduce || sync.mode == SyncOptions::Mode::kHybrid) && groups_.dp) {
+    Communicator& dp = *groups_.dp;
 #if STRATA_HAVE_CUDA
     if (reg.exec().is_cuda()) {
       // The values were uploaded on the legacy stream, and NCCL's stream does not wait for it.
       CUDA_CHECK(cudaDeviceSynchronize());
     }
 #endif
+    // Every replica starts from the same values: the initialisers are seeded by name, so they
+    // already are; the broadcast makes it so whatever the model did at construction.
     std::vector<nn::Parameter*> local;
     for (auto& p : reg.params()) {
       if (p->remote) continue;
       local.push_back(p.get());
-      STRATA_RETURN_IF_ERROR(comm_->Broadcast(p->value.data_as<float>(), p->value.numel(), 0)
+      STRATA_RETURN_IF_ERROR(dp.Broadcast(p->value.data_as<float>(), p->value.numel(), 0)
                                  .WithContext("broadcasting " + p->name));
     }
     // A stream-ordered (NCCL) communicator has only enqueued the broadcasts.
-    STRATA_RETURN_IF_ERROR(comm_->Synchronize().WithContext("broadcasting the parameters"));
+    STRATA_RETURN_IF_ERROR(dp.Synchronize().WithContext("broadcasting the parameters"));
     const auto bytes = static_cast<size_t>(sync.bucket_mb * 1024 * 1024);
-    reducer_ = std::make_unique<BucketAllReducer>(*comm_, std::move(local), bytes, sync.overlap,
-                                                  trace_.get(), compute_stream);
+    reducer_ = std::make_unique<BucketAllReducer>(dp, std::move(local), bytes, sync.overlap, trace_.get(),
+                                                  reg.exec().is_cuda() ? reg.exec().stream : nullptr);
+    syncs_.push_back(reducer_.get());
     if (rank_ == 0) {
-      spdlog::info("all-reduce over {} trainers: {} buckets of up to {} MiB{}", world_,
+      spdlog::info("all-reduce over {} replicas: {} buckets of up to {} MiB{}", plan_.dp,
                    reducer_->num_buckets(), sync.bucket_mb, sync.overlap ? ", overlapped with backward" : "");
     }
   }
@@ -218,13 +231,18 @@ Status Trainer::Connect(Node* node) {
 std::vector<Batch> Trainer::NextBatches() {
   if (!lookahead_.empty()) return std::move(lookahead_);
   std::vector<Batch> batches;
-  for (int64_t m = 0; m < job_.train.micro_batches; ++m) batches.push_back(data_->Next());
+  for (int m = 0; m < plan_.micro_batches; ++m) batches.push_back(data_->Next());
   return batches;
 }
 
+Status Trainer::ReduceLoss(double* v) {
+  if (groups_.pp) STRATA_RETURN_IF_ERROR(groups_.pp->AllReduceHost(v, 1, ReduceOp::kSum).WithContext("summing the loss over the pipeline"));
+  if (groups_.dp) STRATA_RETURN_IF_ERROR(groups_.dp->AllReduceHost(v, 1, ReduceOp::kAvg).WithContext("averaging the loss over the replicas"));
+  return Status::OK();
+}
+
 Result<double> Trainer::TrainStep() {
-  nn::ParameterRegistry& reg = model_->params();
-  const int64_t micro = job_.train.micro_batches;
+  const int micro = plan_.micro_batches;
   std::vector<Batch> batches = NextBatches();
   lookahead_.clear();
   const bool prefetch = ps_ && job_.sync.prefetch;
@@ -235,40 +253,54 @@ Result<double> Trainer::TrainStep() {
       ps_->Prefetch(lookahead_);
     }
   }
-  reg.ZeroGrad();
+  model_->params().ZeroGrad();
+  for (GradSync* s : syncs_) s->BeginStep(step_);
+  nn::Context::GradReadyFn ready;
+  if (!syncs_.empty()) {
+    ready = [this](nn::Parameter& p) {
+      for (GradSync* s : syncs_) s->GradReady(p);
+    };
+  }
+  // Dropout masks depend on (step, micro-batch, replica) only, so a resumed run draws the same.
+  const int dp = plan_.dp, dp_rank = groups_.dp_rank;
+  auto seed_of = [&](int m) { return rng::Hash(job_.model.seed, (step_ * micro + m) * dp + dp_rank); };
   double loss = 0;
   {
     Trace::Scope fb(trace_.get(), "forward + backward", "compute", 0, step_);
-    for (int64_t m = 0; m < micro; ++m) {
-      // Dropout masks depend on (step, micro-batch) only, so a resumed run draws the same ones.
-      nn::Context ctx(reg.exec(), true, rng::Hash(job_.model.seed, (step_ * micro + m) * world_ + rank_));
-      if (reducer_ && m == micro - 1) {
-        reducer_->BeginStep(step_);
-        ctx.set_grad_ready([this](nn::Parameter& p) { reducer_->GradReady(p); });
-      }
-      loss += model_->ForwardBackward(batches[m], ctx, 1.0f / static_cast<float>(micro));
-    }
+    STRATA_ASSIGN_OR_RETURN(loss, executor_->RunStep(batches, step_, ready, seed_of));
   }
+  const pipeline::StepTimings& t = executor_->last_step();
+  pipeline_.step_seconds += t.step_us * 1e-6;
+  pipeline_.busy_seconds += t.busy_us * 1e-6;
+  pipeline_.peak_saved_bytes = std::max(pipeline_.peak_saved_bytes, t.peak_saved_bytes);
+  pipeline_.peak_live = std::max(pipeline_.peak_live, t.peak_live);
+  for (GradSync* s : syncs_) STRATA_RETURN_IF_ERROR(s->Finish(step_));
+  // Summed in double over the micro-batches, reduced in double, divided once: as one process.
+  STRATA_RETURN_IF_ERROR(ReduceLoss(&loss));
   loss /= micro;
-  if (reducer_) {
-    STRATA_RETURN_IF_ERROR(reducer_->Finish());
-    // On NCCL this goes after the step's buckets on its stream and waits for all of them.
-    float l = static_cast<float>(loss);
-    STRATA_RETURN_IF_ERROR(comm_->AllReduceHost(&l, 1, ReduceOp::kAvg).WithContext("all-reducing the loss"));
-    loss = l;
-  }
-  if (ps_) {
-    STRATA_RETURN_IF_ERROR(ps_->PushAndClock(step_));
-    if (prefetch && !ps_->prefetch_before_compute()) {
-      lookahead_ = NextBatches();
-      ps_->Prefetch(lookahead_);
-    }
+  if (ps_ && prefetch && !ps_->prefetch_before_compute()) {
+    lookahead_ = NextBatches();
+    ps_->Prefetch(lookahead_);
   }
   return loss;
 }
 
+double Trainer::ClipGradients() {
+  nn::ParameterRegistry& reg = model_->params();
+  double sq = GradSquaredSum(reg);
+  // Each pipeline rank holds its stages' gradients; replicas already agree after all-reduce.
+  if (groups_.pp) {
+    Status s = groups_.pp->AllReduceHost(&sq, 1, ReduceOp::kSum);
+    STRATA_CHECK(s.ok()) << "gradient norm over the pipeline: " << s.ToString();
+  }
+  const double norm = std::sqrt(sq);
+  const double max_norm = job_.optimizer.clip_norm;
+  if (max_norm > 0 && norm > max_norm) ScaleGrads(reg, static_cast<float>(max_norm / (norm + 1e-6)));
+  return norm;
+}
+
 Status Trainer::Finish() {
-  // Every trainer has pushed its last gradients before rank 0 evaluates.
+  // Every trainer has pushed its last gradients before the evaluation.
   Status s = node_->Barrier("train/done", wire::BarrierScope::TRAINERS, Millis(job_.sync.timeout_ms));
   if (s.ok()) return s;
   if (ps_ && job_.sync.consistency == Consistency::kAsp) {
@@ -281,12 +313,10 @@ Status Trainer::Finish() {
 Result<TrainSummary> Trainer::RunSteps() {
   const TrainOptions& to = job_.train;
   if (to.resume && !to.checkpoint_dir.empty()) {
-    const std::string latest = to.checkpoint_dir + "/latest";
-    std::ifstream in(latest);
-    std::string name;
-    if (in && std::getline(in, name) && !name.empty()) {
-      STRATA_RETURN_IF_ERROR(LoadCheckpoint(to.checkpoint_dir + "/" + name));
-      spdlog::info("resumed from {} at step {}", name, step_);
+    const std::string latest = LatestCheckpoint(CheckpointDir());
+    if (!latest.empty()) {
+      STRATA_RETURN_IF_ERROR(LoadCheckpoint(latest));
+      spdlog::info("resumed from {} at step {}", latest, step_);
     }
   }
   TrainSummary summary;
@@ -302,7 +332,7 @@ Result<TrainSummary> Trainer::RunSteps() {
     double norm = 0;
     {
       Trace::Scope opt(trace_.get(), "optimizer", "optim", 0, step_);
-      norm = ClipGradNorm(model_->params(), job_.optimizer.clip_norm);
+      norm = ClipGradients();
       optimizer_->Step(lr);
     }
     ++step_;
@@ -310,86 +340,47 @@ Result<TrainSummary> Trainer::RunSteps() {
     if (!std::isfinite(loss)) return Status::Aborted("loss is " + std::to_string(loss) + " at step " + std::to_string(step_));
     if (step_ % to.log_every == 0 || step_ == to.steps) {
       const double now = elapsed();
-      Log(loss, lr, norm, (now - window_start) / std::min<int64_t>(to.log_every, step_ - summary.first_step), now);
+      progress_->Step(step_, loss, lr, norm, (now - window_start) / std::min<int64_t>(to.log_every, step_ - summary.first_step), now);
       window_start = now;
     }
-    if (to.eval_every > 0 && step_ % to.eval_every == 0 && step_ != to.steps && rank_ == 0) Evaluate();
-    if (to.checkpoint_every > 0 && step_ % to.checkpoint_every == 0 && rank_ == 0) {
+    if (to.eval_every > 0 && step_ % to.eval_every == 0 && step_ != to.steps) STRATA_RETURN_IF_ERROR(Evaluate().status());
+    if (to.checkpoint_every > 0 && step_ % to.checkpoint_every == 0 && groups_.dp_rank == 0) {
       STRATA_RETURN_IF_ERROR(SaveCheckpoint());
     }
   }
   summary.seconds = elapsed();
   const int64_t steps_run = step_ - summary.first_step;
-  summary.samples_per_second = summary.seconds > 0 ? steps_run * to.batch_size * to.micro_batches / summary.seconds : 0;
-  if (to.progress && isatty(STDERR_FILENO)) std::fprintf(stderr, "\n");
+  summary.samples_per_second = summary.seconds > 0 ? steps_run * to.batch_size * plan_.micro_batches / summary.seconds : 0;
+  progress_->Done();
   if (reducer_) {
     summary.comm_seconds = reducer_->comm_seconds();
     summary.exposed_comm_seconds = reducer_->exposed_seconds();
   }
+  summary.pipeline = pipeline_;
   if (trace_->enabled()) {
     const std::string path = ForRank(job_.sync.trace_path, rank_);
     STRATA_RETURN_IF_ERROR(trace_->Write(path, rank_));
     spdlog::info("wrote the timeline to {}", path);
   }
   if (node_) STRATA_RETURN_IF_ERROR(Finish());
-  if (rank_ == 0) summary.eval = Evaluate();
+  STRATA_ASSIGN_OR_RETURN(summary.eval, Evaluate());
   return summary;
 }
 
-void Trainer::Log(double loss, double lr, double grad_norm, double step_seconds, double elapsed) {
-  const TrainOptions& to = job_.train;
-  const int64_t samples = to.batch_size * to.micro_batches;
-  const int64_t tokens = job_.model.kind == ModelOptions::Kind::kGpt ? samples * job_.model.context : 0;
-  const double sps = samples / step_seconds;
-  const double eta = step_seconds * static_cast<double>(to.steps - step_);
-  nlohmann::json j = {{"step", step_},          {"loss", loss},
-                      {"lr", lr},              {"grad_norm", grad_norm},
-                      {"samples_per_s", sps},  {"elapsed_s", elapsed}};
-  if (tokens) j["tokens_per_s"] = tokens / step_seconds;
-  if (launched_) {
-    // strata-launch folds every trainer's progress into one line.
-    nlohmann::json p = {{"rank", rank_}, {"step", step_}, {"steps", to.steps}, {"loss", loss},
-                        {"samples_per_s", sps / world_}, {"eta_s", eta}};
-    std::printf("@progress %s\n", p.dump().c_str());
-    std::fflush(stdout);
-  } else if (to.progress && rank_ == 0) {
-    const int e = static_cast<int>(eta);
-    std::string rate = tokens ? std::to_string(static_cast<int64_t>(tokens / step_seconds)) + " tok/s"
-                              : std::to_string(static_cast<int64_t>(sps)) + " samples/s";
-    std::fprintf(stderr, "%sstep %lld/%lld | loss %.5f | lr %.2e | %s | ETA %02d:%02d:%02d%s",
-                 isatty(STDERR_FILENO) ? "\r" : "", static_cast<long long>(step_),
-                 static_cast<long long>(to.steps), loss, lr, rate.c_str(), e / 3600, e / 60 % 60,
-                 e % 60, isatty(STDERR_FILENO) ? "   " : "\n");
-    std::fflush(stderr);
-  }
-  WriteMetrics(j.dump());
-}
-
-void Trainer::WriteMetrics(const std::string& json_line) {
-  if (metrics_.is_open()) {
-    metrics_ << json_line << "\n";
-    metrics_.flush();
-  }
-}
-
-EvalMetrics Trainer::Evaluate() {
+Result<EvalMetrics> Trainer::Evaluate() {
   EvalMetrics m;
+  if (groups_.dp_rank != 0) return m;
   std::vector<float> scores, labels, oracle;
   double weighted = 0;
   for (const Batch& held : eval_set_) {
     std::vector<Batch> one = {held};
     if (ps_) {
       // The servers hold the parameters: pull them (and this batch's rows) first.
-      if (Status st = ps_->Prepare(one, step_); !st.ok()) {
-        spdlog::error("evaluation: {}", st.ToString());
-        m.loss = std::nan("");
-        return m;
-      }
+      STRATA_RETURN_IF_ERROR(ps_->Prepare(one, step_).WithContext("evaluation"));
     }
     const Batch& b = one[0];
-    nn::Context ctx(model_->exec(), false, 0);
     Tensor out;
-    const double loss = model_->Evaluate(b, ctx, &out);
+    STRATA_ASSIGN_OR_RETURN(const double loss, executor_->Forward(b, &out));
     weighted += loss * b.samples;
     m.samples += b.samples;
     if (job_.model.kind == ModelOptions::Kind::kCtr) {
@@ -400,6 +391,8 @@ EvalMetrics Trainer::Evaluate() {
       }
     }
   }
+  // The last stage computed the loss; every rank of the pipeline learns it.
+  if (groups_.pp) STRATA_RETURN_IF_ERROR(groups_.pp->AllReduceHost(&weighted, 1, ReduceOp::kSum).WithContext("evaluation loss"));
   m.loss = m.samples ? weighted / m.samples : 0;
   nlohmann::json j = {{"step", step_}, {"eval_loss", m.loss}, {"eval_samples", m.samples}};
   if (unigram_entropy_ > 0) j["unigram_entropy"] = unigram_entropy_;
@@ -411,143 +404,37 @@ EvalMetrics Trainer::Evaluate() {
       j["oracle_auc"] = m.oracle_auc;
     }
   }
-  WriteMetrics(j.dump());
+  progress_->Metrics(j.dump());
   return m;
 }
 
-// --- Checkpoints: "STRATACK", u32 version, i64 step, i64 data position, i64 optimizer step,
-// u32 count, then per tensor: u32 name length, name, i64 numel, f32 values; u64 FNV-1a of all
-// preceding bytes.
+// --- Checkpoints (checkpoint.h)
 
-namespace {
+std::string Trainer::CheckpointDir() const {
+  const std::string& dir = job_.train.checkpoint_dir;
+  return plan_.pp > 1 ? dir + "/pp" + std::to_string(groups_.pp_rank) : dir;
+}
 
-constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'C', 'K'};
-constexpr uint32_t kVersion = 1;
-
-class HashingWriter {
- public:
-  explicit HashingWriter(std::ofstream& out) : out_(out) {}
-  void Write(const void* p, size_t n) {
-    const auto* b = static_cast<const unsigned char*>(p);
-    for (size_t i = 0; i < n; ++i) hash_ = (hash_ ^ b[i]) * 1099511628211ull;
-    out_.write(static_cast<const char*>(p), static_cast<std::streamsize>(n));
-  }
-  template <class T>
-  void Put(T v) { Write(&v, sizeof(v)); }
-  uint64_t hash() const { return hash_; }
-
- private:
-  std::ofstream& out_;
-  uint64_t hash_ = 1469598103934665603ull;
-};
-
-class HashingReader {
- public:
-  explicit HashingReader(std::ifstream& in) : in_(in) {}
-  bool Read(void* p, size_t n) {
-    if (!in_.read(static_cast<char*>(p), static_cast<std::streamsize>(n))) return false;
-    const auto* b = static_cast<const unsigned char*>(p);
-    for (size_t i = 0; i < n; ++i) hash_ = (hash_ ^ b[i]) * 1099511628211ull;
-    return true;
-  }
-  template <class T>
-  bool Get(T& v) { return Read(&v, sizeof(v)); }
-  uint64_t hash() const { return hash_; }
-
- private:
-  std::ifstream& in_;
-  uint64_t hash_ = 1469598103934665603ull;
-};
-
-std::vector<std::pair<std::string, Tensor>> CheckpointTensors(Model& model, Optimizer& opt) {
+std::vector<std::pair<std::string, Tensor>> Trainer::CheckpointTensors() {
   std::vector<std::pair<std::string, Tensor>> all;
-  for (auto& p : model.params().params()) all.emplace_back(p->name, p->value);
-  for (auto& s : opt.State()) all.push_back(s);
+  for (auto& p : model_->params().params()) all.emplace_back(p->name, p->value);
+  for (auto& s : optimizer_->State()) all.push_back(s);
   return all;
 }
 
-}  // namespace
-
 Status Trainer::SaveCheckpoint() {
-  const std::string& dir = job_.train.checkpoint_dir;
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return Status::IOError("cannot create " + dir + ": " + ec.message());
-  const std::string name = "ckpt-" + std::to_string(step_) + ".bin";
-  const std::string tmp = dir + "/" + name + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return Status::IOError("cannot write " + tmp);
-    HashingWriter w(out);
-    w.Write(kMagic, sizeof(kMagic));
-    w.Put(kVersion);
-    w.Put<int64_t>(step_);
-    w.Put<int64_t>(data_->position());
-    w.Put<int64_t>(optimizer_->step());
-    auto tensors = CheckpointTensors(*model_, *optimizer_);
-    w.Put(static_cast<uint32_t>(tensors.size()));
-    for (auto& [tname, t] : tensors) {
-      Tensor host = ToHost(t);
-      w.Put(static_cast<uint32_t>(tname.size()));
-      w.Write(tname.data(), tname.size());
-      w.Put<int64_t>(host.numel());
-      w.Write(host.data(), host.nbytes());
-    }
-    const uint64_t h = w.hash();
-    out.write(reinterpret_cast<const char*>(&h), sizeof(h));
-    out.flush();
-    if (!out) return Status::IOError("writing " + tmp + " failed");
-  }
-  std::filesystem::rename(tmp, dir + "/" + name, ec);
-  if (ec) return Status::IOError("cannot rename " + tmp + ": " + ec.message());
-  {
-    std::ofstream latest(dir + "/latest.tmp", std::ios::trunc);
-    latest << name << "\n";
-    if (!latest) return Status::IOError("cannot write " + dir + "/latest.tmp");
-  }
-  std::filesystem::rename(dir + "/latest.tmp", dir + "/latest", ec);
-  if (ec) return Status::IOError("cannot update " + dir + "/latest: " + ec.message());
-  WriteMetrics(nlohmann::json{{"step", step_}, {"checkpoint", dir + "/" + name}}.dump());
+  CheckpointHeader h{step_, data_->position(), optimizer_->step()};
+  STRATA_ASSIGN_OR_RETURN(const std::string path, WriteCheckpoint(CheckpointDir(), h, CheckpointTensors()));
+  progress_->Metrics(nlohmann::json{{"step", step_}, {"checkpoint", path}}.dump());
   return Status::OK();
 }
 
 Status Trainer::LoadCheckpoint(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound("cannot open checkpoint " + path);
-  HashingReader r(in);
-  auto bad = [&](const std::string& what) { return Status::Corruption(path + ": " + what); };
-  char magic[8];
-  uint32_t version = 0, count = 0;
-  int64_t step = 0, position = 0, opt_step = 0;
-  if (!r.Read(magic, 8) || std::memcmp(magic, kMagic, 8) != 0) return bad("not a strata checkpoint");
-  if (!r.Get(version) || version != kVersion) return bad("unsupported version");
-  if (!r.Get(step) || !r.Get(position) || !r.Get(opt_step) || !r.Get(count)) return bad("truncated header");
-  std::map<std::string, Tensor> want;
-  for (auto& [name, t] : CheckpointTensors(*model_, *optimizer_)) want[name] = t;
-  if (count != want.size()) {
-    return Status::InvalidArgument(path + ": holds " + std::to_string(count) + " tensors, the model and optimizer have " + std::to_string(want.size()));
-  }
-  std::vector<std::pair<Tensor, Tensor>> loaded;  // (destination, host values): applied after the checksum
-  for (uint32_t i = 0; i < count; ++i) {
-    uint32_t len = 0;
-    if (!r.Get(len) || len > 4096) return bad("bad tensor name");
-    std::string name(len, '\0');
-    int64_t numel = 0;
-    if (!r.Read(name.data(), len) || !r.Get(numel)) return bad("truncated tensor header");
-    auto it = want.find(name);
-    if (it == want.end()) return Status::InvalidArgument(path + ": unknown tensor " + name);
-    if (numel != it->second.numel()) return Status::InvalidArgument(path + ": " + name + " has a different size");
-    Tensor host = ops::NewTensor(ops::Exec::Cpu(), it->second.shape());
-    if (!r.Read(host.data(), host.nbytes())) return bad("truncated values of " + name);
-    loaded.emplace_back(it->second, host);
-  }
-  const uint64_t h = r.hash();
-  uint64_t stored = 0;
-  if (!in.read(reinterpret_cast<char*>(&stored), sizeof(stored)) || stored != h) return bad("checksum mismatch");
-  for (auto& [dst, host] : loaded) STRATA_RETURN_IF_ERROR(dst.CopyFrom(host));
-  step_ = step;
-  data_->Seek(position);
-  optimizer_->set_step(opt_step);
+  CheckpointHeader h;
+  STRATA_RETURN_IF_ERROR(ReadCheckpoint(path, CheckpointTensors(), &h));
+  step_ = h.step;
+  data_->Seek(h.data_position);
+  optimizer_->set_step(h.optimizer_step);
   return Status::OK();
 }
 

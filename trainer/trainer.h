@@ -1,19 +1,21 @@
-// trainer.h: Trainer, the training loop behind strata-trainer: steps of micro-batches,
-// clipping, schedule, optimizer; progress line, JSON-lines metrics, evaluation, and checkpoints
-// that resume exactly (on the CPU, bit-for-bit the uninterrupted run). Alone (sync.mode local)
-// or as one data-parallel rank of a cluster: all-reduce (BucketAllReducer), parameter servers
-// (PsSync), or both (hybrid); see grad_sync.h.
+// trainer.h: Trainer, what strata-trainer runs: the step loop (micro-batches through the
+// pipeline executor, gradient synchronisation, clipping, schedule, optimizer), evaluation and
+// checkpoints that resume exactly (on the CPU, bit for bit the uninterrupted run). Alone
+// (sync.mode local) or as one rank of a cluster cut by the job's `parallel` plan into
+// dp x tp x pp: data-parallel replicas synchronise by all-reduce (BucketAllReducer), through the
+// parameter servers (PsSync) or both (hybrid); pipeline ranks run a schedule (pipeline/).
 #pragma once
 
 #include <cstdint>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "trainer/data.h"
-#include "trainer/models.h"
+#include "trainer/models/model.h"
 #include "trainer/optim.h"
+#include "trainer/parallel/groups.h"
+#include "trainer/parallel/plan.h"
 #include "trainer/train_options.h"
 
 namespace strata {
@@ -25,32 +27,48 @@ struct EvalMetrics {
   int64_t samples = 0;
 };
 
+// What the pipeline executor measured, summed over the steps run (pp > 1).
+struct PipelineSummary {
+  double step_seconds = 0;  // sum of the executor's step times
+  double busy_seconds = 0;  // of which computing
+  int64_t peak_saved_bytes = 0;
+  int peak_live = 0;
+  double bubble() const { return step_seconds > 0 ? 1.0 - busy_seconds / step_seconds : 0; }
+};
+
 struct TrainSummary {
   int64_t first_step = 0;       // where this run started (after a resume, the checkpoint's step)
   std::vector<double> losses;   // one per step run, starting at first_step (the mean over the
-                                // data-parallel ranks when they all-reduce; else this rank's)
-  EvalMetrics eval;             // at the end (rank 0 only in a cluster)
+                                // data-parallel replicas; the same on every rank)
+  EvalMetrics eval;             // at the end (rank 0)
   double seconds = 0;           // training, without the final evaluation
-  double samples_per_second = 0;  // global samples (every rank's) per second of training
+  double samples_per_second = 0;  // global samples (every replica's) per second of training
   // All-reduce: seconds spent reducing and the part of it backward did not hide.
   double comm_seconds = 0;
   double exposed_comm_seconds = 0;
+  PipelineSummary pipeline;
 };
 
 class Node;
-class Communicator;
 class PsClient;
 class PsSync;
+class GradSync;
 class BucketAllReducer;
+class ComputeDevice;
+class Progress;
 class Trace;
+namespace pipeline {
+class StageExecutor;
+}
 
-// Owns the model, optimizer, data and (for CUDA) the device context. Not thread-safe.
+// Owns the model (this rank's stages of it), optimizer, data and device. Not thread-safe.
 class Trainer {
  public:
-  // With sync.mode other than local, `node` is this trainer's joined cluster node; its rank
-  // is the data-parallel rank, and every trainer of the cluster takes part. Create and Run
-  // return ResourceExhausted when the device runs out of memory (ops::OutOfMemory).
-  static Result<std::unique_ptr<Trainer>> Create(const TrainJob& job, Node* node = nullptr);
+  // With sync.mode other than local, `node` is this trainer's joined cluster node and every
+  // trainer of the cluster takes part. `launched`: under strata-launch (progress as @progress
+  // lines). Create and Run return ResourceExhausted when the device runs out of memory.
+  static Result<std::unique_ptr<Trainer>> Create(const TrainJob& job, Node* node = nullptr,
+                                                 bool launched = false);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -58,52 +76,66 @@ class Trainer {
   // Resumes from train.checkpoint_dir/latest when asked and present, then trains to
   // train.steps, checkpointing and evaluating as configured.
   Result<TrainSummary> Run();
-  EvalMetrics Evaluate();  // may throw ops::OutOfMemory (Run catches it)
+  // On every rank of data-parallel replica 0 (the pipeline passes activations); the loss is
+  // known on all of them afterwards. Others return an empty result. May throw
+  // ops::OutOfMemory (Run catches it).
+  Result<EvalMetrics> Evaluate();
 
-  // Writes ckpt-<step>.bin (parameters, optimizer state, step, data position) atomically and
-  // points `latest` at it.
+  // Writes this rank's stages' parameters and optimizer state (rank 0 of each pipeline
+  // stage's replicas writes; see CheckpointDir).
   Status SaveCheckpoint();
-  // Reads a checkpoint written by SaveCheckpoint for the same model.
   Status LoadCheckpoint(const std::string& path);
+  // train.checkpoint_dir, or its "pp<r>" subdirectory for pipeline rank r when pp > 1.
+  std::string CheckpointDir() const;
 
   Model& model() { return *model_; }
+  const ParallelPlan& plan() const { return plan_; }
   int64_t step() const { return step_; }
   int rank() const { return rank_; }
   int world() const { return world_; }
+  int dp_rank() const { return groups_.dp_rank; }
+  int pp_rank() const { return groups_.pp_rank; }
   // Text data: the byte-unigram entropy of the file in nats (0 otherwise).
   double unigram_entropy() const { return unigram_entropy_; }
+  // The executor's action timings of the last step (pipeline/executor.h).
+  const pipeline::StageExecutor& executor() const { return *executor_; }
 
  private:
   explicit Trainer(const TrainJob& job);
-  static Result<std::unique_ptr<Trainer>> Build(const TrainJob& job, Node* node);
+  static Result<std::unique_ptr<Trainer>> Build(const TrainJob& job, Node* node, bool launched);
+  Status MakeGroups();
+  Status Connect();
   Result<TrainSummary> RunSteps();
-  Status Connect(Node* node);
   std::vector<Batch> NextBatches();
   Result<double> TrainStep();
+  // Sums `v` over the pipeline, then averages it over the replicas (a step's loss).
+  Status ReduceLoss(double* v);
+  double ClipGradients();
   Status Finish();  // a cluster run: waits for every trainer
-  void Log(double loss, double lr, double grad_norm, double step_seconds, double elapsed);
-  void WriteMetrics(const std::string& json_line);
+  std::vector<std::pair<std::string, Tensor>> CheckpointTensors();
 
   TrainJob job_;
-  struct DeviceState;
-  std::unique_ptr<DeviceState> device_;  // CUDA stream, cuBLAS handle and allocator
+  std::unique_ptr<ComputeDevice> device_;
+  ParallelPlan plan_;
+  ParallelGroups groups_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<DataSource> data_;
   std::vector<Batch> eval_set_;
+  std::unique_ptr<pipeline::StageExecutor> executor_;
   // A cluster run.
   Node* node_ = nullptr;
   int rank_ = 0, world_ = 1;
   std::unique_ptr<Trace> trace_;
-  std::unique_ptr<Communicator> comm_;
   std::unique_ptr<PsClient> client_;
   std::unique_ptr<PsSync> ps_;
   std::unique_ptr<BucketAllReducer> reducer_;
+  std::vector<GradSync*> syncs_;  // ps_ and/or reducer_
   std::vector<Batch> lookahead_;  // the next step's batches, already prefetched
-  bool launched_ = false;  // under strata-launch (STRATA_PROGRESS=launcher): @progress lines
+  std::unique_ptr<Progress> progress_;
+  PipelineSummary pipeline_;
   int64_t step_ = 0;
   double unigram_entropy_ = 0;
-  std::ofstream metrics_;
 };
 
 }  // namespace strata

@@ -4,6 +4,7 @@
 //   strata-launch --servers 2 --trainers 2 examples/ctr.yaml   (starts strata-trainer --rank r)
 #include <CLI/CLI.hpp>
 
+#include <cstdlib>
 #include <iostream>
 
 #include "common/allocator.h"
@@ -30,13 +31,17 @@ void PrintSummary(const TrainJob& job, const Trainer& trainer, const TrainSummar
     line += fmt::format(", all-reduce {:.2f}s of which {:.0f}% hidden behind backward",
                         s.comm_seconds, 100.0 * std::max(0.0, 1.0 - s.exposed_comm_seconds / s.comm_seconds));
   }
-  if (trainer.world() > 1) line += fmt::format(" [{} trainers]", trainer.world());
+  if (trainer.plan().pp > 1) {
+    line += fmt::format(", pipeline bubble {:.1f}% (measured), peak activations {:.1f} MiB",
+                        100.0 * s.pipeline.bubble(), s.pipeline.peak_saved_bytes / 1048576.0);
+  }
+  if (trainer.world() > 1) line += fmt::format(" [{} trainers: {}]", trainer.world(), trainer.plan().ToString());
   spdlog::info("{}", line);
 }
 
-int Train(const JobConfig& config, Node* node) {
+int Train(const JobConfig& config, Node* node, bool launched) {
   const TrainJob& job = config.trainer;
-  auto trainer = Trainer::Create(job, node);
+  auto trainer = Trainer::Create(job, node, launched);
   if (!trainer.ok()) {
     spdlog::error("{}", trainer.status().ToString());
     return 1;
@@ -72,7 +77,10 @@ int main(int argc, char** argv) {
   LogOptions log = config.log;
   log.role = "trainer";
   InitLogging(log);
-  if (config.trainer.sync.mode == SyncOptions::Mode::kLocal) return Train(config, nullptr);
+  // Under strata-launch, progress goes out as @progress lines the launcher folds together.
+  const char* progress = std::getenv("STRATA_PROGRESS");
+  const bool launched = progress && std::string(progress) == "launcher";
+  if (config.trainer.sync.mode == SyncOptions::Mode::kLocal) return Train(config, nullptr, launched);
 
   InstallStopSignals();
   options.role = Role::kTrainer;
@@ -87,7 +95,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   SetLogIdentity("trainer", node.rank());
-  const int code = Train(config, &node);
+  const int code = Train(config, &node, launched);
   if (code == 0) {
     if (node.rank() == 0) {
       // Every trainer is done (Run's final barrier): end the job for the servers too.

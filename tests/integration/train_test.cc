@@ -11,21 +11,21 @@
 #include <regex>
 #include <sstream>
 
+#include "tests/integration/launch_fixture.h"
 #include "tests/test_util.h"
 
 namespace strata {
 namespace {
 
 using testing::BinPath;
+using testing::Losses;
+using testing::MaxRelativeDifference;
+using testing::ReadCheckpoint;
 using testing::ReadFile;
 using testing::Subprocess;
 using testing::TempDir;
 using testing::WriteFile;
 using Millis = std::chrono::milliseconds;
-
-// Failure detection fast enough for a test, slow enough not to misfire on a loaded CI machine.
-const char* kCluster =
-    "cluster: {heartbeat_interval_ms: 200, heartbeat_timeout_ms: 2500}\n";
 
 const char* kMlp =
     "model: {kind: mlp, mlp_in: 64, mlp_hidden: 128, mlp_out: 16}\n"
@@ -45,77 +45,8 @@ const char* kCtr =
     "optimizer: {kind: adamw, lr: 0.01}\n"
     "train: {steps: 300, batch_size: 256, log_every: 50, progress: false}\n";
 
-std::vector<double> Losses(const std::string& metrics_path) {
-  std::vector<double> out;
-  std::ifstream in(metrics_path);
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_object() && j.contains("loss")) out.push_back(j["loss"].get<double>());
-  }
-  return out;
-}
-
-double MaxRelativeDifference(const std::vector<double>& a, const std::vector<double>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    worst = std::max(worst, std::abs(a[i] - b[i]) / std::max(1e-12, std::abs(a[i])));
-  }
-  return worst;
-}
-
-// Every tensor of a trainer checkpoint (see Trainer::SaveCheckpoint), by name.
-std::map<std::string, std::vector<float>> ReadCheckpoint(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::map<std::string, std::vector<float>> out;
-  char header[8 + 4 + 8 + 8 + 8];
-  uint32_t count = 0;
-  if (!in.read(header, sizeof(header)) || !in.read(reinterpret_cast<char*>(&count), 4)) return out;
-  for (uint32_t i = 0; i < count; ++i) {
-    uint32_t len = 0;
-    int64_t numel = 0;
-    in.read(reinterpret_cast<char*>(&len), 4);
-    std::string name(len, '\0');
-    in.read(name.data(), len);
-    in.read(reinterpret_cast<char*>(&numel), 8);
-    std::vector<float> v(static_cast<size_t>(numel));
-    in.read(reinterpret_cast<char*>(v.data()), numel * 4);
-    out[name] = std::move(v);
-  }
-  return out;
-}
-
-class TrainTest : public ::testing::Test {
+class TrainTest : public testing::LaunchFixture {
  protected:
-  // Writes the job, runs it alone (strata-trainer, sync.mode local) or launched; returns the log.
-  std::string Job(const std::string& name, const std::string& text) {
-    const std::string path = dir_.File(name + ".yaml");
-    WriteFile(path, std::string(kCluster) + text);
-    return path;
-  }
-  int RunLocal(const std::string& job, const std::vector<std::string>& sets, std::string* log) {
-    std::vector<std::string> argv = {BinPath("strata-trainer"), "--config", job};
-    for (const auto& s : sets) argv.insert(argv.end(), {"--set", s});
-    Subprocess p(argv, dir_.File("local-" + std::to_string(runs_++) + ".log"));
-    const int code = p.Wait(Millis(240000));
-    *log = p.Log();
-    return code;
-  }
-  int Launch(const std::string& job, int servers, int trainers, const std::vector<std::string>& sets,
-             std::string* log) {
-    std::vector<std::string> argv = {BinPath("strata-launch"), "--servers", std::to_string(servers),
-                                     "--trainers", std::to_string(trainers), job, "--timeout", "240"};
-    for (const auto& s : sets) argv.insert(argv.end(), {"--set", s});
-    Subprocess p(argv, dir_.File("launch-" + std::to_string(runs_++) + ".log"));
-    const int code = p.Wait(Millis(270000));
-    *log = p.Log();
-    return code;
-  }
-  std::string Metrics(const std::string& tag) { return dir_.File("metrics-" + tag + "-{rank}.jsonl"); }
-  std::string Rank(const std::string& tag, int rank) {
-    return dir_.File("metrics-" + tag + "-" + std::to_string(rank) + ".jsonl");
-  }
-
   // The same global batch split over 1, 2 and 4 all-reducing trainers gives the
   // single-process losses at every step, and the same weights at the end.
   void ExpectAllReduceEquivalence(const std::string& job, const std::string& model) {
@@ -148,8 +79,6 @@ class TrainTest : public ::testing::Test {
     }
   }
 
-  TempDir dir_;
-  int runs_ = 0;
 };
 
 TEST_F(TrainTest, MlpAllReduceOn1To4TrainersMatchesOneProcess) {
@@ -240,31 +169,11 @@ TEST_F(TrainTest, LauncherRefusesALocalJob) {
   EXPECT_NE(log.find("sync.mode is local"), std::string::npos) << log;
 }
 
-// Kills trainer 2 of 3 once training is under way; returns the launcher's exit code and log.
+// Kills trainer 2 of 3 (with 2 servers) once training is under way.
 int RunAndKillATrainer(const std::string& job, const std::vector<std::string>& sets,
                        const std::string& log_path, std::string* log, std::vector<pid_t>* started,
                        bool keep_going = false) {
-  std::vector<std::string> argv = {BinPath("strata-launch"), "--servers", "2", "--trainers", "3",
-                                   job, "--timeout", "200", "--grace-ms", "2000"};
-  if (keep_going) argv.push_back("--keep-going");
-  for (const auto& s : sets) argv.insert(argv.end(), {"--set", s});
-  Subprocess launch(argv, log_path);
-  pid_t victim = -1;
-  const std::regex started_re("started trainer 2 \\(pid ([0-9]+)\\)");
-  EXPECT_TRUE(testing::WaitFor([&] {
-    const std::string l = launch.Log();
-    std::smatch m;
-    if (victim < 0 && std::regex_search(l, m, started_re)) victim = std::stoi(m[1]);
-    return victim > 0 && l.find("progress: step") != std::string::npos;
-  }, Millis(120000))) << launch.Log();
-  if (victim > 0) kill(victim, SIGKILL);
-  const int code = launch.Wait(Millis(220000));
-  *log = launch.Log();
-  const std::regex any_started("started [a-z]+ ?[0-9]* \\(pid ([0-9]+)\\)");
-  for (auto it = std::sregex_iterator(log->begin(), log->end(), any_started); it != std::sregex_iterator(); ++it) {
-    started->push_back(std::stoi((*it)[1]));
-  }
-  return code;
+  return testing::RunAndKillATrainer(job, 2, 3, 2, sets, log_path, log, started, keep_going);
 }
 
 TEST_F(TrainTest, AsynchronousTrainingFinishesWithoutAKilledTrainer) {

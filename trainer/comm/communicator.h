@@ -59,6 +59,22 @@ class Communicator {
   virtual Status Send(const float* data, size_t count, int peer, uint32_t tag) = 0;
   virtual Status Recv(float* data, size_t count, int peer, uint32_t tag) = 0;
 
+  // A send or receive in flight (ISend, IRecv). Wait() returns when it is complete on this rank
+  // (Gloo: the buffer may be reused or read; NCCL: as Synchronize), or fails after the
+  // communicator's timeout. Destroying a request that was not waited for waits for it.
+  class Request {
+   public:
+    virtual ~Request() = default;
+    virtual Status Wait() = 0;
+  };
+  // Non-blocking Send and Recv: start the transfer and return. The buffer must stay valid, and
+  // untouched, until Wait() returns. Matching is as for Send/Recv. Two neighbours that both
+  // post a send and then a receive do not deadlock (pipeline stages do exactly that).
+  virtual Result<std::unique_ptr<Request>> ISend(const float* data, size_t count, int peer,
+                                                 uint32_t tag) = 0;
+  virtual Result<std::unique_ptr<Request>> IRecv(float* data, size_t count, int peer,
+                                                 uint32_t tag) = 0;
+
   // Waits until every operation issued so far is complete (see above). A no-op on Gloo.
   virtual Status Synchronize() { return Status::OK(); }
 
@@ -67,6 +83,8 @@ class Communicator {
   // device-memory one (NCCL) stages them through the device and waits.
   virtual Status AllReduceHost(float* host, size_t count, ReduceOp op) { return AllReduce(host, count, op); }
   virtual Status BroadcastHost(float* host, size_t count, int root) { return Broadcast(host, count, root); }
+  // The same for doubles (a step's loss is summed in double precision, as one process does).
+  virtual Status AllReduceHost(double* host, size_t count, ReduceOp op) = 0;
 };
 
 }  // namespace strata

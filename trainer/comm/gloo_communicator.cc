@@ -161,6 +161,32 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
+  Result<std::unique_ptr<Request>> ISend(const float* data, size_t count, int peer,
+                                         uint32_t tag) override {
+    return Post(true, const_cast<float*>(data), count, peer, tag);
+  }
+
+  Result<std::unique_ptr<Request>> IRecv(float* data, size_t count, int peer, uint32_t tag) override {
+    return Post(false, data, count, peer, tag);
+  }
+
+  Status AllReduceHost(double* host, size_t count, ReduceOp op) override {
+    return Run("all-reduce of host doubles", [&] {
+      gloo::AllreduceOptions opts(context_);
+      opts.setOutput(host, count);
+      opts.setTag(next_tag_++);
+      switch (op) {
+        case ReduceOp::kMax: opts.setReduceFunction(ReduceFn(&gloo::max<double>)); break;
+        case ReduceOp::kMin: opts.setReduceFunction(ReduceFn(&gloo::min<double>)); break;
+        default: opts.setReduceFunction(ReduceFn(&gloo::sum<double>)); break;
+      }
+      gloo::allreduce(opts);
+      if (op == ReduceOp::kAvg) {
+        for (size_t i = 0; i < count; ++i) host[i] /= size();
+      }
+    });
+  }
+
   Status Recv(float* data, size_t count, int peer, uint32_t tag) override {
     STRATA_RETURN_IF_ERROR(CheckPeer("recv from", peer));
     if (count == 0) return Status::OK();
@@ -172,6 +198,52 @@ class GlooCommunicator final : public Communicator {
   }
 
  private:
+  // A posted unbound-buffer transfer; waiting goes through the communicator, so a failure
+  // breaks it like any other.
+  class GlooRequest final : public Request {
+   public:
+    GlooRequest(GlooCommunicator& comm, std::unique_ptr<gloo::transport::UnboundBuffer> buf,
+                bool send, std::string what)
+        : comm_(comm), buf_(std::move(buf)), send_(send), what_(std::move(what)) {}
+    ~GlooRequest() override {
+      if (buf_) (void)Wait();
+    }
+    Status Wait() override {
+      if (!buf_) return Status::OK();
+      Status s = comm_.Run(what_, [&] {
+        if (send_) {
+          buf_->waitSend(comm_.context_->getTimeout());
+        } else {
+          buf_->waitRecv(comm_.context_->getTimeout());
+        }
+      });
+      buf_.reset();
+      return s;
+    }
+
+   private:
+    GlooCommunicator& comm_;
+    std::unique_ptr<gloo::transport::UnboundBuffer> buf_;
+    const bool send_;
+    const std::string what_;
+  };
+
+  Result<std::unique_ptr<Request>> Post(bool send, float* data, size_t count, int peer, uint32_t tag) {
+    const std::string what = (send ? "send to rank " : "recv from rank ") + std::to_string(peer);
+    STRATA_RETURN_IF_ERROR(CheckPeer(send ? "send to" : "recv from", peer));
+    std::unique_ptr<gloo::transport::UnboundBuffer> buf;
+    STRATA_RETURN_IF_ERROR(Run(what, [&] {
+      // An empty transfer still gets a buffer of one float, so that it is matched in order.
+      buf = context_->createUnboundBuffer(count ? data : &empty_, count * sizeof(float));
+      if (send) {
+        buf->send(peer, gloo::Slot::build(kPointToPointSlotPrefix, tag));
+      } else {
+        buf->recv(peer, gloo::Slot::build(kPointToPointSlotPrefix, tag));
+      }
+    }));
+    return std::unique_ptr<Request>(std::make_unique<GlooRequest>(*this, std::move(buf), send, what));
+  }
+
   // Runs one operation unless an earlier failure broke the communicator; a failure breaks it.
   template <typename Fn>
   Status Run(const std::string& what, Fn&& fn) {
@@ -230,6 +302,7 @@ class GlooCommunicator final : public Communicator {
   uint32_t next_tag_ = 1;
   std::vector<float> scratch_;  // reduce-scatter's two halves, grown on demand
   Status broken_;               // the first failure; OK while usable
+  float empty_ = 0;             // the buffer of empty transfers
 };
 
 }  // namespace

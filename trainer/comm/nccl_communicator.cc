@@ -66,7 +66,7 @@ struct StreamDeleter {
   void operator()(cudaStream_t s) const { cudaStreamDestroy(s); }
 };
 struct DeviceFree {
-  void operator()(float* p) const { cudaFree(p); }
+  void operator()(void* p) const { cudaFree(p); }
 };
 
 class NcclCommunicatorImpl final : public NcclCommunicator {
@@ -149,6 +149,27 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
                    [&] { return ncclRecv(data, count, ncclFloat, peer, comm_, stream_); });
   }
 
+  // NCCL orders point-to-point calls by issue on the communicator's stream; a request's Wait
+  // is Synchronize. Pipeline stages on NCCL post the sends and receives of one exchange in the
+  // same order on both sides (see pipeline/executor.h).
+  Result<std::unique_ptr<Request>> ISend(const float* data, size_t count, int peer, uint32_t tag) override {
+    STRATA_RETURN_IF_ERROR(Send(data, count, peer, tag));
+    return std::unique_ptr<Request>(std::make_unique<StreamRequest>(*this));
+  }
+
+  Result<std::unique_ptr<Request>> IRecv(float* data, size_t count, int peer, uint32_t tag) override {
+    STRATA_RETURN_IF_ERROR(Recv(data, count, peer, tag));
+    return std::unique_ptr<Request>(std::make_unique<StreamRequest>(*this));
+  }
+
+  Status AllReduceHost(double* host, size_t count, ReduceOp op) override {
+    return ThroughDevice("all-reduce of host doubles", host, count, [&](double* d) {
+      return Enqueue("all-reduce", [&] {
+        return ncclAllReduce(d, d, count, ncclDouble, NcclOp(op), comm_, stream_);
+      });
+    });
+  }
+
   Status AllReduceHost(float* host, size_t count, ReduceOp op) override {
     return ThroughDevice("all-reduce of host floats", host, count,
                          [&](float* d) { return AllReduce(d, count, op); });
@@ -193,8 +214,17 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
 
   // Copies `host` into a device buffer on stream_, runs `collective` on it, copies the result
   // back and waits for all of it (Synchronize: the timeout applies).
-  template <typename Collective>
-  Status ThroughDevice(const std::string& what, float* host, size_t count, Collective&& collective) {
+  class StreamRequest final : public Request {
+   public:
+    explicit StreamRequest(NcclCommunicatorImpl& comm) : comm_(comm) {}
+    Status Wait() override { return comm_.Synchronize(); }
+
+   private:
+    NcclCommunicatorImpl& comm_;
+  };
+
+  template <typename T, typename Collective>
+  Status ThroughDevice(const std::string& what, T* host, size_t count, Collective&& collective) {
     STRATA_RETURN_IF_ERROR(Usable(what));
     if (count == 0) return Status::OK();
     auto cuda = [&](cudaError_t e, const char* call) {
@@ -202,10 +232,10 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
                               : Status::Internal(what + ": " + call + ": " + cudaGetErrorString(e));
     };
     STRATA_RETURN_IF_ERROR(cuda(cudaSetDevice(device_), "cudaSetDevice"));
-    float* raw = nullptr;
-    STRATA_RETURN_IF_ERROR(cuda(cudaMalloc(&raw, count * sizeof(float)), "cudaMalloc"));
-    std::unique_ptr<float, DeviceFree> d(raw);
-    const size_t bytes = count * sizeof(float);
+    void* raw = nullptr;
+    STRATA_RETURN_IF_ERROR(cuda(cudaMalloc(&raw, count * sizeof(T)), "cudaMalloc"));
+    std::unique_ptr<T, DeviceFree> d(static_cast<T*>(raw));
+    const size_t bytes = count * sizeof(T);
     STRATA_RETURN_IF_ERROR(cuda(cudaMemcpyAsync(d.get(), host, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync"));
     STRATA_RETURN_IF_ERROR(collective(d.get()));
     STRATA_RETURN_IF_ERROR(cuda(cudaMemcpyAsync(host, d.get(), bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync"));

@@ -1,0 +1,106 @@
+// launch_fixture.cc: LaunchFixture and the metrics and checkpoint readers.
+#include "tests/integration/launch_fixture.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <signal.h>
+
+namespace strata::testing {
+
+std::vector<double> Losses(const std::string& metrics_path) {
+  std::vector<double> out;
+  std::ifstream in(metrics_path);
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("loss")) out.push_back(j["loss"].get<double>());
+  }
+  return out;
+}
+
+double MaxRelativeDifference(const std::vector<double>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    worst = std::max(worst, std::abs(a[i] - b[i]) / std::max(1e-12, std::abs(a[i])));
+  }
+  return worst;
+}
+
+std::map<std::string, std::vector<float>> ReadCheckpoint(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::map<std::string, std::vector<float>> out;
+  char header[8 + 4 + 8 + 8 + 8];
+  uint32_t count = 0;
+  if (!in.read(header, sizeof(header)) || !in.read(reinterpret_cast<char*>(&count), 4)) return out;
+  for (uint32_t i = 0; i < count; ++i) {
+    uint32_t len = 0;
+    int64_t numel = 0;
+    in.read(reinterpret_cast<char*>(&len), 4);
+    std::string name(len, '\0');
+    in.read(name.data(), len);
+    in.read(reinterpret_cast<char*>(&numel), 8);
+    std::vector<float> v(static_cast<size_t>(numel));
+    in.read(reinterpret_cast<char*>(v.data()), numel * 4);
+    out[name] = std::move(v);
+  }
+  return out;
+}
+
+std::string LaunchFixture::Job(const std::string& name, const std::string& text) {
+  const std::string path = dir_.File(name + ".yaml");
+  WriteFile(path, std::string(kFastFailureDetection) + text);
+  return path;
+}
+
+int LaunchFixture::RunLocal(const std::string& job, const std::vector<std::string>& sets, std::string* log) {
+  std::vector<std::string> argv = {BinPath("strata-trainer"), "--config", job};
+  for (const auto& s : sets) argv.insert(argv.end(), {"--set", s});
+  Subprocess p(argv, dir_.File("local-" + std::to_string(runs_++) + ".log"));
+  const int code = p.Wait(Millis(240000));
+  *log = p.Log();
+  return code;
+}
+
+int LaunchFixture::Launch(const std::string& job, int servers, int trainers,
+                          const std::vector<std::string>& sets, std::string* log) {
+  std::vector<std::string> argv = {BinPath("strata-launch"), "--servers", std::to_string(servers),
+                                   "--trainers", std::to_string(trainers), job, "--timeout", "240"};
+  for (const auto& s : sets) argv.insert(argv.end(), {"--set", s});
+  Subprocess p(argv, dir_.File("launch-" + std::to_string(runs_++) + ".log"));
+  const int code = p.Wait(Millis(270000));
+  *log = p.Log();
+  return code;
+}
+
+int RunAndKillATrainer(const std::string& job, int servers, int trainers, int victim_rank,
+                       const std::vector<std::string>& sets, const std::string& log_path,
+                       std::string* log, std::vector<pid_t>* started, bool keep_going) {
+  using Millis = std::chrono::milliseconds;
+  std::vector<std::string> argv = {BinPath("strata-launch"), "--servers", std::to_string(servers),
+                                   "--trainers", std::to_string(trainers), job, "--timeout", "200",
+                                   "--grace-ms", "2000"};
+  if (keep_going) argv.push_back("--keep-going");
+  for (const auto& s : sets) argv.insert(argv.end(), {"--set", s});
+  Subprocess launch(argv, log_path);
+  pid_t victim = -1;
+  const std::regex started_re("started trainer " + std::to_string(victim_rank) + " \\(pid ([0-9]+)\\)");
+  EXPECT_TRUE(testing::WaitFor([&] {
+    const std::string l = launch.Log();
+    std::smatch m;
+    if (victim < 0 && std::regex_search(l, m, started_re)) victim = std::stoi(m[1]);
+    return victim > 0 && l.find("progress: step") != std::string::npos;
+  }, Millis(120000))) << launch.Log();
+  if (victim > 0) kill(victim, SIGKILL);
+  const int code = launch.Wait(Millis(220000));
+  *log = launch.Log();
+  const std::regex any_started("started [a-z]+ ?[0-9]* \\(pid ([0-9]+)\\)");
+  for (auto it = std::sregex_iterator(log->begin(), log->end(), any_started); it != std::sregex_iterator(); ++it) {
+    started->push_back(std::stoi((*it)[1]));
+  }
+  return code;
+}
+
+}  // namespace strata::testing

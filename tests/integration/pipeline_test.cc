@@ -1,0 +1,181 @@
+// pipeline_test.cc: pipeline parallelism end to end (strata-launch, real trainer processes on
+// loopback, Gloo between stages): every schedule, on 2 and 4 pipeline ranks and with 2
+// data-parallel replicas of a 2-stage pipeline, reproduces the single-process losses at every
+// step and its final weights; the seeds' MLP pipelines on 2 ranks; a pipeline job leaves a
+// timeline; a dead stage ends the job with an error naming it and leaves no process.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "tests/integration/launch_fixture.h"
+#include "tests/test_util.h"
+
+namespace strata {
+namespace {
+
+using testing::Losses;
+using testing::MaxRelativeDifference;
+using testing::ReadCheckpoint;
+using testing::ReadFile;
+
+// 6 blocks: 8 units (embedding, blocks, head), enough for pp 4 x vpp 2.
+const char* kGpt =
+    "model: {kind: gpt, layers: 6, heads: 2, width: 32, context: 16}\n"
+    "data: {kind: text, path: " STRATA_SOURCE_DIR "/README.md, eval_samples: 512}\n"
+    "optimizer: {kind: adamw, lr: 0.003, clip_norm: 1.0}\n"
+    "train: {steps: 20, batch_size: 8, micro_batches: 4, log_every: 1, progress: false}\n"
+    "sync: {mode: allreduce}\n";
+
+// The seeds' MLP, 1024 -> 4096 -> 1024.
+const char* kSeedsMlp =
+    "model: {kind: mlp, mlp_in: 1024, mlp_hidden: 4096, mlp_out: 1024}\n"
+    "data: {kind: regression, eval_samples: 64}\n"
+    "optimizer: {kind: sgd, lr: 0.05, momentum: 0.9}\n"
+    "train: {steps: 20, batch_size: 16, micro_batches: 2, log_every: 1, progress: false}\n"
+    "sync: {mode: allreduce}\n";
+
+class PipelineTest : public testing::LaunchFixture {
+ protected:
+  // Runs the job alone once (losses and checkpoint at step 20 are the reference).
+  void RunReference(const std::string& job) {
+    std::string log;
+    ASSERT_EQ(RunLocal(job, {"sync.mode=local", "train.metrics_path=" + Rank("local", 0),
+                             "train.checkpoint_every=20", "train.checkpoint_dir=" + dir_.File("ckpt/local")},
+                       &log), 0) << log;
+    base_ = Losses(Rank("local", 0));
+    ASSERT_EQ(base_.size(), 20u) << log;
+    base_weights_ = ReadCheckpoint(dir_.File("ckpt/local/ckpt-20.bin"));
+    ASSERT_FALSE(base_weights_.empty());
+  }
+
+  // Launches the job on `trainers` with the plan in `sets` and compares with the reference:
+  // losses at every step within 1e-5 relative, and every parameter and optimizer tensor of the
+  // stages' checkpoints (gathered) equal to the single process's within float tolerance.
+  void ExpectMatchesReference(const std::string& job, const std::string& tag, int trainers, int pp,
+                              std::vector<std::string> sets) {
+    std::string log;
+    const std::string ckpt = dir_.File("ckpt/" + tag);
+    sets.insert(sets.end(), {"sync.bucket_mb=0.01", "train.metrics_path=" + Metrics(tag),
+                             "train.checkpoint_every=20", "train.checkpoint_dir=" + ckpt});
+    ASSERT_EQ(Launch(job, 0, trainers, sets, &log), 0) << log;
+    const auto losses = Losses(Rank(tag, 0));
+    ASSERT_EQ(losses.size(), 20u) << log;
+    EXPECT_LT(MaxRelativeDifference(base_, losses), 1e-5) << tag << "\n" << log;
+    std::map<std::string, std::vector<float>> gathered;
+    for (int r = 0; r < pp; ++r) {
+      const auto stage = ReadCheckpoint(ckpt + "/pp" + std::to_string(r) + "/ckpt-20.bin");
+      EXPECT_FALSE(stage.empty()) << tag << ": no checkpoint from pipeline rank " << r;
+      for (const auto& [name, w] : stage) EXPECT_TRUE(gathered.emplace(name, w).second) << name << " on two stages";
+    }
+    ASSERT_EQ(gathered.size(), base_weights_.size()) << tag;
+    for (const auto& [name, w] : base_weights_) {
+      ASSERT_TRUE(gathered.contains(name)) << tag << ": " << name << " on no stage";
+      const auto& got = gathered.at(name);
+      ASSERT_EQ(got.size(), w.size()) << name;
+      for (size_t i = 0; i < w.size(); ++i) {
+        ASSERT_NEAR(got[i], w[i], 1e-5f + 1e-4f * std::abs(w[i])) << tag << ": " << name << "[" << i << "]";
+      }
+    }
+  }
+
+  std::vector<double> base_;
+  std::map<std::string, std::vector<float>> base_weights_;
+};
+
+struct Plan {
+  const char* schedule;
+  int vpp;
+};
+const Plan kPlans[] = {{"gpipe", 1}, {"1f1b", 1}, {"interleaved", 2}, {"zb-h1", 1}, {"zbv", 2}};
+
+TEST_F(PipelineTest, GptEverySchedulePp2MatchesOneProcess) {
+  const std::string job = Job("gpt", kGpt);
+  RunReference(job);
+  for (const Plan& p : kPlans) {
+    ExpectMatchesReference(job, std::string("pp2-") + p.schedule, 2, 2,
+                           {"parallel.pp=2", std::string("parallel.schedule=") + p.schedule,
+                            "parallel.vpp=" + std::to_string(p.vpp)});
+  }
+}
+
+TEST_F(PipelineTest, GptEverySchedulePp4MatchesOneProcess) {
+  const std::string job = Job("gpt", kGpt);
+  RunReference(job);
+  for (const Plan& p : kPlans) {
+    ExpectMatchesReference(job, std::string("pp4-") + p.schedule, 4, 4,
+                           {"parallel.pp=4", std::string("parallel.schedule=") + p.schedule,
+                            "parallel.vpp=" + std::to_string(p.vpp)});
+  }
+}
+
+TEST_F(PipelineTest, GptDp2TimesPp2MatchesOneProcess) {
+  const std::string job = Job("gpt", kGpt);
+  RunReference(job);
+  ExpectMatchesReference(job, "dp2pp2-1f1b", 4, 2, {"parallel.pp=2", "parallel.schedule=1f1b"});
+  ExpectMatchesReference(job, "dp2pp2-zbh1", 4, 2, {"parallel.pp=2", "parallel.schedule=zb-h1"});
+}
+
+TEST_F(PipelineTest, SeedsMlpPp2MatchesOneProcess) {
+  const std::string job = Job("mlp", kSeedsMlp);
+  RunReference(job);
+  ExpectMatchesReference(job, "mlp-pp2-1f1b", 2, 2, {"parallel.pp=2", "parallel.schedule=1f1b"});
+  ExpectMatchesReference(job, "mlp-pp2-zbh1", 2, 2, {"parallel.pp=2", "parallel.schedule=zb-h1"});
+}
+
+// The timeline of a pipeline run has every rank's F, B and W actions, and the run draws the
+// measured timeline beside the planned one.
+TEST_F(PipelineTest, PipelineRunWritesItsTimeline) {
+  std::string log;
+  const std::string trace = dir_.File("trace-{rank}.json");
+  ASSERT_EQ(Launch(Job("gpt", kGpt), 0, 2, {"parallel.pp=2", "parallel.schedule=zb-h1", "train.steps=3",
+                                            "sync.trace_path=" + trace}, &log), 0) << log;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto j = nlohmann::json::parse(ReadFile(dir_.File("trace-" + std::to_string(rank) + ".json")));
+    int f = 0, i = 0, w = 0;
+    for (const auto& e : j["traceEvents"]) {
+      const std::string name = e.value("name", "");
+      if (name.find('F') != std::string::npos && name.find("SEND") == std::string::npos) ++f;
+      if (name.find('I') != std::string::npos && name.find("wait") == std::string::npos) ++i;
+      if (name.find('W') != std::string::npos) ++w;
+    }
+    EXPECT_EQ(f, 3 * 4) << "rank " << rank;  // 3 steps of 4 micro-batches
+    EXPECT_EQ(i, 3 * 4) << "rank " << rank;
+    EXPECT_EQ(w, 3 * 4) << "rank " << rank;
+  }
+  EXPECT_TRUE(std::filesystem::exists(dir_.File("trace-0.svg"))) << log;
+}
+
+TEST_F(PipelineTest, BadPlansAreRefusedNamingTheField) {
+  std::string log;
+  const std::string job = Job("gpt", kGpt);
+  EXPECT_EQ(Launch(job, 0, 3, {"parallel.pp=2"}, &log), 2) << log;
+  EXPECT_NE(log.find("parallel.tp * parallel.pp"), std::string::npos) << log;
+  EXPECT_EQ(Launch(job, 0, 2, {"parallel.pp=2", "parallel.schedule=interleaved"}, &log), 2) << log;
+  EXPECT_NE(log.find("vpp"), std::string::npos) << log;
+  EXPECT_EQ(Launch(job, 0, 4, {"parallel.pp=4", "parallel.vpp=3", "parallel.schedule=interleaved"}, &log), 2) << log;
+  EXPECT_NE(log.find("units"), std::string::npos) << log;
+  EXPECT_EQ(Launch(job, 0, 2, {"parallel.pp=2", "parallel.schedule=fastest"}, &log), 2) << log;
+  EXPECT_NE(log.find("parallel.schedule"), std::string::npos) << log;
+}
+
+// A stage that dies mid-step: its neighbours fail within their timeout naming the rank they
+// lost, the launcher exits non-zero and leaves no process behind.
+TEST_F(PipelineTest, ADeadStageEndsTheJobNamingIt) {
+  std::string log;
+  std::vector<pid_t> started;
+  const int code = testing::RunAndKillATrainer(
+      Job("gpt", kGpt), 0, 3, 1,
+      {"parallel.pp=3", "parallel.schedule=1f1b", "train.steps=100000", "sync.timeout_ms=10000"},
+      dir_.File("dead-stage.log"), &log, &started, /*keep_going=*/true);
+  EXPECT_EQ(code, 1) << log;
+  EXPECT_NE(log.find("pipeline rank"), std::string::npos) << log;
+  EXPECT_NE(log.find("trainer 1 (pid"), std::string::npos) << log;
+  EXPECT_EQ(started.size(), 4u) << log;  // the scheduler and 3 trainers
+  for (pid_t pid : started) EXPECT_NE(kill(pid, 0), 0) << "pid " << pid << " survived";
+}
+
+}  // namespace
+}  // namespace strata

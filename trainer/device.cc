@@ -1,0 +1,33 @@
+// device.cc: ComputeDevice::Open.
+#include "trainer/device.h"
+
+#include "common/tensor.h"
+#if STRATA_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "trainer/ops/cuda_exec.h"
+#endif
+
+namespace strata {
+
+Result<std::unique_ptr<ComputeDevice>> ComputeDevice::Open(const std::string& spec, bool cluster, int rank) {
+  STRATA_ASSIGN_OR_RETURN(Device where, ParseDevice(spec));
+  auto d = std::unique_ptr<ComputeDevice>(new ComputeDevice());
+  if (!where.is_cuda()) return d;
+#if STRATA_HAVE_CUDA
+  if (cluster && spec == "cuda") {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) where.index = rank % count;
+  }
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<ops::CudaExec> cuda, ops::CudaExec::Create(where.index));
+  d->exec_ = cuda->exec();
+  d->owner_ = std::shared_ptr<ops::CudaExec>(std::move(cuda));
+  return d;
+#else
+  (void)cluster;
+  (void)rank;
+  return Status::Unimplemented("train.device is " + spec + " but this build has no CUDA");
+#endif
+}
+
+}  // namespace strata

@@ -1,0 +1,102 @@
+// gpt.cc: the byte-level GPT (learned positions, pre-norm blocks, untied head) as units:
+// the embedding (tokens + positions + dropout), one unit per block, and the final norm + head.
+#include <string>
+
+#include "trainer/models/zoo.h"
+#include "trainer/ops/ops.h"
+
+namespace strata {
+namespace {
+
+Tensor Reshaped(const Tensor& t, Shape shape) {
+  Result<Tensor> r = t.Reshape(std::move(shape));
+  STRATA_CHECK(r.ok()) << r.status().ToString();
+  return *std::move(r);
+}
+
+// ids [N, T] -> tok(ids) + pos[:T], then dropout: [N, T, C].
+class GptEmbedding final : public nn::Layer {
+ public:
+  GptEmbedding(nn::ParameterRegistry& reg, const ModelOptions& o)
+      : Layer("gpt.embed"),
+        width_(o.width),
+        context_(o.context),
+        tok_(reg, "gpt.tok", o.sparse_rows ? o.sparse_rows : o.vocab, o.width, 0.02f),
+        pos_(&reg.Create("gpt.pos.weight", {o.context, o.width}, nn::Init::Normal(0.01f), false)),
+        drop_("gpt.drop", static_cast<float>(o.dropout)) {
+    Owns(pos_);
+  }
+
+ protected:
+  Tensor DoForward(const Tensor& ids, nn::Context& ctx) override {
+    const int64_t n = ids.size(0), t = ids.size(1), c = width_;
+    STRATA_CHECK_LE(t, context_) << "sequence longer than the context";
+    Tensor x = tok_.Forward(ids, ctx);  // [N, T, C]
+    ops::AddBias(ctx.exec(), Reshaped(x, {n, t * c}), Reshaped(pos_->value.Narrow(0, 0, t), {t * c}));
+    return drop_.Forward(x, ctx);
+  }
+  Tensor DoBackward(const Tensor& dy, nn::Context& ctx) override {
+    Tensor dx = drop_.Backward(dy, ctx);
+    PositionGrad(dx, ctx);
+    tok_.Backward(dx, ctx);
+    return Tensor();
+  }
+  Tensor DoBackwardInput(const Tensor& dy, nn::Context& ctx) override {
+    Tensor dx = drop_.BackwardInput(dy, ctx);
+    ctx.Save(this, "dx", dx);
+    tok_.BackwardInput(dx, ctx);
+    return Tensor();
+  }
+  void DoBackwardWeight(nn::Context& ctx) override {
+    PositionGrad(ctx.Get(this, "dx"), ctx);
+    drop_.BackwardWeight(ctx);
+    tok_.BackwardWeight(ctx);
+  }
+
+ private:
+  void PositionGrad(const Tensor& dx, nn::Context& ctx) {
+    const int64_t n = dx.size(0), t = dx.size(1), c = width_;
+    ops::BiasGrad(ctx.exec(), Reshaped(dx, {n, t * c}), Reshaped(pos_->grad.Narrow(0, 0, t), {t * c}));
+  }
+
+  int64_t width_, context_;
+  nn::Embedding tok_;
+  nn::Parameter* pos_;
+  nn::Dropout drop_;
+};
+
+class GptModel final : public Model {
+ public:
+  GptModel(const ModelOptions& o, const ops::Exec& ex, const UnitSelection& build)
+      : Model(ex, o.seed, nn::LossKind::kCrossEntropy) {
+    const int64_t c = o.width, vocab_rows = o.sparse_rows ? o.sparse_rows : o.vocab;
+    AddUnit({"gpt.embed", vocab_rows * c + o.context * c, c}, build,
+            [&] { return std::make_unique<GptEmbedding>(reg_, o); });
+    // qkv 3C^2 + 3C, proj C^2 + C, fc1 4C^2 + 4C, fc2 4C^2 + C, two norms 4C.
+    const int64_t block_params = 12 * c * c + 13 * c;
+    for (int64_t i = 0; i < o.layers; ++i) {
+      const std::string name = "gpt.block" + std::to_string(i);
+      AddUnit({name, block_params, c}, build, [&] {
+        auto block = std::make_unique<nn::TransformerBlock>(
+            reg_, name, c, o.heads, static_cast<int>(o.layers), static_cast<float>(o.dropout));
+        block->set_recompute(o.recompute);
+        return block;
+      });
+    }
+    AddUnit({"gpt.final", 2 * c + c * o.vocab, o.vocab}, build, [&] {
+      auto final = std::make_unique<nn::Sequential>("gpt.final");
+      final->Add(std::make_unique<nn::LayerNorm>(reg_, "gpt.ln_f", c));
+      final->Add(std::make_unique<nn::Linear>(reg_, "gpt.head", c, o.vocab, false, 0.02f));
+      return final;
+    });
+  }
+  Shape LeadingShape(const Batch& b) const override { return {b.ids.size(0), b.ids.size(1)}; }
+};
+
+}  // namespace
+
+std::unique_ptr<Model> MakeGptModel(const ModelOptions& o, const ops::Exec& ex, const UnitSelection& build) {
+  return std::make_unique<GptModel>(o, ex, build);
+}
+
+}  // namespace strata

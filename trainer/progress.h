@@ -1,0 +1,40 @@
+// progress.h: Progress, what a trainer tells people while it runs: the progress line on stderr
+// (one process), @progress JSON lines that strata-launch folds into one line (a cluster), and
+// the JSON-lines metrics file.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+#include "common/status.h"
+#include "trainer/train_options.h"
+
+namespace strata {
+
+// Used by the training thread.
+class Progress {
+ public:
+  // `launched`: under strata-launch (main() reads STRATA_PROGRESS). `trainers`: every trainer
+  // of the job (the launcher adds up their shares of the samples per second).
+  Progress(const TrainJob& job, int rank, int trainers, bool launched);
+  // Opens train.metrics_path ("{rank}" replaced) when this rank writes metrics.
+  Status Open();
+
+  // After step `step` (1-based) of train.steps.
+  void Step(int64_t step, double loss, double lr, double grad_norm, double step_seconds, double elapsed);
+  void Metrics(const std::string& json_line);
+  // Ends the progress line (a terminal's \r line) before other output.
+  void Done();
+
+ private:
+  const TrainJob& job_;
+  const int rank_, trainers_;
+  const bool launched_;
+  std::ofstream metrics_;
+};
+
+// "{rank}" in `path` becomes the rank.
+std::string ForRank(std::string path, int rank);
+
+}  // namespace strata
