@@ -7,7 +7,10 @@
 #include <charconv>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "trainer/pipeline/schedules.h"
 #include "trainer/pipeline/simulate.h"

@@ -237,10 +237,19 @@ double TextbookBubble(ScheduleKind kind, const PipelineShape& shape) {
       // and a rank runs v m of them: (p-1)/(v m + p - 1).
       return (p - 1) / (v * m + p - 1);
     case ScheduleKind::kZbH1:
-      // TODO(sched): from the simulation.
-      return (p - 1) / (3 * m + p - 1);
+      // Each rank computes 3m. With m >= p the deferred W's fill every gap but rank 0's wait
+      // for its first I, (p-1)(F + I - W) = p-1, where 1F1B idles (p-1)(F + I + W) = 3(p-1):
+      // a third of 1F1B's idle time, bubble (p-1)/(3m+p-1). With m < p there are too few W's:
+      // the last rank alternates F and I, so I's reach rank 0 every 2 from 2p-1 on and the
+      // step ends at 2m + 2p - 1, after rank 0's last I and W.
+      return 1 - 3 * m / std::max(3 * m + p - 1, 2 * m + 2 * p - 1);
     case ScheduleKind::kZbv:
-      return 0;
+      // Each rank computes 6m stage actions; rank r idles r while the V fills and p-1-r while
+      // it drains, so the bubble is (p-1)/(6m+p-1): half ZB-H1's for the same model, since a
+      // stage is half a rank's layers (the paper's "zero bubble" is this, as m grows). With
+      // fewer than about 3p/2 micro-batches the V never fills and the construction takes
+      // 4m + 4p - 2 (found by the simulator for p <= 8, m <= 16, and tested there).
+      return 1 - 6 * m / std::max(6 * m + p - 1, 4 * m + 4 * p - 2);
   }
   return 0;
 }
