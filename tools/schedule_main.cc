@@ -1,5 +1,6 @@
 // schedule_main.cc: strata-schedule, prints (and draws) a pipeline schedule without running it:
-//   strata-schedule --schedule zb-h1 --pp 4 --micro-batches 8 [--costs 1,1,1] [--list] [--svg s.svg]
+//   strata-schedule --schedule zb-h1 --pp 4 --micro-batches 8 [--costs 1,1,1] [--list]
+//                   [--svg s.svg]
 // The grid shows each rank's actions in time slots (the zero-bubble paper's figures), then
 // the simulated bubble beside the textbook one and the peak live activations per rank.
 #include <CLI/CLI.hpp>
@@ -61,16 +62,21 @@ std::string Join(const std::vector<int>& values) {
 }
 
 int Run(int argc, char** argv) {
-  CLI::App app{"strata-schedule: prints a pipeline schedule's actions per rank in time slots, its "
-               "simulated and textbook bubble and its peak live activations; draws it as SVG"};
+  CLI::App app{
+      "strata-schedule: prints a pipeline schedule's actions per rank in time slots, its "
+      "simulated and textbook bubble and its peak live activations; draws it as SVG"};
   std::string schedule_name = "1f1b", costs_text = "1,1,1", svg_path;
   PipelineShape shape;
   bool list = false;
-  app.add_option("--schedule", schedule_name, "gpipe, 1f1b, interleaved, zb-h1 or zbv")->capture_default_str();
+  app.add_option("--schedule", schedule_name, "gpipe, 1f1b, interleaved, zb-h1 or zbv")
+      ->capture_default_str();
   app.add_option("--pp", shape.pp, "pipeline ranks")->capture_default_str();
-  CLI::Option* vpp = app.add_option("--vpp", shape.vpp, "stages per rank (default: 2 for interleaved and zbv, else 1)");
-  app.add_option("--micro-batches", shape.micro_batches, "micro-batches per step")->capture_default_str();
-  app.add_option("--costs", costs_text, "durations F,I,W[,comm] (B = I + W; comm: latency between ranks)")
+  CLI::Option* vpp = app.add_option("--vpp", shape.vpp,
+                                    "stages per rank (default: 2 for interleaved and zbv, else 1)");
+  app.add_option("--micro-batches", shape.micro_batches, "micro-batches per step")
+      ->capture_default_str();
+  app.add_option("--costs", costs_text,
+                 "durations F,I,W[,comm] (B = I + W; comm: latency between ranks)")
       ->capture_default_str();
   app.add_option("--svg", svg_path, "also write the timeline as an SVG picture to this file");
   app.add_flag("--list", list, "also print each rank's action list, sends and receives included");
@@ -84,26 +90,35 @@ int Run(int argc, char** argv) {
 
   auto kind = ParseScheduleKind(schedule_name);
   if (!kind.ok()) return Fail("--schedule: " + kind.status().message());
-  if (vpp->count() == 0) shape.vpp = *kind == ScheduleKind::kInterleaved || *kind == ScheduleKind::kZbv ? 2 : 1;
-  if (Status valid = Validate(*kind, shape); !valid.ok()) return Fail(FlagOf(valid.message()) + ": " + valid.message());
+  if (vpp->count() == 0) {
+    shape.vpp = *kind == ScheduleKind::kInterleaved || *kind == ScheduleKind::kZbv ? 2 : 1;
+  }
+  if (Status valid = Validate(*kind, shape); !valid.ok()) {
+    return Fail(FlagOf(valid.message()) + ": " + valid.message());
+  }
   std::optional<Costs> costs = ParseCosts(costs_text);
-  if (!costs) return Fail("--costs: expected F,I,W or F,I,W,comm (non-negative numbers), got '" + costs_text + "'");
+  if (!costs) {
+    return Fail("--costs: expected F,I,W or F,I,W,comm (non-negative numbers), got '" + costs_text +
+                "'");
+  }
 
   auto sim = Simulate(*kind, shape, *costs);
   if (!sim.ok()) {  // a builder bug, not the user's input
     std::cerr << "strata-schedule: " << sim.status().ToString() << "\n";
     return 1;
   }
-  const std::string title = std::string(ScheduleKindName(*kind)) + "  pp=" + std::to_string(shape.pp) +
-                            " vpp=" + std::to_string(shape.vpp) + " micro-batches=" +
-                            std::to_string(shape.micro_batches);
+  const std::string title =
+      std::string(ScheduleKindName(*kind)) + "  pp=" + std::to_string(shape.pp) +
+      " vpp=" + std::to_string(shape.vpp) + " micro-batches=" + std::to_string(shape.micro_batches);
   const Timeline timeline = ToTimeline(*sim, title);
   std::cout << RenderGrid(timeline);
-  std::cout << "costs: F=" << costs->f << " I=" << costs->i << " W=" << costs->w << " (B=" << costs->b
-            << ") comm=" << costs->comm << "; makespan " << sim->makespan << "\n";
+  std::cout << "costs: F=" << costs->f << " I=" << costs->i << " W=" << costs->w
+            << " (B=" << costs->b << ") comm=" << costs->comm << "; makespan " << sim->makespan
+            << "\n";
   std::cout << "bubble: simulated " << sim->bubble << ", textbook " << TextbookBubble(*kind, shape)
             << " (textbook assumes F=I=W and comm=0)\n";
-  std::cout << "peak live activations per rank (stage activations): " << Join(sim->peak_live) << "\n";
+  std::cout << "peak live activations per rank (stage activations): " << Join(sim->peak_live)
+            << "\n";
   if (list) {
     for (int r = 0; r < shape.pp; ++r) {
       auto actions = BuildActions(*kind, shape, r);

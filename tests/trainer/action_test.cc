@@ -25,8 +25,9 @@ TEST(ActionTest, PyTorchStyleText) {
   EXPECT_EQ(ToString(Action{ActionKind::kSendF, 1, 3}), "1SEND_F3");
   EXPECT_EQ(ToString(Action{ActionKind::kRecvB, 7, 0}), "7RECV_B0");
   EXPECT_EQ(ActionKindName(ActionKind::kBackwardInput), "I");
-  EXPECT_EQ(ToString(std::vector<Action>{{ActionKind::kForward, 0, 0}, {ActionKind::kBackward, 0, 0}}),
-            "0F0 0B0");
+  EXPECT_EQ(
+      ToString(std::vector<Action>{{ActionKind::kForward, 0, 0}, {ActionKind::kBackward, 0, 0}}),
+      "0F0 0B0");
   EXPECT_EQ(ToString(std::vector<Action>{}), "");
 }
 
@@ -50,16 +51,11 @@ TEST(ActionTest, BadTextNamesTheProblem) {
     const char* text;
     const char* why;
   } cases[] = {
-      {"", "no stage number"},
-      {"F3", "no stage number"},
-      {"-1F3", "no stage number"},
-      {"99999999999F3", "no stage number"},
-      {"2X3", "unknown kind"},
-      {"2f3", "unknown kind"},
-      {"2SEND3", "unknown kind"},
-      {"2F", "no micro-batch number"},
-      {"2F-3", "no micro-batch number"},
-      {"2F3x", "trailing characters 'x'"},
+      {"", "no stage number"},           {"F3", "no stage number"},
+      {"-1F3", "no stage number"},       {"99999999999F3", "no stage number"},
+      {"2X3", "unknown kind"},           {"2f3", "unknown kind"},
+      {"2SEND3", "unknown kind"},        {"2F", "no micro-batch number"},
+      {"2F-3", "no micro-batch number"}, {"2F3x", "trailing characters 'x'"},
       {"2F3 ", "trailing characters"},
   };
   for (const auto& c : cases) {

@@ -19,15 +19,16 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr ScheduleKind kAllKinds[] = {ScheduleKind::kGpipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved,
-                                      ScheduleKind::kZbH1, ScheduleKind::kZbv};
+constexpr ScheduleKind kAllKinds[] = {ScheduleKind::kGpipe, ScheduleKind::k1F1B,
+                                      ScheduleKind::kInterleaved, ScheduleKind::kZbH1,
+                                      ScheduleKind::kZbv};
 
 struct Case {
   ScheduleKind kind;
   PipelineShape shape;
   std::string Name() const {
-    return std::string(ScheduleKindName(kind)) + " pp=" + std::to_string(shape.pp) + " vpp=" +
-           std::to_string(shape.vpp) + " m=" + std::to_string(shape.micro_batches);
+    return std::string(ScheduleKindName(kind)) + " pp=" + std::to_string(shape.pp) +
+           " vpp=" + std::to_string(shape.vpp) + " m=" + std::to_string(shape.micro_batches);
   }
 };
 
@@ -86,7 +87,9 @@ TEST(ScheduleTest, EveryActionOnceOnItsRankInMicroBatchOrder) {
         ASSERT_NE(std::find(stages.begin(), stages.end(), a.stage), stages.end())
             << "rank " << r << " runs " << ToString(a);
         ++count[KeyOf(a)];
-        const int slot = a.kind == ActionKind::kForward ? 0 : a.kind == ActionKind::kBackwardWeight ? 2 : 1;
+        const int slot = a.kind == ActionKind::kForward          ? 0
+                         : a.kind == ActionKind::kBackwardWeight ? 2
+                                                                 : 1;
         order[{a.stage, slot}].push_back(a.micro);
         if (a.kind == ActionKind::kBackwardInput) input_grad_at[{a.stage, a.micro}] = at;
         if (a.kind == ActionKind::kBackwardWeight) {
@@ -96,7 +99,8 @@ TEST(ScheduleTest, EveryActionOnceOnItsRankInMicroBatchOrder) {
       std::vector<int> in_order(c.shape.micro_batches);
       for (int k = 0; k < c.shape.micro_batches; ++k) in_order[k] = k;
       for (const auto& [stage_slot, micros] : order) {
-        EXPECT_EQ(micros, in_order) << "stage " << stage_slot.first << " slot " << stage_slot.second;
+        EXPECT_EQ(micros, in_order)
+            << "stage " << stage_slot.first << " slot " << stage_slot.second;
       }
     }
     const std::vector<ActionKind> kinds =
@@ -137,8 +141,9 @@ TEST(ScheduleTest, SimulationMeetsEveryDependency) {
     const ActionKind back = Splits(c.kind) ? ActionKind::kBackwardInput : ActionKind::kBackward;
     auto after = [&](const TimedAction& t, const Key& dep) {
       ASSERT_TRUE(ran.count(dep)) << ToString(t.action);
-      EXPECT_LE(ran[dep].end, t.start + 1e-9) << ToString(t.action) << " starts before "
-                                               << ToString(Action{std::get<0>(dep), std::get<1>(dep), std::get<2>(dep)});
+      EXPECT_LE(ran[dep].end, t.start + 1e-9)
+          << ToString(t.action) << " starts before "
+          << ToString(Action{std::get<0>(dep), std::get<1>(dep), std::get<2>(dep)});
     };
     for (const auto& [key, t] : ran) {
       const auto [kind, s, k] = key;
@@ -169,11 +174,21 @@ TEST(ScheduleTest, PeakLiveActivationsMatchThePublishedBounds) {
     for (int r = 0; r < p; ++r) {
       int expected = 0;
       switch (c.kind) {
-        case ScheduleKind::kGpipe: expected = m; break;
-        case ScheduleKind::k1F1B: expected = std::min(p - r, m); break;
-        case ScheduleKind::kInterleaved: expected = std::min(v * m, v * p + p - 1 - 2 * r); break;
-        case ScheduleKind::kZbH1: expected = std::min(p, m); break;
-        case ScheduleKind::kZbv: expected = std::min({2 * p, m + r + 1, 2 * m}); break;
+        case ScheduleKind::kGpipe:
+          expected = m;
+          break;
+        case ScheduleKind::k1F1B:
+          expected = std::min(p - r, m);
+          break;
+        case ScheduleKind::kInterleaved:
+          expected = std::min(v * m, v * p + p - 1 - 2 * r);
+          break;
+        case ScheduleKind::kZbH1:
+          expected = std::min(p, m);
+          break;
+        case ScheduleKind::kZbv:
+          expected = std::min({2 * p, m + r + 1, 2 * m});
+          break;
       }
       EXPECT_EQ(sim->peak_live[r], expected) << "rank " << r;
     }
@@ -244,7 +259,8 @@ TEST(ScheduleTest, BuildActionsPairsSendsWithReceives) {
         ASSERT_LT(next, l.size()) << ToString(a);
         EXPECT_EQ(l[next].stage, a.stage) << ToString(a);
         EXPECT_EQ(l[next].micro, a.micro) << ToString(a);
-        EXPECT_EQ(l[next].kind == ActionKind::kForward, forward) << ToString(a) << " next to " << ToString(l[next]);
+        EXPECT_EQ(l[next].kind == ActionKind::kForward, forward)
+            << ToString(a) << " next to " << ToString(l[next]);
         EXPECT_TRUE(l[next].kind != ActionKind::kBackwardWeight) << ToString(a);
       }
       EXPECT_EQ(only_compute, compute[r]);
@@ -271,7 +287,9 @@ TEST(ScheduleTest, StagePlacement) {
   EXPECT_EQ(StagesOfRank(ScheduleKind::k1F1B, {4, 1, 8}, 2), (std::vector<int>{2}));
   for (const Case& c : AllCases()) {
     for (int r = 0; r < c.shape.pp; ++r) {
-      for (int s : StagesOfRank(c.kind, c.shape, r)) EXPECT_EQ(RankOfStage(c.kind, c.shape, s), r) << c.Name();
+      for (int s : StagesOfRank(c.kind, c.shape, r)) {
+        EXPECT_EQ(RankOfStage(c.kind, c.shape, s), r) << c.Name();
+      }
     }
   }
 }

@@ -43,12 +43,14 @@ TEST(TimelineTest, GridUsesHalfSlotsForHalfLatency) {
 }
 
 TEST(TimelineTest, SpanStartsAtTheEarliestAction) {
-  Timeline t{"measured", {{"rank 0", {{{ActionKind::kForward, 0, 0}, 1000.5, 1001.5}}},
-                          {"rank 1", {{{ActionKind::kForward, 1, 0}, 1001.5, 1003}}}}};
+  Timeline t{"measured",
+             {{"rank 0", {{{ActionKind::kForward, 0, 0}, 1000.5, 1001.5}}},
+              {"rank 1", {{{ActionKind::kForward, 1, 0}, 1001.5, 1003}}}}};
   const TimeSpan span = SpanOf(t);
   EXPECT_DOUBLE_EQ(span.begin, 1000.5);
   EXPECT_DOUBLE_EQ(span.end, 1003);
-  EXPECT_EQ(RenderGrid(t, 0.5), "measured\nrank 0 | 0F0 -   .   .   .\nrank 1 | .   .   1F0 -   -\n");
+  EXPECT_EQ(RenderGrid(t, 0.5),
+            "measured\nrank 0 | 0F0 -   .   .   .\nrank 1 | .   .   1F0 -   -\n");
   EXPECT_EQ(SpanOf(Timeline{}).end, 0);
 }
 

@@ -8,7 +8,7 @@ namespace strata::pipeline {
 namespace {
 
 constexpr std::array<std::string_view, 8> kKindNames = {"F",      "B",      "I",      "W",
-                                                         "SEND_F", "RECV_F", "SEND_B", "RECV_B"};
+                                                        "SEND_F", "RECV_F", "SEND_B", "RECV_B"};
 
 // Reads a non-negative decimal number at the front of `text`, advancing past it.
 std::optional<int> TakeNumber(std::string_view& text) {
@@ -21,17 +21,15 @@ std::optional<int> TakeNumber(std::string_view& text) {
 }
 
 Status BadAction(std::string_view text, std::string_view why) {
-  return Status::InvalidArgument("bad pipeline action '" + std::string(text) + "': " +
-                                 std::string(why) +
+  return Status::InvalidArgument("bad pipeline action '" + std::string(text) +
+                                 "': " + std::string(why) +
                                  " (expected <stage><kind><micro>, kind one of F B I W SEND_F "
                                  "RECV_F SEND_B RECV_B, e.g. 2F3)");
 }
 
 }  // namespace
 
-std::string_view ActionKindName(ActionKind kind) {
-  return kKindNames[static_cast<size_t>(kind)];
-}
+std::string_view ActionKindName(ActionKind kind) { return kKindNames[static_cast<size_t>(kind)]; }
 
 std::string ToString(const Action& a) {
   return std::to_string(a.stage) + std::string(ActionKindName(a.kind)) + std::to_string(a.micro);

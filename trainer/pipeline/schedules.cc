@@ -11,8 +11,8 @@
 namespace strata::pipeline {
 namespace {
 
-constexpr std::array<std::string_view, 5> kScheduleNames = {"gpipe", "1f1b", "interleaved",
-                                                            "zb-h1", "zbv"};
+constexpr std::array<std::string_view, 5> kScheduleNames = {"gpipe", "1f1b", "interleaved", "zb-h1",
+                                                            "zbv"};
 
 Action F(int stage, int micro) { return {ActionKind::kForward, stage, micro}; }
 Action B(int stage, int micro) { return {ActionKind::kBackward, stage, micro}; }
@@ -166,7 +166,9 @@ Result<ScheduleKind> ParseScheduleKind(std::string_view name) {
 
 Status Validate(ScheduleKind kind, const PipelineShape& shape) {
   const std::string name(ScheduleKindName(kind));
-  if (shape.pp < 1) return Status::InvalidArgument("pp must be >= 1, got " + std::to_string(shape.pp));
+  if (shape.pp < 1) {
+    return Status::InvalidArgument("pp must be >= 1, got " + std::to_string(shape.pp));
+  }
   if (shape.micro_batches < 1) {
     return Status::InvalidArgument("micro_batches must be >= 1, got " +
                                    std::to_string(shape.micro_batches));
@@ -176,21 +178,26 @@ Status Validate(ScheduleKind kind, const PipelineShape& shape) {
     case ScheduleKind::kGpipe:
     case ScheduleKind::k1F1B:
     case ScheduleKind::kZbH1:
-      if (shape.vpp != 1) return Status::InvalidArgument("vpp must be 1 for " + name + ", got " + vpp);
+      if (shape.vpp != 1) {
+        return Status::InvalidArgument("vpp must be 1 for " + name + ", got " + vpp);
+      }
       break;
     case ScheduleKind::kInterleaved:
       if (shape.vpp < 2) {
-        return Status::InvalidArgument("vpp must be >= 2 for interleaved (stages per rank), got " + vpp);
+        return Status::InvalidArgument("vpp must be >= 2 for interleaved (stages per rank), got " +
+                                       vpp);
       }
       if (shape.micro_batches % shape.pp != 0) {
         return Status::InvalidArgument(
             "micro_batches must be a multiple of pp for interleaved (rounds of pp micro-batches), "
-            "got " + std::to_string(shape.micro_batches) + " with pp " + std::to_string(shape.pp));
+            "got " +
+            std::to_string(shape.micro_batches) + " with pp " + std::to_string(shape.pp));
       }
       break;
     case ScheduleKind::kZbv:
       if (shape.vpp != 2) {
-        return Status::InvalidArgument("vpp must be 2 for zbv (two stages per rank, in a V), got " + vpp);
+        return Status::InvalidArgument("vpp must be 2 for zbv (two stages per rank, in a V), got " +
+                                       vpp);
       }
       break;
   }
@@ -208,12 +215,14 @@ std::vector<int> StagesOfRank(ScheduleKind kind, const PipelineShape& shape, int
 
 int RankOfStage(ScheduleKind kind, const PipelineShape& shape, int stage) {
   STRATA_CHECK_OK(Validate(kind, shape));
-  STRATA_CHECK(stage >= 0 && stage < shape.num_stages()) << "stage " << stage << " of " << shape.num_stages();
+  STRATA_CHECK(stage >= 0 && stage < shape.num_stages())
+      << "stage " << stage << " of " << shape.num_stages();
   if (kind == ScheduleKind::kZbv) return stage < shape.pp ? stage : 2 * shape.pp - 1 - stage;
   return stage % shape.pp;
 }
 
-Result<std::vector<Action>> BuildComputeActions(ScheduleKind kind, const PipelineShape& shape, int rank) {
+Result<std::vector<Action>> BuildComputeActions(ScheduleKind kind, const PipelineShape& shape,
+                                                int rank) {
   STRATA_RETURN_IF_ERROR(Validate(kind, shape));
   if (rank < 0 || rank >= shape.pp) {
     return Status::InvalidArgument("rank " + std::to_string(rank) + " out of range for pp " +
@@ -221,11 +230,16 @@ Result<std::vector<Action>> BuildComputeActions(ScheduleKind kind, const Pipelin
   }
   const int p = shape.pp, m = shape.micro_batches;
   switch (kind) {
-    case ScheduleKind::kGpipe: return BuildGpipe(rank, m);
-    case ScheduleKind::k1F1B: return Build1F1B(p, m, rank);
-    case ScheduleKind::kInterleaved: return BuildInterleaved(p, shape.vpp, m, rank);
-    case ScheduleKind::kZbH1: return BuildZbH1(p, m, rank);
-    case ScheduleKind::kZbv: return BuildZbv(p, m, rank);
+    case ScheduleKind::kGpipe:
+      return BuildGpipe(rank, m);
+    case ScheduleKind::k1F1B:
+      return Build1F1B(p, m, rank);
+    case ScheduleKind::kInterleaved:
+      return BuildInterleaved(p, shape.vpp, m, rank);
+    case ScheduleKind::kZbH1:
+      return BuildZbH1(p, m, rank);
+    case ScheduleKind::kZbv:
+      return BuildZbv(p, m, rank);
   }
   return Status::Internal("unhandled schedule kind");
 }

@@ -17,14 +17,19 @@ double PerStage(const std::vector<double>& per_stage, double scalar, int stage) 
 // Each (kind, stage, micro) a step must run once, as an index: F, then B or I, then W.
 int Slot(ActionKind kind) {
   switch (kind) {
-    case ActionKind::kForward: return 0;
+    case ActionKind::kForward:
+      return 0;
     case ActionKind::kBackward:
-    case ActionKind::kBackwardInput: return 1;
-    default: return 2;
+    case ActionKind::kBackwardInput:
+      return 1;
+    default:
+      return 2;
   }
 }
 
-bool SplitsBackward(ScheduleKind kind) { return kind == ScheduleKind::kZbH1 || kind == ScheduleKind::kZbv; }
+bool SplitsBackward(ScheduleKind kind) {
+  return kind == ScheduleKind::kZbH1 || kind == ScheduleKind::kZbv;
+}
 
 // The compute actions every step must run, finished ones with their end and rank.
 class Ledger {
@@ -86,10 +91,12 @@ Status CheckLists(ScheduleKind kind, const PipelineShape& shape,
                                           " is on rank " +
                                           std::to_string(RankOfStage(kind, shape, a.stage)));
       }
-      const bool wants_split = a.kind == ActionKind::kBackwardInput || a.kind == ActionKind::kBackwardWeight;
+      const bool wants_split =
+          a.kind == ActionKind::kBackwardInput || a.kind == ActionKind::kBackwardWeight;
       if (a.kind != ActionKind::kForward && wants_split != split) {
-        return Status::FailedPrecondition(where + ", but " + std::string(ScheduleKindName(kind)) +
-                                          (split ? " splits backward into I and W" : " runs full backward (B)"));
+        return Status::FailedPrecondition(
+            where + ", but " + std::string(ScheduleKindName(kind)) +
+            (split ? " splits backward into I and W" : " runs full backward (B)"));
       }
       Ledger::Entry& e = ledger.at(a.kind, a.stage, a.micro);
       if (e.seen) return Status::FailedPrecondition(where + " twice");
@@ -128,7 +135,8 @@ double Costs::I(int stage) const { return PerStage(i_stage, i, stage); }
 double Costs::W(int stage) const { return PerStage(w_stage, w, stage); }
 
 Result<Simulation> SimulateActions(ScheduleKind kind, const PipelineShape& shape,
-                                   const std::vector<std::vector<Action>>& lists, const Costs& costs) {
+                                   const std::vector<std::vector<Action>>& lists,
+                                   const Costs& costs) {
   STRATA_RETURN_IF_ERROR(Validate(kind, shape));
   if (static_cast<int>(lists.size()) != shape.pp) {
     return Status::InvalidArgument("simulate: " + std::to_string(lists.size()) +
@@ -139,13 +147,18 @@ Result<Simulation> SimulateActions(ScheduleKind kind, const PipelineShape& shape
 
   const int p = shape.pp;
   const int last_stage = shape.num_stages() - 1;
-  const ActionKind backward = SplitsBackward(kind) ? ActionKind::kBackwardInput : ActionKind::kBackward;
+  const ActionKind backward =
+      SplitsBackward(kind) ? ActionKind::kBackwardInput : ActionKind::kBackward;
   auto duration = [&](const Action& a) {
     switch (a.kind) {
-      case ActionKind::kForward: return costs.F(a.stage);
-      case ActionKind::kBackward: return costs.B(a.stage);
-      case ActionKind::kBackwardInput: return costs.I(a.stage);
-      default: return costs.W(a.stage);
+      case ActionKind::kForward:
+        return costs.F(a.stage);
+      case ActionKind::kBackward:
+        return costs.B(a.stage);
+      case ActionKind::kBackwardInput:
+        return costs.I(a.stage);
+      default:
+        return costs.W(a.stage);
     }
   };
 
@@ -192,7 +205,9 @@ Result<Simulation> SimulateActions(ScheduleKind kind, const PipelineShape& shape
     const int n = Dependencies(a, last_stage, backward, deps);
     stuck += "; rank " + std::to_string(r) + " at " + ToString(a) + " waits for";
     for (int d = 0; d < n; ++d) {
-      if (!ledger.at(deps[d].kind, deps[d].stage, deps[d].micro).done) stuck += " " + ToString(deps[d]);
+      if (!ledger.at(deps[d].kind, deps[d].stage, deps[d].micro).done) {
+        stuck += " " + ToString(deps[d]);
+      }
     }
   }
   if (!stuck.empty()) return Status::FailedPrecondition("pipeline schedule deadlocks" + stuck);
@@ -202,7 +217,8 @@ Result<Simulation> SimulateActions(ScheduleKind kind, const PipelineShape& shape
   sim.bubble = sim.makespan > 0 ? idle / (p * sim.makespan) : 0.0;
 
   // A rank runs its list in order, so its live activations at any time are those of a prefix.
-  const ActionKind frees = SplitsBackward(kind) ? ActionKind::kBackwardWeight : ActionKind::kBackward;
+  const ActionKind frees =
+      SplitsBackward(kind) ? ActionKind::kBackwardWeight : ActionKind::kBackward;
   sim.peak_live.assign(p, 0);
   for (int r = 0; r < p; ++r) {
     int live = 0;

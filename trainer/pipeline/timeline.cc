@@ -32,7 +32,8 @@ double PickSlot(const Timeline& timeline, const TimeSpan& span) {
     bool fits = true;
     for (const TimelineRow& row : timeline.rows) {
       for (const TimedAction& a : row.actions) {
-        fits = fits && IsMultiple(a.start - span.begin, slot) && IsMultiple(a.end - span.begin, slot);
+        fits =
+            fits && IsMultiple(a.start - span.begin, slot) && IsMultiple(a.end - span.begin, slot);
       }
     }
     if (fits) return slot;
@@ -74,7 +75,9 @@ std::string RenderGrid(const Timeline& timeline, double slot) {
     for (const TimedAction& a : row.actions) {
       const int first = static_cast<int>(std::lround((a.start - span.begin) / slot));
       const int last = static_cast<int>(std::lround((a.end - span.begin) / slot));
-      for (int c = std::max(first, 0); c < std::min(last, columns); ++c) line[c] = c == first ? ToString(a.action) : "-";
+      for (int c = std::max(first, 0); c < std::min(last, columns); ++c) {
+        line[c] = c == first ? ToString(a.action) : "-";
+      }
       width = std::max(width, ToString(a.action).size());
     }
     label_width = std::max(label_width, row.label.size());

@@ -18,11 +18,16 @@ constexpr double kGap = 16;
 // Colours after the zero-bubble paper's figures: forward blue, backward warm, weight green.
 const char* Colour(ActionKind kind) {
   switch (kind) {
-    case ActionKind::kForward: return "#8cb7e3";
-    case ActionKind::kBackward: return "#f2a45f";
-    case ActionKind::kBackwardInput: return "#f6d270";
-    case ActionKind::kBackwardWeight: return "#93d193";
-    default: return "#cccccc";
+    case ActionKind::kForward:
+      return "#8cb7e3";
+    case ActionKind::kBackward:
+      return "#f2a45f";
+    case ActionKind::kBackwardInput:
+      return "#f6d270";
+    case ActionKind::kBackwardWeight:
+      return "#93d193";
+    default:
+      return "#cccccc";
   }
 }
 
@@ -30,11 +35,20 @@ std::string Escape(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -59,16 +73,17 @@ std::string Number(double v) {
 }
 
 struct Layout {
-  double left;        // x of time zero
-  double scale;       // pixels per time unit
+  double left;   // x of time zero
+  double scale;  // pixels per time unit
   double row_height;
 };
 
 // Draws one timeline with its top at `y`; returns the y below it.
 double DrawTimeline(const Timeline& t, const TimeSpan& span, const Layout& at, const SvgOptions& o,
                     double y, std::string& out) {
-  out += fmt::format("<text x=\"{}\" y=\"{:.1f}\" font-size=\"14\" font-weight=\"bold\">{}</text>\n",
-                     kMargin, y + 16, Escape(t.title));
+  out +=
+      fmt::format("<text x=\"{}\" y=\"{:.1f}\" font-size=\"14\" font-weight=\"bold\">{}</text>\n",
+                  kMargin, y + 16, Escape(t.title));
   y += kTitleHeight;
   const double box = at.row_height - 4;
   for (const TimelineRow& row : t.rows) {
@@ -80,7 +95,8 @@ double DrawTimeline(const Timeline& t, const TimeSpan& span, const Layout& at, c
       out += fmt::format(
           "<rect class=\"action\" x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{:.1f}\" "
           "fill=\"{}\" stroke=\"#444\" stroke-width=\"0.5\"><title>{} [{}, {})</title></rect>\n",
-          x, y + 2, w, box, Colour(a.action.kind), ToString(a.action), Number(a.start), Number(a.end));
+          x, y + 2, w, box, Colour(a.action.kind), ToString(a.action), Number(a.start),
+          Number(a.end));
       const std::string micro = std::to_string(a.action.micro);
       if (w >= kCharWidth * micro.size() + 2) {
         out += fmt::format(
@@ -92,16 +108,19 @@ double DrawTimeline(const Timeline& t, const TimeSpan& span, const Layout& at, c
   }
   // The time axis: a line and round ticks, labelled from the timeline's own start.
   const double length = span.end - span.begin;
-  out += fmt::format("<line x1=\"{:.2f}\" y1=\"{:.1f}\" x2=\"{:.2f}\" y2=\"{:.1f}\" stroke=\"#444\"/>\n",
-                     at.left, y + 2, at.left + length * at.scale, y + 2);
+  out += fmt::format(
+      "<line x1=\"{:.2f}\" y1=\"{:.1f}\" x2=\"{:.2f}\" y2=\"{:.1f}\" stroke=\"#444\"/>\n", at.left,
+      y + 2, at.left + length * at.scale, y + 2);
   if (length > 0) {
     const double step = TickStep(length);
     for (int k = 0; k * step <= length * (1 + 1e-9); ++k) {
       const double x = at.left + k * step * at.scale;
-      out += fmt::format("<line x1=\"{0:.2f}\" y1=\"{1:.1f}\" x2=\"{0:.2f}\" y2=\"{2:.1f}\" stroke=\"#444\"/>\n",
-                         x, y + 2, y + 6);
-      out += fmt::format("<text x=\"{:.2f}\" y=\"{:.1f}\" font-size=\"10\" text-anchor=\"middle\">{}</text>\n",
-                         x, y + 17, Number(k * step));
+      out += fmt::format(
+          "<line x1=\"{0:.2f}\" y1=\"{1:.1f}\" x2=\"{0:.2f}\" y2=\"{2:.1f}\" stroke=\"#444\"/>\n",
+          x, y + 2, y + 6);
+      out += fmt::format(
+          "<text x=\"{:.2f}\" y=\"{:.1f}\" font-size=\"10\" text-anchor=\"middle\">{}</text>\n", x,
+          y + 17, Number(k * step));
     }
     if (!o.time_unit.empty()) {
       out += fmt::format("<text x=\"{:.2f}\" y=\"{:.1f}\" font-size=\"10\">{}</text>\n",
@@ -129,11 +148,15 @@ std::string RenderSvg(const std::vector<Timeline>& timelines, const SvgOptions& 
   double x = left;
   for (ActionKind kind : {ActionKind::kForward, ActionKind::kBackward, ActionKind::kBackwardInput,
                           ActionKind::kBackwardWeight}) {
-    static const char* const kNames[] = {"F forward", "B backward", "I input grad", "W weight grad"};
+    static const char* const kNames[] = {"F forward", "B backward", "I input grad",
+                                         "W weight grad"};
     const char* name = kNames[static_cast<int>(kind)];
-    body += fmt::format("<rect class=\"legend\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"14\" height=\"14\" "
-                        "fill=\"{}\" stroke=\"#444\" stroke-width=\"0.5\"/>\n", x, y, Colour(kind));
-    body += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"12\">{}</text>\n", x + 18, y + 11, name);
+    body += fmt::format(
+        "<rect class=\"legend\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"14\" height=\"14\" "
+        "fill=\"{}\" stroke=\"#444\" stroke-width=\"0.5\"/>\n",
+        x, y, Colour(kind));
+    body += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"12\">{}</text>\n", x + 18,
+                        y + 11, name);
     x += 120;
   }
   y += 14 + kGap;
