@@ -106,8 +106,8 @@ std::vector<Action> BuildZbH1(int p, int m, int rank) {
 //   cool-down: r pairs of I (chunk 0, chunk 1), p-r pairs (chunk 0 I, W), then the W's left.
 // Every rank peaks at 2p stage activations, 1F1B's p micro-batches of a whole rank's layers.
 // The construction needs at least 2p-1 micro-batches to fill the V; with fewer it is built for
-// 2p-1 and the micro-batches that do not exist are dropped, which keeps every rank's order
-// a sub-order of a deadlock-free schedule.
+// 2p-1 and the micro-batches that do not exist are dropped (as PyTorch does): every rank's
+// order stays a sub-order of a deadlock-free schedule, so it cannot deadlock either.
 std::vector<Action> BuildZbv(int p, int m, int rank) {
   const int n = std::max(m, 2 * p - 1);
   const int down = rank, up = 2 * p - 1 - rank;
@@ -244,6 +244,10 @@ Result<std::vector<Action>> BuildComputeActions(ScheduleKind kind, const Pipelin
   return Status::Internal("unhandled schedule kind");
 }
 
+// A send may not wait for its receive to be posted: in 1F1B rank 0 sends micro-batch 1 forward
+// (0SEND_F1) before receiving micro-batch 0's gradient (0RECV_B0), while rank 1 sends that
+// gradient (1SEND_B0) before receiving micro-batch 1 (1RECV_F1). With rendezvous sends both
+// would block; the executor posts receives ahead or sends asynchronously (as PyTorch does).
 Result<std::vector<Action>> BuildActions(ScheduleKind kind, const PipelineShape& shape, int rank) {
   STRATA_ASSIGN_OR_RETURN(std::vector<Action> compute, BuildComputeActions(kind, shape, rank));
   const int last = shape.num_stages() - 1;

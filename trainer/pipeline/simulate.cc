@@ -4,7 +4,6 @@
 #include "trainer/pipeline/simulate.h"
 
 #include <algorithm>
-#include <limits>
 
 namespace strata::pipeline {
 namespace {
@@ -31,10 +30,11 @@ bool SplitsBackward(ScheduleKind kind) {
   return kind == ScheduleKind::kZbH1 || kind == ScheduleKind::kZbv;
 }
 
-// The compute actions every step must run, finished ones with their end and rank.
+// Every compute action a step may run, whether a list holds it and when and where it finished.
 class Ledger {
  public:
-  Ledger(int stages, int micros) : stages_(stages), micros_(micros), done_(3 * stages * micros) {}
+  Ledger(int stages, int micros)
+      : stages_(stages), micros_(micros), entries_(3 * stages * micros) {}
 
   struct Entry {
     bool seen = false;  // some rank's list holds it
@@ -43,12 +43,12 @@ class Ledger {
     double end = 0;
   };
   Entry& at(ActionKind kind, int stage, int micro) {
-    return done_[(Slot(kind) * stages_ + stage) * micros_ + micro];
+    return entries_[(Slot(kind) * stages_ + stage) * micros_ + micro];
   }
 
  private:
   int stages_, micros_;
-  std::vector<Entry> done_;
+  std::vector<Entry> entries_;
 };
 
 // The actions `a` needs finished first (at most two): the previous stage's forward; for a
