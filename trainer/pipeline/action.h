@@ -41,5 +41,8 @@ std::string ToString(const Action& a);               // "<stage><kind><micro>", 
 Result<Action> ParseAction(std::string_view text);
 // Space-separated actions, as ToString writes them one after another.
 std::string ToString(const std::vector<Action>& actions);
+// Parses that form back (any run of spaces separates actions); InvalidArgument naming the
+// first bad action.
+Result<std::vector<Action>> ParseActions(std::string_view text);
 
 }  // namespace strata::pipeline

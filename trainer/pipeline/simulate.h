@@ -47,6 +47,14 @@ struct Simulation {
 // stuck action) or a list that runs an action twice or never runs one it must.
 Result<Simulation> Simulate(ScheduleKind kind, const PipelineShape& shape, const Costs& costs);
 
+// Simulate on given lists, one per rank (a hand-edited order, say, or one read back from a
+// trace): `kind` says where stages live and whether backward is split. Sends and receives in
+// the lists are skipped: every hand-off between ranks costs `costs.comm`. The same errors as
+// Simulate, and InvalidArgument when there is not one list per rank.
+Result<Simulation> SimulateActions(ScheduleKind kind, const PipelineShape& shape,
+                                   const std::vector<std::vector<Action>>& rank_actions,
+                                   const Costs& costs);
+
 // The textbook bubble for equal per-stage costs: gpipe and 1f1b (p-1)/(m+p-1), interleaved
 // (p-1)/(v*m+p-1); zb-h1 and zbv: what the paper's construction gives for F = I = W (state
 // it in the implementation's comment).
