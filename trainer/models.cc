@@ -92,7 +92,7 @@ class GptModel final : public Model {
       : Model(ex, o.seed, nn::LossKind::kCrossEntropy),
         o_(o),
         tok_(reg_, "gpt.tok", o.sparse_rows ? o.sparse_rows : o.vocab, o.width, 0.02f),
-        pos_(&reg_.Create("gpt.pos.weight", {o.context, o.width}, nn::Init::Normal(0.01f), false)),
+        pos_(&reg_.Create("gpt.pos.weight", {o.context, o.width}, InitSpec::Normal(0.01f), false)),
         drop_("gpt.drop", static_cast<float>(o.dropout)),
         ln_f_(reg_, "gpt.ln_f", o.width),
         head_linear_(reg_, "gpt.head", o.width, o.vocab, false, 0.02f) {

@@ -210,10 +210,10 @@ TEST(GradCheckTest, LossHeads) {
 
 TEST(ParameterRegistryTest, SeededInitDependsOnNameOnly) {
   ParameterRegistry a(kCpu, 42), b(kCpu, 42), c(kCpu, 43);
-  a.Create("x", {4}, Init::Normal(1.0f));
-  a.Create("w", {3, 3}, Init::Normal(1.0f));
-  b.Create("w", {3, 3}, Init::Normal(1.0f));  // other creation order
-  c.Create("w", {3, 3}, Init::Normal(1.0f));
+  a.Create("x", {4}, InitSpec::Normal(1.0f));
+  a.Create("w", {3, 3}, InitSpec::Normal(1.0f));
+  b.Create("w", {3, 3}, InitSpec::Normal(1.0f));  // other creation order
+  c.Create("w", {3, 3}, InitSpec::Normal(1.0f));
   const float* wa = a.Find("w")->value.data_as<float>();
   const float* wb = b.Find("w")->value.data_as<float>();
   const float* wc = c.Find("w")->value.data_as<float>();

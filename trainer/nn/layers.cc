@@ -28,8 +28,8 @@ Linear::Linear(ParameterRegistry& reg, const std::string& name, int64_t in, int6
                bool bias, float init_std)
     : Layer(name), in_(in), out_(out) {
   const float std = init_std > 0 ? init_std : 1.0f / std::sqrt(static_cast<float>(in));
-  weight_ = &reg.Create(name + ".weight", {in, out}, Init::Normal(std));
-  if (bias) bias_ = &reg.Create(name + ".bias", {out}, Init::Zeros(), /*weight_decay=*/false);
+  weight_ = &reg.Create(name + ".weight", {in, out}, InitSpec::Normal(std));
+  if (bias) bias_ = &reg.Create(name + ".bias", {out}, InitSpec::Zeros(), /*weight_decay=*/false);
   Owns(weight_);
   if (bias_) Owns(bias_);
 }
@@ -61,7 +61,7 @@ Tensor Linear::DoBackward(const Tensor& dy, Context& ctx) {
 Embedding::Embedding(ParameterRegistry& reg, const std::string& name, int64_t vocab, int64_t dim,
                      float init_std)
     : Layer(name), dim_(dim) {
-  table_ = &reg.Create(name + ".weight", {vocab, dim}, Init::Normal(init_std), false, /*sparse=*/true);
+  table_ = &reg.Create(name + ".weight", {vocab, dim}, InitSpec::Normal(init_std), false, /*sparse=*/true);
   Owns(table_);
 }
 
@@ -84,8 +84,8 @@ Tensor Embedding::DoBackward(const Tensor& dy, Context& ctx) {
 
 LayerNorm::LayerNorm(ParameterRegistry& reg, const std::string& name, int64_t dim, float eps)
     : Layer(name), dim_(dim), eps_(eps) {
-  gamma_ = &reg.Create(name + ".weight", {dim}, Init::Ones(), false);
-  beta_ = &reg.Create(name + ".bias", {dim}, Init::Zeros(), false);
+  gamma_ = &reg.Create(name + ".weight", {dim}, InitSpec::Constant(1.0f), false);
+  beta_ = &reg.Create(name + ".bias", {dim}, InitSpec::Zeros(), false);
   Owns(gamma_);
   Owns(beta_);
 }

@@ -8,7 +8,7 @@
 
 namespace strata::nn {
 
-Parameter& ParameterRegistry::Create(const std::string& name, Shape shape, Init init,
+Parameter& ParameterRegistry::Create(const std::string& name, Shape shape, InitSpec init,
                                      bool weight_decay, bool sparse) {
   STRATA_CHECK(!by_name_.contains(name)) << "parameter " << name << " created twice";
   STRATA_CHECK(!sparse || shape.size() == 2) << "sparse parameter " << name << " must be 2-D";
@@ -16,18 +16,9 @@ Parameter& ParameterRegistry::Create(const std::string& name, Shape shape, Init 
   p->name = name;
   p->weight_decay = weight_decay;
   p->sparse = sparse;
-  InitSpec& spec = p->init;
-  spec.seed = rng::Derive(seed_, name.c_str());
-  switch (init.kind) {
-    case Init::Kind::kZeros: spec.kind = InitKind::kZeros; break;
-    case Init::Kind::kOnes: spec.kind = InitKind::kConstant; spec.a = 1.0f; break;
-    case Init::Kind::kNormal: spec.kind = InitKind::kNormal; spec.a = 0.0f; spec.b = init.scale; break;
-    case Init::Kind::kUniform:
-      spec.kind = InitKind::kUniform;
-      spec.a = -init.scale;
-      spec.b = init.scale;
-      break;
-  }
+  p->init = init;
+  p->init.seed = rng::Derive(seed_, name.c_str());
+  const InitSpec& spec = p->init;
   const ops::Exec cpu = ops::Exec::Cpu();
   Tensor host = ops::NewTensor(cpu, shape);
   std::span<float> v(host.data_as<float>(), static_cast<size_t>(host.numel()));

@@ -18,21 +18,6 @@
 
 namespace strata::nn {
 
-// How a parameter starts. Values come from the parameter servers' initialisers (ps/table.h
-// InitValues, InitDenseValues) seeded by rng::Derive(model_seed, name), so a parameter's initial
-// value depends only on the model seed and its name: the same on any device, any number of
-// devices, and on a parameter server that creates the parameter's table from its InitSpec
-// (nothing has to be sent to initialise a server).
-struct Init {
-  enum class Kind { kZeros, kOnes, kNormal, kUniform };
-  Kind kind = Kind::kNormal;
-  float scale = 0.02f;  // kNormal: standard deviation; kUniform: half-width
-  static Init Zeros() { return {Kind::kZeros, 0.0f}; }
-  static Init Ones() { return {Kind::kOnes, 0.0f}; }
-  static Init Normal(float std) { return {Kind::kNormal, std}; }
-  static Init Uniform(float half_width) { return {Kind::kUniform, half_width}; }
-};
-
 // A named trainable tensor and its gradient (same shape, device and dtype; gradients
 // accumulate until ZeroGrad). Names are dotted paths ("block0.attn.qkv.weight"): checkpoints
 // and parameter-server tables are keyed by them.
@@ -44,9 +29,12 @@ struct Parameter {
   bool sparse = false;       // an embedding table: rows touched per batch are few
   bool remote = false;       // held and updated by the parameter servers: the local optimizer
                              // and gradient clipping skip it
-  // What a parameter server needs to produce the same initial values: element g of a dense
+  // How the parameter starts, as a parameter server would start it: element g of a dense
   // parameter is InitDenseValues(init, g); row k of a sparse [rows, dim] one is
-  // InitValues(init, k).
+  // InitValues(init, k). The seed is rng::Derive(model_seed, name), so a parameter's initial
+  // value depends only on the model seed and its name: the same on any device, any number of
+  // devices, and on a server that creates the parameter's table from this spec (nothing has to
+  // be sent to initialise a server).
   InitSpec init;
 };
 
@@ -58,9 +46,10 @@ class ParameterRegistry {
   ParameterRegistry(const ParameterRegistry&) = delete;
   ParameterRegistry& operator=(const ParameterRegistry&) = delete;
 
-  // Creates and initialises a parameter; a duplicate name is a bug (aborts). A sparse parameter
-  // is a [rows, dim] table initialised row by row (see Parameter::init).
-  Parameter& Create(const std::string& name, Shape shape, Init init, bool weight_decay = true,
+  // Creates and initialises a parameter from `init` (InitSpec::Normal(0.02f), ...; its seed is
+  // replaced by the one derived from the name); a duplicate name is a bug (aborts). A sparse
+  // parameter is a [rows, dim] table initialised row by row (see Parameter::init).
+  Parameter& Create(const std::string& name, Shape shape, InitSpec init, bool weight_decay = true,
                     bool sparse = false);
   Parameter* Find(std::string_view name) const;  // null if absent
   const std::vector<std::unique_ptr<Parameter>>& params() const { return params_; }
