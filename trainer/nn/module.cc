@@ -1,4 +1,5 @@
-// module.cc: ParameterRegistry, Context and the Layer recompute wrapper.
+// module.cc: ParameterRegistry, Context and the Layer wrapper (recompute, the split backward,
+// gradient-ready reports).
 #include "trainer/nn/module.h"
 
 #include <vector>
@@ -67,10 +68,42 @@ Tensor Context::Get(const void* owner, std::string_view key) const {
   return it->second;
 }
 
+void Context::Drop(const void* owner, std::string_view key) {
+  saved_.erase({owner, std::string(key)});
+}
+
+void Context::Clear() {
+  saved_.clear();
+  scratch_.clear();
+}
+
+size_t Context::num_saved() const {
+  size_t n = saved_.size();
+  for (const auto& [owner, scratch] : scratch_) n += scratch->num_saved();
+  return n;
+}
+
 int64_t Context::saved_bytes() const {
   int64_t n = 0;
   for (const auto& [key, t] : saved_) n += static_cast<int64_t>(t.nbytes());
+  for (const auto& [owner, scratch] : scratch_) n += scratch->saved_bytes();
   return n;
+}
+
+Context& Context::NewScratch(const void* owner) {
+  auto scratch = std::make_unique<Context>(exec_, training_, seed_);
+  scratch->set_grad_ready(grad_ready_);
+  auto [it, inserted] = scratch_.emplace(owner, std::move(scratch));
+  STRATA_CHECK(inserted) << "a second scratch context for one layer (BackwardInput twice?)";
+  return *it->second;
+}
+
+std::unique_ptr<Context> Context::TakeScratch(const void* owner) {
+  auto it = scratch_.find(owner);
+  STRATA_CHECK(it != scratch_.end()) << "no scratch context (BackwardWeight without BackwardInput?)";
+  std::unique_ptr<Context> scratch = std::move(it->second);
+  scratch_.erase(it);
+  return scratch;
 }
 
 Tensor Layer::Forward(const Tensor& x, Context& ctx) {
@@ -96,13 +129,22 @@ Tensor Layer::Backward(const Tensor& dy, Context& ctx) {
 }
 
 Tensor Layer::BackwardInput(const Tensor& dy, Context& ctx) {
-  if (recompute_) return Backward(dy, ctx);  // recomputed state is not kept for a later W
-  return DoBackwardInput(dy, ctx);
+  if (!recompute_) return DoBackwardInput(dy, ctx);
+  // The scratch context stays in ctx for BackwardWeight, which needs what this forward saves;
+  // recomputing again there would cost a second forward.
+  Context& scratch = ctx.NewScratch(this);
+  DoForward(ctx.Get(this, "recompute.input"), scratch);
+  return DoBackwardInput(dy, scratch);
 }
 
 void Layer::BackwardWeight(Context& ctx) {
-  if (recompute_) return;  // BackwardInput ran all of it
-  DoBackwardWeight(ctx);
+  if (!recompute_) {
+    DoBackwardWeight(ctx);
+  } else {
+    std::unique_ptr<Context> scratch = ctx.TakeScratch(this);
+    scratch->set_grad_ready(ctx.grad_ready());  // as set now: sublayers report through it
+    DoBackwardWeight(*scratch);
+  }  // the scratch context and what it saved are freed here
   for (Parameter* p : owned_) ctx.GradReady(*p);
 }
 
