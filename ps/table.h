@@ -33,12 +33,21 @@ struct OptimizerSpec {
   bool operator==(const OptimizerSpec&) const = default;
 };
 
+// How a parameter's values start, on a server (InitValues, InitDenseValues) and in the trainer
+// (nn::ParameterRegistry::Create, which sets the seed from the parameter's name).
 struct InitSpec {
   InitKind kind = InitKind::kZeros;
   float a = 0.0f;  // constant value; uniform low; normal mean
   float b = 0.0f;  // uniform high; normal stddev
   uint64_t seed = 0;
   bool operator==(const InitSpec&) const = default;
+
+  static InitSpec Zeros() { return {}; }
+  static InitSpec Constant(float value) { return {InitKind::kConstant, value, 0.0f, 0}; }
+  static InitSpec Uniform(float low, float high) { return {InitKind::kUniform, low, high, 0}; }
+  static InitSpec Normal(float stddev, float mean = 0.0f) {
+    return {InitKind::kNormal, mean, stddev, 0};
+  }
 };
 
 struct TableSpec {

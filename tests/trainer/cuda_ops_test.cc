@@ -124,6 +124,13 @@ TEST_P(CudaRowOpsTest, LayerNormAndSoftmax) {
   ExpectClose(dx, gdx, 1e-3);
   ExpectClose(dg, gdg, 1e-3);
   ExpectClose(dbb, gdb, 1e-3);
+  // The split halves (dgamma and dbeta summed in row order, not atomically): the same values.
+  Tensor gdx2 = Up(NewZeros(kCpu, {n, d})), gdg2 = Up(NewZeros(kCpu, {d})), gdb2 = Up(NewZeros(kCpu, {d}));
+  LayerNormBackwardInput(gpu_, Up(dy), Up(x), Up(g), gmean, grstd, gdx2);
+  LayerNormBackwardWeight(gpu_, Up(dy), Up(x), gmean, grstd, gdg2, gdb2);
+  ExpectClose(dx, gdx2, 1e-3);
+  ExpectClose(dg, gdg2, 1e-3);
+  ExpectClose(dbb, gdb2, 1e-3);
   Softmax(kCpu, x, y);
   Softmax(gpu_, Up(x), gy);
   ExpectClose(y, gy, 1e-5);

@@ -1,8 +1,10 @@
-// Gradient checks for every layer in trainer/nn: the analytic backward against central finite
-// differences of L = sum(forward(x) * r), with the probe loss accumulated in float64.
+// Gradient checks for every layer in trainer/nn: the analytic backward, fused and split in its
+// two halves, against central finite differences of L = sum(forward(x) * r), with the probe
+// loss accumulated in float64.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -36,10 +38,24 @@ struct CheckResult {
   int probes = 0;
 };
 
+// How the analytic gradients are computed: Backward, or BackwardInput (dx is taken from it
+// alone, before the weight half runs) then BackwardWeight (the parameters' gradients).
+enum class Mode { kFused, kSplit };
+const Mode kModes[] = {Mode::kFused, Mode::kSplit};
+std::string ModeName(Mode m) { return m == Mode::kFused ? "fused" : "split"; }
+
+Tensor Clone(const Tensor& t) {
+  if (!t.defined()) return t;
+  Tensor c = ops::NewTensor(kCpu, t.shape(), t.dtype());
+  std::memcpy(c.data(), t.data(), t.nbytes());
+  return c;
+}
+
 // Compares analytic gradients (scaled by `tamper`, 1 for a real check) to central differences
 // at up to `probes` coordinates of x (if differentiable) and of every parameter.
 CheckResult GradCheck(Layer& layer, ParameterRegistry& reg, const Tensor& x, bool x_grad,
-                      double tamper = 1.0, double eps = 1e-3, int probes = 16) {
+                      Mode mode = Mode::kFused, double tamper = 1.0, double eps = 1e-3,
+                      int probes = 16) {
   auto run = [&](Context& ctx) { return layer.Forward(x, ctx); };
   Context ctx0(kCpu, true, 7);
   Tensor y = run(ctx0);
@@ -49,11 +65,18 @@ CheckResult GradCheck(Layer& layer, ParameterRegistry& reg, const Tensor& x, boo
     return Dot(run(c), r);
   };
   reg.ZeroGrad();
-  Tensor dx = layer.Backward(r, ctx0);
+  Tensor dx;
+  if (mode == Mode::kFused) {
+    dx = layer.Backward(r, ctx0);
+  } else {
+    dx = Clone(layer.BackwardInput(r, ctx0));
+    layer.BackwardWeight(ctx0);
+  }
   std::vector<std::pair<std::string, std::pair<Tensor, Tensor>>> targets;  // (name, (value, grad))
   if (x_grad) targets.push_back({"input", {x, dx}});
   for (auto& p : reg.params()) targets.push_back({p->name, {p->value, p->grad}});
   CheckResult result;
+  result.where = ModeName(mode) + ": ";
   rng::Stream pick(123);
   for (auto& [name, vg] : targets) {
     auto [value, grad] = vg;
@@ -73,7 +96,7 @@ CheckResult GradCheck(Layer& layer, ParameterRegistry& reg, const Tensor& x, boo
       ++result.probes;
       if (err > result.worst) {
         result.worst = err;
-        result.where = name + "[" + std::to_string(idx) + "] analytic " + std::to_string(analytic) +
+        result.where = ModeName(mode) + ": " + name + "[" + std::to_string(idx) + "] analytic " + std::to_string(analytic) +
                        " numeric " + std::to_string(numeric);
       }
     }
@@ -90,14 +113,16 @@ TEST(GradCheckTest, Linear) {
   ParameterRegistry reg(kCpu, 1);
   Linear layer(reg, "fc", 6, 5);
   ops::Fill(kCpu, layer.bias()->value, 0.3f);
-  EXPECT_GRADS_OK(GradCheck(layer, reg, Random({2, 3, 6}, 2), true));
+  for (Mode m : kModes) EXPECT_GRADS_OK(GradCheck(layer, reg, Random({2, 3, 6}, 2), true, m));
 }
 
 TEST(GradCheckTest, TamperedGradientFails) {
   ParameterRegistry reg(kCpu, 1);
   Linear layer(reg, "fc", 6, 5);
-  CheckResult res = GradCheck(layer, reg, Random({4, 6}, 2), true, /*tamper=*/1.05);
-  EXPECT_GT(res.worst, kTol) << "the checker must catch a 5% error";
+  for (Mode m : kModes) {
+    CheckResult res = GradCheck(layer, reg, Random({4, 6}, 2), true, m, /*tamper=*/1.05);
+    EXPECT_GT(res.worst, kTol) << "the checker must catch a 5% error";
+  }
 }
 
 TEST(GradCheckTest, Embedding) {
@@ -106,7 +131,7 @@ TEST(GradCheckTest, Embedding) {
   Tensor ids = ops::NewTensor(kCpu, {2, 3}, DType::kI32);
   int32_t raw[] = {1, 6, 1, 0, 3, 6};
   for (int i = 0; i < 6; ++i) ids.data_as<int32_t>()[i] = raw[i];
-  EXPECT_GRADS_OK(GradCheck(layer, reg, ids, false));
+  for (Mode m : kModes) EXPECT_GRADS_OK(GradCheck(layer, reg, ids, false, m));
 }
 
 TEST(GradCheckTest, LayerNorm) {
@@ -116,32 +141,34 @@ TEST(GradCheckTest, LayerNorm) {
     Tensor noise = Random(p->value.shape(), 5, 0.5f);
     ops::Axpy(kCpu, 1.0f, noise, p->value);
   }
-  EXPECT_GRADS_OK(GradCheck(layer, reg, Random({5, 8}, 3), true));
+  for (Mode m : kModes) EXPECT_GRADS_OK(GradCheck(layer, reg, Random({5, 8}, 3), true, m));
 }
 
 TEST(GradCheckTest, Activations) {
   ParameterRegistry reg(kCpu, 1);
   Activation relu("relu", ActivationKind::kRelu), gelu("gelu", ActivationKind::kGelu);
-  EXPECT_GRADS_OK(GradCheck(relu, reg, Random({4, 9}, 4), true));
-  EXPECT_GRADS_OK(GradCheck(gelu, reg, Random({4, 9}, 5), true));
+  for (Mode m : kModes) {
+    EXPECT_GRADS_OK(GradCheck(relu, reg, Random({4, 9}, 4), true, m));
+    EXPECT_GRADS_OK(GradCheck(gelu, reg, Random({4, 9}, 5), true, m));
+  }
 }
 
 TEST(GradCheckTest, Dropout) {
   ParameterRegistry reg(kCpu, 1);
   Dropout layer("drop", 0.3f);
-  EXPECT_GRADS_OK(GradCheck(layer, reg, Random({6, 7}, 6), true));
+  for (Mode m : kModes) EXPECT_GRADS_OK(GradCheck(layer, reg, Random({6, 7}, 6), true, m));
 }
 
 TEST(GradCheckTest, Mlp) {
   ParameterRegistry reg(kCpu, 1);
   auto mlp = MakeMlp(reg, "mlp", 5, 12, 3, ActivationKind::kGelu, 0.1f);
-  EXPECT_GRADS_OK(GradCheck(*mlp, reg, Random({4, 5}, 7), true));
+  for (Mode m : kModes) EXPECT_GRADS_OK(GradCheck(*mlp, reg, Random({4, 5}, 7), true, m));
 }
 
 TEST(GradCheckTest, CausalSelfAttention) {
   ParameterRegistry reg(kCpu, 1);
   CausalSelfAttention layer(reg, "attn", 8, 2, 0.3f, 0.3f);
-  EXPECT_GRADS_OK(GradCheck(layer, reg, Random({2, 5, 8}, 8), true));
+  for (Mode m : kModes) EXPECT_GRADS_OK(GradCheck(layer, reg, Random({2, 5, 8}, 8), true, m));
 }
 
 TEST(GradCheckTest, TransformerBlock) {
@@ -153,7 +180,9 @@ TEST(GradCheckTest, TransformerBlock) {
   }
   // A larger step: the block's f32 forward rounds at ~1e-6 of a loss of ~10, which a 1e-3
   // step would turn into ~5e-3 of gradient noise; the truncation error at 1e-2 is ~1e-5.
-  EXPECT_GRADS_OK(GradCheck(layer, reg, Random({2, 4, 8}, 9), true, 1.0, /*eps=*/1e-2));
+  for (Mode m : kModes) {
+    EXPECT_GRADS_OK(GradCheck(layer, reg, Random({2, 4, 8}, 9), true, m, 1.0, /*eps=*/1e-2));
+  }
 }
 
 TEST(GradCheckTest, RecomputeGivesIdenticalGradients) {
@@ -210,10 +239,10 @@ TEST(GradCheckTest, LossHeads) {
 
 TEST(ParameterRegistryTest, SeededInitDependsOnNameOnly) {
   ParameterRegistry a(kCpu, 42), b(kCpu, 42), c(kCpu, 43);
-  a.Create("x", {4}, Init::Normal(1.0f));
-  a.Create("w", {3, 3}, Init::Normal(1.0f));
-  b.Create("w", {3, 3}, Init::Normal(1.0f));  // other creation order
-  c.Create("w", {3, 3}, Init::Normal(1.0f));
+  a.Create("x", {4}, InitSpec::Normal(1.0f));
+  a.Create("w", {3, 3}, InitSpec::Normal(1.0f));
+  b.Create("w", {3, 3}, InitSpec::Normal(1.0f));  // other creation order
+  c.Create("w", {3, 3}, InitSpec::Normal(1.0f));
   const float* wa = a.Find("w")->value.data_as<float>();
   const float* wb = b.Find("w")->value.data_as<float>();
   const float* wc = c.Find("w")->value.data_as<float>();

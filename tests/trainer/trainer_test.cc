@@ -242,7 +242,7 @@ TEST(OptimTest, WarmupCosineSchedule) {
 
 TEST(OptimTest, ClipGradNormScalesToMaxNorm) {
   nn::ParameterRegistry reg(ops::Exec::Cpu(), 1);
-  nn::Parameter& p = reg.Create("w", {2}, nn::Init::Zeros());
+  nn::Parameter& p = reg.Create("w", {2}, InitSpec::Zeros());
   p.grad.data_as<float>()[0] = 3;
   p.grad.data_as<float>()[1] = 4;
   EXPECT_NEAR(ClipGradNorm(reg, 1.0), 5.0, 1e-9);

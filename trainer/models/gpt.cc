@@ -22,7 +22,7 @@ class GptEmbedding final : public nn::Layer {
         width_(o.width),
         context_(o.context),
         tok_(reg, "gpt.tok", o.sparse_rows ? o.sparse_rows : o.vocab, o.width, 0.02f),
-        pos_(&reg.Create("gpt.pos.weight", {o.context, o.width}, nn::Init::Normal(0.01f), false)),
+        pos_(&reg.Create("gpt.pos.weight", {o.context, o.width}, InitSpec::Normal(0.01f), false)),
         drop_("gpt.drop", static_cast<float>(o.dropout)) {
     Owns(pos_);
   }

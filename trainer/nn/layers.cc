@@ -1,4 +1,5 @@
-// layers.cc: forward and backward of the layers in layers.h, written with trainer/ops.
+// layers.cc: forward and backward (fused and split) of the layers in layers.h, written with
+// trainer/ops.
 #include "trainer/nn/layers.h"
 
 #include <cmath>
@@ -19,6 +20,9 @@ Shape WithLast(Shape s, int64_t last) {
   s.back() = last;
   return s;
 }
+Tensor Back(Layer& layer, const Tensor& dy, Context& ctx, BackwardPass pass) {
+  return pass == BackwardPass::kFused ? layer.Backward(dy, ctx) : layer.BackwardInput(dy, ctx);
+}
 
 }  // namespace
 
@@ -28,8 +32,8 @@ Linear::Linear(ParameterRegistry& reg, const std::string& name, int64_t in, int6
                bool bias, float init_std)
     : Layer(name), in_(in), out_(out) {
   const float std = init_std > 0 ? init_std : 1.0f / std::sqrt(static_cast<float>(in));
-  weight_ = &reg.Create(name + ".weight", {in, out}, Init::Normal(std));
-  if (bias) bias_ = &reg.Create(name + ".bias", {out}, Init::Zeros(), /*weight_decay=*/false);
+  weight_ = &reg.Create(name + ".weight", {in, out}, InitSpec::Normal(std));
+  if (bias) bias_ = &reg.Create(name + ".bias", {out}, InitSpec::Zeros(), /*weight_decay=*/false);
   Owns(weight_);
   if (bias_) Owns(bias_);
 }
@@ -45,15 +49,31 @@ Tensor Linear::DoForward(const Tensor& x, Context& ctx) {
   return Reshaped(y, WithLast(x.shape(), out_));
 }
 
-Tensor Linear::DoBackward(const Tensor& dy, Context& ctx) {
-  const ops::Exec& ex = ctx.exec();
-  Tensor x2 = ctx.Get(this, "x");
-  Tensor dy2 = Rows2D(dy);
+Tensor Linear::InputGrad(const ops::Exec& ex, const Tensor& dy2) const {
+  Tensor dx = ops::NewTensor(ex, {dy2.size(0), in_});
+  ops::Matmul(ex, dy2, weight_->value, dx, false, true);
+  return dx;
+}
+
+void Linear::WeightGrad(const ops::Exec& ex, const Tensor& x2, const Tensor& dy2) {
   ops::Matmul(ex, x2, dy2, weight_->grad, true, false, 1.0f, 1.0f);
   if (bias_) ops::BiasGrad(ex, dy2, bias_->grad);
-  Tensor dx = ops::NewTensor(ex, {x2.size(0), in_});
-  ops::Matmul(ex, dy2, weight_->value, dx, false, true);
-  return Reshaped(dx, WithLast(dy.shape(), in_));
+}
+
+Tensor Linear::DoBackward(const Tensor& dy, Context& ctx) {
+  Tensor dy2 = Rows2D(dy);
+  WeightGrad(ctx.exec(), ctx.Get(this, "x"), dy2);
+  return Reshaped(InputGrad(ctx.exec(), dy2), WithLast(dy.shape(), in_));
+}
+
+Tensor Linear::DoBackwardInput(const Tensor& dy, Context& ctx) {
+  Tensor dy2 = Rows2D(dy);
+  ctx.Save(this, "dy", dy2);
+  return Reshaped(InputGrad(ctx.exec(), dy2), WithLast(dy.shape(), in_));
+}
+
+void Linear::DoBackwardWeight(Context& ctx) {
+  WeightGrad(ctx.exec(), ctx.Get(this, "x"), ctx.Get(this, "dy"));
 }
 
 // --- Embedding
@@ -61,7 +81,7 @@ Tensor Linear::DoBackward(const Tensor& dy, Context& ctx) {
 Embedding::Embedding(ParameterRegistry& reg, const std::string& name, int64_t vocab, int64_t dim,
                      float init_std)
     : Layer(name), dim_(dim) {
-  table_ = &reg.Create(name + ".weight", {vocab, dim}, Init::Normal(init_std), false, /*sparse=*/true);
+  table_ = &reg.Create(name + ".weight", {vocab, dim}, InitSpec::Normal(init_std), false, /*sparse=*/true);
   Owns(table_);
 }
 
@@ -80,12 +100,21 @@ Tensor Embedding::DoBackward(const Tensor& dy, Context& ctx) {
   return Tensor();
 }
 
+Tensor Embedding::DoBackwardInput(const Tensor& dy, Context& ctx) {
+  ctx.Save(this, "dy", Rows2D(dy));
+  return Tensor();
+}
+
+void Embedding::DoBackwardWeight(Context& ctx) {
+  ops::EmbeddingScatterAdd(ctx.exec(), ctx.Get(this, "dy"), ctx.Get(this, "ids"), table_->grad);
+}
+
 // --- LayerNorm
 
 LayerNorm::LayerNorm(ParameterRegistry& reg, const std::string& name, int64_t dim, float eps)
     : Layer(name), dim_(dim), eps_(eps) {
-  gamma_ = &reg.Create(name + ".weight", {dim}, Init::Ones(), false);
-  beta_ = &reg.Create(name + ".bias", {dim}, Init::Zeros(), false);
+  gamma_ = &reg.Create(name + ".weight", {dim}, InitSpec::Constant(1.0f), false);
+  beta_ = &reg.Create(name + ".bias", {dim}, InitSpec::Zeros(), false);
   Owns(gamma_);
   Owns(beta_);
 }
@@ -112,6 +141,21 @@ Tensor LayerNorm::DoBackward(const Tensor& dy, Context& ctx) {
   return Reshaped(dx, dy.shape());
 }
 
+Tensor LayerNorm::DoBackwardInput(const Tensor& dy, Context& ctx) {
+  Tensor x2 = ctx.Get(this, "x"), dy2 = Rows2D(dy);
+  Tensor dx = ops::NewTensor(ctx.exec(), x2.shape());
+  ops::LayerNormBackwardInput(ctx.exec(), dy2, x2, gamma_->value, ctx.Get(this, "mean"),
+                              ctx.Get(this, "rstd"), dx);
+  ctx.Save(this, "dy", dy2);
+  return Reshaped(dx, dy.shape());
+}
+
+void LayerNorm::DoBackwardWeight(Context& ctx) {
+  ops::LayerNormBackwardWeight(ctx.exec(), ctx.Get(this, "dy"), ctx.Get(this, "x"),
+                               ctx.Get(this, "mean"), ctx.Get(this, "rstd"), gamma_->grad,
+                               beta_->grad);
+}
+
 // --- Activation
 
 Tensor Activation::DoForward(const Tensor& x, Context& ctx) {
@@ -133,6 +177,12 @@ Tensor Activation::DoBackward(const Tensor& dy, Context& ctx) {
   } else {
     ops::GeluBackward(ctx.exec(), x, dy, dx);
   }
+  return dx;
+}
+
+Tensor Activation::DoBackwardInput(const Tensor& dy, Context& ctx) {
+  Tensor dx = DoBackward(dy, ctx);
+  ctx.Drop(this, "x");  // no weight half: nothing to keep until BackwardWeight
   return dx;
 }
 
@@ -167,10 +217,22 @@ Tensor Sequential::DoForward(const Tensor& x, Context& ctx) {
   return h;
 }
 
-Tensor Sequential::DoBackward(const Tensor& dy, Context& ctx) {
+Tensor Sequential::Backprop(const Tensor& dy, Context& ctx, BackwardPass pass) {
   Tensor g = dy;
-  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) g = (*it)->Backward(g, ctx);
+  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) g = Back(**it, g, ctx, pass);
   return g;
+}
+
+Tensor Sequential::DoBackward(const Tensor& dy, Context& ctx) {
+  return Backprop(dy, ctx, BackwardPass::kFused);
+}
+
+Tensor Sequential::DoBackwardInput(const Tensor& dy, Context& ctx) {
+  return Backprop(dy, ctx, BackwardPass::kInput);
+}
+
+void Sequential::DoBackwardWeight(Context& ctx) {
+  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) (*it)->BackwardWeight(ctx);
 }
 
 std::unique_ptr<Sequential> MakeMlp(ParameterRegistry& reg, const std::string& name, int64_t in,
@@ -217,11 +279,11 @@ Tensor CausalSelfAttention::DoForward(const Tensor& x, Context& ctx) {
   return proj_.Forward(Reshaped(merged, {b, t, width_}), ctx);
 }
 
-Tensor CausalSelfAttention::DoBackward(const Tensor& dy, Context& ctx) {
+Tensor CausalSelfAttention::Backprop(const Tensor& dy, Context& ctx, BackwardPass pass) {
   const ops::Exec& ex = ctx.exec();
   Tensor q = ctx.Get(this, "q"), k = ctx.Get(this, "k"), v = ctx.Get(this, "v");
   const int64_t b = q.size(0), t = q.size(2);
-  Tensor dmerged = Rows2D(proj_.Backward(dy, ctx));
+  Tensor dmerged = Rows2D(Back(proj_, dy, ctx, pass));
   Tensor dyh = ops::NewTensor(ex, q.shape());
   ops::SplitHeadsGrad(ex, dmerged, dyh);
   Tensor dq = ops::NewTensor(ex, q.shape()), dk = ops::NewTensor(ex, q.shape()),
@@ -229,7 +291,23 @@ Tensor CausalSelfAttention::DoBackward(const Tensor& dy, Context& ctx) {
   ops::CausalAttentionBackward(ex, q, k, v, ctx.Get(this, "att"), dyh, dq, dk, dv);
   Tensor dqkv = ops::NewTensor(ex, {b * t, 3 * width_});
   ops::MergeHeadsGrad(ex, dq, dk, dv, dqkv);
-  return qkv_.Backward(Reshaped(dqkv, {b, t, 3 * width_}), ctx);
+  if (pass == BackwardPass::kInput) {  // the weight half needs none of these
+    for (const char* key : {"q", "k", "v", "att"}) ctx.Drop(this, key);
+  }
+  return Back(qkv_, Reshaped(dqkv, {b, t, 3 * width_}), ctx, pass);
+}
+
+Tensor CausalSelfAttention::DoBackward(const Tensor& dy, Context& ctx) {
+  return Backprop(dy, ctx, BackwardPass::kFused);
+}
+
+Tensor CausalSelfAttention::DoBackwardInput(const Tensor& dy, Context& ctx) {
+  return Backprop(dy, ctx, BackwardPass::kInput);
+}
+
+void CausalSelfAttention::DoBackwardWeight(Context& ctx) {
+  proj_.BackwardWeight(ctx);  // the fused order: proj's gradients first, then qkv's
+  qkv_.BackwardWeight(ctx);
 }
 
 // --- TransformerBlock
@@ -257,13 +335,28 @@ Tensor TransformerBlock::DoForward(const Tensor& x, Context& ctx) {
   return out;
 }
 
-Tensor TransformerBlock::DoBackward(const Tensor& dy, Context& ctx) {
+Tensor TransformerBlock::Backprop(const Tensor& dy, Context& ctx, BackwardPass pass) {
   const ops::Exec& ex = ctx.exec();
   Tensor dh = ops::NewTensor(ex, dy.shape());
-  ops::Add(ex, dy, ln2_.Backward(mlp_->Backward(dy, ctx), ctx), dh);
+  ops::Add(ex, dy, Back(ln2_, Back(*mlp_, dy, ctx, pass), ctx, pass), dh);
   Tensor dx = ops::NewTensor(ex, dy.shape());
-  ops::Add(ex, dh, ln1_.Backward(attn_.Backward(dh, ctx), ctx), dx);
+  ops::Add(ex, dh, Back(ln1_, Back(attn_, dh, ctx, pass), ctx, pass), dx);
   return dx;
+}
+
+Tensor TransformerBlock::DoBackward(const Tensor& dy, Context& ctx) {
+  return Backprop(dy, ctx, BackwardPass::kFused);
+}
+
+Tensor TransformerBlock::DoBackwardInput(const Tensor& dy, Context& ctx) {
+  return Backprop(dy, ctx, BackwardPass::kInput);
+}
+
+void TransformerBlock::DoBackwardWeight(Context& ctx) {
+  mlp_->BackwardWeight(ctx);  // the fused order, as the backward walk met them
+  ln2_.BackwardWeight(ctx);
+  attn_.BackwardWeight(ctx);
+  ln1_.BackwardWeight(ctx);
 }
 
 }  // namespace strata::nn

@@ -1,6 +1,8 @@
 // layers.h: the layers models are built from: Linear, Embedding, LayerNorm, Activation,
 // Dropout, Sequential, MLP, CausalSelfAttention, TransformerBlock. Inputs are f32 [..., features]
-// (leading dimensions are flattened into rows) unless noted.
+// (leading dimensions are flattened into rows) unless noted. Layers with parameters split their
+// backward (module.h): the input half computes dx and keeps dy, the weight half dW; Activation
+// and Dropout run all of theirs in the input half.
 #pragma once
 
 #include <memory>
@@ -23,15 +25,22 @@ class Linear : public Layer {
  protected:
   Tensor DoForward(const Tensor& x, Context& ctx) override;
   Tensor DoBackward(const Tensor& dy, Context& ctx) override;
+  Tensor DoBackwardInput(const Tensor& dy, Context& ctx) override;
+  void DoBackwardWeight(Context& ctx) override;
 
  private:
+  // The two halves; the fused DoBackward runs both, the split path one each.
+  Tensor InputGrad(const ops::Exec& ex, const Tensor& dy2) const;
+  void WeightGrad(const ops::Exec& ex, const Tensor& x2, const Tensor& dy2);
+
   int64_t in_, out_;
   Parameter* weight_;
   Parameter* bias_ = nullptr;
 };
 
 // ids (i32 or i64, any shape [...]) -> rows [..., dim]; table "<name>.weight" [vocab, dim].
-// Backward scatter-adds into the table's gradient and returns an undefined tensor.
+// Backward scatter-adds into the table's gradient and returns an undefined tensor; split, the
+// input half only keeps dy and the weight half scatter-adds.
 class Embedding : public Layer {
  public:
   Embedding(ParameterRegistry& reg, const std::string& name, int64_t vocab, int64_t dim,
@@ -41,6 +50,8 @@ class Embedding : public Layer {
  protected:
   Tensor DoForward(const Tensor& ids, Context& ctx) override;
   Tensor DoBackward(const Tensor& dy, Context& ctx) override;
+  Tensor DoBackwardInput(const Tensor& dy, Context& ctx) override;
+  void DoBackwardWeight(Context& ctx) override;
 
  private:
   int64_t dim_;
@@ -54,6 +65,8 @@ class LayerNorm : public Layer {
  protected:
   Tensor DoForward(const Tensor& x, Context& ctx) override;
   Tensor DoBackward(const Tensor& dy, Context& ctx) override;
+  Tensor DoBackwardInput(const Tensor& dy, Context& ctx) override;
+  void DoBackwardWeight(Context& ctx) override;
 
  private:
   int64_t dim_;
@@ -71,6 +84,7 @@ class Activation : public Layer {
  protected:
   Tensor DoForward(const Tensor& x, Context& ctx) override;
   Tensor DoBackward(const Tensor& dy, Context& ctx) override;
+  Tensor DoBackwardInput(const Tensor& dy, Context& ctx) override;
 
  private:
   ActivationKind kind_;
@@ -90,7 +104,13 @@ class Dropout : public Layer {
   float p_;
 };
 
-// Layers applied in order; backward in reverse.
+// How a composite layer walks back from dL/dy to dL/dx: through its children's Backward
+// (kFused), or their BackwardInput (kInput), after which its weight half only has to call the
+// children's BackwardWeight. One walk serves both, so the two paths cannot drift apart.
+enum class BackwardPass { kFused, kInput };
+
+// Layers applied in order; backward in reverse, and so is the weight half of a split backward
+// (a parameter shared by two children gets its gradients added in the fused order).
 class Sequential : public Layer {
  public:
   explicit Sequential(const std::string& name) : Layer(name) {}
@@ -100,8 +120,12 @@ class Sequential : public Layer {
  protected:
   Tensor DoForward(const Tensor& x, Context& ctx) override;
   Tensor DoBackward(const Tensor& dy, Context& ctx) override;
+  Tensor DoBackwardInput(const Tensor& dy, Context& ctx) override;
+  void DoBackwardWeight(Context& ctx) override;
 
  private:
+  Tensor Backprop(const Tensor& dy, Context& ctx, BackwardPass pass);
+
   std::vector<std::unique_ptr<Layer>> layers_;
 };
 
@@ -120,8 +144,12 @@ class CausalSelfAttention : public Layer {
  protected:
   Tensor DoForward(const Tensor& x, Context& ctx) override;
   Tensor DoBackward(const Tensor& dy, Context& ctx) override;
+  Tensor DoBackwardInput(const Tensor& dy, Context& ctx) override;
+  void DoBackwardWeight(Context& ctx) override;
 
  private:
+  Tensor Backprop(const Tensor& dy, Context& ctx, BackwardPass pass);
+
   int64_t width_, heads_;
   Linear qkv_;
   Linear proj_;
@@ -136,8 +164,12 @@ class TransformerBlock : public Layer {
  protected:
   Tensor DoForward(const Tensor& x, Context& ctx) override;
   Tensor DoBackward(const Tensor& dy, Context& ctx) override;
+  Tensor DoBackwardInput(const Tensor& dy, Context& ctx) override;
+  void DoBackwardWeight(Context& ctx) override;
 
  private:
+  Tensor Backprop(const Tensor& dy, Context& ctx, BackwardPass pass);
+
   LayerNorm ln1_;
   CausalSelfAttention attn_;
   LayerNorm ln2_;

@@ -1,4 +1,5 @@
-// module.cc: ParameterRegistry, Context and the Layer recompute wrapper.
+// module.cc: ParameterRegistry, Context and the Layer wrapper (recompute, the split backward,
+// gradient-ready reports).
 #include "trainer/nn/module.h"
 
 #include <vector>
@@ -8,7 +9,7 @@
 
 namespace strata::nn {
 
-Parameter& ParameterRegistry::Create(const std::string& name, Shape shape, Init init,
+Parameter& ParameterRegistry::Create(const std::string& name, Shape shape, InitSpec init,
                                      bool weight_decay, bool sparse) {
   STRATA_CHECK(!by_name_.contains(name)) << "parameter " << name << " created twice";
   STRATA_CHECK(!sparse || shape.size() == 2) << "sparse parameter " << name << " must be 2-D";
@@ -16,18 +17,9 @@ Parameter& ParameterRegistry::Create(const std::string& name, Shape shape, Init 
   p->name = name;
   p->weight_decay = weight_decay;
   p->sparse = sparse;
-  InitSpec& spec = p->init;
-  spec.seed = rng::Derive(seed_, name.c_str());
-  switch (init.kind) {
-    case Init::Kind::kZeros: spec.kind = InitKind::kZeros; break;
-    case Init::Kind::kOnes: spec.kind = InitKind::kConstant; spec.a = 1.0f; break;
-    case Init::Kind::kNormal: spec.kind = InitKind::kNormal; spec.a = 0.0f; spec.b = init.scale; break;
-    case Init::Kind::kUniform:
-      spec.kind = InitKind::kUniform;
-      spec.a = -init.scale;
-      spec.b = init.scale;
-      break;
-  }
+  p->init = init;
+  p->init.seed = rng::Derive(seed_, name.c_str());
+  const InitSpec& spec = p->init;
   const ops::Exec cpu = ops::Exec::Cpu();
   Tensor host = ops::NewTensor(cpu, shape);
   std::span<float> v(host.data_as<float>(), static_cast<size_t>(host.numel()));
@@ -76,10 +68,42 @@ Tensor Context::Get(const void* owner, std::string_view key) const {
   return it->second;
 }
 
+void Context::Drop(const void* owner, std::string_view key) {
+  saved_.erase({owner, std::string(key)});
+}
+
+void Context::Clear() {
+  saved_.clear();
+  scratch_.clear();
+}
+
+size_t Context::num_saved() const {
+  size_t n = saved_.size();
+  for (const auto& [owner, scratch] : scratch_) n += scratch->num_saved();
+  return n;
+}
+
 int64_t Context::saved_bytes() const {
   int64_t n = 0;
   for (const auto& [key, t] : saved_) n += static_cast<int64_t>(t.nbytes());
+  for (const auto& [owner, scratch] : scratch_) n += scratch->saved_bytes();
   return n;
+}
+
+Context& Context::NewScratch(const void* owner) {
+  auto scratch = std::make_unique<Context>(exec_, training_, seed_);
+  scratch->set_grad_ready(grad_ready_);
+  auto [it, inserted] = scratch_.emplace(owner, std::move(scratch));
+  STRATA_CHECK(inserted) << "a second scratch context for one layer (BackwardInput twice?)";
+  return *it->second;
+}
+
+std::unique_ptr<Context> Context::TakeScratch(const void* owner) {
+  auto it = scratch_.find(owner);
+  STRATA_CHECK(it != scratch_.end()) << "no scratch context (BackwardWeight without BackwardInput?)";
+  std::unique_ptr<Context> scratch = std::move(it->second);
+  scratch_.erase(it);
+  return scratch;
 }
 
 Tensor Layer::Forward(const Tensor& x, Context& ctx) {
@@ -105,13 +129,22 @@ Tensor Layer::Backward(const Tensor& dy, Context& ctx) {
 }
 
 Tensor Layer::BackwardInput(const Tensor& dy, Context& ctx) {
-  if (recompute_) return Backward(dy, ctx);  // recomputed state is not kept for a later W
-  return DoBackwardInput(dy, ctx);
+  if (!recompute_) return DoBackwardInput(dy, ctx);
+  // The scratch context stays in ctx for BackwardWeight, which needs what this forward saves;
+  // recomputing again there would cost a second forward.
+  Context& scratch = ctx.NewScratch(this);
+  DoForward(ctx.Get(this, "recompute.input"), scratch);
+  return DoBackwardInput(dy, scratch);
 }
 
 void Layer::BackwardWeight(Context& ctx) {
-  if (recompute_) return;  // BackwardInput ran all of it
-  DoBackwardWeight(ctx);
+  if (!recompute_) {
+    DoBackwardWeight(ctx);
+  } else {
+    std::unique_ptr<Context> scratch = ctx.TakeScratch(this);
+    scratch->set_grad_ready(ctx.grad_ready());  // as set now: sublayers report through it
+    DoBackwardWeight(*scratch);
+  }  // the scratch context and what it saved are freed here
   for (Parameter* p : owned_) ctx.GradReady(*p);
 }
 

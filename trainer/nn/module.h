@@ -18,21 +18,6 @@
 
 namespace strata::nn {
 
-// How a parameter starts. Values come from the parameter servers' initialisers (ps/table.h
-// InitValues, InitDenseValues) seeded by rng::Derive(model_seed, name), so a parameter's initial
-// value depends only on the model seed and its name: the same on any device, any number of
-// devices, and on a parameter server that creates the parameter's table from its InitSpec
-// (nothing has to be sent to initialise a server).
-struct Init {
-  enum class Kind { kZeros, kOnes, kNormal, kUniform };
-  Kind kind = Kind::kNormal;
-  float scale = 0.02f;  // kNormal: standard deviation; kUniform: half-width
-  static Init Zeros() { return {Kind::kZeros, 0.0f}; }
-  static Init Ones() { return {Kind::kOnes, 0.0f}; }
-  static Init Normal(float std) { return {Kind::kNormal, std}; }
-  static Init Uniform(float half_width) { return {Kind::kUniform, half_width}; }
-};
-
 // A named trainable tensor and its gradient (same shape, device and dtype; gradients
 // accumulate until ZeroGrad). Names are dotted paths ("block0.attn.qkv.weight"): checkpoints
 // and parameter-server tables are keyed by them.
@@ -44,9 +29,12 @@ struct Parameter {
   bool sparse = false;       // an embedding table: rows touched per batch are few
   bool remote = false;       // held and updated by the parameter servers: the local optimizer
                              // and gradient clipping skip it
-  // What a parameter server needs to produce the same initial values: element g of a dense
+  // How the parameter starts, as a parameter server would start it: element g of a dense
   // parameter is InitDenseValues(init, g); row k of a sparse [rows, dim] one is
-  // InitValues(init, k).
+  // InitValues(init, k). The seed is rng::Derive(model_seed, name), so a parameter's initial
+  // value depends only on the model seed and its name: the same on any device, any number of
+  // devices, and on a server that creates the parameter's table from this spec (nothing has to
+  // be sent to initialise a server).
   InitSpec init;
 };
 
@@ -58,9 +46,10 @@ class ParameterRegistry {
   ParameterRegistry(const ParameterRegistry&) = delete;
   ParameterRegistry& operator=(const ParameterRegistry&) = delete;
 
-  // Creates and initialises a parameter; a duplicate name is a bug (aborts). A sparse parameter
-  // is a [rows, dim] table initialised row by row (see Parameter::init).
-  Parameter& Create(const std::string& name, Shape shape, Init init, bool weight_decay = true,
+  // Creates and initialises a parameter from `init` (InitSpec::Normal(0.02f), ...; its seed is
+  // replaced by the one derived from the name); a duplicate name is a bug (aborts). A sparse
+  // parameter is a [rows, dim] table initialised row by row (see Parameter::init).
+  Parameter& Create(const std::string& name, Shape shape, InitSpec init, bool weight_decay = true,
                     bool sparse = false);
   Parameter* Find(std::string_view name) const;  // null if absent
   const std::vector<std::unique_ptr<Parameter>>& params() const { return params_; }
@@ -86,9 +75,20 @@ class Context {
 
   void Save(const void* owner, std::string_view key, Tensor t);
   Tensor Get(const void* owner, std::string_view key) const;  // aborts if missing
-  void Clear() { saved_.clear(); }
-  size_t num_saved() const { return saved_.size(); }
+  // Forgets a saved tensor early: BackwardInput drops what only it needed, so that the window
+  // until BackwardWeight holds only what the weight gradients need.
+  void Drop(const void* owner, std::string_view key);
+  void Clear();
+  // Saved tensors, those of scratch contexts included.
+  size_t num_saved() const;
   int64_t saved_bytes() const;
+
+  // A recomputing layer's scratch context (same exec, mode, seed and grad_ready), which lives in
+  // this context from the layer's BackwardInput to its BackwardWeight: the weight half needs what
+  // the recomputed forward saved. NewScratch aborts if `owner` has one already; TakeScratch if
+  // it has none.
+  Context& NewScratch(const void* owner);
+  std::unique_ptr<Context> TakeScratch(const void* owner);
 
   const ops::Exec& exec() const { return exec_; }
   bool training() const { return training_; }
@@ -110,6 +110,7 @@ class Context {
   uint64_t seed_;
   GradReadyFn grad_ready_;
   std::map<std::pair<const void*, std::string>, Tensor> saved_;
+  std::map<const void*, std::unique_ptr<Context>> scratch_;
 };
 
 // A differentiable block: Forward(x, ctx) saves what Backward(dy, ctx) needs in ctx, Backward
@@ -119,9 +120,23 @@ class Context {
 //
 // Backward splits in two for the zero-bubble pipeline schedules: BackwardInput (dL/dx, what
 // the previous stage waits for) and, any time later on the same context, BackwardWeight (dL/dW,
-// accumulated into the parameters' gradients; reports them to Context::GradReady). Backward is
-// both in one. A layer that does not split runs its whole backward in BackwardInput and
-// nothing in BackwardWeight, which is correct, only not helpful to the schedule.
+// accumulated into the parameters' gradients; reports them to Context::GradReady). Other
+// contexts' forwards and backwards may run in between. Backward is both in one. On the CPU,
+// BackwardInput then BackwardWeight give dx and every gradient bit for bit as Backward does
+// (the same kernels in the same order). BackwardInput may keep `dy` in the context for the
+// weight half: the caller must not write into dy until BackwardWeight has run.
+//
+// A layer that does not split runs its whole backward in BackwardInput and nothing in
+// BackwardWeight, which is correct, only not helpful to the schedule. Either way, its owned
+// parameters are reported to GradReady after BackwardWeight, once per context.
+//
+// A recomputing layer's BackwardInput runs the forward again into a scratch context that ctx
+// keeps until BackwardWeight (Context::NewScratch), then the input half there; BackwardWeight
+// runs the weight half in that scratch context and frees it. Recompute thus saves memory from
+// Forward to BackwardInput, as in the fused path; from BackwardInput to BackwardWeight the layer
+// holds what its sublayers keep for their weight halves (Linear inputs and output gradients,
+// norms' inputs and statistics; layers.cc's input halves drop the rest, such as attention
+// probabilities), as a layer without recompute does.
 class Layer {
  public:
   virtual ~Layer() = default;
@@ -144,8 +159,9 @@ class Layer {
   // The halves of DoBackward (see above); the defaults put all of it in the first.
   virtual Tensor DoBackwardInput(const Tensor& dy, Context& ctx) { return DoBackward(dy, ctx); }
   virtual void DoBackwardWeight(Context& /*ctx*/) {}
-  // Declares a parameter whose gradient this layer's DoBackward completes (not a sublayer's):
-  // Backward reports it to Context::GradReady afterwards.
+  // Declares a parameter whose gradient this layer's DoBackward (DoBackwardWeight in the split
+  // path) completes, not a sublayer's: Backward (BackwardWeight) reports it to
+  // Context::GradReady afterwards.
   void Owns(Parameter* p) { owned_.push_back(p); }
 
  private:

@@ -144,9 +144,26 @@ __global__ void __launch_bounds__(1024) LayerNormBackwardKernel(const float* dy,
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
     const float xh = (x[r * d + i] - m) * rs;
     dx[r * d + i] = rs * (dy[r * d + i] * g[i] - a - xh * c);
-    atomicAdd(&dg[i], dy[r * d + i] * xh);
-    atomicAdd(&db[i], dy[r * d + i]);
+    if (dg != nullptr) {  // null: dx only (LayerNormBackwardInput)
+      atomicAdd(&dg[i], dy[r * d + i] * xh);
+      atomicAdd(&db[i], dy[r * d + i]);
+    }
   }
+}
+// The weight half on its own: one thread per column walking the rows (coalesced across
+// threads, like BiasGradKernel), so the sums come in row order and no atomics are needed.
+__global__ void LayerNormBackwardWeightKernel(const float* dy, const float* x, const float* mean, const float* rstd,
+                                              float* dg, float* db, int64_t rows, int64_t d) {
+  const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (c >= d) return;
+  float sg = 0, sb = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float g = dy[r * d + c];
+    sg += g * ((x[r * d + c] - mean[r]) * rstd[r]);
+    sb += g;
+  }
+  dg[c] += sg;
+  db[c] += sb;
 }
 // One block per row; `valid` entries (the rest are written as 0): causal masking when
 // row_mod > 0 keeps columns <= (row % row_mod), scaled by `scale` first.
@@ -405,6 +422,16 @@ void LayerNormBackward(const Exec& ex, const Tensor& dy, const Tensor& x, const 
                        const Tensor& mean, const Tensor& rstd, const Tensor& dx,
                        const Tensor& dgamma, const Tensor& dbeta) {
   STRATA_LAUNCH(LayerNormBackwardKernel, Rows(x), RowThreads(Cols(x)), ex, F(dy), F(x), F(gamma), F(mean), F(rstd), W(dx), W(dgamma), W(dbeta), Cols(x));
+}
+void LayerNormBackwardInput(const Exec& ex, const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                            const Tensor& mean, const Tensor& rstd, const Tensor& dx) {
+  STRATA_LAUNCH(LayerNormBackwardKernel, Rows(x), RowThreads(Cols(x)), ex, F(dy), F(x), F(gamma), F(mean), F(rstd), W(dx),
+                static_cast<float*>(nullptr), static_cast<float*>(nullptr), Cols(x));
+}
+void LayerNormBackwardWeight(const Exec& ex, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                             const Tensor& rstd, const Tensor& dgamma, const Tensor& dbeta) {
+  STRATA_LAUNCH(LayerNormBackwardWeightKernel, Blocks(Cols(x)), kThreads, ex, F(dy), F(x), F(mean), F(rstd), W(dgamma),
+                W(dbeta), Rows(x), Cols(x));
 }
 void Softmax(const Exec& ex, const Tensor& x, const Tensor& y) {
   STRATA_LAUNCH(SoftmaxKernel, Rows(x), RowThreads(Cols(x)), ex, F(x), W(y), Cols(x), int64_t{0}, 1.0f);

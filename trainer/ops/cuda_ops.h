@@ -30,6 +30,10 @@ void LayerNorm(const Exec& ex, const Tensor& x, const Tensor& gamma, const Tenso
 void LayerNormBackward(const Exec& ex, const Tensor& dy, const Tensor& x, const Tensor& gamma,
                        const Tensor& mean, const Tensor& rstd, const Tensor& dx,
                        const Tensor& dgamma, const Tensor& dbeta);
+void LayerNormBackwardInput(const Exec& ex, const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                            const Tensor& mean, const Tensor& rstd, const Tensor& dx);
+void LayerNormBackwardWeight(const Exec& ex, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                             const Tensor& rstd, const Tensor& dgamma, const Tensor& dbeta);
 void Softmax(const Exec& ex, const Tensor& x, const Tensor& y);
 void SoftmaxBackward(const Exec& ex, const Tensor& y, const Tensor& dy, const Tensor& dx);
 void CausalAttention(const Exec& ex, const Tensor& q, const Tensor& k, const Tensor& v,

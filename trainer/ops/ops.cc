@@ -10,52 +10,19 @@
 #include <numeric>
 #include <vector>
 
-#include "trainer/ops/cuda_ops.h"
+#include "trainer/ops/op_helpers.h"
 #include "trainer/ops/parallel.h"
 #include "trainer/ops/rng.h"
 
 namespace strata::ops {
 
-#if STRATA_HAVE_CUDA
-// A CUDA tensor runs on ex's stream and cuBLAS handle, which must be on the tensor's device (a
-// CPU Exec has neither: the launch would go to the legacy stream and allocate host memory).
-#define STRATA_DISPATCH(t, call)                                                         \
-  if ((t).is_cuda()) {                                                                   \
-    STRATA_CHECK(ex.device == (t).device())                                              \
-        << #call ": tensor on " << (t).device().ToString() << ", Exec on " << ex.device.ToString(); \
-    return cuda::call;                                                                   \
-  }
-#else
-#define STRATA_DISPATCH(t, call)                                  \
-  do {                                                            \
-    (void)ex;                                                     \
-    STRATA_CHECK(!(t).is_cuda()) << "built without CUDA: " #call; \
-  } while (0)
-#endif
-
-namespace {
-
-
-
-
-void CheckF32(const Tensor& t, const char* what) {
-  STRATA_CHECK(t.defined()) << what << " is undefined";
-  STRATA_CHECK(t.dtype() == DType::kF32) << what << " must be f32, is " << t.dtype();
-  STRATA_CHECK(t.is_contiguous()) << what << " must be contiguous";
-}
-void CheckSame(const Tensor& a, const Tensor& b, const char* what) {
-  STRATA_CHECK(a.shape() == b.shape())
-      << what << ": " << ShapeToString(a.shape()) << " vs " << ShapeToString(b.shape());
-}
-const float* F(const Tensor& t) { return t.data_as<float>(); }
-float* W(const Tensor& t) { return t.data_as<float>(); }
-int64_t Rows(const Tensor& t) { return t.dim() == 0 ? 1 : t.numel() / t.size(t.dim() - 1); }
-int64_t Cols(const Tensor& t) { return t.dim() == 0 ? 1 : t.size(t.dim() - 1); }
-int64_t IdAt(const Tensor& ids, int64_t i) {
-  return ids.dtype() == DType::kI64 ? ids.data_as<int64_t>()[i] : ids.data_as<int32_t>()[i];
-}
-
-}  // namespace
+using internal::CheckF32;
+using internal::CheckSame;
+using internal::Cols;
+using internal::F;
+using internal::IdAt;
+using internal::Rows;
+using internal::W;
 
 Tensor NewTensor(const Exec& ex, Shape shape, DType dtype) {
   Result<Tensor> t = Tensor::Empty(shape, dtype, ex.alloc());  // `shape` kept for the message
@@ -324,69 +291,6 @@ void GeluBackward(const Exec& ex, const Tensor& x, const Tensor& dy, const Tenso
       pdx[i] = pdy[i] * d;
     }
   });
-}
-
-// --- LayerNorm
-
-void LayerNorm(const Exec& ex, const Tensor& x, const Tensor& gamma, const Tensor& beta,
-               float eps, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
-  CheckF32(x, "layernorm x");
-  CheckSame(x, y, "layernorm");
-  const int64_t rows = Rows(x), d = Cols(x);
-  STRATA_CHECK(gamma.numel() == d && beta.numel() == d) << "layernorm params";
-  STRATA_CHECK(mean.numel() == rows && rstd.numel() == rows) << "layernorm stats";
-  STRATA_DISPATCH(x, LayerNorm(ex, x, gamma, beta, eps, y, mean, rstd));
-  const float *px = F(x), *pg = F(gamma), *pb = F(beta);
-  float *py = W(y), *pm = W(mean), *pr = W(rstd);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = px + r * d;
-    double s = 0;
-    for (int64_t i = 0; i < d; ++i) s += xr[i];
-    const double mu = s / d;
-    double var = 0;
-    for (int64_t i = 0; i < d; ++i) var += (xr[i] - mu) * (xr[i] - mu);
-    const float rs = static_cast<float>(1.0 / std::sqrt(var / d + eps));
-    const float m = static_cast<float>(mu);
-    for (int64_t i = 0; i < d; ++i) py[r * d + i] = (xr[i] - m) * rs * pg[i] + pb[i];
-    pm[r] = m;
-    pr[r] = rs;
-  }
-}
-
-void LayerNormBackward(const Exec& ex, const Tensor& dy, const Tensor& x, const Tensor& gamma,
-                       const Tensor& mean, const Tensor& rstd, const Tensor& dx,
-                       const Tensor& dgamma, const Tensor& dbeta) {
-  CheckF32(dy, "layernorm_backward dy");
-  CheckSame(dy, x, "layernorm_backward");
-  CheckSame(dy, dx, "layernorm_backward");
-  const int64_t rows = Rows(x), d = Cols(x);
-  STRATA_CHECK(gamma.numel() == d && dgamma.numel() == d && dbeta.numel() == d) << "ln params";
-  STRATA_DISPATCH(dy, LayerNormBackward(ex, dy, x, gamma, mean, rstd, dx, dgamma, dbeta));
-  const float *pdy = F(dy), *px = F(x), *pg = F(gamma), *pm = F(mean), *pr = F(rstd);
-  float* pdx = W(dx);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float m = pm[r], rs = pr[r];
-    double s1 = 0, s2 = 0;  // mean(dxhat), mean(dxhat * xhat)
-    for (int64_t i = 0; i < d; ++i) {
-      const float xhat = (px[r * d + i] - m) * rs;
-      const float dxhat = pdy[r * d + i] * pg[i];
-      s1 += dxhat;
-      s2 += dxhat * xhat;
-    }
-    const float a = static_cast<float>(s1 / d), b = static_cast<float>(s2 / d);
-    for (int64_t i = 0; i < d; ++i) {
-      const float xhat = (px[r * d + i] - m) * rs;
-      pdx[r * d + i] = rs * (pdy[r * d + i] * pg[i] - a - xhat * b);
-    }
-  }
-  float *pdg = W(dgamma), *pdb = W(dbeta);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < d; ++i) {
-      const float xhat = (px[r * d + i] - pm[r]) * pr[r];
-      pdg[i] += pdy[r * d + i] * xhat;
-      pdb[i] += pdy[r * d + i];
-    }
-  }
 }
 
 // --- Softmax

@@ -1,5 +1,5 @@
 // ops.h: the trainer's tensor ops. Each op checks its shapes (a mismatch is a bug: it aborts),
-// then runs the CPU implementation (ops.cc: OpenBLAS GEMM with its threads; elementwise loops
+// then runs the CPU implementation (ops.cc, norm_ops.cc: OpenBLAS GEMM with its threads; elementwise loops
 // and reductions on ParallelFor's sleeping pool, parallel.h, not OpenMP, whose spin-waiting
 // regions starved OpenBLAS's threads: steps were 25x slower on a 2-core host; the loops are
 // written to vectorise, GELU's tanh and softmax's exp as branch-free polynomials) or the CUDA
@@ -47,6 +47,14 @@ void LayerNorm(const Exec& ex, const Tensor& x, const Tensor& gamma, const Tenso
 void LayerNormBackward(const Exec& ex, const Tensor& dy, const Tensor& x, const Tensor& gamma,
                        const Tensor& mean, const Tensor& rstd, const Tensor& dx,
                        const Tensor& dgamma, const Tensor& dbeta);
+// The two halves of LayerNormBackward, for a backward split into input and weight gradients
+// (nn::Layer::BackwardInput / BackwardWeight): dx = ...; and dgamma, dbeta +=. On the CPU they
+// give bit for bit what the fused op gives; on CUDA the weight half sums each column in row
+// order (deterministic) where the fused kernel adds rows atomically.
+void LayerNormBackwardInput(const Exec& ex, const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                            const Tensor& mean, const Tensor& rstd, const Tensor& dx);
+void LayerNormBackwardWeight(const Exec& ex, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                             const Tensor& rstd, const Tensor& dgamma, const Tensor& dbeta);
 
 // --- Softmax over the last dimension of [N, D] (numerically stable).
 void Softmax(const Exec& ex, const Tensor& x, const Tensor& y);
