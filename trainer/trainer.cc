@@ -15,6 +15,7 @@
 #include "trainer/ops/ops.h"
 #include "trainer/ops/rng.h"
 #include "trainer/pipeline/executor.h"
+#include "trainer/pipeline/measured.h"
 #include "trainer/progress.h"
 #include "trainer/trace.h"
 #if STRATA_HAVE_CUDA
@@ -361,10 +362,27 @@ Result<TrainSummary> Trainer::RunSteps() {
     const std::string path = ForRank(job_.sync.trace_path, rank_);
     STRATA_RETURN_IF_ERROR(trace_->Write(path, rank_));
     spdlog::info("wrote the timeline to {}", path);
+    if (plan_.pp > 1 && steps_run > 0) STRATA_RETURN_IF_ERROR(WritePipelineTimeline());
   }
   if (node_) STRATA_RETURN_IF_ERROR(Finish());
   STRATA_ASSIGN_OR_RETURN(summary.eval, Evaluate());
   return summary;
+}
+
+Status Trainer::WritePipelineTimeline() {
+  // The last step of every pipeline rank of each replica, drawn by the replica's first rank.
+  STRATA_ASSIGN_OR_RETURN(auto ranks, pipeline::GatherTimelines(groups_.pp.get(), executor_->last_step().actions));
+  if (groups_.pp_rank != 0 || groups_.dp_rank != 0) return Status::OK();
+  std::string base = job_.sync.trace_path;
+  if (const size_t at = base.find("{rank}"); at != std::string::npos) {
+    base.replace(at, 6, "pipeline");
+  } else {
+    base += ".pipeline";
+  }
+  if (base.size() > 5 && base.ends_with(".json")) base.resize(base.size() - 5);
+  STRATA_RETURN_IF_ERROR(pipeline::WritePipelineTimeline(base, plan_.schedule, plan_.shape(), ranks, step_));
+  spdlog::info("wrote the pipeline's last step to {}.json and {}.svg (planned above measured)", base, base);
+  return Status::OK();
 }
 
 Result<EvalMetrics> Trainer::Evaluate() {

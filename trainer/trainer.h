@@ -112,6 +112,7 @@ class Trainer {
   Status ReduceLoss(double* v);
   double ClipGradients();
   Status Finish();  // a cluster run: waits for every trainer
+  Status WritePipelineTimeline();  // sync.trace_path with pp > 1
   std::vector<std::pair<std::string, Tensor>> CheckpointTensors();
 
   TrainJob job_;
