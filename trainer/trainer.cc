@@ -275,6 +275,17 @@ Result<double> Trainer::TrainStep() {
   pipeline_.busy_seconds += t.busy_us * 1e-6;
   pipeline_.peak_saved_bytes = std::max(pipeline_.peak_saved_bytes, t.peak_saved_bytes);
   pipeline_.peak_live = std::max(pipeline_.peak_live, t.peak_live);
+  if (plan_.pp > 1) {
+    // Every pipeline step's own timings (strata-bench pipeline reads them back).
+    nlohmann::json actions = nlohmann::json::array();
+    for (const pipeline::TimedAction& a : t.actions) actions.push_back({pipeline::ToString(a.action), a.start, a.end});
+    progress_->Metrics(nlohmann::json{{"step", step_ + 1},
+                                      {"pipeline", {{"pp_rank", groups_.pp_rank}, {"dp_rank", groups_.dp_rank},
+                                                    {"step_us", t.step_us}, {"busy_us", t.busy_us},
+                                                    {"peak_saved_bytes", t.peak_saved_bytes},
+                                                    {"peak_live", t.peak_live}, {"actions", actions}}}}
+                           .dump());
+  }
   for (GradSync* s : syncs_) STRATA_RETURN_IF_ERROR(s->Finish(step_));
   // Summed in double over the micro-batches, reduced in double, divided once: as one process.
   STRATA_RETURN_IF_ERROR(ReduceLoss(&loss));
