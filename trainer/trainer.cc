@@ -181,7 +181,10 @@ Status Trainer::MakeGroups() {
     gloo.timeout = timeout;
     return MakeGlooCommunicator(*node_, name, rank, size, gloo);
   };
-  STRATA_ASSIGN_OR_RETURN(groups_, MakeParallelGroups(plan_, rank_, make));
+  // Replicas all-reduce (allreduce, hybrid) or meet only on the servers (ps), where they may
+  // be asynchronous: then they share no group, and each reports its own loss.
+  const bool dp_group = job_.sync.mode != SyncOptions::Mode::kPs;
+  STRATA_ASSIGN_OR_RETURN(groups_, MakeParallelGroups(plan_, rank_, make, dp_group));
   return Status::OK();
 }
 

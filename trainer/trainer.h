@@ -108,7 +108,8 @@ class Trainer {
   Result<TrainSummary> RunSteps();
   std::vector<Batch> NextBatches();
   Result<double> TrainStep();
-  // Sums `v` over the pipeline, then averages it over the replicas (a step's loss).
+  // Sums `v` over the pipeline, then averages it over the replicas when they all-reduce (a
+  // step's loss; in ps mode each replica keeps its own).
   Status ReduceLoss(double* v);
   double ClipGradients();
   Status Finish();  // a cluster run: waits for every trainer

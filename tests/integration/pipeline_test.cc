@@ -132,6 +132,27 @@ TEST_F(PipelineTest, SeedsMlpPp2MatchesOneProcess) {
   ExpectMatchesReference(job, "mlp-pp2-zbh1", 2, 2, {"parallel.pp=2", "parallel.schedule=zb-h1"});
 }
 
+// With parameters on the servers (ps: every table; hybrid: the embedding), each stage's
+// parameters are tables of their own, shared by that stage's replicas: dp 2 x pp 2 computes
+// what dp 2 does without the pipeline (SGD, BSP).
+TEST_F(PipelineTest, GptDp2TimesPp2OnTheServersMatchesDp2) {
+  const std::string job = Job("gpt-sgd",
+      "model: {kind: gpt, layers: 2, heads: 2, width: 32, context: 16}\n"
+      "data: {kind: text, path: " STRATA_SOURCE_DIR "/README.md, eval_samples: 512}\n"
+      "optimizer: {kind: sgd, lr: 0.05, momentum: 0.9}\n"
+      "train: {steps: 20, batch_size: 8, micro_batches: 4, log_every: 1, progress: false}\n"
+      "sync: {mode: ps, consistency: bsp}\n");
+  for (const char* mode : {"ps", "hybrid"}) {
+    std::string log;
+    const std::string flat = std::string(mode) + "-dp2", piped = std::string(mode) + "-dp2pp2";
+    ASSERT_EQ(Launch(job, 2, 2, {std::string("sync.mode=") + mode, "train.metrics_path=" + Metrics(flat)}, &log), 0) << log;
+    ASSERT_EQ(Launch(job, 2, 4, {std::string("sync.mode=") + mode, "parallel.pp=2", "train.metrics_path=" + Metrics(piped)}, &log), 0) << log;
+    const auto a = Losses(Rank(flat, 0)), b = Losses(Rank(piped, 0));  // replica 0's loss
+    ASSERT_EQ(a.size(), 20u);
+    EXPECT_LT(MaxRelativeDifference(a, b), 1e-5) << mode << "\n" << log;
+  }
+}
+
 // The timeline of a pipeline run has every rank's F, B and W actions, and the run draws the
 // measured timeline beside the planned one.
 TEST_F(PipelineTest, PipelineRunWritesItsTimeline) {

@@ -23,7 +23,7 @@ Result<std::unique_ptr<Communicator>> GroupAlong(const ParallelPlan& plan, int r
 }  // namespace
 
 Result<ParallelGroups> MakeParallelGroups(const ParallelPlan& plan, int rank,
-                                          const CommunicatorFactory& make) {
+                                          const CommunicatorFactory& make, bool dp_group) {
   if (rank < 0 || rank >= plan.mesh.size()) {
     return Status::InvalidArgument("trainer rank " + std::to_string(rank) + " outside the plan's " +
                                    plan.mesh.ToString());
@@ -37,7 +37,9 @@ Result<ParallelGroups> MakeParallelGroups(const ParallelPlan& plan, int rank,
   // Every rank makes its groups in the same order (tp, dp, pp), so the rendezvous of one group
   // never waits on a rank that is still in another's.
   STRATA_ASSIGN_OR_RETURN(g.tp, GroupAlong(plan, rank, "tp", make));
-  STRATA_ASSIGN_OR_RETURN(g.dp, GroupAlong(plan, rank, "dp", make));
+  if (dp_group) {
+    STRATA_ASSIGN_OR_RETURN(g.dp, GroupAlong(plan, rank, "dp", make));
+  }
   STRATA_ASSIGN_OR_RETURN(g.pp, GroupAlong(plan, rank, "pp", make));
   return g;
 }

@@ -29,8 +29,9 @@ using CommunicatorFactory =
 // Coordinates of `rank` in plan.mesh, and the groups through `make`. Group names say which
 // group they are ("trainers/pp/3": the pipeline group holding world rank 3's dp and tp
 // coordinates), so that every member rendezvouses on the same one. Groups of size 1 are not
-// made.
+// made, nor the dp group when `dp_group` is false (replicas that meet only on the parameter
+// servers, which may run asynchronously, must not wait for each other).
 Result<ParallelGroups> MakeParallelGroups(const ParallelPlan& plan, int rank,
-                                          const CommunicatorFactory& make);
+                                          const CommunicatorFactory& make, bool dp_group = true);
 
 }  // namespace strata
