@@ -117,14 +117,14 @@ Result<ParallelPlan> ResolvePlan(const TrainJob& job, int world, const std::vect
   STRATA_ASSIGN_OR_RETURN(std::vector<UnitSpec> units, ModelUnits(job.model));
   const int stages = plan.pp * plan.vpp;
   const int n = static_cast<int>(units.size());
+  if (stages > 1 && n == 1) {
+    return Status::InvalidArgument("parallel.pp: model.kind " + std::string(job.model.kind == ModelOptions::Kind::kCtr ? "ctr" : "") + " is one unit (it takes ids and dense features together) and does not pipeline");
+  }
   if (stages > 1 && n < stages) {
     return Status::InvalidArgument(
         "parallel.pp * parallel.vpp = " + std::to_string(stages) + " stages, but the model has " +
         std::to_string(n) + " units" +
         (job.model.kind == ModelOptions::Kind::kGpt ? " (embedding, model.layers blocks, head): raise model.layers or lower pp/vpp" : ""));
-  }
-  if (stages > 1 && n == 1) {
-    return Status::InvalidArgument("parallel.pp: this model (one unit) does not pipeline");
   }
   if (p.partition == "params" || p.partition == "cost") {
     std::vector<double> costs;
