@@ -37,6 +37,9 @@ struct ModelOptions {
   int64_t dense = 0;
   int64_t embed_dim = 8;
   int64_t ctr_hidden = 64;
+  // Not a job field (parallel.recompute: selective sets it): attention keeps q, k, v and
+  // recomputes its probabilities in backward.
+  bool recompute_attention_core = false;
   // Not a job field: with parameter servers, the trainer keeps only the rows a step touches, so
   // every embedding table is built with this many rows (0: the full vocabulary).
   int64_t sparse_rows = 0;

@@ -134,6 +134,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
   const bool servers = sync.mode == SyncOptions::Mode::kPs || sync.mode == SyncOptions::Mode::kHybrid;
   ModelOptions model = job.model;
   if (servers) model.sparse_rows = local_batch * t->plan_.micro_batches * IdsPerSample(job.model);
+  model.recompute_attention_core = job.parallel.recompute == ParallelOptions::Recompute::kSelective;
   STRATA_ASSIGN_OR_RETURN(t->model_, CreateModel(model, exec, mine));
   if (job.parallel.recompute == ParallelOptions::Recompute::kFull) {
     for (int u = 0; u < t->model_->num_units(); ++u) {

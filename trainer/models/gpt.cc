@@ -80,6 +80,7 @@ class GptModel final : public Model {
         auto block = std::make_unique<nn::TransformerBlock>(
             reg_, name, c, o.heads, static_cast<int>(o.layers), static_cast<float>(o.dropout));
         block->set_recompute(o.recompute);
+        block->attention().set_recompute_core(o.recompute_attention_core);
         return block;
       });
     }

@@ -275,7 +275,7 @@ Tensor CausalSelfAttention::DoForward(const Tensor& x, Context& ctx) {
   ctx.Save(this, "q", q);
   ctx.Save(this, "k", k);
   ctx.Save(this, "v", v);
-  ctx.Save(this, "att", att);
+  if (!recompute_core_) ctx.Save(this, "att", att);
   return proj_.Forward(Reshaped(merged, {b, t, width_}), ctx);
 }
 
@@ -288,11 +288,20 @@ Tensor CausalSelfAttention::Backprop(const Tensor& dy, Context& ctx, BackwardPas
   ops::SplitHeadsGrad(ex, dmerged, dyh);
   Tensor dq = ops::NewTensor(ex, q.shape()), dk = ops::NewTensor(ex, q.shape()),
          dv = ops::NewTensor(ex, q.shape());
-  ops::CausalAttentionBackward(ex, q, k, v, ctx.Get(this, "att"), dyh, dq, dk, dv);
+  Tensor att;
+  if (recompute_core_) {
+    att = ops::NewTensor(ex, {b, heads_, t, t});
+    Tensor unused = ops::NewTensor(ex, q.shape());
+    ops::CausalAttention(ex, q, k, v, att, unused);
+  } else {
+    att = ctx.Get(this, "att");
+  }
+  ops::CausalAttentionBackward(ex, q, k, v, att, dyh, dq, dk, dv);
   Tensor dqkv = ops::NewTensor(ex, {b * t, 3 * width_});
   ops::MergeHeadsGrad(ex, dq, dk, dv, dqkv);
   if (pass == BackwardPass::kInput) {  // the weight half needs none of these
-    for (const char* key : {"q", "k", "v", "att"}) ctx.Drop(this, key);
+    for (const char* key : {"q", "k", "v"}) ctx.Drop(this, key);
+    if (!recompute_core_) ctx.Drop(this, "att");
   }
   return Back(qkv_, Reshaped(dqkv, {b, t, 3 * width_}), ctx, pass);
 }

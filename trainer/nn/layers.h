@@ -140,6 +140,10 @@ class CausalSelfAttention : public Layer {
  public:
   CausalSelfAttention(ParameterRegistry& reg, const std::string& name, int64_t width,
                       int64_t heads, float init_std, float proj_init_std);
+  // Selective recomputation (Megatron's): forward keeps q, k and v but not the [B, H, T, T]
+  // attention probabilities, which backward computes again from them. The probabilities are
+  // the activation that grows with T^2; recomputing them costs the attention core only.
+  void set_recompute_core(bool on) { recompute_core_ = on; }
 
  protected:
   Tensor DoForward(const Tensor& x, Context& ctx) override;
@@ -151,6 +155,7 @@ class CausalSelfAttention : public Layer {
   Tensor Backprop(const Tensor& dy, Context& ctx, BackwardPass pass);
 
   int64_t width_, heads_;
+  bool recompute_core_ = false;
   Linear qkv_;
   Linear proj_;
 };
@@ -160,6 +165,7 @@ class TransformerBlock : public Layer {
  public:
   TransformerBlock(ParameterRegistry& reg, const std::string& name, int64_t width, int64_t heads,
                    int num_layers_total, float dropout = 0.0f);
+  CausalSelfAttention& attention() { return attn_; }
 
  protected:
   Tensor DoForward(const Tensor& x, Context& ctx) override;
