@@ -16,6 +16,7 @@
 #include "trainer/ops/rng.h"
 #include "trainer/pipeline/executor.h"
 #include "trainer/pipeline/measured.h"
+#include "trainer/parallel/unit_costs.h"
 #include "trainer/progress.h"
 #include "trainer/trace.h"
 #if STRATA_HAVE_CUDA
@@ -118,6 +119,10 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
   }
   STRATA_ASSIGN_OR_RETURN(t->device_, ComputeDevice::Open(job.train.device, cluster, t->rank_));
   const ops::Exec& exec = t->device_->exec();
+  if (job.parallel.partition == "cost" && t->plan_.stages.size() > 1) {
+    STRATA_ASSIGN_OR_RETURN(std::vector<double> costs, t->SharedUnitCosts());
+    STRATA_ASSIGN_OR_RETURN(t->plan_, ResolvePlan(job, t->world_, costs));
+  }
   t->trace_ = std::make_unique<Trace>(!sync.trace_path.empty());
   if (cluster) STRATA_RETURN_IF_ERROR(t->MakeGroups());
 
@@ -162,6 +167,26 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
   t->progress_ = std::make_unique<Progress>(job, t->rank_, t->world_, launched);
   STRATA_RETURN_IF_ERROR(t->progress_->Open());
   return t;
+}
+
+Result<std::vector<double>> Trainer::SharedUnitCosts() {
+  // Trainer 0 measures and publishes; every trainer cuts the model the same way.
+  const std::string key = "parallel/unit_costs";
+  const Millis timeout(job_.sync.timeout_ms);
+  if (rank_ == 0) {
+    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data,
+                            CreateDataSource(job_.data, job_.model, job_.train.batch_size, {0, plan_.dp}));
+    STRATA_ASSIGN_OR_RETURN(std::vector<double> costs, MeasureUnitCosts(job_.model, device_->exec(), data->Next()));
+    STRATA_RETURN_IF_ERROR(node_->KvSet(key, nlohmann::json(costs).dump()));
+    std::string line;
+    for (size_t i = 0; i < costs.size(); ++i) line += (i ? " " : "") + std::to_string(costs[i] * 1e3).substr(0, 6);
+    spdlog::info("parallel.partition cost: forward + backward ms per unit: {}", line);
+    return costs;
+  }
+  STRATA_ASSIGN_OR_RETURN(const std::string text, node_->KvGet(key, timeout));
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_array()) return Status::Corruption("parallel/unit_costs in the kv store is not a list: " + text);
+  return j.get<std::vector<double>>();
 }
 
 Status Trainer::MakeGroups() {

@@ -104,6 +104,8 @@ class Trainer {
   explicit Trainer(const TrainJob& job);
   static Result<std::unique_ptr<Trainer>> Build(const TrainJob& job, Node* node, bool launched);
   Status MakeGroups();
+  // parallel.partition: cost (trainer 0 measures each unit, the others read its figures).
+  Result<std::vector<double>> SharedUnitCosts();
   Status Connect();
   Result<TrainSummary> RunSteps();
   std::vector<Batch> NextBatches();

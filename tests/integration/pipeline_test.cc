@@ -108,6 +108,15 @@ TEST_F(PipelineTest, GptEverySchedulePp2MatchesOneProcess) {
   }
 }
 
+// Cut by measured cost (trainer 0 times each unit) or by hand, the pipeline still computes
+// what one process does.
+TEST_F(PipelineTest, GptMeasuredAndExplicitPartitionsMatchOneProcess) {
+  const std::string job = Job("gpt", kGpt);
+  RunReference(job);
+  ExpectMatchesReference(job, "pp2-cost", 2, 2, {"parallel.pp=2", "parallel.partition=cost"});
+  ExpectMatchesReference(job, "pp2-cut1", 2, 2, {"parallel.pp=2", "parallel.partition=1"});
+}
+
 TEST_F(PipelineTest, GptEverySchedulePp4MatchesOneProcess) {
   const std::string job = Job("gpt", kGpt);
   RunReference(job);
