@@ -30,4 +30,12 @@ Result<std::unique_ptr<ComputeDevice>> ComputeDevice::Open(const std::string& sp
 #endif
 }
 
+void SynchronizeDevice(const ops::Exec& ex) {
+#if STRATA_HAVE_CUDA
+  if (ex.is_cuda()) cudaStreamSynchronize(static_cast<cudaStream_t>(ex.stream));
+#else
+  (void)ex;
+#endif
+}
+
 }  // namespace strata

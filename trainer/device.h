@@ -26,4 +26,7 @@ class ComputeDevice {
   ops::Exec exec_;
 };
 
+// Waits until the work queued on `ex`'s stream is done (nothing to wait for on the CPU).
+void SynchronizeDevice(const ops::Exec& ex);
+
 }  // namespace strata

@@ -8,12 +8,6 @@
 namespace strata {
 namespace {
 
-Tensor Reshaped(const Tensor& t, Shape shape) {
-  Result<Tensor> r = t.Reshape(std::move(shape));
-  STRATA_CHECK(r.ok()) << r.status().ToString();
-  return *std::move(r);
-}
-
 class CtrNet final : public nn::Layer {
  public:
   CtrNet(nn::ParameterRegistry& reg, const ModelOptions& o)

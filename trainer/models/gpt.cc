@@ -8,12 +8,6 @@
 namespace strata {
 namespace {
 
-Tensor Reshaped(const Tensor& t, Shape shape) {
-  Result<Tensor> r = t.Reshape(std::move(shape));
-  STRATA_CHECK(r.ok()) << r.status().ToString();
-  return *std::move(r);
-}
-
 // ids [N, T] -> tok(ids) + pos[:T], then dropout: [N, T, C].
 class GptEmbedding final : public nn::Layer {
  public:

@@ -8,6 +8,13 @@
 
 namespace strata {
 
+// `t` viewed with another shape of the same size (a mismatch is a bug: aborts).
+inline Tensor Reshaped(const Tensor& t, Shape shape) {
+  Result<Tensor> r = t.Reshape(std::move(shape));
+  STRATA_CHECK(r.ok()) << r.status().ToString();
+  return *std::move(r);
+}
+
 std::unique_ptr<Model> MakeMlpModel(const ModelOptions& o, const ops::Exec& ex, const UnitSelection& build);
 std::unique_ptr<Model> MakeCtrModel(const ModelOptions& o, const ops::Exec& ex, const UnitSelection& build);
 std::unique_ptr<Model> MakeGptModel(const ModelOptions& o, const ops::Exec& ex, const UnitSelection& build);

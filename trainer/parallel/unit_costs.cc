@@ -4,23 +4,10 @@
 #include <algorithm>
 #include <chrono>
 
+#include "trainer/device.h"
 #include "trainer/ops/ops.h"
-#if STRATA_HAVE_CUDA
-#include <cuda_runtime.h>
-#endif
 
 namespace strata {
-namespace {
-
-void Settle(const ops::Exec& ex) {
-#if STRATA_HAVE_CUDA
-  if (ex.is_cuda()) cudaStreamSynchronize(static_cast<cudaStream_t>(ex.stream));
-#else
-  (void)ex;
-#endif
-}
-
-}  // namespace
 
 Result<std::vector<double>> MeasureUnitCosts(const ModelOptions& options, const ops::Exec& exec,
                                              const Batch& sample, int reps) {
@@ -52,7 +39,7 @@ Result<std::vector<double>> MeasureUnitCosts(const ModelOptions& options, const 
         ops::Fill(exec, dy, 0.01f);
       }
       m->BackwardUnits(r, dy, ctx, BackwardPart::kFull);
-      Settle(exec);
+      SynchronizeDevice(exec);
       if (rep > 0) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     std::sort(times.begin(), times.end());

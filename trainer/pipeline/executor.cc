@@ -5,26 +5,14 @@
 #include <chrono>
 #include <string>
 
+#include "trainer/device.h"
 #include "trainer/ops/ops.h"
-#if STRATA_HAVE_CUDA
-#include <cuda_runtime.h>
-#endif
 
 namespace strata::pipeline {
 namespace {
 
 double NowUs() {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Device tensors go to NCCL on its own stream: the compute that wrote them must be done. (A
-// stream wait on an event would keep the host free; see docs/architecture.md.)
-void SettleDevice(const ops::Exec& ex) {
-#if STRATA_HAVE_CUDA
-  if (ex.is_cuda()) cudaStreamSynchronize(static_cast<cudaStream_t>(ex.stream));
-#else
-  (void)ex;
-#endif
 }
 
 // Evaluation's messages use their own tags, above every training step's.
@@ -101,7 +89,9 @@ Status StageExecutor::Send(const Action& a) {
   Pending p;
   p.buffer = it->second;
   from.erase(it);
-  SettleDevice(model_.exec());
+  // Device tensors go to NCCL on its own stream: the compute that wrote them must be done.
+  // (A stream wait on an event would keep the host free; see docs/architecture.md.)
+  SynchronizeDevice(model_.exec());
   const int peer = RankOf(forward ? a.stage + 1 : a.stage - 1);
   // The receiver's tag names the receiving stage.
   const uint32_t tag = forward ? Tag(true, a.stage + 1, a.micro) : Tag(false, a.stage - 1, a.micro);
@@ -273,7 +263,7 @@ Result<double> StageExecutor::Forward(const Batch& batch, Tensor* output) {
       loss = model_.loss_head().Forward(x, b.target, ctx);
       if (output) *output = ToHost(x);
     } else if (!Local(s + 1)) {
-      SettleDevice(model_.exec());
+      SynchronizeDevice(model_.exec());
       Result<std::unique_ptr<Communicator::Request>> r =
           pp_->ISend(x.data_as<float>(), static_cast<size_t>(x.numel()), RankOf(s + 1), kEvalTagBase + s + 1);
       if (!r.ok()) return r.status().WithContext("evaluation: sending stage " + std::to_string(s) + "'s output");
