@@ -10,9 +10,9 @@
 
 #include "common/check.h"
 #include "offload/memory_row_store.h"
+#include "offload/store_format.h"
 #include "ps/optimizer.h"
 #include "ps/table_file.h"
-#include "offload/store_format.h"
 
 namespace strata {
 

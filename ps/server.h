@@ -25,8 +25,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cluster/node.h"
 #include "offload/row_store.h"
-#include "ps/node.h"
 #include "ps/table.h"
 
 namespace strata {

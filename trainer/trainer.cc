@@ -13,7 +13,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "ps/node.h"
+#include "cluster/node.h"
 #include "trainer/comm/gloo_communicator.h"
 #include "trainer/grad_sync.h"
 #include "trainer/ops/ops.h"

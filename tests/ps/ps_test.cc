@@ -11,12 +11,12 @@
 #include <random>
 #include <thread>
 
+#include "cluster/scheduler.h"
 #include "common/inproc_transport.h"
-#include "ps/client.h"
-#include "ps/optimizer.h"
-#include "ps/scheduler.h"
 #include "offload/memory_row_store.h"
 #include "offload/tiered_row_store.h"
+#include "ps/client.h"
+#include "ps/optimizer.h"
 #include "ps/server.h"
 #include "test_util.h"
 

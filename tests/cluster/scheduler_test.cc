@@ -1,7 +1,7 @@
 // scheduler_test.cc: the scheduler and node library as threads in one process over the
 // in-process transport: joining, deterministic ranks, barriers, the kv store, bad and duplicate
 // registrations, failure detection, rejoining, leaving and shutdown.
-#include "ps/scheduler.h"
+#include "cluster/scheduler.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -9,8 +9,8 @@
 #include <future>
 #include <thread>
 
+#include "cluster/node.h"
 #include "common/inproc_transport.h"
-#include "ps/node.h"
 #include "test_util.h"
 
 namespace strata {

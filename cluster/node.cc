@@ -1,5 +1,5 @@
 // node.cc: Node.
-#include "ps/node.h"
+#include "cluster/node.h"
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
