@@ -165,7 +165,11 @@ Status TieredRowStore::PruneCheckpoints() {
 Result<std::string> TieredRowStore::LatestCheckpoint(const std::string& dir) {
   std::vector<fs::path> all = AutoCheckpoints(dir);
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    if (CheckCheckpoint(it->string()).ok()) return it->string();
+    auto checked = CheckCheckpoint(it->string());
+    if (checked.ok()) return it->string();
+    // Skip a damaged or incomplete checkpoint, but refuse one of another format version rather
+    // than fall back past it (or, with none left, start empty).
+    if (checked.status().code() == StatusCode::kFailedPrecondition) return checked.status();
   }
   return Status::NotFound("no complete checkpoint under " + dir);
 }

@@ -55,7 +55,8 @@ class PsServer {
 
   // Re-creates every table recorded in options.tables_file, opening each store through the
   // StoreFactory (a durable store reloads its shard). Call before node.Join(), so no request
-  // sees a table missing. OK if the file does not exist; Corruption if it is damaged.
+  // sees a table missing. OK if the file does not exist; Corruption if it is damaged;
+  // FailedPrecondition if it has another format version (ps/table_file.h).
   Status RestoreTables();
 
   // Statistics as JSON (also the reply to getStats).

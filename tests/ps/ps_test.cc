@@ -428,6 +428,15 @@ TEST_F(PsTest, StoresHearEveryClockAndRecordedTablesAreRestored) {
   Status s = damaged.RestoreTables();
   EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
   EXPECT_NE(s.message().find("damaged"), std::string::npos) << s.ToString();
+  // One of an older format version (1: FNV-1a checksums) is refused as such.
+  bytes = testing::ReadFile(tables_dir_ + "/tables-0");
+  ASSERT_EQ(bytes.rfind("strata-tables 2\n", 0), 0u);
+  bytes[bytes.find('2')] = '1';
+  testing::WriteFile(dir.File("older"), bytes);
+  PsServer older(*node, ServerOptions{1, 0, dir.File("older")}, factory_);
+  s = older.RestoreTables();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  EXPECT_NE(s.message().find("format version 1"), std::string::npos) << s.ToString();
 }
 
 // The servers keep the table in tiered stores whose DRAM budget is a tenth of the table: a
