@@ -27,20 +27,10 @@
 
 #include "cluster/node.h"
 #include "offload/row_store.h"
+#include "ps/server_options.h"
 #include "ps/table.h"
 
 namespace strata {
-
-struct ServerOptions {
-  // Threads applying pushes and answering pulls. Requests of one sender go to one thread.
-  int worker_threads = 2;
-  // How often statistics are logged (0: never).
-  int stats_log_interval_ms = 10000;
-  // File recording the spec of every table created (rewritten whole via temp + fsync + rename
-  // at each createTable), which RestoreTables() reads back after a restart. Empty: tables are
-  // not recorded (a memory store keeps nothing to restore anyway).
-  std::string tables_file;
-};
 
 // Makes the store for this server's shard of a table (default: MemoryRowStore).
 using StoreFactory = std::function<Result<std::unique_ptr<RowStore>>(const TableSpec& spec)>;
