@@ -15,7 +15,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "offload/eviction_order.h"
 #include "offload/row_store.h"
 
 namespace rocksdb {
@@ -25,6 +24,10 @@ class WriteBatch;
 }  // namespace rocksdb
 
 namespace strata {
+
+namespace offload_internal {
+struct CachedRecord;  // offload/internal/eviction_order.h
+}  // namespace offload_internal
 
 enum class EvictionPolicy { kLru, kLfu };
 enum class Durability {

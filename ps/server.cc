@@ -9,8 +9,8 @@
 #include <limits>
 
 #include "common/check.h"
+#include "common/file.h"
 #include "offload/memory_row_store.h"
-#include "offload/store_format.h"
 #include "ps/optimizer.h"
 #include "ps/table_file.h"
 
@@ -19,10 +19,6 @@ namespace strata {
 namespace {
 
 constexpr size_t kMaxKeysPerRequest = 1 << 24;
-
-// The store layer's file helpers: checksum, whole-file read, temp + fsync + rename write.
-using offload_internal::ReadWholeFile;
-using offload_internal::WriteFileDurably;
 
 RowStore::Init MakeInit(const TableSpec& spec) {
   return [spec](uint64_t key, std::span<float> r) {

@@ -14,7 +14,7 @@
 #include <random>
 #include <thread>
 
-#include "offload/store_format.h"
+#include "offload/internal/store_format.h"  // EncodeKey: the raw-RocksDB baseline uses the store's keys
 #include "offload/tiered_row_store.h"
 #include "tools/bench/bench.h"
 

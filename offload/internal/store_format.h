@@ -1,10 +1,9 @@
 // store_format.h: the tiered store's on-disk formats: record keys in RocksDB, the checkpoint
-// manifest, the table export file, and whole-file helpers that report errors as Status naming
-// the path. Checksums are Checksum64 (common/checksum.h: XXH3-64).
+// manifest and the table export file. Checksums are Checksum64 (common/checksum.h: XXH3-64).
 //
-// Each file names its format version. Version 1 (FNV-1a checksums, before strata 0.1's switch
-// to XXH3) is recognised and refused with FailedPrecondition saying so, never read as corrupt
-// or skipped; any other unknown version likewise.
+// Each file names its format version. Version 1 (FNV-1a checksums) is recognised and refused
+// with FailedPrecondition saying so, never read as corrupt or skipped; any other unknown version
+// likewise.
 //
 // Checkpoint manifest (text, `STRATA_MANIFEST` in the checkpoint directory):
 //   strata-checkpoint 2
@@ -57,13 +56,6 @@ std::string EncodeManifest(const CheckpointManifest& m);
 // Corruption naming `path` (used in messages only) when the text is not a whole, intact manifest;
 // FailedPrecondition when it is a manifest of another format version.
 Result<CheckpointManifest> DecodeManifest(std::string_view text, const std::string& path);
-
-// Reads a whole file: NotFound if it does not exist, IOError otherwise.
-Result<std::string> ReadWholeFile(const std::string& path);
-// Writes `bytes` to path.tmp, fsyncs, renames over `path` and fsyncs the directory.
-Status WriteFileDurably(const std::string& path, std::string_view bytes);
-// An IOError "what path: strerror(err)".
-Status ErrnoStatus(std::string_view what, const std::string& path, int err);
 
 // Streams an export file. Errors name the path.
 class ExportWriter {
