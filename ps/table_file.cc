@@ -17,9 +17,7 @@ constexpr std::string_view kTablesMagic = "strata-tables 2\n";
 
 // The version digit of a tables file of another format version, else 0.
 char OtherVersion(std::string_view bytes) {
-  if (bytes.size() < kTablesMagic.size() || bytes.substr(0, kTablesPrefix.size()) != kTablesPrefix) {
-    return 0;
-  }
+  if (bytes.size() < kTablesMagic.size() || !bytes.starts_with(kTablesPrefix)) return 0;
   const char v = bytes[kTablesPrefix.size()];
   const bool other = v >= '0' && v <= '9' && bytes[kTablesMagic.size() - 1] == '\n' &&
                      bytes.substr(0, kTablesMagic.size()) != kTablesMagic;
@@ -61,7 +59,9 @@ Result<std::vector<TableSpec>> DecodeTableSpecs(std::string_view bytes, const st
     return corrupt("not a strata tables file");
   }
   const size_t body = bytes.size() - 8;
-  if (ReadU64(bytes.data() + body) != Checksum64(bytes.data(), body)) return corrupt("checksum mismatch");
+  if (ReadU64(bytes.data() + body) != Checksum64(bytes.data(), body)) {
+    return corrupt("checksum mismatch");
+  }
   std::vector<TableSpec> specs;
   for (size_t at = kTablesMagic.size(); at < body;) {
     if (body - at < 8) return corrupt("truncated entry");

@@ -9,7 +9,8 @@ status=0
 # forbid <folder> <include prefix regex> <why>
 forbid() {
   local hits
-  hits=$(grep -rnE "#include \"($2)" "$1" --include='*.h' --include='*.cc' --include='*.cu' 2>/dev/null)
+  hits=$(grep -rnE "#include \"($2)" "$1" --include='*.h' --include='*.cc' --include='*.cu' \
+         2>/dev/null)
   if [ -n "$hits" ]; then
     echo "check_layers: $1 must not include $2 ($3):"
     echo "$hits"
