@@ -75,7 +75,7 @@ Result<CheckpointManifest> DecodeManifest(std::string_view text, const std::stri
     return Status::Corruption("checkpoint manifest " + path + ": " + std::string(why));
   };
   // The version first: another version's checksum would only read as a mismatch.
-  std::string_view first = text.substr(0, text.find('\n'));
+  const std::string_view first = text.substr(0, text.find('\n'));
   if (first.substr(0, kManifestPrefix.size()) == kManifestPrefix) {
     const std::string_view version = first.substr(kManifestPrefix.size());
     if (IsVersion(version) && version != kManifestVersion) {
