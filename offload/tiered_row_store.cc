@@ -17,8 +17,8 @@
 #include <unordered_set>
 
 #include "common/check.h"
-#include "offload/store_format.h"
-#include "offload/tiered_row_store_internal.h"
+#include "offload/internal/store_format.h"
+#include "offload/internal/tiered_row_store_internal.h"
 
 namespace strata {
 

@@ -15,7 +15,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "offload/eviction_order.h"
 #include "offload/row_store.h"
 
 namespace rocksdb {
@@ -25,6 +24,10 @@ class WriteBatch;
 }  // namespace rocksdb
 
 namespace strata {
+
+namespace offload_internal {
+struct CachedRecord;  // offload/internal/eviction_order.h
+}  // namespace offload_internal
 
 enum class EvictionPolicy { kLru, kLfu };
 enum class Durability {
@@ -135,11 +138,13 @@ class TieredRowStore final : public RowStore {
 
   // Replaces the store at options.path with the checkpoint in `checkpoint_dir` (as written by
   // Checkpoint()) and opens it at the checkpoint's clock. NotFound if there is no checkpoint,
-  // Corruption if its manifest or files are damaged, InvalidArgument if its width differs.
+  // Corruption if its manifest or files are damaged, InvalidArgument if its width differs,
+  // FailedPrecondition if it was written in another format version (store_format.h).
   // The store at options.path is only replaced after the checkpoint checked out.
   static Result<std::unique_ptr<TieredRowStore>> OpenFromCheckpoint(
       const std::string& checkpoint_dir, const TieredStoreOptions& options, int width);
   // The newest complete checkpoint under `dir` (automatic checkpoints), NotFound if none.
+  // Damaged ones are passed over; one of another format version is FailedPrecondition.
   static Result<std::string> LatestCheckpoint(const std::string& dir);
 
   ~TieredRowStore() override;  // Close(), errors logged

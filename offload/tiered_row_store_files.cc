@@ -8,9 +8,10 @@
 #include <cstring>
 #include <filesystem>
 
-#include "offload/store_format.h"
+#include "common/file.h"
+#include "offload/internal/store_format.h"
+#include "offload/internal/tiered_row_store_internal.h"
 #include "offload/tiered_row_store.h"
-#include "offload/tiered_row_store_internal.h"
 
 namespace strata {
 
@@ -97,7 +98,7 @@ Status TieredRowStore::CheckpointLocked(const std::string& dir) {
   }
   if (ec) return FsError("cannot list", dir + "/db", ec);
   std::sort(m.files.begin(), m.files.end());
-  STRATA_RETURN_IF_ERROR(offload_internal::WriteFileDurably(
+  STRATA_RETURN_IF_ERROR(WriteFileDurably(
       dir + "/" + offload_internal::kManifestName, offload_internal::EncodeManifest(m)));
   ++checkpoints_;
   return Status::OK();
@@ -128,7 +129,7 @@ Result<offload_internal::CheckpointManifest> CheckCheckpoint(const std::string& 
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return Status::NotFound("no checkpoint at " + dir);
   const std::string path = dir + "/" + offload_internal::kManifestName;
-  auto text = offload_internal::ReadWholeFile(path);
+  auto text = ReadWholeFile(path);
   if (!text.ok()) {
     if (text.status().IsNotFound()) {
       return Status::Corruption("incomplete checkpoint " + dir + ": no " +
@@ -165,7 +166,11 @@ Status TieredRowStore::PruneCheckpoints() {
 Result<std::string> TieredRowStore::LatestCheckpoint(const std::string& dir) {
   std::vector<fs::path> all = AutoCheckpoints(dir);
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    if (CheckCheckpoint(it->string()).ok()) return it->string();
+    auto checked = CheckCheckpoint(it->string());
+    if (checked.ok()) return it->string();
+    // Skip a damaged or incomplete checkpoint, but refuse one of another format version rather
+    // than fall back past it (or, with none left, start empty).
+    if (checked.status().code() == StatusCode::kFailedPrecondition) return checked.status();
   }
   return Status::NotFound("no complete checkpoint under " + dir);
 }

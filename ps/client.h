@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "ps/node.h"
+#include "cluster/node.h"
 #include "ps/table.h"
 
 namespace strata {

@@ -9,20 +9,16 @@
 #include <limits>
 
 #include "common/check.h"
+#include "common/file.h"
 #include "offload/memory_row_store.h"
 #include "ps/optimizer.h"
 #include "ps/table_file.h"
-#include "offload/store_format.h"
 
 namespace strata {
 
 namespace {
 
 constexpr size_t kMaxKeysPerRequest = 1 << 24;
-
-// The store layer's file helpers: checksum, whole-file read, temp + fsync + rename write.
-using offload_internal::ReadWholeFile;
-using offload_internal::WriteFileDurably;
 
 RowStore::Init MakeInit(const TableSpec& spec) {
   return [spec](uint64_t key, std::span<float> r) {
@@ -78,18 +74,18 @@ PsServer::PsServer(Node& node, ServerOptions options, StoreFactory store_factory
       return std::unique_ptr<RowStore>(std::make_unique<MemoryRowStore>(spec.RecordWidth()));
     };
   }
-  for (int i = 0; i < std::max(1, options_.worker_threads); ++i) {
+  for (int i = 0; i < std::max(1, options_.workers); ++i) {
     workers_.push_back(std::make_unique<Worker>());
     Worker* w = workers_.back().get();
     w->thread = std::thread([this, w] { RunWorker(*w); });
   }
   node_.SetRequestHandler([this](Request r) { Dispatch(std::move(r)); });
   node_.OnEvent([this](const NodeEvent& e) { OnNodeEvent(e); });
-  if (options_.stats_log_interval_ms > 0) {
+  if (options_.stats_interval_ms > 0) {
     stats_thread_ = std::thread([this] {
       std::unique_lock lock(stats_mu_);
       while (!stop_) {
-        stats_cv_.wait_for(lock, std::chrono::milliseconds(options_.stats_log_interval_ms));
+        stats_cv_.wait_for(lock, std::chrono::milliseconds(options_.stats_interval_ms));
         if (!stop_) LogStats();
       }
     });

@@ -25,22 +25,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cluster/node.h"
 #include "offload/row_store.h"
-#include "ps/node.h"
+#include "ps/server_options.h"
 #include "ps/table.h"
 
 namespace strata {
-
-struct ServerOptions {
-  // Threads applying pushes and answering pulls. Requests of one sender go to one thread.
-  int worker_threads = 2;
-  // How often statistics are logged (0: never).
-  int stats_log_interval_ms = 10000;
-  // File recording the spec of every table created (rewritten whole via temp + fsync + rename
-  // at each createTable), which RestoreTables() reads back after a restart. Empty: tables are
-  // not recorded (a memory store keeps nothing to restore anyway).
-  std::string tables_file;
-};
 
 // Makes the store for this server's shard of a table (default: MemoryRowStore).
 using StoreFactory = std::function<Result<std::unique_ptr<RowStore>>(const TableSpec& spec)>;
@@ -55,7 +45,8 @@ class PsServer {
 
   // Re-creates every table recorded in options.tables_file, opening each store through the
   // StoreFactory (a durable store reloads its shard). Call before node.Join(), so no request
-  // sees a table missing. OK if the file does not exist; Corruption if it is damaged.
+  // sees a table missing. OK if the file does not exist; Corruption if it is damaged;
+  // FailedPrecondition if it has another format version (ps/table_file.h).
   Status RestoreTables();
 
   // Statistics as JSON (also the reply to getStats).

@@ -4,15 +4,10 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/hash.h"
+
 namespace strata {
 namespace {
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // Uniform in [0, 1) from 53 random bits.
 double Uniform01(uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }

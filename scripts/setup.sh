@@ -13,6 +13,7 @@ packages=(
   libopenblas-dev
   libspdlog-dev libfmt-dev
   libcli11-dev
+  libxxhash-dev
   libyaml-cpp-dev
   nlohmann-json3-dev
   libgtest-dev libgmock-dev

@@ -7,40 +7,6 @@
 
 namespace strata {
 
-void Bind(config::Binder& b, ServerStoreConfig& o) {
-  b.Enum("kind", o.kind, {{"memory", StoreKind::kMemory}, {"tiered", StoreKind::kTiered}},
-         "memory: DRAM only, lost with the process; tiered: DRAM over RocksDB under `path`, "
-         "reloaded when the server restarts with the same rank");
-  b.Field("path", o.path,
-          "directory of the tiered stores (<path>/server-<rank>/table-<id>); required for tiered");
-  b.Field("dram_budget_mb", o.dram_budget_mb,
-          "DRAM for each table's resident records; larger: more hits, fewer disk reads")
-      .Range(uint64_t{1}, uint64_t{1} << 24);
-  b.Enum("policy", o.policy, {{"lru", EvictionPolicy::kLru}, {"lfu", EvictionPolicy::kLfu}},
-         "DRAM eviction: lru for a sliding working set, lfu keeps a skewed popular head");
-  b.Enum("durability", o.durability,
-         {{"none", Durability::kNone}, {"checkpoint", Durability::kCheckpoint}, {"wal", Durability::kWal}},
-         "none: a crash loses what was not written back; checkpoint: a restart restores the last "
-         "checkpoint exactly; wal: every acknowledged push survives kill -9 (a synced write per push)");
-  b.Field("checkpoint_every_clocks", o.checkpoint_every_clocks,
-          "checkpoint durability: snapshot every this many clocks of the slowest trainer; more "
-          "often loses less on a crash but blocks pushes for each snapshot")
-      .Range(uint64_t{0}, uint64_t{1} << 40);
-  b.Require(o.kind != StoreKind::kTiered || !o.path.empty(), "path", "is required by kind: tiered");
-  b.Require(o.kind == StoreKind::kTiered || o.durability == Durability::kNone, "durability",
-            "needs kind: tiered (the memory store keeps nothing)");
-  b.Require(o.durability != Durability::kCheckpoint || o.checkpoint_every_clocks > 0,
-            "checkpoint_every_clocks", "must be at least 1 with durability: checkpoint");
-}
-
-void Bind(config::Binder& b, ServerConfig& o) {
-  b.Field("workers", o.workers, "threads applying pushes (one sender's requests go to one)")
-      .Range(1, 256);
-  b.Field("stats_interval_ms", o.stats_interval_ms, "log statistics this often (0: never)")
-      .Range(0, 86400000);
-  b.Section("store", o.store, "where the server keeps its shard of every table");
-}
-
 void Bind(config::Binder& b, JobConfig& o) {
   b.Section("cluster", o.cluster, "who is in the cluster and how membership is watched");
   b.Section("transport", o.transport, "messaging between processes (ZeroMQ)");

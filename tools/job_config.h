@@ -19,7 +19,7 @@
 #include "common/logging.h"
 #include "common/options.h"
 #include "common/status.h"
-#include "offload/tiered_row_store.h"
+#include "ps/server_options.h"
 #include "trainer/train_options.h"
 
 namespace CLI {
@@ -28,45 +28,17 @@ class App;
 
 namespace strata {
 
-enum class StoreKind { kMemory, kTiered };
-
-// Where a server keeps its shard of every table (server.store in the job file).
-struct ServerStoreConfig {
-  // memory: MemoryRowStore, nothing survives the process. tiered: TieredRowStore (DRAM over
-  // RocksDB) under `path`, one store per table at <path>/server-<rank>/table-<id>, and the
-  // table specs recorded in <path>/server-<rank>/tables, so a restarted server reloads them.
-  StoreKind kind = StoreKind::kMemory;
-  // Directory of the tiered stores (required for tiered). Servers on one machine may share it.
-  std::string path;
-  // DRAM budget of each table's resident records. Larger: more hits, fewer disk reads.
-  uint64_t dram_budget_mb = 256;
-  EvictionPolicy policy = EvictionPolicy::kLru;
-  // none: a crash loses what was not written back. checkpoint: a restart restores the last
-  // checkpoint exactly (taken every checkpoint_every_clocks clocks of the slowest trainer).
-  // wal: every acknowledged push survives kill -9, at a synced write per push.
-  Durability durability = Durability::kNone;
-  uint64_t checkpoint_every_clocks = 0;
-};
-
-struct ServerConfig {
-  int workers = 2;                // threads applying pushes (one sender's requests on one)
-  int stats_interval_ms = 10000;  // log statistics this often (0: never)
-  ServerStoreConfig store;
-};
-
 // One file describes the whole job; every binary reads all of it (and uses its sections).
 struct JobConfig {
   ClusterOptions cluster;
   TransportOptions transport;
   LogOptions log;  // only `level` is read from the job; role and rank are set by main()
-  ServerConfig server;
+  ServerOptions server;  // strata-server (ps/server_options.h)
   // strata-trainer's sections (model, optimizer, train, data, sync; trainer/train_options.h),
   // top-level sections of the file like the others.
   TrainJob trainer;
 };
 
-void Bind(config::Binder& b, ServerStoreConfig& o);
-void Bind(config::Binder& b, ServerConfig& o);
 void Bind(config::Binder& b, JobConfig& o);
 
 // Reads `path` (empty: start from the defaults), applies `overrides` ("a.b=value", in order,

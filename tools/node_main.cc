@@ -7,8 +7,8 @@
 
 #include <iostream>
 
+#include "cluster/node.h"
 #include "common/logging.h"
-#include "ps/node.h"
 #include "tools/job_config.h"
 #include "tools/signals.h"
 

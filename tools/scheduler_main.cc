@@ -8,9 +8,9 @@
 #include <fstream>
 #include <iostream>
 
+#include "cluster/scheduler.h"
 #include "common/logging.h"
 #include "common/transport.h"
-#include "ps/scheduler.h"
 #include "tools/job_config.h"
 #include "tools/signals.h"
 

@@ -22,7 +22,7 @@ namespace {
 // The stores of this server's tables as server.store says: tiered ones at <dir>/table-<id>.
 // In checkpoint mode a table with a checkpoint is restored from its latest one; without one it
 // starts empty, since records written back between checkpoints are not a consistent state.
-StoreFactory MakeStoreFactory(const ServerStoreConfig& c, const std::string& dir) {
+StoreFactory MakeStoreFactory(const ServerStoreOptions& c, const std::string& dir) {
   if (c.kind == StoreKind::kMemory) return {};
   return [c, dir](const TableSpec& spec) -> Result<std::unique_ptr<RowStore>> {
     TieredStoreOptions o;
@@ -72,21 +72,19 @@ int main(int argc, char** argv) {
           ->check(CLI::Range(0, 86400000));
   CLI11_PARSE(app, argc, argv);
 
-  JobConfig job_config;
-  if (auto code = LoadJobOrExit(flags, "strata-server", &job_config)) return *code;
-  const JobConfig* job = &job_config;
-  node_options.cluster = job->cluster;
-  node_options.transport = job->transport;
-  LogOptions log = job->log;
+  JobConfig job;
+  if (auto code = LoadJobOrExit(flags, "strata-server", &job)) return *code;
+  node_options.cluster = job.cluster;
+  node_options.transport = job.transport;
+  LogOptions log = job.log;
   log.role = "server";
   InitLogging(log);
   InstallStopSignals();
 
-  ServerOptions server_options;
-  server_options.worker_threads = workers_flag->count() ? workers : job->server.workers;
-  server_options.stats_log_interval_ms =
-      stats_flag->count() ? stats_interval_ms : job->server.stats_interval_ms;
-  const ServerStoreConfig& store = job->server.store;
+  ServerOptions& server_options = job.server;
+  if (workers_flag->count()) server_options.workers = workers;
+  if (stats_flag->count()) server_options.stats_interval_ms = stats_interval_ms;
+  const ServerStoreOptions& store = server_options.store;
   std::string dir;
   if (store.kind == StoreKind::kTiered) {
     // The directory is this server's identity across restarts, so the rank must be fixed.

@@ -7,7 +7,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
-#include "ps/node.h"
+#include "cluster/node.h"
 #include "trainer/checkpoint.h"
 #include "trainer/comm/gloo_communicator.h"
 #include "trainer/device.h"

@@ -192,7 +192,7 @@ void TouchMessage(const Message& m, const WireLimits& limits) {
   }
 }
 
-// What the echo handler (ps/node.cc) does with a request: a reply carrying its payloads back.
+// What the echo handler (cluster/node.cc) does with a request: a reply carrying its payloads back.
 // AddPayload STRATA_CHECKs the shapes, so this also holds Decode to its word.
 void AnswerLikeEcho(const Message& m, const WireLimits& limits) {
   Message reply = m.MakeReply(1);

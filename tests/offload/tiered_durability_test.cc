@@ -414,5 +414,57 @@ TEST(Export, RoundTripsEveryRecordAndRejectsDamagedFiles) {
   EXPECT_EQ((*wide)->Import(file).code(), StatusCode::kInvalidArgument);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Format versions: files of the FNV-1a era (version 1) are refused as such
+
+TEST(FormatVersion, OlderCheckpointIsRefusedNotPassedOver) {
+  TempDir dir;
+  const TieredStoreOptions o = CheckpointOptions(dir);
+  const std::string root = dir.path() + "/auto";
+  const std::string older = root + "/clock-00000000000000000001";
+  const std::string newer = root + "/clock-00000000000000000002";
+  {
+    auto store = TieredRowStore::Open(o, 6);
+    ASSERT_TRUE(store.ok());
+    Train(**store, 1);
+    ASSERT_TRUE((*store)->Checkpoint(older).ok());
+    Train(**store, 2);
+    ASSERT_TRUE((*store)->Checkpoint(newer).ok());
+  }
+  auto latest = TieredRowStore::LatestCheckpoint(root);
+  ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+  EXPECT_EQ(*latest, newer);
+
+  const std::string manifest = newer + "/STRATA_MANIFEST";
+  std::string text = testing::ReadFile(manifest);
+  ASSERT_EQ(text.rfind("strata-checkpoint 2\n", 0), 0u) << text;
+  text[text.find('2')] = '1';
+  testing::WriteFile(manifest, text);
+  for (const Status& s : {TieredRowStore::LatestCheckpoint(root).status(),
+                          TieredRowStore::OpenFromCheckpoint(newer, o, 6).status()}) {
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+    EXPECT_NE(s.message().find("format version 1"), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find(manifest), std::string::npos) << s.ToString();
+  }
+}
+
+TEST(FormatVersion, OlderExportFileIsRefused) {
+  TempDir dir;
+  TieredStoreOptions o = CheckpointOptions(dir);
+  o.durability = Durability::kNone;
+  auto store = TieredRowStore::Open(o, 6);
+  ASSERT_TRUE(store.ok());
+  Train(**store, 1);
+  const std::string file = dir.path() + "/table.bin";
+  ASSERT_TRUE((*store)->Export(file).ok());
+  std::string bytes = testing::ReadFile(file);
+  ASSERT_EQ(bytes.substr(0, 8), "STRATAX2");
+  bytes[7] = '1';
+  testing::WriteFile(file, bytes);
+  const Status s = (*store)->Import(file);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  EXPECT_NE(s.message().find("format version 1"), std::string::npos) << s.ToString();
+}
+
 }  // namespace
 }  // namespace strata

@@ -11,12 +11,12 @@
 #include <random>
 #include <thread>
 
+#include "cluster/scheduler.h"
 #include "common/inproc_transport.h"
-#include "ps/client.h"
-#include "ps/optimizer.h"
-#include "ps/scheduler.h"
 #include "offload/memory_row_store.h"
 #include "offload/tiered_row_store.h"
+#include "ps/client.h"
+#include "ps/optimizer.h"
 #include "ps/server.h"
 #include "test_util.h"
 
@@ -25,6 +25,15 @@ namespace {
 
 constexpr int kServers = 2;
 constexpr int kTrainers = 3;
+
+// One worker, no statistics, tables recorded in (and restored from) `tables_file`.
+ServerOptions RestoreOptions(std::string tables_file) {
+  ServerOptions o;
+  o.workers = 1;
+  o.stats_interval_ms = 0;
+  o.tables_file = std::move(tables_file);
+  return o;
+}
 
 class PsTest : public ::testing::Test {
  protected:
@@ -42,7 +51,8 @@ class PsTest : public ::testing::Test {
     std::vector<std::future<Status>> joins;
     for (int s = 0; s < kServers; ++s) {
       server_nodes_.push_back(MakeNode(Role::kServer, "server" + std::to_string(s), s));
-      ServerOptions options{2, 0, ""};
+      ServerOptions options;
+      options.stats_interval_ms = 0;
       if (!tables_dir_.empty()) options.tables_file = tables_dir_ + "/tables-" + std::to_string(s);
       servers_.push_back(std::make_unique<PsServer>(*server_nodes_.back(), options, factory_));
     }
@@ -412,22 +422,31 @@ TEST_F(PsTest, StoresHearEveryClockAndRecordedTablesAreRestored) {
 
   // A new server given server 0's tables file re-creates both tables through the factory.
   auto node = MakeNode(Role::kServer, "restarted", 0);
-  PsServer restored(*node, ServerOptions{1, 0, tables_dir_ + "/tables-0"}, factory_);
+  PsServer restored(*node, RestoreOptions(tables_dir_ + "/tables-0"), factory_);
   ASSERT_TRUE(restored.RestoreTables().ok());
   const std::string stats = restored.StatsJson();
   EXPECT_NE(stats.find("\"sparse1\""), std::string::npos) << stats;
   EXPECT_NE(stats.find("\"dense2\""), std::string::npos) << stats;
 
   // No file: nothing to restore. A damaged one: Corruption naming it.
-  PsServer fresh(*node, ServerOptions{1, 0, dir.File("none")}, factory_);
+  PsServer fresh(*node, RestoreOptions(dir.File("none")), factory_);
   EXPECT_TRUE(fresh.RestoreTables().ok());
   std::string bytes = testing::ReadFile(tables_dir_ + "/tables-0");
   bytes[bytes.size() / 2] ^= 0x5a;
   testing::WriteFile(dir.File("damaged"), bytes);
-  PsServer damaged(*node, ServerOptions{1, 0, dir.File("damaged")}, factory_);
+  PsServer damaged(*node, RestoreOptions(dir.File("damaged")), factory_);
   Status s = damaged.RestoreTables();
   EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
   EXPECT_NE(s.message().find("damaged"), std::string::npos) << s.ToString();
+  // One of an older format version (1: FNV-1a checksums) is refused as such.
+  bytes = testing::ReadFile(tables_dir_ + "/tables-0");
+  ASSERT_EQ(bytes.rfind("strata-tables 2\n", 0), 0u);
+  bytes[bytes.find('2')] = '1';
+  testing::WriteFile(dir.File("older"), bytes);
+  PsServer older(*node, RestoreOptions(dir.File("older")), factory_);
+  s = older.RestoreTables();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  EXPECT_NE(s.message().find("format version 1"), std::string::npos) << s.ToString();
 }
 
 // The servers keep the table in tiered stores whose DRAM budget is a tenth of the table: a

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "cluster/node.h"
+#include "cluster/scheduler.h"
 #include "common/inproc_transport.h"
 #include "common/mesh.h"
-#include "ps/node.h"
-#include "ps/scheduler.h"
 
 namespace strata {
 

@@ -20,8 +20,8 @@
 #include <mutex>
 #include <thread>
 
+#include "cluster/scheduler.h"
 #include "common/inproc_transport.h"
-#include "ps/scheduler.h"
 #include "tools/bench/bench.h"
 #include "trainer/comm/gloo_communicator.h"
 

@@ -14,7 +14,8 @@
 #include <random>
 #include <thread>
 
-#include "offload/store_format.h"
+// EncodeKey: the raw-RocksDB baseline writes the store's own keys (check_layers.sh allows it).
+#include "offload/internal/store_format.h"
 #include "offload/tiered_row_store.h"
 #include "tools/bench/bench.h"
 

@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "ps/node.h"
+#include "cluster/node.h"
 #include "trainer/comm/communicator.h"
 
 namespace strata {

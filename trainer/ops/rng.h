@@ -5,25 +5,16 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define STRATA_HD __host__ __device__ __forceinline__
-#else
-#define STRATA_HD inline
-#endif
+#include "common/hash.h"
 
 namespace strata::rng {
 
-STRATA_HD uint64_t Mix(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+STRATA_HOST_DEVICE uint64_t Hash(uint64_t seed, uint64_t counter) {
+  return SplitMix64(SplitMix64(seed) ^ counter);
 }
 
-STRATA_HD uint64_t Hash(uint64_t seed, uint64_t counter) { return Mix(Mix(seed) ^ counter); }
-
 // Uniform in [0, 1) with 24 bits (exactly representable as float).
-STRATA_HD float Uniform(uint64_t seed, uint64_t counter) {
+STRATA_HOST_DEVICE float Uniform(uint64_t seed, uint64_t counter) {
   return static_cast<float>(Hash(seed, counter) >> 40) * (1.0f / 16777216.0f);
 }
 
@@ -37,7 +28,7 @@ inline double UniformDouble(uint64_t seed, uint64_t counter) {
 inline uint64_t Derive(uint64_t seed, const char* name) {
   uint64_t h = 1469598103934665603ull;
   for (const char* p = name; *p; ++p) h = (h ^ static_cast<unsigned char>(*p)) * 1099511628211ull;
-  return Mix(seed ^ Mix(h));
+  return SplitMix64(seed ^ SplitMix64(h));
 }
 
 // A sequential generator over the same hash, for host code that draws many numbers.

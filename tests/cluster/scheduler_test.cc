@@ -1,7 +1,7 @@
 // scheduler_test.cc: the scheduler and node library as threads in one process over the
 // in-process transport: joining, deterministic ranks, barriers, the kv store, bad and duplicate
 // registrations, failure detection, rejoining, leaving and shutdown.
-#include "ps/scheduler.h"
+#include "cluster/scheduler.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -9,8 +9,8 @@
 #include <future>
 #include <thread>
 
+#include "cluster/node.h"
 #include "common/inproc_transport.h"
-#include "ps/node.h"
 #include "test_util.h"
 
 namespace strata {
@@ -109,6 +109,36 @@ TEST_F(SchedulerTest, JoinGivesDeterministicRanksAndOneView) {
     EXPECT_EQ(me->address, n->address());
     EXPECT_TRUE(me->alive);
   }
+}
+
+// A peer may learn of a node from the scheduler and call it before the node's own registration
+// reply has arrived: the node's application handler sees such a request only once the node has
+// its rank and view (a server working out key ownership from an empty view divided by zero).
+TEST_F(SchedulerTest, RequestsBeforeTheViewAreHeldUntilJoined) {
+  StartScheduler(0, 2);
+  auto a = MakeNode(Role::kTrainer, "a", 0);
+  std::promise<std::pair<int, int>> seen;  // a's rank and trainer count when the handler ran
+  a->SetRequestHandler([&](Request r) {
+    seen.set_value({a->rank(), a->view().Count(Role::kTrainer)});
+    r.ReplyError(Status::Unimplemented("test"));
+  });
+  auto a_joined = std::async(std::launch::async, [&] { return a->Join(); });
+  ASSERT_TRUE(WaitFor([&] { return hub_.bound("a"); }, std::chrono::seconds(10)));
+
+  RawClient peer = Raw();
+  Message stats;
+  stats.builder().getBody().setGetStats();
+  Ticket call = peer.rpc->Call(*peer.rpc->Connect("mem://a"), std::move(stats));
+  auto handled = seen.get_future();
+  // a is still waiting for the second trainer: the request is held.
+  EXPECT_EQ(handled.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+
+  auto b = MakeNode(Role::kTrainer, "b", 1);
+  ASSERT_TRUE(b->Join().ok());
+  ASSERT_TRUE(a_joined.get().ok());
+  ASSERT_EQ(handled.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_EQ(handled.get(), std::make_pair(0, 2));
+  EXPECT_EQ(call.Wait(Millis(10000)).status().code(), StatusCode::kUnimplemented);
 }
 
 TEST_F(SchedulerTest, RequestedRanksAreKept) {

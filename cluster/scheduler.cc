@@ -1,5 +1,5 @@
 // scheduler.cc: Scheduler.
-#include "ps/scheduler.h"
+#include "cluster/scheduler.h"
 
 #include <spdlog/spdlog.h>
 

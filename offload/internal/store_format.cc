@@ -1,19 +1,21 @@
-// store_format.cc: checksum, checkpoint manifest, export files and durable file writes.
-#include "offload/store_format.h"
+// store_format.cc: the checkpoint manifest and export files.
+#include "offload/internal/store_format.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <filesystem>
+
+#include "common/file.h"
 
 namespace strata::offload_internal {
 namespace {
 
-constexpr char kManifestMagic[] = "strata-checkpoint 1";
-constexpr char kExportMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'X', '1'};
+constexpr std::string_view kManifestPrefix = "strata-checkpoint ";
+constexpr std::string_view kManifestVersion = "2";
+constexpr char kExportMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'X', '2'};  // "STRATAX" + version
 constexpr char kExportEnd[8] = {'S', 'T', 'R', 'A', 'T', 'E', 'N', 'D'};
 constexpr size_t kExportHeader = 16;
 constexpr size_t kExportTrailer = 24;
@@ -34,6 +36,22 @@ bool NextLine(std::string_view& text, std::string_view* line) {
   return true;
 }
 
+// A file of another format version than this build reads: FailedPrecondition, never Corruption,
+// so that callers looking for an intact file do not skip it silently.
+Status WrongVersion(std::string_view what, const std::string& path, std::string_view found,
+                    std::string_view expected) {
+  std::string why = std::string(what) + " " + path + " has format version " + std::string(found) +
+                    ", this build reads only version " + std::string(expected);
+  if (found == "1") why += " (version 1: written by a strata build from before XXH3 checksums)";
+  return Status::FailedPrecondition(why);
+}
+
+// A format version as files write it: 1 to 4 digits.
+bool IsVersion(std::string_view s) {
+  return !s.empty() && s.size() <= 4 &&
+         std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
 bool ParseU64(std::string_view s, uint64_t* v, int base = 10) {
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *v, base);
   return ec == std::errc() && end == s.data() + s.size() && !s.empty();
@@ -41,27 +59,14 @@ bool ParseU64(std::string_view s, uint64_t* v, int base = 10) {
 
 }  // namespace
 
-uint64_t Fnv1a64(const void* data, size_t size, uint64_t hash) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < size; ++i) {
-    hash ^= p[i];
-    hash *= 0x100000001b3ull;
-  }
-  return hash;
-}
-
-Status ErrnoStatus(std::string_view what, const std::string& path, int err) {
-  return Status::IOError(std::string(what) + " " + path + ": " + std::strerror(err));
-}
-
 std::string EncodeManifest(const CheckpointManifest& m) {
-  std::string s = std::string(kManifestMagic) + "\n";
+  std::string s = std::string(kManifestPrefix) + std::string(kManifestVersion) + "\n";
   s += "width " + std::to_string(m.width) + "\n";
   s += "clock " + std::to_string(m.clock) + "\n";
   s += "records " + std::to_string(m.records) + "\n";
   for (const auto& [name, size] : m.files) s += "file " + name + " " + std::to_string(size) + "\n";
   s += "metadata " + std::to_string(m.metadata.size()) + "\n" + m.metadata + "\n";
-  s += "checksum " + Hex64(Fnv1a64(s.data(), s.size())) + "\n";
+  s += "checksum " + Hex64(Checksum64(s.data(), s.size())) + "\n";
   return s;
 }
 
@@ -69,6 +74,14 @@ Result<CheckpointManifest> DecodeManifest(std::string_view text, const std::stri
   auto corrupt = [&](std::string_view why) {
     return Status::Corruption("checkpoint manifest " + path + ": " + std::string(why));
   };
+  // The version first: another version's checksum would only read as a mismatch.
+  const std::string_view first = text.substr(0, text.find('\n'));
+  if (first.substr(0, kManifestPrefix.size()) == kManifestPrefix) {
+    const std::string_view version = first.substr(kManifestPrefix.size());
+    if (IsVersion(version) && version != kManifestVersion) {
+      return WrongVersion("checkpoint manifest", path, version, kManifestVersion);
+    }
+  }
   const size_t at = text.rfind("checksum ");
   if (at == std::string_view::npos || text.empty() || text.back() != '\n') {
     return corrupt("truncated (no checksum line)");
@@ -77,9 +90,12 @@ Result<CheckpointManifest> DecodeManifest(std::string_view text, const std::stri
   if (!ParseU64(text.substr(at + 9, text.size() - at - 10), &want, 16)) {
     return corrupt("unreadable checksum");
   }
-  if (Fnv1a64(text.data(), at) != want) return corrupt("checksum mismatch");
+  if (Checksum64(text.data(), at) != want) return corrupt("checksum mismatch");
   std::string_view body = text.substr(0, at), line;
-  if (!NextLine(body, &line) || line != kManifestMagic) return corrupt("not a strata checkpoint");
+  if (!NextLine(body, &line) || line.substr(0, kManifestPrefix.size()) != kManifestPrefix ||
+      line.substr(kManifestPrefix.size()) != kManifestVersion) {
+    return corrupt("not a strata checkpoint");
+  }
   CheckpointManifest m;
   uint64_t width = 0;
   while (NextLine(body, &line)) {
@@ -115,55 +131,6 @@ Result<CheckpointManifest> DecodeManifest(std::string_view text, const std::stri
   return m;
 }
 
-Result<std::string> ReadWholeFile(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) {
-    const int err = errno;
-    if (err == ENOENT) return Status::NotFound("no such file " + path);
-    return ErrnoStatus("cannot open", path, err);
-  }
-  std::string bytes;
-  char buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) bytes.append(buf, n);
-  const bool failed = std::ferror(f);
-  const int err = errno;
-  std::fclose(f);
-  if (failed) return ErrnoStatus("cannot read", path, err);
-  return bytes;
-}
-
-Status WriteFileDurably(const std::string& path, std::string_view bytes) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus("cannot create", tmp, errno);
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : EIO;
-      ::close(fd);
-      return ErrnoStatus("cannot write", tmp, err);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return ErrnoStatus("cannot fsync", tmp, err);
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoStatus("cannot rename", tmp, errno);
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-  return Status::OK();
-}
-
 ExportWriter::~ExportWriter() {
   if (f_) {
     std::fclose(f_);
@@ -182,7 +149,7 @@ Result<std::unique_ptr<ExportWriter>> ExportWriter::Create(const std::string& pa
 }
 
 Status ExportWriter::Write(const void* data, size_t size) {
-  hash_ = Fnv1a64(data, size, hash_);
+  checksum_.Update(data, size);
   if (std::fwrite(data, 1, size, f_) != size) return ErrnoStatus("cannot write", path_ + ".tmp", errno);
   return Status::OK();
 }
@@ -196,7 +163,7 @@ Status ExportWriter::Add(uint64_t key, const float* record) {
 Status ExportWriter::Finish() {
   STRATA_RETURN_IF_ERROR(Write(kExportEnd, sizeof(kExportEnd)));
   STRATA_RETURN_IF_ERROR(Write(&count_, sizeof(count_)));
-  const uint64_t hash = hash_;
+  const uint64_t hash = checksum_.Digest();
   if (std::fwrite(&hash, 1, sizeof(hash), f_) != sizeof(hash) || std::fflush(f_) != 0 ||
       ::fsync(::fileno(f_)) != 0) {
     return ErrnoStatus("cannot write", path_ + ".tmp", errno);
@@ -216,6 +183,10 @@ Result<ExportReader> ExportReader::Open(const std::string& path, int width) {
     return Status::Corruption("export file " + path + ": " + std::string(why));
   };
   const std::string& b = r.bytes_;
+  if (b.size() >= 8 && std::memcmp(b.data(), kExportMagic, 7) == 0 && IsVersion(b.substr(7, 1)) &&
+      b[7] != kExportMagic[7]) {
+    return WrongVersion("export file", path, b.substr(7, 1), std::string_view(&kExportMagic[7], 1));
+  }
   if (b.size() < kExportHeader + kExportTrailer || std::memcmp(b.data(), kExportMagic, 8) != 0) {
     return corrupt("not a strata export file");
   }
@@ -236,7 +207,7 @@ Result<ExportReader> ExportReader::Open(const std::string& path, int width) {
       (trailer - kExportHeader) % record_bytes != 0) {
     return corrupt("truncated or malformed");
   }
-  if (Fnv1a64(b.data(), b.size() - 8) != hash) return corrupt("checksum mismatch");
+  if (Checksum64(b.data(), b.size() - 8) != hash) return corrupt("checksum mismatch");
   r.width_ = width;
   r.count_ = count;
   return r;

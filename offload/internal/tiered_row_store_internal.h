@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "offload/eviction_order.h"
+#include "offload/internal/eviction_order.h"
 #include "offload/tiered_row_store.h"
 
 namespace rocksdb {

@@ -1,5 +1,5 @@
 // cluster.cc: cluster view helpers and wire conversion.
-#include "ps/cluster.h"
+#include "cluster/cluster.h"
 
 namespace strata {
 

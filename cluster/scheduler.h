@@ -22,9 +22,9 @@
 #include <thread>
 #include <vector>
 
+#include "cluster/cluster.h"
 #include "common/options.h"
 #include "common/rpc.h"
-#include "ps/cluster.h"
 
 namespace strata {
 

@@ -1,5 +1,5 @@
 // node.cc: Node.
-#include "ps/node.h"
+#include "cluster/node.h"
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -68,6 +68,7 @@ Status Node::Join() {
     view_ = FromWire(reg.getView());
     joined_ = true;
   }
+  DeliverHeldRequests();
   spdlog::info("node: joined as {} {} (node {}) at {}; view epoch {} with {} nodes",
                RoleName(options_.role), rank_.load(), id_.load(), address_, view().epoch,
                view().nodes.size());
@@ -118,10 +119,36 @@ void Node::Handle(Request request) {
       }
       return request.Reply(std::move(reply));
     }
-    default:
-      if (app_handler_) return app_handler_(std::move(request));
-      return request.ReplyError(Status::Unimplemented(
-          std::string(RoleName(options_.role)) + " does not serve " + std::string(OpName(msg.op()))));
+    default: {
+      if (!app_handler_) {
+        return request.ReplyError(Status::Unimplemented(std::string(RoleName(options_.role)) +
+                                                        " does not serve " +
+                                                        std::string(OpName(msg.op()))));
+      }
+      {
+        std::lock_guard lock(mu_);
+        if (!delivering_) {
+          held_.push_back(std::move(request));
+          return;
+        }
+      }
+      return app_handler_(std::move(request));
+    }
+  }
+}
+
+void Node::DeliverHeldRequests() {
+  while (true) {
+    std::vector<Request> batch;
+    {
+      std::lock_guard lock(mu_);
+      if (held_.empty()) {
+        delivering_ = true;  // under mu_ with held_ empty: Handle() cannot overtake the batches
+        return;
+      }
+      batch.swap(held_);
+    }
+    for (Request& r : batch) app_handler_(std::move(r));
   }
 }
 

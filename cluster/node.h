@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "cluster/cluster.h"
 #include "common/options.h"
 #include "common/rpc.h"
-#include "ps/cluster.h"
 
 namespace strata {
 
@@ -48,7 +48,10 @@ class Node {
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
-  // Handler for requests the node library does not serve itself. Call before Join().
+  // Handler for requests the node library does not serve itself. Call before Join(). It sees
+  // no request before Join() has the view: a peer may learn of this node from the scheduler
+  // before this node's own registration reply arrives, and its requests are held until then and
+  // handed over in arrival order.
   void SetRequestHandler(RpcEndpoint::Handler handler);
   // Adds a callback run on every membership event. Call before Join().
   void OnEvent(EventCallback callback);
@@ -83,6 +86,9 @@ class Node {
 
  private:
   void Handle(Request request);
+  // Hands the requests held while joining to the application handler, then lets Handle() hand
+  // them over directly.
+  void DeliverHeldRequests();
   void Heartbeats();
   Millis Timeout() const { return Millis(options_.transport.request_timeout_ms); }
 
@@ -101,6 +107,8 @@ class Node {
   bool shutdown_notice_ = false;
   bool joined_ = false;
   bool leaving_ = false;
+  bool delivering_ = false;     // application requests go to app_handler_ (set once joined)
+  std::vector<Request> held_;   // application requests that came before that
   std::thread heartbeat_;
 };
 

@@ -7,9 +7,9 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "cluster/node.h"
 #include "common/allocator.h"
 #include "common/logging.h"
-#include "ps/node.h"
 #include "tools/job_config.h"
 #include "tools/signals.h"
 #include "trainer/trainer.h"

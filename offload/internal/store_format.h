@@ -1,20 +1,23 @@
 // store_format.h: the tiered store's on-disk formats: record keys in RocksDB, the checkpoint
-// manifest, the table export file, a checksum, and whole-file helpers that report errors as
-// Status naming the path.
+// manifest and the table export file. Checksums are Checksum64 (common/checksum.h: XXH3-64).
+//
+// Each file names its format version. Version 1 (FNV-1a checksums) is recognised and refused
+// with FailedPrecondition saying so, never read as corrupt or skipped; any other unknown version
+// likewise.
 //
 // Checkpoint manifest (text, `STRATA_MANIFEST` in the checkpoint directory):
-//   strata-checkpoint 1
+//   strata-checkpoint 2
 //   width <floats per record>
 //   clock <clock of the snapshot>
 //   records <records in the snapshot>
 //   file <path relative to the checkpoint dir> <bytes>      (one line per file of the copy)
 //   metadata <n>\n<n bytes chosen by the caller: table spec, optimizer step counts, ...>\n
-//   checksum <16 hex digits: FNV-1a 64 of every byte before this line>\n
+//   checksum <16 hex digits: Checksum64 of every byte before this line>\n
 //
 // Export file (binary, little-endian):
-//   header  "STRATAX1" | u32 width | u32 0
+//   header  "STRATAX2" | u32 width | u32 0     ("STRATAX" and the version digit)
 //   records u64 key | width x f32         (in key order)
-//   trailer "STRATEND" | u64 record count | u64 FNV-1a 64 of every byte before the checksum
+//   trailer "STRATEND" | u64 record count | u64 Checksum64 of every byte before the checksum
 #pragma once
 
 #include <cstdint>
@@ -25,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/checksum.h"
 #include "common/status.h"
 
 namespace strata::offload_internal {
@@ -39,9 +43,6 @@ inline uint64_t DecodeKey(const char* in) {
   return key;
 }
 
-inline constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;
-uint64_t Fnv1a64(const void* data, size_t size, uint64_t hash = kFnvOffset);
-
 struct CheckpointManifest {
   int width = 0;
   uint64_t clock = 0;
@@ -52,15 +53,9 @@ struct CheckpointManifest {
 
 inline constexpr const char* kManifestName = "STRATA_MANIFEST";
 std::string EncodeManifest(const CheckpointManifest& m);
-// Corruption naming `path` (used in messages only) when the text is not a whole, intact manifest.
+// Corruption naming `path` (used in messages only) when the text is not a whole, intact manifest;
+// FailedPrecondition when it is a manifest of another format version.
 Result<CheckpointManifest> DecodeManifest(std::string_view text, const std::string& path);
-
-// Reads a whole file: NotFound if it does not exist, IOError otherwise.
-Result<std::string> ReadWholeFile(const std::string& path);
-// Writes `bytes` to path.tmp, fsyncs, renames over `path` and fsyncs the directory.
-Status WriteFileDurably(const std::string& path, std::string_view bytes);
-// An IOError "what path: strerror(err)".
-Status ErrnoStatus(std::string_view what, const std::string& path, int err);
 
 // Streams an export file. Errors name the path.
 class ExportWriter {
@@ -79,10 +74,11 @@ class ExportWriter {
   int width_;
   std::FILE* f_;
   uint64_t count_ = 0;
-  uint64_t hash_ = kFnvOffset;
+  Checksum64Stream checksum_;
 };
 
 // Reads an export file whole, checking the header, size and checksum before handing out records.
+// FailedPrecondition for an export file of another format version.
 class ExportReader {
  public:
   static Result<ExportReader> Open(const std::string& path, int width);

@@ -1,0 +1,55 @@
+// server_options.h: ServerOptions, the `server` section of the job file (workers, statistics,
+// and where each table's shard is stored), bound once by Bind() and handed to PsServer as is.
+// Plain copyable values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "offload/tiered_row_store.h"
+
+namespace strata {
+
+namespace config {
+class Binder;
+}
+
+enum class StoreKind { kMemory, kTiered };
+
+// Where a server keeps its shard of every table (server.store in the job file).
+struct ServerStoreOptions {
+  // memory: MemoryRowStore, nothing survives the process. tiered: TieredRowStore (DRAM over
+  // RocksDB) under `path`, one store per table at <path>/server-<rank>/table-<id>, and the
+  // table specs recorded in <path>/server-<rank>/tables, so a restarted server reloads them.
+  StoreKind kind = StoreKind::kMemory;
+  // Directory of the tiered stores (required for tiered). Servers on one machine may share it.
+  std::string path;
+  // DRAM budget of each table's resident records. Larger: more hits, fewer disk reads.
+  uint64_t dram_budget_mb = 256;
+  EvictionPolicy policy = EvictionPolicy::kLru;
+  // none: a crash loses what was not written back. checkpoint: a restart restores the last
+  // checkpoint exactly (taken every checkpoint_every_clocks clocks of the slowest trainer).
+  // wal: every acknowledged push survives kill -9, at a synced write per push.
+  Durability durability = Durability::kNone;
+  uint64_t checkpoint_every_clocks = 0;
+};
+
+struct ServerOptions {
+  // Threads applying pushes and answering pulls. Requests of one sender go to one thread.
+  int workers = 2;
+  // How often statistics are logged (0: never).
+  int stats_interval_ms = 10000;
+  // The stores behind the tables; read by whoever makes the server's StoreFactory
+  // (strata-server), not by PsServer itself.
+  ServerStoreOptions store;
+  // Not in the job file (strata-server derives it from store.path and its rank): the file
+  // recording the spec of every table created (rewritten whole via temp + fsync + rename at each
+  // createTable), which RestoreTables() reads back after a restart. Empty: tables are not
+  // recorded (a memory store keeps nothing to restore anyway).
+  std::string tables_file;
+};
+
+void Bind(config::Binder& b, ServerStoreOptions& o);
+void Bind(config::Binder& b, ServerOptions& o);
+
+}  // namespace strata
