@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 
+#include "common/checksum.h"
 #include "trainer/models/model.h"
 #include "trainer/ops/exec.h"
 
@@ -16,23 +17,23 @@ namespace strata {
 namespace {
 
 constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'C', 'K'};
-constexpr uint32_t kVersion = 1;
+// 1: FNV-1a checksum (refused: written before strata moved to XXH3). 2: XXH3-64.
+constexpr uint32_t kVersion = 2;
 
 class HashingWriter {
  public:
   explicit HashingWriter(std::ofstream& out) : out_(out) {}
   void Write(const void* p, size_t n) {
-    const auto* b = static_cast<const unsigned char*>(p);
-    for (size_t i = 0; i < n; ++i) hash_ = (hash_ ^ b[i]) * 1099511628211ull;
+    hash_.Update(p, n);
     out_.write(static_cast<const char*>(p), static_cast<std::streamsize>(n));
   }
   template <class T>
   void Put(T v) { Write(&v, sizeof(v)); }
-  uint64_t hash() const { return hash_; }
+  uint64_t hash() const { return hash_.Digest(); }
 
  private:
   std::ofstream& out_;
-  uint64_t hash_ = 1469598103934665603ull;
+  Checksum64Stream hash_;
 };
 
 class HashingReader {
@@ -40,17 +41,16 @@ class HashingReader {
   explicit HashingReader(std::ifstream& in) : in_(in) {}
   bool Read(void* p, size_t n) {
     if (!in_.read(static_cast<char*>(p), static_cast<std::streamsize>(n))) return false;
-    const auto* b = static_cast<const unsigned char*>(p);
-    for (size_t i = 0; i < n; ++i) hash_ = (hash_ ^ b[i]) * 1099511628211ull;
+    hash_.Update(p, n);
     return true;
   }
   template <class T>
   bool Get(T& v) { return Read(&v, sizeof(v)); }
-  uint64_t hash() const { return hash_; }
+  uint64_t hash() const { return hash_.Digest(); }
 
  private:
   std::ifstream& in_;
-  uint64_t hash_ = 1469598103934665603ull;
+  Checksum64Stream hash_;
 };
 
 // fsync of a file or directory by path.
@@ -132,7 +132,12 @@ Status ReadCheckpoint(const std::string& path, const NamedTensors& tensors, Chec
   uint32_t version = 0, count = 0;
   CheckpointHeader h;
   if (!r.Read(magic, 8) || std::memcmp(magic, kMagic, 8) != 0) return bad("not a strata checkpoint");
-  if (!r.Get(version) || version != kVersion) return bad("unsupported version");
+  if (!r.Get(version)) return bad("truncated header");
+  if (version != kVersion) {
+    return Status::FailedPrecondition(path + ": checkpoint format version " + std::to_string(version) +
+                                      (version == 1 ? " (FNV-1a checksums, before XXH3)" : "") +
+                                      "; this strata reads version " + std::to_string(kVersion));
+  }
   if (!r.Get(h.step) || !r.Get(h.data_position) || !r.Get(h.optimizer_step) || !r.Get(count)) {
     return bad("truncated header");
   }

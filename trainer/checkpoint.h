@@ -4,8 +4,8 @@
 // never a torn one.
 //
 // Format: "STRATACK", u32 version, i64 step, i64 data position, i64 optimizer step, u32 count,
-// then per tensor: u32 name length, name, i64 numel, f32 values; u64 FNV-1a of all preceding
-// bytes.
+// then per tensor: u32 name length, name, i64 numel, f32 values; u64 XXH3-64 of all preceding
+// bytes. Version 2 (version 1 used FNV-1a and is refused, naming its version).
 #pragma once
 
 #include <cstdint>
