@@ -151,7 +151,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
   STRATA_ASSIGN_OR_RETURN(t->data_, CreateDataSource(job.data, job.model, job.train.batch_size,
                                                      {t->groups_.dp_rank, t->plan_.dp}));
   if (t->groups_.dp_rank == 0) t->eval_set_ = t->data_->EvalSet(local_batch);
-  t->executor_ = std::make_unique<pipeline::StageExecutor>(*t->model_, t->plan_, t->groups_.pp_rank,
+  t->executor_ = std::make_unique<pipeline::StageExecutor>(*t->model_, t->plan_, t->rank_,
                                                            t->groups_.pp.get(), t->trace_.get());
   if (job.data.kind == DataOptions::Kind::kText) {
     // The bar a language model must clear: a model without context reaches this loss at best.

@@ -212,7 +212,7 @@ TEST_F(PipelineTest, ADeadStageEndsTheJobNamingIt) {
       {"parallel.pp=3", "parallel.schedule=1f1b", "train.steps=100000", "sync.timeout_ms=10000"},
       dir_.File("dead-stage.log"), &log, &started, /*keep_going=*/true);
   EXPECT_EQ(code, 1) << log;
-  EXPECT_NE(log.find("pipeline rank"), std::string::npos) << log;
+  EXPECT_NE(log.find("from stage 1 (pipeline rank 1, trainer 1)"), std::string::npos) << log;
   EXPECT_NE(log.find("trainer 1 (pid"), std::string::npos) << log;
   EXPECT_EQ(started.size(), 4u) << log;  // the scheduler and 3 trainers
   for (pid_t pid : started) EXPECT_NE(kill(pid, 0), 0) << "pid " << pid << " survived";

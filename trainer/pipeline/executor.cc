@@ -20,14 +20,26 @@ constexpr uint32_t kEvalTagBase = 1u << 30;
 
 }  // namespace
 
-StageExecutor::StageExecutor(Model& model, const ParallelPlan& plan, int pp_rank, Communicator* pp,
+StageExecutor::StageExecutor(Model& model, const ParallelPlan& plan, int trainer, Communicator* pp,
                              Trace* trace)
-    : model_(model), plan_(plan), pp_rank_(pp_rank), pp_(pp), trace_(trace) {
+    : model_(model),
+      plan_(plan),
+      pp_rank_(plan.mesh.Coords(trainer)[plan.mesh.DimIndex("pp")]),
+      trainers_(plan.mesh.GroupOf(trainer, "pp")),
+      pp_(pp),
+      trace_(trace) {
+  const int pp_rank = pp_rank_;
   stages_ = StagesOfRank(plan.schedule, plan.shape(), pp_rank);
   Result<std::vector<Action>> actions = BuildActions(plan.schedule, plan.shape(), pp_rank);
   STRATA_CHECK(actions.ok()) << actions.status().ToString();  // the plan was validated
   actions_ = *std::move(actions);
   STRATA_CHECK(plan.pp == 1 || pp != nullptr) << "a pipeline of " << plan.pp << " ranks needs its communicator";
+}
+
+std::string StageExecutor::Describe(int stage) const {
+  const int r = RankOf(stage);
+  return "stage " + std::to_string(stage) + " (pipeline rank " + std::to_string(r) + ", trainer " +
+         std::to_string(trainers_[r]) + ")";
 }
 
 bool StageExecutor::Local(int stage) const { return RankOf(stage) == pp_rank_; }
@@ -75,8 +87,7 @@ Result<Tensor> StageExecutor::TakeRecv(std::map<Key, Pending>& posted, Key key, 
   if (!s.ok()) {
     const int peer_stage = key.first + (std::string(what) == "activation" ? -1 : 1);
     return s.WithContext("pipeline rank " + std::to_string(pp_rank_) + " waiting for the " + what +
-                         " of micro-batch " + std::to_string(key.second) + " from stage " +
-                         std::to_string(peer_stage) + " (pipeline rank " + std::to_string(RankOf(peer_stage)) + ")");
+                         " of micro-batch " + std::to_string(key.second) + " from " + Describe(peer_stage));
   }
   return p.buffer;
 }

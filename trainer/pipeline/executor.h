@@ -36,7 +36,8 @@ struct StepTimings {
 // Runs on the training thread; not thread-safe. `pp` may be null when pp = 1.
 class StageExecutor {
  public:
-  StageExecutor(Model& model, const ParallelPlan& plan, int pp_rank, Communicator* pp, Trace* trace);
+  // `trainer`: this rank in the world of trainers (errors name the trainer a stage runs on).
+  StageExecutor(Model& model, const ParallelPlan& plan, int trainer, Communicator* pp, Trace* trace);
 
   // One training step over `batches` (the replica's m micro-batches, on the host). Gradients
   // accumulate, each micro-batch's scaled by 1/m. `grad_ready` (may be empty) is set on the
@@ -64,6 +65,7 @@ class StageExecutor {
 
   bool Local(int stage) const;  // whether `stage` is on this rank
   int RankOf(int stage) const;
+  std::string Describe(int stage) const;  // "stage 2 (pipeline rank 1, trainer 3)"
   uint32_t Tag(bool forward, int stage, int micro) const;
   Status PostRecv(const Action& a);
   Result<Tensor> TakeRecv(std::map<Key, Pending>& posted, Key key, const char* what);
@@ -75,6 +77,7 @@ class StageExecutor {
   Model& model_;
   const ParallelPlan& plan_;
   const int pp_rank_;
+  std::vector<int> trainers_;  // the world rank of each pipeline rank
   Communicator* pp_;
   Trace* trace_;
   std::vector<int> stages_;  // global stages on this rank
