@@ -32,5 +32,8 @@ BenchFn SetupStoreBench(CLI::App& app);
 BenchFn SetupOpsBench(CLI::App& app);
 // allreduce_bench.cc: Communicator::AllReduce (Gloo backend) beside gloo::allreduce direct.
 BenchFn SetupAllreduceBench(CLI::App& app);
+// pipeline_bench.cc: pipeline schedules on real trainer processes: measured bubble beside the
+// simulator's on the same measured costs, peak saved activations beside theory.
+BenchFn SetupPipelineBench(CLI::App& app);
 
 }  // namespace strata::bench

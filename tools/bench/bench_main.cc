@@ -24,6 +24,8 @@ const strata::bench::Subcommand kSubcommands[] = {
      strata::bench::SetupOpsBench},
     {"allreduce", "Communicator::AllReduce (Gloo) beside gloo::allreduce: time, algbw, busbw",
      strata::bench::SetupAllreduceBench},
+    {"pipeline", "pipeline schedules on trainer processes: measured vs simulated bubble, activations",
+     strata::bench::SetupPipelineBench},
 };
 
 }  // namespace
