@@ -266,7 +266,7 @@ std::vector<Batch> Trainer::NextBatches() {
 }
 
 Status Trainer::ReduceLoss(double* v) {
-  if (groups_.pp) STRATA_RETURN_IF_ERROR(groups_.pp->AllReduceHost(v, 1, ReduceOp::kSum).WithContext("summing the loss over the pipeline"));
+  if (groups_.pp) STRATA_RETURN_IF_ERROR(groups_.pp->AllReduceHost(v, 1, ReduceOp::kSum).WithContext("summing the loss over " + PipelineTrainers()));
   if (groups_.dp) STRATA_RETURN_IF_ERROR(groups_.dp->AllReduceHost(v, 1, ReduceOp::kAvg).WithContext("averaging the loss over the replicas"));
   return Status::OK();
 }
@@ -326,13 +326,19 @@ Result<double> Trainer::TrainStep() {
   return loss;
 }
 
-double Trainer::ClipGradients() {
+std::string Trainer::PipelineTrainers() const {
+  std::string out = "the pipeline of trainers";
+  for (int r : plan_.mesh.GroupOf(rank_, "pp")) out += " " + std::to_string(r);
+  return out;
+}
+
+Result<double> Trainer::ClipGradients() {
   nn::ParameterRegistry& reg = model_->params();
   double sq = GradSquaredSum(reg);
   // Each pipeline rank holds its stages' gradients; replicas already agree after all-reduce.
   if (groups_.pp) {
-    Status s = groups_.pp->AllReduceHost(&sq, 1, ReduceOp::kSum);
-    STRATA_CHECK(s.ok()) << "gradient norm over the pipeline: " << s.ToString();
+    STRATA_RETURN_IF_ERROR(groups_.pp->AllReduceHost(&sq, 1, ReduceOp::kSum)
+                               .WithContext("summing the gradient norm over " + PipelineTrainers()));
   }
   const double norm = std::sqrt(sq);
   const double max_norm = job_.optimizer.clip_norm;
@@ -373,7 +379,7 @@ Result<TrainSummary> Trainer::RunSteps() {
     double norm = 0;
     {
       Trace::Scope opt(trace_.get(), "optimizer", "optim", 0, step_);
-      norm = ClipGradients();
+      STRATA_ASSIGN_OR_RETURN(norm, ClipGradients());
       optimizer_->Step(lr);
     }
     ++step_;

@@ -113,7 +113,8 @@ class Trainer {
   // Sums `v` over the pipeline, then averages it over the replicas when they all-reduce (a
   // step's loss; in ps mode each replica keeps its own).
   Status ReduceLoss(double* v);
-  double ClipGradients();
+  Result<double> ClipGradients();
+  std::string PipelineTrainers() const;  // "the pipeline of trainers 1 3" (errors)
   Status Finish();  // a cluster run: waits for every trainer
   Status WritePipelineTimeline();  // sync.trace_path with pp > 1
   std::vector<std::pair<std::string, Tensor>> CheckpointTensors();

@@ -110,6 +110,7 @@ Status StageExecutor::Send(const Action& a) {
       pp_->ISend(p.buffer.data_as<float>(), static_cast<size_t>(p.buffer.numel()), peer, tag);
   if (!r.ok()) return r.status().WithContext("pipeline rank " + std::to_string(pp_rank_) + ", " + ToString(a));
   p.request = *std::move(r);
+  p.peer_stage = forward ? a.stage + 1 : a.stage - 1;
   sends_.push_back(std::move(p));
   return Status::OK();
 }
@@ -118,7 +119,9 @@ Status StageExecutor::WaitSends() {
   Status first;
   for (Pending& p : sends_) {
     Status s = p.request->Wait();
-    if (!s.ok() && first.ok()) first = s.WithContext("pipeline rank " + std::to_string(pp_rank_) + " sending to a neighbour");
+    if (!s.ok() && first.ok()) {
+      first = s.WithContext("pipeline rank " + std::to_string(pp_rank_) + " sending to " + Describe(p.peer_stage));
+    }
   }
   sends_.clear();
   return first;

@@ -61,6 +61,7 @@ class StageExecutor {
   struct Pending {                  // a posted receive or send and its buffer
     Tensor buffer;
     std::unique_ptr<Communicator::Request> request;
+    int peer_stage = -1;            // sends: the stage it goes to
   };
 
   bool Local(int stage) const;  // whether `stage` is on this rank
