@@ -460,11 +460,10 @@ Result<Report> RunPipelineBench(const Options& o) {
         nlohmann::json per_step = nlohmann::json::array();
         for (const auto& [step, ranks] : steps) {
           if (step <= o.warmup) continue;
-          double busy = 0, span = 0, slowest = 0;
+          double busy = 0, slowest = 0;
           std::vector<std::vector<pipeline::TimedAction>> actions;
           for (int k = 0; k < pp; ++k) {
             busy += ranks[k].busy_us;
-            span += ranks[k].step_us;
             slowest = std::max(slowest, ranks[k].step_us);
             peak_saved[k] = std::max(peak_saved[k], ranks[k].peak_saved_bytes);
             peak_live[k] = std::max(peak_live[k], ranks[k].peak_live);
@@ -472,8 +471,11 @@ Result<Report> RunPipelineBench(const Options& o) {
           }
           const pipeline::Costs costs = pipeline::MeasuredCosts(actions, shape.num_stages());
           STRATA_ASSIGN_OR_RETURN(pipeline::Simulation sim, pipeline::Simulate(kind, shape, costs));
-          measured.push_back(span > 0 ? 1 - busy / span : 0);
-          unforced.push_back(span > 0 ? UnforcedIdle(kind, shape, actions) / span : 0);
+          // The simulator's definition: idle over pp x the step's makespan. The ranks leave a step
+          // together (the loss is summed over the pipeline at its end), so the slowest rank's
+          // step is the makespan.
+          measured.push_back(slowest > 0 ? 1 - busy / (pp * slowest) : 0);
+          unforced.push_back(slowest > 0 ? UnforcedIdle(kind, shape, actions) / (pp * slowest) : 0);
           simulated.push_back(sim.bubble);
           pipeline::Costs with_comm = costs;
           with_comm.comm = HandoffLatency(actions);
@@ -609,8 +611,10 @@ Result<Report> RunPipelineBench(const Options& o) {
       "OPENBLAS_NUM_THREADS=1, Gloo between stages; every trainer writes each step's pipeline "
       "timings (its executor's clock) to its metrics file. The first --warmup steps are left out; "
       "figures are medians over the other steps.",
-      "measured bubble: per step 1 - sum_r busy_r / sum_r step_r over the pipeline ranks (busy: "
-      "time in F/B/I/W; step: from the rank's start of the step to its last send's completion). "
+      "measured bubble: per step 1 - sum_r busy_r / (pp x max_r step_r) over the pipeline ranks, "
+      "the simulator's definition (busy: time in F/B/I/W; step: from the rank's start of the "
+      "step to its last send's completion; the ranks leave a step together, at the loss's sum "
+      "over the pipeline, so the slowest rank's step is the makespan). "
       "simulated: "
       "the simulator (Simulate) running the same schedule with that step's measured mean F/B/I/W "
       "time per stage and free communication; its bubble charges every rank up to the "
