@@ -1,5 +1,5 @@
 // executor.h: StageExecutor, which runs a pipeline rank's action list (schedules.h) for one
-// training step: it posts receives ahead of the compute that needs them, runs F, B, I and W
+// training step: it posts the step's receives before any compute, runs F, B, I and W
 // through the rank's stages with one Context per (stage, micro-batch), sends activations and
 // gradients to the neighbouring ranks over the pp Communicator without blocking (so two
 // neighbours that both send at once do not deadlock), and hands finished gradients to the
