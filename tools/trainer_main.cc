@@ -35,7 +35,11 @@ void PrintSummary(const TrainJob& job, const Trainer& trainer, const TrainSummar
     line += fmt::format(", pipeline bubble {:.1f}% (measured), peak activations {:.1f} MiB",
                         100.0 * s.pipeline.bubble(), s.pipeline.peak_saved_bytes / 1048576.0);
   }
-  if (trainer.world() > 1) line += fmt::format(" [{} trainers: {}]", trainer.world(), trainer.plan().ToString());
+  if (trainer.plan().pp > 1) {
+    line += fmt::format(" [{} trainers: {}]", trainer.world(), trainer.plan().ToString());
+  } else if (trainer.world() > 1) {
+    line += fmt::format(" [{} trainers]", trainer.world());
+  }
   spdlog::info("{}", line);
 }
 
