@@ -13,6 +13,7 @@
 #include "trainer/ops/cuda_exec.h"
 #include "trainer/ops/ops.h"
 #include "trainer/ops/rng.h"
+#include "tests/trainer/random_tensor.h"
 
 namespace strata::ops {
 namespace {
@@ -33,10 +34,7 @@ class CudaOpsTest : public ::testing::Test {
     cuda_.reset();
   }
   Tensor Random(Shape shape, uint64_t seed, float scale = 1.0f) {
-    Tensor t = NewTensor(kCpu, std::move(shape));
-    rng::Stream s(seed);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = scale * static_cast<float>(s.Normal());
-    return t;
+    return testing::RandomTensor(std::move(shape), seed, scale);
   }
   Tensor Up(const Tensor& host) {
     Tensor d = NewTensor(gpu_, host.shape(), host.dtype());

@@ -15,6 +15,7 @@
 #include "trainer/nn/layers.h"
 #include "trainer/ops/ops.h"
 #include "trainer/ops/rng.h"
+#include "tests/trainer/random_tensor.h"
 
 namespace strata::nn {
 namespace {
@@ -22,10 +23,7 @@ namespace {
 const ops::Exec kCpu = ops::Exec::Cpu();
 
 Tensor Random(Shape shape, uint64_t seed, float scale = 1.0f) {
-  Tensor t = ops::NewTensor(kCpu, std::move(shape));
-  rng::Stream s(seed);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = scale * static_cast<float>(s.Normal());
-  return t;
+  return testing::RandomTensor(std::move(shape), seed, scale);
 }
 
 Tensor Clone(const Tensor& t) {

@@ -1,5 +1,6 @@
 // Tests for trainer/ops: each CPU op against a naive float64 reference on random inputs.
 #include "trainer/ops/ops.h"
+#include "tests/trainer/random_tensor.h"
 
 #include <gtest/gtest.h>
 
@@ -18,10 +19,7 @@ namespace {
 const Exec kCpu = Exec::Cpu();
 
 Tensor Random(Shape shape, uint64_t seed, float scale = 1.0f) {
-  Tensor t = NewTensor(kCpu, std::move(shape));
-  rng::Stream s(seed);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = scale * static_cast<float>(s.Normal());
-  return t;
+  return testing::RandomTensor(std::move(shape), seed, scale);
 }
 std::vector<double> D(const Tensor& t) {
   return std::vector<double>(t.data_as<float>(), t.data_as<float>() + t.numel());
