@@ -103,4 +103,29 @@ int RunAndKillATrainer(const std::string& job, int servers, int trainers, int vi
   return code;
 }
 
+int StepsWhereAllReduceOverlapsCompute(const std::string& trace_path, int* steps) {
+  auto j = nlohmann::json::parse(ReadFile(trace_path));
+  std::map<int64_t, double> compute_end, first_comm;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] != "X" || !e.contains("args")) continue;
+    const int64_t step = e["args"]["step"];
+    const std::string name = e["name"];
+    const double start = e["ts"], end = start + e["dur"].get<double>();
+    if (name == "forward + backward") compute_end[step] = end;
+    if (name.rfind("all-reduce bucket", 0) == 0) {
+      first_comm[step] = first_comm.contains(step) ? std::min(first_comm[step], start) : start;
+    }
+  }
+  *steps = static_cast<int>(compute_end.size());
+  int overlapped = 0;
+  for (const auto& [step, end] : compute_end) {
+    if (!first_comm.contains(step)) {
+      *steps = -1;
+      return 0;
+    }
+    if (first_comm[step] < end) ++overlapped;
+  }
+  return overlapped;
+}
+
 }  // namespace strata::testing

@@ -33,6 +33,11 @@ int RunAndKillATrainer(const std::string& job, int servers, int trainers, int vi
                        const std::vector<std::string>& sets, const std::string& log_path,
                        std::string* log, std::vector<pid_t>* started, bool keep_going);
 
+// In a trainer's Chrome trace (sync.trace_path): how many steps had an all-reduce bucket start
+// before the step's "forward + backward" ended; *steps gets the number of steps (-1 when a
+// step has no bucket at all).
+int StepsWhereAllReduceOverlapsCompute(const std::string& trace_path, int* steps);
+
 class LaunchFixture : public ::testing::Test {
  protected:
   using Millis = std::chrono::milliseconds;

@@ -138,24 +138,10 @@ TEST_F(TrainTest, AllReduceOverlapsBackwardInTheTimeline) {
                    &log), 0) << log;
   EXPECT_NE(log.find("hidden behind backward"), std::string::npos) << log;
   for (int rank : {0, 1}) {
-    auto j = nlohmann::json::parse(ReadFile(dir_.File("trace-" + std::to_string(rank) + ".json")));
-    std::map<int64_t, double> compute_end, first_comm;
-    for (const auto& e : j["traceEvents"]) {
-      if (e["ph"] != "X" || !e.contains("args")) continue;
-      const int64_t step = e["args"]["step"];
-      const std::string name = e["name"];
-      const double start = e["ts"], end = start + e["dur"].get<double>();
-      if (name == "forward + backward") compute_end[step] = end;
-      if (name.rfind("all-reduce bucket", 0) == 0) {
-        first_comm[step] = first_comm.contains(step) ? std::min(first_comm[step], start) : start;
-      }
-    }
-    ASSERT_EQ(compute_end.size(), 20u);
-    int overlapped = 0;
-    for (const auto& [step, end] : compute_end) {
-      ASSERT_TRUE(first_comm.contains(step)) << "step " << step;
-      if (first_comm[step] < end) ++overlapped;
-    }
+    int steps = 0;
+    const int overlapped =
+        testing::StepsWhereAllReduceOverlapsCompute(dir_.File("trace-" + std::to_string(rank) + ".json"), &steps);
+    ASSERT_EQ(steps, 20);
     // After the first buckets are ready, backward still has the first layer's two large GEMMs
     // to run. Allow for steps where the communication thread was not scheduled in time on a
     // loaded machine: most steps, not all, must show the overlap.
