@@ -165,6 +165,11 @@ void BucketAllReducer::MarkReadyLocked(size_t bucket) {
   }
 #endif
   ready_[bucket] = true;
+  if (trace_ && trace_->enabled()) {
+    // An instant: when backward handed the bucket over (its all-reduce may start later, when
+    // the communication thread gets a core).
+    trace_->Add({"bucket " + std::to_string(bucket) + " ready", "comm", 0, trace_->NowUs(), 0, step_});
+  }
   cv_.notify_all();
 }
 

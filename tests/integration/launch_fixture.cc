@@ -103,29 +103,28 @@ int RunAndKillATrainer(const std::string& job, int servers, int trainers, int vi
   return code;
 }
 
-int StepsWhereAllReduceOverlapsCompute(const std::string& trace_path, int* steps) {
+OverlapCount CountAllReduceOverlap(const std::string& trace_path) {
   auto j = nlohmann::json::parse(ReadFile(trace_path));
-  std::map<int64_t, double> compute_end, first_comm;
+  std::map<int64_t, double> compute_end, first_ready, first_start;
+  auto earliest = [](std::map<int64_t, double>& m, int64_t step, double t) {
+    m[step] = m.contains(step) ? std::min(m[step], t) : t;
+  };
   for (const auto& e : j["traceEvents"]) {
     if (e["ph"] != "X" || !e.contains("args")) continue;
     const int64_t step = e["args"]["step"];
     const std::string name = e["name"];
     const double start = e["ts"], end = start + e["dur"].get<double>();
     if (name == "forward + backward") compute_end[step] = end;
-    if (name.rfind("all-reduce bucket", 0) == 0) {
-      first_comm[step] = first_comm.contains(step) ? std::min(first_comm[step], start) : start;
-    }
+    if (name.rfind("all-reduce bucket", 0) == 0) earliest(first_start, step, start);
+    if (name.rfind("bucket ", 0) == 0 && name.ends_with(" ready")) earliest(first_ready, step, start);
   }
-  *steps = static_cast<int>(compute_end.size());
-  int overlapped = 0;
+  OverlapCount c;
+  c.steps = static_cast<int>(compute_end.size());
   for (const auto& [step, end] : compute_end) {
-    if (!first_comm.contains(step)) {
-      *steps = -1;
-      return 0;
-    }
-    if (first_comm[step] < end) ++overlapped;
+    if (first_ready.contains(step) && first_ready[step] < end) ++c.handed;
+    if (first_start.contains(step) && first_start[step] < end) ++c.started;
   }
-  return overlapped;
+  return c;
 }
 
 }  // namespace strata::testing

@@ -33,10 +33,13 @@ int RunAndKillATrainer(const std::string& job, int servers, int trainers, int vi
                        const std::vector<std::string>& sets, const std::string& log_path,
                        std::string* log, std::vector<pid_t>* started, bool keep_going);
 
-// In a trainer's Chrome trace (sync.trace_path): how many steps had an all-reduce bucket start
-// before the step's "forward + backward" ended; *steps gets the number of steps (-1 when a
-// step has no bucket at all).
-int StepsWhereAllReduceOverlapsCompute(const std::string& trace_path, int* steps);
+// What a trainer's Chrome trace (sync.trace_path) shows of the all-reduce's overlap with compute.
+struct OverlapCount {
+  int steps = 0;      // steps with a "forward + backward" event
+  int handed = 0;     // steps where backward handed a bucket over ("bucket N ready") before it ended
+  int started = 0;    // steps where a bucket's all-reduce started before backward ended
+};
+OverlapCount CountAllReduceOverlap(const std::string& trace_path);
 
 class LaunchFixture : public ::testing::Test {
  protected:

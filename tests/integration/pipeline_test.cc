@@ -150,6 +150,23 @@ TEST_F(PipelineTest, SeedsMlpPp2MatchesOneProcess) {
   ExpectMatchesReference(job, "mlp-pp2-zbh1", 2, 2, {"parallel.pp=2", "parallel.schedule=zb-h1"});
 }
 
+// Each stage's replicas get its gradients while the pipeline's tail still runs: the last
+// micro-batch's W (zb-h1) hands buckets to the all-reduce as it finishes them. (Whether the
+// reduction then starts before the step ends is the OS's call with four trainers on two cores;
+// TrainTest checks that it can.)
+TEST_F(PipelineTest, Dp2TimesPp2HandsGradientsToTheAllReduceDuringThePipelinesTail) {
+  std::string log;
+  const std::string trace = dir_.File("trace-{rank}.json");
+  ASSERT_EQ(Launch(Job("gpt", kGpt), 0, 4, {"parallel.pp=2", "parallel.schedule=zb-h1", "sync.bucket_mb=0.01",
+                                            "sync.trace_path=" + trace}, &log), 0) << log;
+  for (int rank = 0; rank < 4; ++rank) {
+    const testing::OverlapCount c =
+        testing::CountAllReduceOverlap(dir_.File("trace-" + std::to_string(rank) + ".json"));
+    ASSERT_EQ(c.steps, 20) << "rank " << rank;
+    EXPECT_GE(c.handed, 19) << "rank " << rank;
+  }
+}
+
 // With parameters on the servers (ps: every table; hybrid: the embedding), each stage's
 // parameters are tables of their own, shared by that stage's replicas: dp 2 x pp 2 computes
 // what dp 2 does without the pipeline (SGD, BSP).

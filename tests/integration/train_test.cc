@@ -138,14 +138,15 @@ TEST_F(TrainTest, AllReduceOverlapsBackwardInTheTimeline) {
                    &log), 0) << log;
   EXPECT_NE(log.find("hidden behind backward"), std::string::npos) << log;
   for (int rank : {0, 1}) {
-    int steps = 0;
-    const int overlapped =
-        testing::StepsWhereAllReduceOverlapsCompute(dir_.File("trace-" + std::to_string(rank) + ".json"), &steps);
-    ASSERT_EQ(steps, 20);
-    // After the first buckets are ready, backward still has the first layer's two large GEMMs
-    // to run. Allow for steps where the communication thread was not scheduled in time on a
-    // loaded machine: most steps, not all, must show the overlap.
-    EXPECT_GE(overlapped, 10) << "rank " << rank;
+    const testing::OverlapCount c =
+        testing::CountAllReduceOverlap(dir_.File("trace-" + std::to_string(rank) + ".json"));
+    ASSERT_EQ(c.steps, 20) << "rank " << rank;
+    // Backward hands the first buckets over while it still has the first layer's two large
+    // GEMMs to run: in every step once the bucket order is learnt (step 0 uses creation order).
+    EXPECT_GE(c.handed, 19) << "rank " << rank;
+    // Whether the communication thread then gets a core before backward ends is up to the OS:
+    // on a loaded 2-core machine it often does not, so one step must show it, not most.
+    EXPECT_GE(c.started, 1) << "rank " << rank;
   }
 }
 
