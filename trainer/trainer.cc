@@ -348,13 +348,27 @@ Result<double> Trainer::ClipGradients() {
 
 Status Trainer::Finish() {
   // Every trainer has pushed its last gradients before the evaluation.
-  Status s = node_->Barrier("train/done", wire::BarrierScope::TRAINERS, Millis(job_.sync.timeout_ms));
+  const Millis timeout(job_.sync.timeout_ms);
+  const std::string done_key = "train/done/";
+  STRATA_RETURN_IF_ERROR(node_->KvSet(done_key + std::to_string(rank_), "1").WithContext("saying this trainer is done"));
+  Status s = node_->Barrier("train/done", wire::BarrierScope::TRAINERS, timeout);
   if (s.ok()) return s;
-  if (ps_ && job_.sync.consistency == Consistency::kAsp) {
-    spdlog::warn("not every trainer finished ({}); asynchronous training goes on without it", s.ToString());
-    return Status::OK();
+  if (!(ps_ && job_.sync.consistency == Consistency::kAsp)) return s.WithContext("waiting for the other trainers to finish");
+  spdlog::warn("not every trainer finished ({}); asynchronous training goes on without it", s.ToString());
+  if (rank_ != 0) return Status::OK();
+  // The barrier fails as soon as one member is dead, but trainer 0 ends the job after this:
+  // it waits for every trainer still alive to say it is done, so none is cut off mid-step.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (int r = 1; r < world_; ++r) {
+    while (!node_->KvGet(done_key + std::to_string(r), Millis(200)).ok()) {
+      const NodeInfo* n = node_->view().Find(Role::kTrainer, r);
+      if (!n || !n->alive) break;  // lost: nothing to wait for
+      if (std::chrono::steady_clock::now() > deadline) {
+        return Status::DeadlineExceeded("trainer " + std::to_string(r) + " did not finish within sync.timeout_ms");
+      }
+    }
   }
-  return s.WithContext("waiting for the other trainers to finish");
+  return Status::OK();
 }
 
 Result<TrainSummary> Trainer::RunSteps() {
