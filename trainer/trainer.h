@@ -97,8 +97,6 @@ class Trainer {
   int pp_rank() const { return groups_.pp_rank; }
   // Text data: the byte-unigram entropy of the file in nats (0 otherwise).
   double unigram_entropy() const { return unigram_entropy_; }
-  // The executor's action timings of the last step (pipeline/executor.h).
-  const pipeline::StageExecutor& executor() const { return *executor_; }
 
  private:
   explicit Trainer(const TrainJob& job);

@@ -52,8 +52,6 @@ class StageExecutor {
   Result<double> Forward(const Batch& batch, Tensor* output);
 
   const StepTimings& last_step() const { return timings_; }
-  const std::vector<Action>& actions() const { return actions_; }
-  const std::vector<int>& stages() const { return stages_; }
   bool holds_last_stage() const;
 
  private:
