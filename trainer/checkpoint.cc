@@ -10,6 +10,7 @@
 #include <map>
 
 #include "common/checksum.h"
+#include "common/file.h"
 #include "trainer/models/model.h"
 #include "trainer/ops/exec.h"
 
@@ -56,12 +57,11 @@ class HashingReader {
 // fsync of a file or directory by path.
 Status SyncPath(const std::string& path, bool directory) {
   const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  if (fd < 0) return Status::IOError("cannot open " + path + " to sync it: " + std::strerror(errno));
+  if (fd < 0) return ErrnoStatus("cannot open to sync", path, errno);
   const int r = ::fsync(fd);
   const int err = errno;
   ::close(fd);
-  if (r != 0) return Status::IOError("fsync " + path + ": " + std::strerror(err));
-  return Status::OK();
+  return r == 0 ? Status::OK() : ErrnoStatus("cannot fsync", path, err);
 }
 
 // Replaces `to` by `from` durably: `from` synced, renamed, the directory synced.
@@ -106,13 +106,7 @@ Result<std::string> WriteCheckpoint(const std::string& dir, const CheckpointHead
   }
   const std::string path = dir + "/" + name;
   STRATA_RETURN_IF_ERROR(DurableRename(tmp, path, dir));
-  {
-    std::ofstream latest(dir + "/latest.tmp", std::ios::trunc);
-    latest << name << "\n";
-    latest.flush();
-    if (!latest) return Status::IOError("cannot write " + dir + "/latest.tmp");
-  }
-  STRATA_RETURN_IF_ERROR(DurableRename(dir + "/latest.tmp", dir + "/latest", dir));
+  STRATA_RETURN_IF_ERROR(WriteFileDurably(dir + "/latest", name + "\n"));
   return path;
 }
 

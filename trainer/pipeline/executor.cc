@@ -278,10 +278,9 @@ Result<double> StageExecutor::Forward(const Batch& batch, Tensor* output) {
       if (output) *output = ToHost(x);
     } else if (!Local(s + 1)) {
       SynchronizeDevice(model_.exec());
-      Result<std::unique_ptr<Communicator::Request>> r =
-          pp_->ISend(x.data_as<float>(), static_cast<size_t>(x.numel()), RankOf(s + 1), kEvalTagBase + s + 1);
-      if (!r.ok()) return r.status().WithContext("evaluation: sending stage " + std::to_string(s) + "'s output");
-      STRATA_RETURN_IF_ERROR((*r)->Wait().WithContext("evaluation: sending stage " + std::to_string(s) + "'s output"));
+      // Blocking is safe here: activations flow one way and the next stage is receiving.
+      Status st = pp_->Send(x.data_as<float>(), static_cast<size_t>(x.numel()), RankOf(s + 1), kEvalTagBase + s + 1);
+      if (!st.ok()) return st.WithContext("evaluation: sending stage " + std::to_string(s) + "'s output");
     }
   }
   return loss;
