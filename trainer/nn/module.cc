@@ -11,6 +11,14 @@ namespace strata::nn {
 
 Parameter& ParameterRegistry::Create(const std::string& name, Shape shape, InitSpec init,
                                      bool weight_decay, bool sparse) {
+  return CreateShard(name, ShardSpec::Whole(std::move(shape)), init, weight_decay, sparse);
+}
+
+Parameter& ParameterRegistry::CreateShard(const std::string& name, const ShardSpec& shard,
+                                          InitSpec init, bool weight_decay, bool sparse) {
+  const Status valid = shard.Validate(name);
+  STRATA_CHECK(valid.ok()) << valid.ToString();
+  const Shape shape = shard.LocalShape();
   STRATA_CHECK(!by_name_.contains(name)) << "parameter " << name << " created twice";
   STRATA_CHECK(!sparse || shape.size() == 2) << "sparse parameter " << name << " must be 2-D";
   auto p = std::make_unique<Parameter>();
@@ -18,16 +26,26 @@ Parameter& ParameterRegistry::Create(const std::string& name, Shape shape, InitS
   p->weight_decay = weight_decay;
   p->sparse = sparse;
   p->init = init;
+  p->shard = shard;
   p->init.seed = rng::Derive(seed_, name.c_str());
   const InitSpec& spec = p->init;
   const ops::Exec cpu = ops::Exec::Cpu();
   Tensor host = ops::NewTensor(cpu, shape);
   std::span<float> v(host.data_as<float>(), static_cast<size_t>(host.numel()));
   if (sparse) {
+    // Row k of the table is keyed by its row in the unsplit table.
+    STRATA_CHECK(shard.whole() || shard.axis == 0) << name << ": a sparse table splits by rows";
     const size_t dim = static_cast<size_t>(shape[1]);
-    for (int64_t k = 0; k < shape[0]; ++k) InitValues(spec, static_cast<uint64_t>(k), v.subspan(k * dim, dim));
-  } else {
+    const int64_t first = shard.whole() ? 0 : shard.BlockOffset(0);
+    for (int64_t k = 0; k < shape[0]; ++k) {
+      InitValues(spec, static_cast<uint64_t>(first + k), v.subspan(k * dim, dim));
+    }
+  } else if (shard.whole()) {
     InitDenseValues(spec, 0, v);
+  } else {
+    for (size_t i = 0; i < v.size(); ++i) {
+      InitDenseValues(spec, static_cast<uint64_t>(shard.GlobalIndex(static_cast<int64_t>(i))), v.subspan(i, 1));
+    }
   }
   if (exec_.is_cuda()) {
     p->value = ops::NewTensor(exec_, shape);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/tensor.h"
+#include "trainer/nn/shard.h"
 #include "ps/table.h"
 #include "trainer/ops/exec.h"
 
@@ -36,6 +37,9 @@ struct Parameter {
   // devices, and on a server that creates the parameter's table from this spec (nothing has to
   // be sent to initialise a server).
   InitSpec init;
+  // Where `value` sits in the unsplit parameter (whole unless tensor parallelism split it).
+  // `init` describes the unsplit tensor: a shard starts as exactly its slice of it.
+  ShardSpec shard;
 };
 
 // Owns a model's parameters in creation order (the order optimizers and checkpoints walk).
@@ -51,6 +55,10 @@ class ParameterRegistry {
   // parameter is a [rows, dim] table initialised row by row (see Parameter::init).
   Parameter& Create(const std::string& name, Shape shape, InitSpec init, bool weight_decay = true,
                     bool sparse = false);
+  // A tensor-parallel shard of the parameter `name` (its unsplit name: the shard's place is in
+  // `shard`), initialised as its slice of the unsplit tensor. An inexact split aborts.
+  Parameter& CreateShard(const std::string& name, const ShardSpec& shard, InitSpec init,
+                         bool weight_decay = true, bool sparse = false);
   Parameter* Find(std::string_view name) const;  // null if absent
   const std::vector<std::unique_ptr<Parameter>>& params() const { return params_; }
   void ZeroGrad();
