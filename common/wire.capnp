@@ -109,6 +109,14 @@ struct InitSpec {
   a @1 :Float32;                 # constant value; uniform low; normal mean
   b @2 :Float32;                 # uniform high; normal stddev
   seed @3 :UInt64;
+  # A tensor-parallel shard's slice of the unsplit tensor (ShardSpec, common/shard.h); a whole
+  # tensor has shardParts 1 (or 0, from an older writer) and no shardGlobal.
+  shardGlobal @4 :List(Int64);
+  shardAxis @5 :Int32;
+  shardBlocks @6 :Int32;
+  shardIndex @7 :Int32;
+  shardParts @8 :Int32;
+  rowDim @9 :UInt32;             # nonzero: values keyed by rows of this many floats
 }
 
 struct TableSpec {

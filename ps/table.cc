@@ -38,6 +38,17 @@ Status TableSpec::Validate() const {
   if (init.kind == InitKind::kUniform && !(init.a < init.b)) return bad("init: uniform needs a < b");
   if (init.kind == InitKind::kNormal && !(init.b >= 0)) return bad("init: normal needs stddev b >= 0");
   if (consistency == Consistency::kSsp && staleness > 1000000) return bad("staleness is absurd");
+  if (!init.shard.whole()) {
+    STRATA_RETURN_IF_ERROR(init.shard.Validate("table " + name + ": init shard"));
+    const Shape local = init.shard.LocalShape();
+    int64_t n = 1;
+    for (int64_t d : local) n *= d;
+    if (kind == TableKind::kDense && static_cast<uint64_t>(n) != numel) return bad("init shard does not hold numel floats");
+    if (kind == TableKind::kSparse && (init.shard.axis != 0 || local.size() != 2 || local[1] != dim)) {
+      return bad("init shard of a sparse table must split [rows, dim] by rows");
+    }
+  }
+  if (init.row_dim > 0 && kind == TableKind::kDense && numel % init.row_dim != 0) return bad("init row_dim does not divide numel");
   return Status::OK();
 }
 
@@ -80,6 +91,14 @@ void ToWire(const TableSpec& in, wire::TableSpec::Builder out) {
   i.setA(in.init.a);
   i.setB(in.init.b);
   i.setSeed(in.init.seed);
+  const ShardSpec& sh = in.init.shard;
+  auto global = i.initShardGlobal(static_cast<unsigned>(sh.global.size()));
+  for (size_t d = 0; d < sh.global.size(); ++d) global.set(static_cast<unsigned>(d), sh.global[d]);
+  i.setShardAxis(sh.axis);
+  i.setShardBlocks(sh.blocks);
+  i.setShardIndex(sh.index);
+  i.setShardParts(sh.parts);
+  i.setRowDim(in.init.row_dim);
   out.setConsistency(static_cast<wire::ConsistencyMode>(in.consistency));
   out.setStaleness(in.staleness);
   out.setAggregate(static_cast<wire::Aggregate>(in.aggregate));
@@ -98,7 +117,15 @@ TableSpec FromWire(wire::TableSpec::Reader in) {
                  o.getBeta2(), o.getEps(), o.getWeightDecay(), o.getClipNorm(),
                  o.getInitialAccumulator()};
   auto i = in.getInit();
-  t.init = {static_cast<InitKind>(i.getKind()), i.getA(), i.getB(), i.getSeed()};
+  t.init = InitSpec::Of(static_cast<InitKind>(i.getKind()), i.getA(), i.getB(), i.getSeed());
+  for (int64_t d : i.getShardGlobal()) t.init.shard.global.push_back(d);
+  if (i.getShardParts() > 1) {
+    t.init.shard.axis = i.getShardAxis();
+    t.init.shard.blocks = i.getShardBlocks();
+    t.init.shard.index = i.getShardIndex();
+    t.init.shard.parts = i.getShardParts();
+  }
+  t.init.row_dim = i.getRowDim();
   t.consistency = static_cast<Consistency>(in.getConsistency());
   t.staleness = in.getStaleness();
   t.aggregate = static_cast<Aggregate>(in.getAggregate());
@@ -113,7 +140,23 @@ uint32_t DenseServer(uint32_t table, uint64_t chunk, uint32_t servers) {
   return static_cast<uint32_t>((chunk + table) % servers);
 }
 
+namespace {
+// Element j of key `key` under a uniform or normal init: a counter-based stream per (seed, key),
+// so the value depends on nothing else.
+float RandomInit(const InitSpec& init, uint64_t key, uint64_t j) {
+  const uint64_t base = SplitMix64(init.seed ^ SplitMix64(key));
+  const uint64_t r1 = SplitMix64(base + 2 * j);
+  if (init.kind == InitKind::kUniform) return static_cast<float>(init.a + (init.b - init.a) * Uniform01(r1));
+  const uint64_t r2 = SplitMix64(base + 2 * j + 1);
+  const double u1 = 1.0 - Uniform01(r1);  // (0, 1]: log is finite
+  const double u2 = Uniform01(r2);
+  const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+  return static_cast<float>(init.a + init.b * z);
+}
+}  // namespace
+
 void InitValues(const InitSpec& init, uint64_t key, std::span<float> value) {
+  if (!init.shard.whole()) key += static_cast<uint64_t>(init.shard.BlockOffset(0));
   switch (init.kind) {
     case InitKind::kZeros:
       std::fill(value.begin(), value.end(), 0.0f);
@@ -125,20 +168,7 @@ void InitValues(const InitSpec& init, uint64_t key, std::span<float> value) {
     case InitKind::kNormal:
       break;
   }
-  // A counter-based stream per (seed, key): element j's value depends on nothing else.
-  const uint64_t base = SplitMix64(init.seed ^ SplitMix64(key));
-  for (size_t j = 0; j < value.size(); ++j) {
-    const uint64_t r1 = SplitMix64(base + 2 * j);
-    if (init.kind == InitKind::kUniform) {
-      value[j] = static_cast<float>(init.a + (init.b - init.a) * Uniform01(r1));
-    } else {
-      const uint64_t r2 = SplitMix64(base + 2 * j + 1);
-      const double u1 = 1.0 - Uniform01(r1);  // (0, 1]: log is finite
-      const double u2 = Uniform01(r2);
-      const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
-      value[j] = static_cast<float>(init.a + init.b * z);
-    }
-  }
+  for (size_t j = 0; j < value.size(); ++j) value[j] = RandomInit(init, key, j);
 }
 
 void InitDenseValues(const InitSpec& init, uint64_t first, std::span<float> value) {
@@ -146,7 +176,10 @@ void InitDenseValues(const InitSpec& init, uint64_t first, std::span<float> valu
     InitValues(init, first, value);
     return;
   }
-  for (size_t j = 0; j < value.size(); ++j) InitValues(init, first + j, value.subspan(j, 1));
+  for (size_t j = 0; j < value.size(); ++j) {
+    const auto g = static_cast<uint64_t>(init.shard.GlobalIndex(static_cast<int64_t>(first + j)));
+    value[j] = init.row_dim ? RandomInit(init, g / init.row_dim, g % init.row_dim) : RandomInit(init, g, 0);
+  }
 }
 
 uint32_t RecordStep(std::span<const float> record) {

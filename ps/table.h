@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 
+#include "common/shard.h"
 #include "common/status.h"
 #include "common/wire.capnp.h"
 
@@ -40,13 +41,26 @@ struct InitSpec {
   float a = 0.0f;  // constant value; uniform low; normal mean
   float b = 0.0f;  // uniform high; normal stddev
   uint64_t seed = 0;
+  // A tensor-parallel shard starts as its slice of the unsplit tensor: the values of a dense
+  // table's element g, or of a sparse table's row k, are those of the unsplit tensor's element
+  // shard.GlobalIndex(g), or row k + shard.BlockOffset(0) (a sparse table splits by rows).
+  ShardSpec shard;
+  // Nonzero: values are keyed by rows of this many floats, as a sparse table's are (an
+  // embedding table held dense, say), rather than by element.
+  uint32_t row_dim = 0;
   bool operator==(const InitSpec&) const = default;
 
   static InitSpec Zeros() { return {}; }
-  static InitSpec Constant(float value) { return {InitKind::kConstant, value, 0.0f, 0}; }
-  static InitSpec Uniform(float low, float high) { return {InitKind::kUniform, low, high, 0}; }
-  static InitSpec Normal(float stddev, float mean = 0.0f) {
-    return {InitKind::kNormal, mean, stddev, 0};
+  static InitSpec Constant(float value) { return Of(InitKind::kConstant, value, 0.0f); }
+  static InitSpec Uniform(float low, float high) { return Of(InitKind::kUniform, low, high); }
+  static InitSpec Normal(float stddev, float mean = 0.0f) { return Of(InitKind::kNormal, mean, stddev); }
+  static InitSpec Of(InitKind kind, float a, float b, uint64_t seed = 0) {
+    InitSpec s;
+    s.kind = kind;
+    s.a = a;
+    s.b = b;
+    s.seed = seed;
+    return s;
   }
 };
 
@@ -94,11 +108,13 @@ uint32_t SparseServer(uint64_t key, uint32_t servers);
 // table, so the first chunks of different tables land on different servers.
 uint32_t DenseServer(uint32_t table, uint64_t chunk, uint32_t servers);
 
-// Fills a sparse row with the initializer's values for `key`. Deterministic: the same key gives
-// the same values on any server at any time.
+// Fills a sparse row with the initializer's values for `key` (a row of the unsplit table, see
+// InitSpec::shard: a shard's row k is the unsplit table's row k + shard.BlockOffset(0)). Deterministic: the same key gives the same values on any
+// server at any time.
 void InitValues(const InitSpec& init, uint64_t key, std::span<float> value);
-// Fills dense elements [first, first + value.size()): element g's value depends only on g, so
-// a dense tensor's initial values do not depend on its chunking or the number of servers.
+// Fills dense elements [first, first + value.size()): element g's value depends only on g (and
+// init.shard and row_dim), so a dense tensor's initial values do not depend on its chunking,
+// the number of servers, or how tensor parallelism split it.
 void InitDenseValues(const InitSpec& init, uint64_t first, std::span<float> value);
 
 // The step count kept in a record's last slot (stored as raw bits, exact to 2^32).

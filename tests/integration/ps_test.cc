@@ -88,7 +88,7 @@ TableSpec MakeTable(uint32_t id, TableKind kind, Consistency c, OptimizerSpec o)
   t.numel = 1000;
   t.chunk_floats = 128;
   t.optimizer = o;
-  t.init = {InitKind::kUniform, -0.1f, 0.1f, 5};
+  t.init = InitSpec::Of(InitKind::kUniform, -0.1f, 0.1f, 5);
   t.consistency = c;
   return t;
 }

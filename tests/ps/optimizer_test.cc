@@ -114,7 +114,7 @@ TEST(TableSpec, ValidationNamesTheField) {
   t.kind = TableKind::kDense;
   EXPECT_NE(t.Validate().message().find("numel"), std::string::npos);
   t.numel = 10;
-  t.init = {InitKind::kUniform, 1.0f, 0.0f, 1};
+  t.init = InitSpec::Of(InitKind::kUniform, 1.0f, 0.0f, 1);
   EXPECT_NE(t.Validate().message().find("uniform"), std::string::npos);
 }
 
@@ -141,7 +141,7 @@ TEST(Partition, SequentialIdsSpreadEvenly) {
 }
 
 TEST(Partition, InitializersAreDeterministicPerKey) {
-  InitSpec init{InitKind::kNormal, 0.0f, 1.0f, 42};
+  InitSpec init = InitSpec::Of(InitKind::kNormal, 0.0f, 1.0f, 42);
   std::vector<float> a(64), b(64), c(64);
   InitValues(init, 7, a);
   InitValues(init, 7, b);

@@ -106,7 +106,7 @@ TableSpec Sparse(uint32_t id, uint32_t dim, Consistency c, OptimizerSpec o = {})
   t.kind = TableKind::kSparse;
   t.dim = dim;
   t.optimizer = o;
-  t.init = {InitKind::kNormal, 0.0f, 0.1f, 9};
+  t.init = InitSpec::Of(InitKind::kNormal, 0.0f, 0.1f, 9);
   t.consistency = c;
   return t;
 }

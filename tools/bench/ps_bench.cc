@@ -235,7 +235,7 @@ Result<Report> Run(const PsBenchOptions& o) {
       t.name = "sparse" + std::to_string(t.id);
       t.kind = TableKind::kSparse;
       t.dim = dim;
-      t.init = {InitKind::kUniform, -0.01f, 0.01f, 1};
+      t.init = InitSpec::Of(InitKind::kUniform, -0.01f, 0.01f, 1);
       t.consistency = Consistency::kAsp;
       STRATA_RETURN_IF_ERROR(client.CreateTable(t));
       for (int batch : batches) {

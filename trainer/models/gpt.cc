@@ -1,21 +1,32 @@
 // gpt.cc: the byte-level GPT (learned positions, pre-norm blocks, untied head) as units:
 // the embedding (tokens + positions + dropout), one unit per block, and the final norm + head.
+// Over tensor-parallel ranks (Megatron's split): the token table and the head by vocabulary
+// (the loss is then vocab-parallel), every block's attention by heads and MLP by columns/rows;
+// positions and norms are whole on every rank.
 #include <string>
 
 #include "trainer/models/zoo.h"
+#include "trainer/nn/tensor_parallel.h"
 #include "trainer/ops/ops.h"
 
 namespace strata {
 namespace {
 
+// The token embedding: a sparse table (rows the parameter servers may serve) when whole, split
+// by vocabulary over tp.
+std::unique_ptr<nn::Layer> TokenEmbedding(nn::ParameterRegistry& reg, const ModelOptions& o, nn::TpGroup tp) {
+  if (tp.split()) return std::make_unique<nn::VocabParallelEmbedding>(reg, "gpt.tok", o.vocab, o.width, tp, 0.02f);
+  return std::make_unique<nn::Embedding>(reg, "gpt.tok", o.sparse_rows ? o.sparse_rows : o.vocab, o.width, 0.02f);
+}
+
 // ids [N, T] -> tok(ids) + pos[:T], then dropout: [N, T, C].
 class GptEmbedding final : public nn::Layer {
  public:
-  GptEmbedding(nn::ParameterRegistry& reg, const ModelOptions& o)
+  GptEmbedding(nn::ParameterRegistry& reg, const ModelOptions& o, nn::TpGroup tp)
       : Layer("gpt.embed"),
         width_(o.width),
         context_(o.context),
-        tok_(reg, "gpt.tok", o.sparse_rows ? o.sparse_rows : o.vocab, o.width, 0.02f),
+        tok_(TokenEmbedding(reg, o, tp)),
         pos_(&reg.Create("gpt.pos.weight", {o.context, o.width}, InitSpec::Normal(0.01f), false)),
         drop_("gpt.drop", static_cast<float>(o.dropout)) {
     Owns(pos_);
@@ -25,26 +36,26 @@ class GptEmbedding final : public nn::Layer {
   Tensor DoForward(const Tensor& ids, nn::Context& ctx) override {
     const int64_t n = ids.size(0), t = ids.size(1), c = width_;
     STRATA_CHECK_LE(t, context_) << "sequence longer than the context";
-    Tensor x = tok_.Forward(ids, ctx);  // [N, T, C]
+    Tensor x = tok_->Forward(ids, ctx);  // [N, T, C]
     ops::AddBias(ctx.exec(), Reshaped(x, {n, t * c}), Reshaped(pos_->value.Narrow(0, 0, t), {t * c}));
     return drop_.Forward(x, ctx);
   }
   Tensor DoBackward(const Tensor& dy, nn::Context& ctx) override {
     Tensor dx = drop_.Backward(dy, ctx);
     PositionGrad(dx, ctx);
-    tok_.Backward(dx, ctx);
+    tok_->Backward(dx, ctx);
     return Tensor();
   }
   Tensor DoBackwardInput(const Tensor& dy, nn::Context& ctx) override {
     Tensor dx = drop_.BackwardInput(dy, ctx);
     ctx.Save(this, "dx", dx);
-    tok_.BackwardInput(dx, ctx);
+    tok_->BackwardInput(dx, ctx);
     return Tensor();
   }
   void DoBackwardWeight(nn::Context& ctx) override {
     PositionGrad(ctx.Get(this, "dx"), ctx);
     drop_.BackwardWeight(ctx);
-    tok_.BackwardWeight(ctx);
+    tok_->BackwardWeight(ctx);
   }
 
  private:
@@ -54,34 +65,36 @@ class GptEmbedding final : public nn::Layer {
   }
 
   int64_t width_, context_;
-  nn::Embedding tok_;
+  std::unique_ptr<nn::Layer> tok_;
   nn::Parameter* pos_;
   nn::Dropout drop_;
 };
 
 class GptModel final : public Model {
  public:
-  GptModel(const ModelOptions& o, const ops::Exec& ex, const UnitSelection& build)
-      : Model(ex, o.seed, nn::LossKind::kCrossEntropy) {
-    const int64_t c = o.width, vocab_rows = o.sparse_rows ? o.sparse_rows : o.vocab;
+  GptModel(const ModelOptions& o, const ops::Exec& ex, const UnitSelection& build, nn::TpGroup tp)
+      : Model(ex, o.seed, nn::LossKind::kCrossEntropy, tp) {
+    const int64_t c = o.width, n = tp.size();
+    const int64_t vocab_rows = tp.split() ? o.vocab / n : o.sparse_rows ? o.sparse_rows : o.vocab;
     AddUnit({"gpt.embed", vocab_rows * c + o.context * c, c}, build,
-            [&] { return std::make_unique<GptEmbedding>(reg_, o); });
-    // qkv 3C^2 + 3C, proj C^2 + C, fc1 4C^2 + 4C, fc2 4C^2 + C, two norms 4C.
-    const int64_t block_params = 12 * c * c + 13 * c;
+            [&] { return std::make_unique<GptEmbedding>(reg_, o, tp); });
+    // qkv 3C^2 + 3C, proj C^2 + C, fc1 4C^2 + 4C, fc2 4C^2 + C, two norms 4C; this rank holds
+    // 1/tp of all but the norms and the row-split layers' biases.
+    const int64_t block_params = (12 * c * c + 7 * c) / n + 6 * c;
     for (int64_t i = 0; i < o.layers; ++i) {
       const std::string name = "gpt.block" + std::to_string(i);
       AddUnit({name, block_params, c}, build, [&] {
         auto block = std::make_unique<nn::TransformerBlock>(
-            reg_, name, c, o.heads, static_cast<int>(o.layers), static_cast<float>(o.dropout));
+            reg_, name, c, o.heads, static_cast<int>(o.layers), static_cast<float>(o.dropout), tp);
         block->set_recompute(o.recompute);
         block->attention().set_recompute_core(o.recompute_attention_core);
         return block;
       });
     }
-    AddUnit({"gpt.final", 2 * c + c * o.vocab, o.vocab}, build, [&] {
+    AddUnit({"gpt.final", 2 * c + c * o.vocab / n, o.vocab / n}, build, [&] {
       auto final = std::make_unique<nn::Sequential>("gpt.final");
       final->Add(std::make_unique<nn::LayerNorm>(reg_, "gpt.ln_f", c));
-      final->Add(std::make_unique<nn::Linear>(reg_, "gpt.head", c, o.vocab, false, 0.02f));
+      final->Add(std::make_unique<nn::ColumnParallelLinear>(reg_, "gpt.head", c, o.vocab, tp, false, 0.02f));
       return final;
     });
   }
@@ -90,8 +103,9 @@ class GptModel final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> MakeGptModel(const ModelOptions& o, const ops::Exec& ex, const UnitSelection& build) {
-  return std::make_unique<GptModel>(o, ex, build);
+std::unique_ptr<Model> MakeGptModel(const ModelOptions& o, const ops::Exec& ex, const UnitSelection& build,
+                                    nn::TpGroup tp) {
+  return std::make_unique<GptModel>(o, ex, build, tp);
 }
 
 }  // namespace strata

@@ -79,14 +79,35 @@ double Model::Evaluate(const Batch& batch, nn::Context& ctx, Tensor* output) {
 
 Tensor Model::Input(const Batch& b) const { return b.ids.defined() ? b.ids : b.x; }
 
-Result<std::unique_ptr<Model>> CreateModel(const ModelOptions& o, const ops::Exec& ex,
-                                           const UnitSelection& build) {
+Status CheckTensorParallel(const ModelOptions& o, int tp) {
+  if (tp == 1) return Status::OK();
+  const std::string ways = " over parallel.tp " + std::to_string(tp);
+  auto divides = [&](int64_t n, const char* field) {
+    return n % tp == 0 ? Status::OK()
+                       : Status::InvalidArgument(std::string(field) + " " + std::to_string(n) +
+                                                 " does not split" + ways);
+  };
   switch (o.kind) {
-    case ModelOptions::Kind::kMlp: return MakeMlpModel(o, ex, build);
+    case ModelOptions::Kind::kMlp:
+      return divides(o.mlp_hidden, "model.mlp_hidden");
+    case ModelOptions::Kind::kCtr:
+      return Status::InvalidArgument("model ctr has no tensor-parallel split (parallel.tp must be 1)");
+    case ModelOptions::Kind::kGpt:
+      STRATA_RETURN_IF_ERROR(divides(o.heads, "model.heads"));
+      return divides(o.vocab, "model.vocab");
+  }
+  return Status::OK();
+}
+
+Result<std::unique_ptr<Model>> CreateModel(const ModelOptions& o, const ops::Exec& ex,
+                                           const UnitSelection& build, nn::TpGroup tp) {
+  STRATA_RETURN_IF_ERROR(CheckTensorParallel(o, tp.size()));
+  switch (o.kind) {
+    case ModelOptions::Kind::kMlp: return MakeMlpModel(o, ex, build, tp);
     case ModelOptions::Kind::kCtr: return MakeCtrModel(o, ex, build);
     case ModelOptions::Kind::kGpt:
       if (o.width % o.heads != 0) return Status::InvalidArgument("model.width must be divisible by model.heads");
-      return MakeGptModel(o, ex, build);
+      return MakeGptModel(o, ex, build, tp);
   }
   return Status::Internal("unknown model kind");
 }

@@ -82,7 +82,8 @@ class Model {
   double Evaluate(const Batch& batch, nn::Context& ctx, Tensor* output);
 
  protected:
-  Model(const ops::Exec& exec, uint64_t seed, nn::LossKind loss) : reg_(exec, seed), head_(loss) {}
+  Model(const ops::Exec& exec, uint64_t seed, nn::LossKind loss, nn::TpGroup tp = {})
+      : reg_(exec, seed), head_(loss, tp) {}
   // Declares the next unit; builds it with `build` when `selection` asks for it.
   template <typename Build>
   void AddUnit(UnitSpec spec, const std::vector<bool>& selection, Build&& build) {
@@ -99,10 +100,16 @@ class Model {
 };
 
 
-// InvalidArgument naming the field when the options describe no valid model.
+// InvalidArgument naming the field when the options describe no valid model. With a split `tp`
+// the model is this rank's tensor-parallel shard (gpt: Megatron's split of every block, the
+// embedding and the head by vocabulary; mlp: fc1 by columns, fc2 by rows); its units' out_width
+// is then what this rank's output holds (a slice between mlp's fc1 and fc2).
 Result<std::unique_ptr<Model>> CreateModel(const ModelOptions& options, const ops::Exec& exec,
-                                           const UnitSelection& build = {});
-// The units a model of these options has, without building anything.
+                                           const UnitSelection& build = {}, nn::TpGroup tp = {});
+// Checks that the model splits over `tp` tensor-parallel ranks (InvalidArgument naming the
+// fields otherwise).
+Status CheckTensorParallel(const ModelOptions& options, int tp);
+// The units a model of these options has (unsplit), without building anything.
 Result<std::vector<UnitSpec>> ModelUnits(const ModelOptions& options);
 
 // A copy of `t` on `exec`'s device (the tensor itself when already there).

@@ -15,8 +15,10 @@ inline Tensor Reshaped(const Tensor& t, Shape shape) {
   return *std::move(r);
 }
 
-std::unique_ptr<Model> MakeMlpModel(const ModelOptions& o, const ops::Exec& ex, const UnitSelection& build);
+std::unique_ptr<Model> MakeMlpModel(const ModelOptions& o, const ops::Exec& ex, const UnitSelection& build,
+                                    nn::TpGroup tp);
 std::unique_ptr<Model> MakeCtrModel(const ModelOptions& o, const ops::Exec& ex, const UnitSelection& build);
-std::unique_ptr<Model> MakeGptModel(const ModelOptions& o, const ops::Exec& ex, const UnitSelection& build);
+std::unique_ptr<Model> MakeGptModel(const ModelOptions& o, const ops::Exec& ex, const UnitSelection& build,
+                                    nn::TpGroup tp);
 
 }  // namespace strata

@@ -29,11 +29,20 @@ Tensor Back(Layer& layer, const Tensor& dy, Context& ctx, BackwardPass pass) {
 // --- Linear
 
 Linear::Linear(ParameterRegistry& reg, const std::string& name, int64_t in, int64_t out,
-               bool bias, float init_std)
-    : Layer(name), in_(in), out_(out) {
+               bool bias, float init_std, LinearSplit split, TpGroup tp, int blocks)
+    : Layer(name), in_(in), out_(out), split_(tp.split() ? split : LinearSplit::kNone), tp_(tp) {
   const float std = init_std > 0 ? init_std : 1.0f / std::sqrt(static_cast<float>(in));
-  weight_ = &reg.Create(name + ".weight", {in, out}, InitSpec::Normal(std));
-  if (bias) bias_ = &reg.Create(name + ".bias", {out}, InitSpec::Zeros(), /*weight_decay=*/false);
+  ShardSpec w = ShardSpec::Whole({in, out}), b = ShardSpec::Whole({out});
+  if (split_ == LinearSplit::kColumn) {
+    w = {{in, out}, 1, blocks, tp.rank(), tp.size()};
+    b = {{out}, 0, blocks, tp.rank(), tp.size()};
+    out_ = out / tp.size();
+  } else if (split_ == LinearSplit::kRow) {
+    w = {{in, out}, 0, 1, tp.rank(), tp.size()};
+    in_ = in / tp.size();
+  }
+  weight_ = &reg.CreateShard(name + ".weight", w, InitSpec::Normal(std));
+  if (bias) bias_ = &reg.CreateShard(name + ".bias", b, InitSpec::Zeros(), /*weight_decay=*/false);
   Owns(weight_);
   if (bias_) Owns(bias_);
 }
@@ -44,6 +53,8 @@ Tensor Linear::DoForward(const Tensor& x, Context& ctx) {
   Tensor x2 = Rows2D(x);
   Tensor y = ops::NewTensor(ex, {x2.size(0), out_});
   ops::Matmul(ex, x2, weight_->value, y, false, false);
+  // Row-split: every rank's product is a partial sum over its slice of the features.
+  if (split_ == LinearSplit::kRow) TpAllReduce(tp_, y, ReduceOp::kSum, name());
   if (bias_) ops::AddBias(ex, y, bias_->value);
   ctx.Save(this, "x", x2);
   return Reshaped(y, WithLast(x.shape(), out_));
@@ -52,6 +63,8 @@ Tensor Linear::DoForward(const Tensor& x, Context& ctx) {
 Tensor Linear::InputGrad(const ops::Exec& ex, const Tensor& dy2) const {
   Tensor dx = ops::NewTensor(ex, {dy2.size(0), in_});
   ops::Matmul(ex, dy2, weight_->value, dx, false, true);
+  // Column-split: x went whole to every rank, so its gradient sums every rank's columns.
+  if (split_ == LinearSplit::kColumn) TpAllReduce(tp_, dx, ReduceOp::kSum, name());
   return dx;
 }
 
@@ -74,6 +87,13 @@ Tensor Linear::DoBackwardInput(const Tensor& dy, Context& ctx) {
 
 void Linear::DoBackwardWeight(Context& ctx) {
   WeightGrad(ctx.exec(), ctx.Get(this, "x"), ctx.Get(this, "dy"));
+}
+
+void TpAllReduce(const TpGroup& tp, const Tensor& t, ReduceOp op, const std::string& what) {
+  if (!tp.split()) return;
+  STRATA_CHECK(t.is_contiguous()) << what << ": all-reduce of a strided tensor";
+  Status s = tp.comm->AllReduce(t.data_as<float>(), static_cast<size_t>(t.numel()), op);
+  if (!s.ok()) throw CollectiveFailed(s.WithContext("tensor-parallel all-reduce in " + what));
 }
 
 // --- Embedding
@@ -237,11 +257,11 @@ void Sequential::DoBackwardWeight(Context& ctx) {
 
 std::unique_ptr<Sequential> MakeMlp(ParameterRegistry& reg, const std::string& name, int64_t in,
                                     int64_t hidden, int64_t out, ActivationKind act,
-                                    float dropout, float out_init_std) {
+                                    float dropout, float out_init_std, TpGroup tp) {
   auto mlp = std::make_unique<Sequential>(name);
-  mlp->Add(std::make_unique<Linear>(reg, name + ".fc1", in, hidden));
+  mlp->Add(std::make_unique<Linear>(reg, name + ".fc1", in, hidden, true, -1.0f, LinearSplit::kColumn, tp));
   mlp->Add(std::make_unique<Activation>(name + ".act", act));
-  mlp->Add(std::make_unique<Linear>(reg, name + ".fc2", hidden, out, true, out_init_std));
+  mlp->Add(std::make_unique<Linear>(reg, name + ".fc2", hidden, out, true, out_init_std, LinearSplit::kRow, tp));
   if (dropout > 0) mlp->Add(std::make_unique<Dropout>(name + ".dropout", dropout));
   return mlp;
 }
@@ -250,33 +270,36 @@ std::unique_ptr<Sequential> MakeMlp(ParameterRegistry& reg, const std::string& n
 
 CausalSelfAttention::CausalSelfAttention(ParameterRegistry& reg, const std::string& name,
                                          int64_t width, int64_t heads, float init_std,
-                                         float proj_init_std)
+                                         float proj_init_std, TpGroup tp)
     : Layer(name),
       width_(width),
-      heads_(heads),
-      qkv_(reg, name + ".qkv", width, 3 * width, true, init_std),
-      proj_(reg, name + ".proj", width, width, true, proj_init_std) {
+      heads_(heads / tp.size()),
+      local_(width / tp.size()),
+      qkv_(reg, name + ".qkv", width, 3 * width, true, init_std, LinearSplit::kColumn, tp, 3),
+      proj_(reg, name + ".proj", width, width, true, proj_init_std, LinearSplit::kRow, tp) {
   STRATA_CHECK(width % heads == 0) << name << ": width " << width << " not divisible by heads "
                                    << heads;
+  STRATA_CHECK(heads % tp.size() == 0) << name << ": " << heads << " heads over " << tp.size()
+                                       << " tensor-parallel ranks";
 }
 
 Tensor CausalSelfAttention::DoForward(const Tensor& x, Context& ctx) {
   STRATA_CHECK(x.dim() == 3 && x.size(2) == width_) << name() << ": wants [B, T, C]";
   const ops::Exec& ex = ctx.exec();
-  const int64_t b = x.size(0), t = x.size(1), hd = width_ / heads_;
+  const int64_t b = x.size(0), t = x.size(1), hd = local_ / heads_;
   Tensor qkv = Rows2D(qkv_.Forward(x, ctx));
   const Shape hs{b, heads_, t, hd};
   Tensor q = ops::NewTensor(ex, hs), k = ops::NewTensor(ex, hs), v = ops::NewTensor(ex, hs);
   ops::SplitHeads(ex, qkv, b, heads_, q, k, v);
   Tensor att = ops::NewTensor(ex, {b, heads_, t, t}), y = ops::NewTensor(ex, hs);
   ops::CausalAttention(ex, q, k, v, att, y);
-  Tensor merged = ops::NewTensor(ex, {b * t, width_});
+  Tensor merged = ops::NewTensor(ex, {b * t, local_});
   ops::MergeHeads(ex, y, merged);
   ctx.Save(this, "q", q);
   ctx.Save(this, "k", k);
   ctx.Save(this, "v", v);
   if (!recompute_core_) ctx.Save(this, "att", att);
-  return proj_.Forward(Reshaped(merged, {b, t, width_}), ctx);
+  return proj_.Forward(Reshaped(merged, {b, t, local_}), ctx);
 }
 
 Tensor CausalSelfAttention::Backprop(const Tensor& dy, Context& ctx, BackwardPass pass) {
@@ -297,13 +320,13 @@ Tensor CausalSelfAttention::Backprop(const Tensor& dy, Context& ctx, BackwardPas
     att = ctx.Get(this, "att");
   }
   ops::CausalAttentionBackward(ex, q, k, v, att, dyh, dq, dk, dv);
-  Tensor dqkv = ops::NewTensor(ex, {b * t, 3 * width_});
+  Tensor dqkv = ops::NewTensor(ex, {b * t, 3 * local_});
   ops::MergeHeadsGrad(ex, dq, dk, dv, dqkv);
   if (pass == BackwardPass::kInput) {  // the weight half needs none of these
     for (const char* key : {"q", "k", "v"}) ctx.Drop(this, key);
     if (!recompute_core_) ctx.Drop(this, "att");
   }
-  return Back(qkv_, Reshaped(dqkv, {b, t, 3 * width_}), ctx, pass);
+  return Back(qkv_, Reshaped(dqkv, {b, t, 3 * local_}), ctx, pass);
 }
 
 Tensor CausalSelfAttention::DoBackward(const Tensor& dy, Context& ctx) {
@@ -323,15 +346,15 @@ void CausalSelfAttention::DoBackwardWeight(Context& ctx) {
 
 TransformerBlock::TransformerBlock(ParameterRegistry& reg, const std::string& name,
                                    int64_t width, int64_t heads, int num_layers_total,
-                                   float dropout)
+                                   float dropout, TpGroup tp)
     : Layer(name),
       ln1_(reg, name + ".ln1", width),
       // GPT-2: residual projections scaled by 1/sqrt(2 * layers) so the stream stays bounded.
       attn_(reg, name + ".attn", width, heads, 0.02f,
-            0.02f / std::sqrt(2.0f * static_cast<float>(num_layers_total))),
+            0.02f / std::sqrt(2.0f * static_cast<float>(num_layers_total)), tp),
       ln2_(reg, name + ".ln2", width),
       mlp_(MakeMlp(reg, name + ".mlp", width, 4 * width, width, ActivationKind::kGelu, dropout,
-                   0.02f / std::sqrt(2.0f * static_cast<float>(num_layers_total)))) {}
+                   0.02f / std::sqrt(2.0f * static_cast<float>(num_layers_total)), tp)) {}
 
 Tensor TransformerBlock::DoForward(const Tensor& x, Context& ctx) {
   const ops::Exec& ex = ctx.exec();

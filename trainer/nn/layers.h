@@ -10,15 +10,26 @@
 #include <vector>
 
 #include "trainer/nn/module.h"
+#include "trainer/nn/tp_group.h"
 
 namespace strata::nn {
 
-// y = x @ weight + bias; weight [in, out] named "<name>.weight", bias "<name>.bias".
+// How tensor parallelism splits a Linear (Megatron's pair, tensor_parallel.h):
+//  kColumn: weight and bias split by output columns; x whole on every rank, y a slice of the
+//           columns; backward all-reduces dx (each rank's is a partial sum).
+//  kRow:    weight split by input rows; x a slice of the features, y all-reduced in forward
+//           (each rank's product is a partial sum), the bias (whole) added after.
+// With `blocks` > 1 the output columns are that many equal blocks, each split (qkv: q, k, v).
+enum class LinearSplit { kNone, kColumn, kRow };
+
+// y = x @ weight + bias; weight [in, out] named "<name>.weight", bias "<name>.bias". `in` and
+// `out` are the unsplit sizes; a split layer holds its shard (Parameter::shard) of each.
 class Linear : public Layer {
  public:
   // Default init: normal with std 1/sqrt(in) (keeps activations at unit scale).
   Linear(ParameterRegistry& reg, const std::string& name, int64_t in, int64_t out,
-         bool bias = true, float init_std = -1.0f);
+         bool bias = true, float init_std = -1.0f, LinearSplit split = LinearSplit::kNone,
+         TpGroup tp = {}, int blocks = 1);
   Parameter& weight() { return *weight_; }
   Parameter* bias() { return bias_; }
 
@@ -33,7 +44,9 @@ class Linear : public Layer {
   Tensor InputGrad(const ops::Exec& ex, const Tensor& dy2) const;
   void WeightGrad(const ops::Exec& ex, const Tensor& x2, const Tensor& dy2);
 
-  int64_t in_, out_;
+  int64_t in_, out_;  // local: this rank's shard
+  LinearSplit split_;
+  TpGroup tp_;
   Parameter* weight_;
   Parameter* bias_ = nullptr;
 };
@@ -129,17 +142,20 @@ class Sequential : public Layer {
   std::vector<std::unique_ptr<Layer>> layers_;
 };
 
-// "<name>.fc1" -> activation -> "<name>.fc2" (dropout after fc2 when p > 0).
+// "<name>.fc1" -> activation -> "<name>.fc2" (dropout after fc2 when p > 0). Split over `tp`:
+// fc1 by columns, fc2 by rows (one all-reduce forward, one backward).
 std::unique_ptr<Sequential> MakeMlp(ParameterRegistry& reg, const std::string& name, int64_t in,
                                     int64_t hidden, int64_t out, ActivationKind act,
-                                    float dropout = 0.0f, float out_init_std = -1.0f);
+                                    float dropout = 0.0f, float out_init_std = -1.0f,
+                                    TpGroup tp = {});
 
 // x [B, T, C] -> [B, T, C]: qkv projection, causal attention over `heads` heads, output
-// projection ("<name>.qkv", "<name>.proj").
+// projection ("<name>.qkv", "<name>.proj"). Split over `tp` by heads: each rank holds heads/tp
+// of them (qkv by columns, q, k and v alike; proj by rows).
 class CausalSelfAttention : public Layer {
  public:
   CausalSelfAttention(ParameterRegistry& reg, const std::string& name, int64_t width,
-                      int64_t heads, float init_std, float proj_init_std);
+                      int64_t heads, float init_std, float proj_init_std, TpGroup tp = {});
   // Selective recomputation (Megatron's): forward keeps q, k and v but not the [B, H, T, T]
   // attention probabilities, which backward computes again from them. The probabilities are
   // the activation that grows with T^2; recomputing them costs the attention core only.
@@ -154,7 +170,8 @@ class CausalSelfAttention : public Layer {
  private:
   Tensor Backprop(const Tensor& dy, Context& ctx, BackwardPass pass);
 
-  int64_t width_, heads_;
+  int64_t width_, heads_;  // heads_ and local_: this rank's heads and their width
+  int64_t local_;
   bool recompute_core_ = false;
   Linear qkv_;
   Linear proj_;
@@ -164,7 +181,7 @@ class CausalSelfAttention : public Layer {
 class TransformerBlock : public Layer {
  public:
   TransformerBlock(ParameterRegistry& reg, const std::string& name, int64_t width, int64_t heads,
-                   int num_layers_total, float dropout = 0.0f);
+                   int num_layers_total, float dropout = 0.0f, TpGroup tp = {});
   CausalSelfAttention& attention() { return attn_; }
 
  protected:

@@ -26,6 +26,7 @@ Parameter& ParameterRegistry::CreateShard(const std::string& name, const ShardSp
   p->weight_decay = weight_decay;
   p->sparse = sparse;
   p->init = init;
+  if (!shard.whole()) p->init.shard = shard;
   p->shard = shard;
   p->init.seed = rng::Derive(seed_, name.c_str());
   const InitSpec& spec = p->init;
@@ -36,16 +37,9 @@ Parameter& ParameterRegistry::CreateShard(const std::string& name, const ShardSp
     // Row k of the table is keyed by its row in the unsplit table.
     STRATA_CHECK(shard.whole() || shard.axis == 0) << name << ": a sparse table splits by rows";
     const size_t dim = static_cast<size_t>(shape[1]);
-    const int64_t first = shard.whole() ? 0 : shard.BlockOffset(0);
-    for (int64_t k = 0; k < shape[0]; ++k) {
-      InitValues(spec, static_cast<uint64_t>(first + k), v.subspan(k * dim, dim));
-    }
-  } else if (shard.whole()) {
-    InitDenseValues(spec, 0, v);
+    for (int64_t k = 0; k < shape[0]; ++k) InitValues(spec, static_cast<uint64_t>(k), v.subspan(k * dim, dim));
   } else {
-    for (size_t i = 0; i < v.size(); ++i) {
-      InitDenseValues(spec, static_cast<uint64_t>(shard.GlobalIndex(static_cast<int64_t>(i))), v.subspan(i, 1));
-    }
+    InitDenseValues(spec, 0, v);  // a shard's element i is the unsplit one's GlobalIndex(i)
   }
   if (exec_.is_cuda()) {
     p->value = ops::NewTensor(exec_, shape);

@@ -13,11 +13,13 @@
 #include <vector>
 
 #include "common/tensor.h"
-#include "trainer/nn/shard.h"
+#include "common/shard.h"
 #include "ps/table.h"
 #include "trainer/ops/exec.h"
 
 namespace strata::nn {
+
+using strata::ShardSpec;
 
 // A named trainable tensor and its gradient (same shape, device and dtype; gradients
 // accumulate until ZeroGrad). Names are dotted paths ("block0.attn.qkv.weight"): checkpoints

@@ -56,6 +56,17 @@ double BceWithLogits(const Exec& ex, const Tensor& logits, const Tensor& labels,
 void EmbeddingGather(const Exec& ex, const Tensor& table, const Tensor& ids, const Tensor& rows);
 void EmbeddingScatterAdd(const Exec& ex, const Tensor& drows, const Tensor& ids,
                          const Tensor& dtable);
+void EmbeddingGatherRange(const Exec& ex, const Tensor& table, const Tensor& ids, int64_t first,
+                          const Tensor& rows);
+void EmbeddingScatterAddRange(const Exec& ex, const Tensor& drows, const Tensor& ids,
+                              int64_t first, const Tensor& dtable);
+void VocabLogitStats(const Exec& ex, const Tensor& logits, const Tensor& targets, int64_t first,
+                     const Tensor& row_max, const Tensor& target_logit);
+void VocabSumExp(const Exec& ex, const Tensor& logits, const Tensor& row_max,
+                 const Tensor& sum_exp);
+void VocabCrossEntropyGrad(const Exec& ex, const Tensor& logits, const Tensor& targets,
+                           int64_t first, const Tensor& row_max, const Tensor& sum_exp, float g,
+                           const Tensor& dlogits);
 void Dropout(const Exec& ex, const Tensor& x, float p, uint64_t seed, const Tensor& y);
 void DropoutBackward(const Exec& ex, const Tensor& dy, float p, uint64_t seed, const Tensor& dx);
 void SgdUpdate(const Exec& ex, const Tensor& w, const Tensor& g, const Tensor& v, float lr,

@@ -102,6 +102,28 @@ struct SparseRows {
 };
 SparseRows EmbeddingSparseGrad(const Tensor& drows, const Tensor& ids);
 
+// --- Tensor parallelism: a vocabulary split over ranks, each holding rows [first, first + V')
+// of the table or columns [first, first + V') of the logits.
+// rows[i] = table[ids[i] - first] for ids in the slice, zeros for the others.
+void EmbeddingGatherRange(const Exec& ex, const Tensor& table, const Tensor& ids, int64_t first,
+                          const Tensor& rows);
+// dtable[ids[i] - first] += drows[i] for ids in the slice; others are skipped.
+void EmbeddingScatterAddRange(const Exec& ex, const Tensor& drows, const Tensor& ids,
+                              int64_t first, const Tensor& dtable);
+// logits [N, V'] (columns first.. of the full [N, V]), targets i32 [N]: each row's max over the
+// slice, and its target's logit when the target is in the slice (0 otherwise, and for targets
+// < 0). row_max, target_logit f32 [N].
+void VocabLogitStats(const Exec& ex, const Tensor& logits, const Tensor& targets, int64_t first,
+                     const Tensor& row_max, const Tensor& target_logit);
+// sum_exp[r] = sum over the slice of exp(logits[r, j] - row_max[r]) (row_max: the global max).
+void VocabSumExp(const Exec& ex, const Tensor& logits, const Tensor& row_max,
+                 const Tensor& sum_exp);
+// dlogits = (softmax - onehot(target)) * g over the slice, from the global max and sum of
+// exponentials; rows whose target is < 0 get zeros.
+void VocabCrossEntropyGrad(const Exec& ex, const Tensor& logits, const Tensor& targets,
+                           int64_t first, const Tensor& row_max, const Tensor& sum_exp, float g,
+                           const Tensor& dlogits);
+
 // --- Dropout with a counter-based RNG: element i is kept iff hash(seed, i) >= p, so the mask
 // is the same on every device and backward regenerates it instead of storing it.
 void Dropout(const Exec& ex, const Tensor& x, float p, uint64_t seed, const Tensor& y);

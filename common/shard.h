@@ -1,15 +1,16 @@
 // shard.h: ShardSpec, where a parameter's local tensor sits in the unsplit tensor when tensor
-// parallelism splits it. Initialisation (each shard starts as exactly its slice of the unsplit
-// tensor), checkpoints (shards written with their global offsets, read back into any layout)
-// and gradient clipping (replicated parameters counted once) all read it.
+// parallelism splits it. Initialisation on a trainer or a server (each shard starts as exactly
+// its slice of the unsplit tensor), checkpoints (shards written with their global offsets, read
+// back into any layout) and gradient clipping (replicated parameters counted once) all read it.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "common/status.h"
 #include "common/tensor.h"
 
-namespace strata::nn {
+namespace strata {
 
 // Along `axis` the unsplit tensor of shape `global` is `blocks` equal blocks (qkv's q, k and v:
 // 3; otherwise 1), and each block is cut into `parts` equal slices; this shard holds slice
@@ -42,4 +43,4 @@ struct ShardSpec {
   bool operator==(const ShardSpec&) const = default;
 };
 
-}  // namespace strata::nn
+}  // namespace strata

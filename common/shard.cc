@@ -1,7 +1,7 @@
 // shard.cc: ShardSpec's index arithmetic.
-#include "trainer/nn/shard.h"
+#include "common/shard.h"
 
-namespace strata::nn {
+namespace strata {
 
 Shape ShardSpec::LocalShape() const {
   Shape s = global;
@@ -30,6 +30,13 @@ Status ShardSpec::Validate(const std::string& what) const {
     return Status::InvalidArgument(what + ": shard " + ToString() + " is not a part of a split");
   }
   if (whole()) return Status::OK();
+  int64_t numel = 1;
+  for (int64_t d : global) {
+    if (d <= 0 || numel > (int64_t{1} << 62) / d) {
+      return Status::InvalidArgument(what + ": unsplit shape " + ShapeToString(global) + " is not a tensor's");
+    }
+    numel *= d;
+  }
   if (axis < 0 || axis >= static_cast<int>(global.size())) {
     return Status::InvalidArgument(what + ": split axis " + std::to_string(axis) + " of a " +
                                    std::to_string(global.size()) + "-d tensor");
@@ -50,4 +57,4 @@ std::string ShardSpec::ToString() const {
   return s + ", part " + std::to_string(index) + " of " + std::to_string(parts);
 }
 
-}  // namespace strata::nn
+}  // namespace strata
