@@ -339,7 +339,7 @@ Result<std::unique_ptr<PsSync>> PsSync::Create(PsClient& client, nn::ParameterRe
     if (!all && !p->sparse) continue;
     TableSpec spec;
     spec.id = next_id++;
-    spec.name = p->name;
+    spec.name = p->name + options.table_suffix;
     spec.init = p->init;
     spec.consistency = sync.consistency;
     spec.staleness = static_cast<uint32_t>(sync.staleness);

@@ -126,6 +126,9 @@ struct PsSyncOptions {
   int trainers = 1;             // every trainer of the job (they all clock)
   int replicas = 1;             // the data-parallel replicas that push this rank's tables
   uint32_t first_table_id = 0;  // tables get ids from here (pipeline ranks' ids differ)
+  // Appended to every table's name: a tensor-parallel shard's tables ("#tp0/2") are its own,
+  // whole parameters included (each tp rank keeps its copy on its own tables).
+  std::string table_suffix;
 };
 
 // Used by one training thread.

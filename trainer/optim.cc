@@ -46,6 +46,14 @@ double GradSquaredSum(nn::ParameterRegistry& reg) {
   return sq;
 }
 
+double GradSquaredSum(nn::ParameterRegistry& reg, bool split) {
+  double sq = 0;
+  for (auto& p : reg.params()) {
+    if (!p->remote && p->shard.whole() != split) sq += ops::SumSquares(reg.exec(), p->grad);
+  }
+  return sq;
+}
+
 double GradNorm(nn::ParameterRegistry& reg) { return std::sqrt(GradSquaredSum(reg)); }
 
 void ScaleGrads(nn::ParameterRegistry& reg, float scale) {

@@ -40,8 +40,11 @@ double LearningRate(const OptimizerOptions& o, int64_t step, int64_t total_steps
 double ClipGradNorm(nn::ParameterRegistry& reg, double max_norm);
 double GradNorm(nn::ParameterRegistry& reg);
 // The pieces of ClipGradNorm for gradients spread over ranks (a pipeline's stages): the sum of
-// squares of the local gradients, reduced by the caller, and the scale applied to them.
+// squares of the local gradients, reduced by the caller, and the scale applied to them. With
+// `split`, only tensor-parallel shards' gradients (Parameter::shard not whole), or only the
+// others without: a caller sums the first over its tp group and counts the second once.
 double GradSquaredSum(nn::ParameterRegistry& reg);
+double GradSquaredSum(nn::ParameterRegistry& reg, bool split);
 void ScaleGrads(nn::ParameterRegistry& reg, float scale);
 
 // Updates a registry's parameters from their gradients. Not thread-safe.

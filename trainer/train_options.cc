@@ -99,7 +99,6 @@ void Bind(config::Binder& b, ParallelOptions& o) {
   b.Field("partition", o.partition,
           "how units are cut into stages: params, cost, or the first unit of each later stage "
           "(\"3,6,9\")");
-  b.Require(o.tp == 1, "tp", "tensor parallelism is not built yet (tp must be 1)");
   b.Require(o.zero == 0, "zero", "ZeRO is not built yet (zero must be 0)");
 }
 

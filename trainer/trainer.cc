@@ -56,6 +56,8 @@ int64_t IdsPerSample(const ModelOptions& m) {
 
 // Runs f, returning an ops::OutOfMemory thrown inside it as its ResourceExhausted Status with
 // what was being done and what the job can change.
+// Also turns a tensor-parallel collective that failed inside a layer (nn::CollectiveFailed: a
+// dead peer, a timeout) back into its Status.
 template <typename Doing, typename F>
 auto CatchOutOfMemory(Doing&& doing, F&& f) -> decltype(f()) {
   try {
@@ -64,7 +66,9 @@ auto CatchOutOfMemory(Doing&& doing, F&& f) -> decltype(f()) {
     return Status::ResourceExhausted(
         std::string(doing()) + ": out of memory allocating " + e.status().message() +
         " (lower train.batch_size, raise train.micro_batches, set parallel.recompute, raise "
-        "parallel.pp, or shrink the model)");
+        "parallel.pp or parallel.tp, or shrink the model)");
+  } catch (const nn::CollectiveFailed& e) {
+    return e.status().WithContext(doing());
   }
 }
 
@@ -140,7 +144,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
   ModelOptions model = job.model;
   if (servers) model.sparse_rows = local_batch * t->plan_.micro_batches * IdsPerSample(job.model);
   model.recompute_attention_core = job.parallel.recompute == ParallelOptions::Recompute::kSelective;
-  STRATA_ASSIGN_OR_RETURN(t->model_, CreateModel(model, exec, mine));
+  STRATA_ASSIGN_OR_RETURN(t->model_, CreateModel(model, exec, mine, nn::TpGroup{t->groups_.tp.get()}));
   if (job.parallel.recompute == ParallelOptions::Recompute::kFull) {
     for (int u = 0; u < t->model_->num_units(); ++u) {
       if (t->model_->built(u)) t->model_->unit(u).set_recompute(true);
@@ -163,7 +167,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
                    t->unigram_entropy_);
     }
   }
-  if (t->rank_ == 0 && (t->plan_.pp > 1 || t->plan_.dp > 1)) spdlog::info("parallel plan: {}", t->plan_.ToString());
+  if (t->rank_ == 0 && t->plan_.world > 1) spdlog::info("parallel plan: {}", t->plan_.ToString());
   t->progress_ = std::make_unique<Progress>(job, t->rank_, t->world_, launched);
   STRATA_RETURN_IF_ERROR(t->progress_->Open());
   return t;
@@ -199,6 +203,9 @@ Status Trainer::MakeGroups() {
       NcclOptions nccl;
       nccl.device = device_->exec().device.index;
       nccl.timeout = timeout;
+      // Tensor-parallel collectives run inside layers, between their kernels: on the layers'
+      // stream, so that they are ordered with the kernels without a host wait.
+      if (name.starts_with("trainers/tp/")) nccl.stream = static_cast<cudaStream_t>(device_->exec().stream);
       STRATA_ASSIGN_OR_RETURN(auto comm, MakeNcclCommunicator(*node_, name, rank, size, nccl));
       return std::unique_ptr<Communicator>(std::move(comm));
 #endif
@@ -223,7 +230,9 @@ Status Trainer::Connect() {
     PsSyncOptions o;
     o.trainers = world_;
     o.replicas = plan_.dp;
-    o.first_table_id = static_cast<uint32_t>(groups_.pp_rank) << 16;
+    // One set of tables per (pp, tp) shard, shared by its dp replicas.
+    o.first_table_id = static_cast<uint32_t>(groups_.pp_rank) << 16 | static_cast<uint32_t>(groups_.tp_rank) << 10;
+    if (plan_.tp > 1) o.table_suffix = "#tp" + std::to_string(groups_.tp_rank) + "/" + std::to_string(plan_.tp);
     STRATA_ASSIGN_OR_RETURN(ps_, PsSync::Create(*client_, reg, job_, o, trace_.get()));
     syncs_.push_back(ps_.get());
   }
@@ -334,7 +343,17 @@ std::string Trainer::PipelineTrainers() const {
 
 Result<double> Trainer::ClipGradients() {
   nn::ParameterRegistry& reg = model_->params();
-  double sq = GradSquaredSum(reg);
+  // Each element counted once: a tensor-parallel shard's squares are summed over the tp group,
+  // a parameter whole on every tp rank (norms, biases of row-split layers) counted as is.
+  double sq = GradSquaredSum(reg, /*split=*/false);
+  if (groups_.tp) {
+    double split = GradSquaredSum(reg, /*split=*/true);
+    STRATA_RETURN_IF_ERROR(groups_.tp->AllReduceHost(&split, 1, ReduceOp::kSum)
+                               .WithContext("summing the gradient norm over the tensor-parallel group"));
+    sq += split;
+  } else {
+    sq += GradSquaredSum(reg, /*split=*/true);
+  }
   // Each pipeline rank holds its stages' gradients; replicas already agree after all-reduce.
   if (groups_.pp) {
     STRATA_RETURN_IF_ERROR(groups_.pp->AllReduceHost(&sq, 1, ReduceOp::kSum)
