@@ -69,9 +69,11 @@ Result<CheckpointManifest> CheckpointManifest::FromJson(const std::string& text,
 }
 
 std::string CheckpointManifest::PlanString() const {
-  std::string s = "dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) +
-                  " vpp=" + std::to_string(vpp);
-  return plan.empty() ? s : s + " (" + plan + ")";
+  const std::string s = "dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) +
+                        " vpp=" + std::to_string(vpp);
+  // A trainer's plan text starts with the same figures; a conversion's says what it was.
+  if (plan.empty() || plan.starts_with(s)) return plan.empty() ? s : plan;
+  return s + " (" + plan + ")";
 }
 
 }  // namespace strata

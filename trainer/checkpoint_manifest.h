@@ -33,7 +33,8 @@ struct CheckpointManifest {
   std::string ToJson() const;
   // InvalidArgument naming `where` unless `text` is a manifest of this format.
   static Result<CheckpointManifest> FromJson(const std::string& text, const std::string& where);
-  // "dp=2 tp=1 pp=1 vpp=1" (and the plan's text when it says more).
+  // The plan's text ("dp=2 tp=1 pp=1 vpp=1 m=4 1f1b; stages [0,4)"), or the figures and how
+  // the checkpoint was made ("dp=1 tp=1 pp=1 vpp=1 (from-full model.bin)").
   std::string PlanString() const;
 };
 
