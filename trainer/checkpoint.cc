@@ -52,6 +52,7 @@ Result<CheckpointReader> CheckpointReader::Open(const std::string& path) {
     STRATA_ASSIGN_OR_RETURN(ShardFile file, ShardFile::Open(path));
     STRATA_ASSIGN_OR_RETURN(r.manifest_, CheckpointManifest::FromJson(file.meta(), path + " (its meta)"));
     r.manifest_.files = {{fs::path(path).filename().string(), {file.size(), 0}}};
+    r.full_file_ = true;
     r.files_.push_back(std::move(file));
   } else {
     STRATA_ASSIGN_OR_RETURN(const std::string text, ReadWholeFile(path + "/" + kManifestName));

@@ -55,6 +55,9 @@ class CheckpointReader {
   const CheckpointManifest& manifest() const { return manifest_; }
   const std::vector<ShardFile>& files() const { return files_; }
   const std::map<std::string, TensorInfo>& tensors() const { return tensors_; }
+  // A full-model file: no manifest, so no whole-file checksum to check (its index and every
+  // tensor carry their own).
+  bool full_file() const { return full_file_; }
 
   // Reads shard `spec` of tensor `name` into `out` (spec.LocalShape() floats) from the shards
   // that overlap it, checking each one's checksum. NotFound when no file holds the tensor or
@@ -66,6 +69,7 @@ class CheckpointReader {
   CheckpointManifest manifest_;
   std::vector<ShardFile> files_;
   std::map<std::string, TensorInfo> tensors_;
+  bool full_file_ = false;
 };
 
 // Reads every target's shard into host staging, then copies all of them into the targets: on

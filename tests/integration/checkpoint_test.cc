@@ -111,6 +111,8 @@ TEST_F(CheckpointTest, CheckpointThroughAFullModelFileResumesUnderPp2) {
 
   const std::string full = dir_.File("full.bin"), back = dir_.File("from-full");
   ASSERT_EQ(Ckpt({"to-full", step, full}, &out), 0) << out;
+  ASSERT_EQ(Ckpt({"inspect", full}, &out), 0) << out;
+  EXPECT_NE(out.find("full-model file, every tensor's checksum ok"), std::string::npos) << out;
   ASSERT_EQ(Ckpt({"from-full", full, back}, &out), 0) << out;
   EXPECT_EQ(testing::ReadCheckpoint(back), testing::ReadCheckpoint(step));
   ExpectResumeContinues(back, "from-full-pp2", 2, {"parallel.pp=2", "parallel.schedule=1f1b"});
