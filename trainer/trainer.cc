@@ -393,7 +393,7 @@ Status Trainer::Finish() {
 Result<TrainSummary> Trainer::RunSteps() {
   const TrainOptions& to = job_.train;
   if (to.resume && !to.checkpoint_dir.empty()) {
-    const std::string latest = LatestCheckpoint(CheckpointDir());
+    const std::string latest = LatestCheckpoint(to.checkpoint_dir);
     if (!latest.empty()) {
       STRATA_RETURN_IF_ERROR(LoadCheckpoint(latest));
       spdlog::info("resumed from {} at step {}", latest, step_);
@@ -424,7 +424,7 @@ Result<TrainSummary> Trainer::RunSteps() {
       window_start = now;
     }
     if (to.eval_every > 0 && step_ % to.eval_every == 0 && step_ != to.steps) STRATA_RETURN_IF_ERROR(Evaluate().status());
-    if (to.checkpoint_every > 0 && step_ % to.checkpoint_every == 0 && groups_.dp_rank == 0) {
+    if (to.checkpoint_every > 0 && step_ % to.checkpoint_every == 0) {
       STRATA_RETURN_IF_ERROR(SaveCheckpoint());
     }
   }
@@ -503,36 +503,6 @@ Result<EvalMetrics> Trainer::Evaluate() {
   }
   progress_->Metrics(j.dump());
   return m;
-}
-
-// --- Checkpoints (checkpoint.h)
-
-std::string Trainer::CheckpointDir() const {
-  const std::string& dir = job_.train.checkpoint_dir;
-  return plan_.pp > 1 ? dir + "/pp" + std::to_string(groups_.pp_rank) : dir;
-}
-
-std::vector<std::pair<std::string, Tensor>> Trainer::CheckpointTensors() {
-  std::vector<std::pair<std::string, Tensor>> all;
-  for (auto& p : model_->params().params()) all.emplace_back(p->name, p->value);
-  for (auto& s : optimizer_->State()) all.push_back(s);
-  return all;
-}
-
-Status Trainer::SaveCheckpoint() {
-  CheckpointHeader h{step_, data_->position(), optimizer_->step()};
-  STRATA_ASSIGN_OR_RETURN(const std::string path, WriteCheckpoint(CheckpointDir(), h, CheckpointTensors()));
-  progress_->Metrics(nlohmann::json{{"step", step_}, {"checkpoint", path}}.dump());
-  return Status::OK();
-}
-
-Status Trainer::LoadCheckpoint(const std::string& path) {
-  CheckpointHeader h;
-  STRATA_RETURN_IF_ERROR(ReadCheckpoint(path, CheckpointTensors(), &h));
-  step_ = h.step;
-  data_->Seek(h.data_position);
-  optimizer_->set_step(h.optimizer_step);
-  return Status::OK();
 }
 
 }  // namespace strata

@@ -50,6 +50,7 @@ struct TrainSummary {
 };
 
 class Node;
+struct ShardTensor;
 class PsClient;
 class PsSync;
 class GradSync;
@@ -81,12 +82,15 @@ class Trainer {
   // ops::OutOfMemory (Run catches it).
   Result<EvalMetrics> Evaluate();
 
-  // Writes this rank's stages' parameters and optimizer state (rank 0 of each pipeline
-  // stage's replicas writes; see CheckpointDir).
+  // Writes train.checkpoint_dir/step-<step>/ (checkpoint.h); every trainer calls it at the
+  // same step. The first replica of each (pipeline, tensor-parallel) shard writes its
+  // parameters and optimizer state (whole parameters once, by tensor-parallel rank 0); trainer
+  // 0 publishes the manifest and `latest` once every shard file is durable.
   Status SaveCheckpoint();
+  // Loads this rank's shards of every parameter and optimizer tensor from a checkpoint
+  // written under any plan (a step directory, a checkpoint_dir or a full-model file), and
+  // where training stood. On an error nothing was changed.
   Status LoadCheckpoint(const std::string& path);
-  // train.checkpoint_dir, or its "pp<r>" subdirectory for pipeline rank r when pp > 1.
-  std::string CheckpointDir() const;
 
   Model& model() { return *model_; }
   const ParallelPlan& plan() const { return plan_; }
@@ -115,7 +119,7 @@ class Trainer {
   std::string PipelineTrainers() const;  // "the pipeline of trainers 1 3" (errors)
   Status Finish();  // a cluster run: waits for every trainer
   Status WritePipelineTimeline();  // sync.trace_path with pp > 1
-  std::vector<std::pair<std::string, Tensor>> CheckpointTensors();
+  std::vector<ShardTensor> CheckpointTensors();  // parameters and optimizer state
 
   TrainJob job_;
   std::unique_ptr<ComputeDevice> device_;

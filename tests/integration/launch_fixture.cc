@@ -8,6 +8,8 @@
 #include <regex>
 #include <signal.h>
 
+#include "trainer/checkpoint.h"
+
 namespace strata::testing {
 
 std::vector<double> Losses(const std::string& metrics_path) {
@@ -30,20 +32,14 @@ double MaxRelativeDifference(const std::vector<double>& a, const std::vector<dou
 }
 
 std::map<std::string, std::vector<float>> ReadCheckpoint(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
   std::map<std::string, std::vector<float>> out;
-  char header[8 + 4 + 8 + 8 + 8];
-  uint32_t count = 0;
-  if (!in.read(header, sizeof(header)) || !in.read(reinterpret_cast<char*>(&count), 4)) return out;
-  for (uint32_t i = 0; i < count; ++i) {
-    uint32_t len = 0;
-    int64_t numel = 0;
-    in.read(reinterpret_cast<char*>(&len), 4);
-    std::string name(len, '\0');
-    in.read(name.data(), len);
-    in.read(reinterpret_cast<char*>(&numel), 8);
-    std::vector<float> v(static_cast<size_t>(numel));
-    in.read(reinterpret_cast<char*>(v.data()), numel * 4);
+  auto reader = CheckpointReader::Open(path);
+  EXPECT_TRUE(reader.ok()) << reader.status().ToString();
+  if (!reader.ok()) return out;
+  for (const auto& [name, info] : reader->tensors()) {
+    std::vector<float> v(static_cast<size_t>(ShapeNumel(info.global).value()));
+    const Status s = reader->Read(name, nn::ShardSpec::Whole(info.global), v.data());
+    EXPECT_TRUE(s.ok()) << s.ToString();
     out[name] = std::move(v);
   }
   return out;

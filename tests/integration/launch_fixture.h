@@ -23,7 +23,8 @@ inline constexpr const char* kFastFailureDetection =
 // The "loss" of every line of a JSON-lines metrics file that has one.
 std::vector<double> Losses(const std::string& metrics_path);
 double MaxRelativeDifference(const std::vector<double>& a, const std::vector<double>& b);
-// Every tensor of a trainer checkpoint (see trainer/checkpoint.h), by name.
+// Every tensor of a trainer checkpoint (trainer/checkpoint.h: a step directory, a
+// checkpoint_dir's latest or a full-model file), unsplit, by name.
 std::map<std::string, std::vector<float>> ReadCheckpoint(const std::string& path);
 
 // Runs strata-launch with the job on `servers` and `trainers` and SIGKILLs trainer `victim_rank`

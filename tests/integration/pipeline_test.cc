@@ -55,13 +55,13 @@ class PipelineTest : public testing::LaunchFixture {
                        &log), 0) << log;
     base_ = Losses(Rank("local", 0));
     ASSERT_EQ(base_.size(), 20u) << log;
-    base_weights_ = ReadCheckpoint(dir_.File("ckpt/local/ckpt-20.bin"));
+    base_weights_ = ReadCheckpoint(dir_.File("ckpt/local/step-20"));
     ASSERT_FALSE(base_weights_.empty());
   }
 
   // Launches the job on `trainers` with the plan in `sets` and compares with the reference:
   // losses at every step within 1e-5 relative, and every parameter and optimizer tensor of the
-  // stages' checkpoints (gathered) equal to the single process's within float tolerance.
+  // checkpoint (every stage's shard file) equal to the single process's within float tolerance.
   void ExpectMatchesReference(const std::string& job, const std::string& tag, int trainers, int pp,
                               std::vector<std::string> sets) {
     std::string log;
@@ -72,12 +72,10 @@ class PipelineTest : public testing::LaunchFixture {
     const auto losses = Losses(Rank(tag, 0));
     ASSERT_EQ(losses.size(), 20u) << log;
     EXPECT_LT(MaxRelativeDifference(base_, losses), 1e-5) << tag << "\n" << log;
-    std::map<std::string, std::vector<float>> gathered;
-    for (int r = 0; r < pp; ++r) {
-      const auto stage = ReadCheckpoint(ckpt + "/pp" + std::to_string(r) + "/ckpt-20.bin");
-      EXPECT_FALSE(stage.empty()) << tag << ": no checkpoint from pipeline rank " << r;
-      for (const auto& [name, w] : stage) EXPECT_TRUE(gathered.emplace(name, w).second) << name << " on two stages";
-    }
+    // One checkpoint holds every stage's shard file.
+    const auto gathered = ReadCheckpoint(ckpt + "/step-20");
+    const auto manifest = nlohmann::json::parse(ReadFile(ckpt + "/step-20/manifest.json"));
+    EXPECT_EQ(manifest["files"].size(), static_cast<size_t>(pp)) << tag << ": one shard file per pipeline rank";
     ASSERT_EQ(gathered.size(), base_weights_.size()) << tag;
     for (const auto& [name, w] : base_weights_) {
       ASSERT_TRUE(gathered.contains(name)) << tag << ": " << name << " on no stage";
@@ -137,7 +135,7 @@ TEST_F(PipelineTest, GptDp2TimesPp2MatchesOneProcess) {
   // must add nothing to it.
   std::string log;
   ASSERT_EQ(Launch(job, 0, 2, {"train.checkpoint_every=20", "train.checkpoint_dir=" + dir_.File("ckpt/dp2")}, &log), 0) << log;
-  base_weights_ = ReadCheckpoint(dir_.File("ckpt/dp2/ckpt-20.bin"));
+  base_weights_ = ReadCheckpoint(dir_.File("ckpt/dp2/step-20"));
   ASSERT_FALSE(base_weights_.empty());
   ExpectMatchesReference(job, "dp2pp2-1f1b", 4, 2, {"parallel.pp=2", "parallel.schedule=1f1b"});
   ExpectMatchesReference(job, "dp2pp2-zbh1", 4, 2, {"parallel.pp=2", "parallel.schedule=zb-h1"});

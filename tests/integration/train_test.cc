@@ -57,7 +57,7 @@ class TrainTest : public testing::LaunchFixture {
                        &log), 0) << log;
     const auto base = Losses(Rank(model + "-local", 0));
     ASSERT_EQ(base.size(), 20u) << log;
-    const auto base_weights = ReadCheckpoint(ckpt + "/local/ckpt-20.bin");
+    const auto base_weights = ReadCheckpoint(ckpt + "/local/step-20");
     ASSERT_FALSE(base_weights.empty());
     for (int trainers : {1, 2, 4}) {
       const std::string tag = model + "-ar" + std::to_string(trainers);
@@ -66,7 +66,7 @@ class TrainTest : public testing::LaunchFixture {
                         "train.checkpoint_every=20", "train.checkpoint_dir=" + ckpt + "/" + tag},
                        &log), 0) << log;
       EXPECT_LT(MaxRelativeDifference(base, Losses(Rank(tag, 0))), 1e-5) << trainers << " trainers";
-      const auto weights = ReadCheckpoint(ckpt + "/" + tag + "/ckpt-20.bin");
+      const auto weights = ReadCheckpoint(ckpt + "/" + tag + "/step-20");
       ASSERT_EQ(weights.size(), base_weights.size());
       for (const auto& [name, w] : base_weights) {
         const auto& got = weights.at(name);

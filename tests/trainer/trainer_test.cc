@@ -208,20 +208,26 @@ TEST(TrainerTest, CorruptCheckpointIsRejected) {
   auto t = Trainer::Create(job);
   ASSERT_TRUE(t.ok());
   ASSERT_TRUE((*t)->Run().ok());
-  const std::string path = job.train.checkpoint_dir + "/ckpt-3.bin";
+  const std::string path = job.train.checkpoint_dir + "/step-3";
   {
-    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(200);
+    std::fstream f(path + "/shard-pp0-tp0.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-100, std::ios::end);
     f.put('\x7f');
   }
+  const nn::Parameter& first = *(*t)->model().params().params()[0];
+  const std::vector<float> before(first.value.data_as<float>(), first.value.data_as<float>() + first.value.numel());
   Status s = (*t)->LoadCheckpoint(path);
   EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
+  EXPECT_EQ(std::vector<float>(first.value.data_as<float>(), first.value.data_as<float>() + first.value.numel()), before)
+      << "a failed load changed " << first.name;
   TrainJob other = job;
   other.model.mlp_hidden = 64;
   auto t2 = Trainer::Create(other);
   ASSERT_TRUE(t2.ok());
   ASSERT_TRUE((*t)->SaveCheckpoint().ok());
-  EXPECT_EQ((*t2)->LoadCheckpoint(path).code(), StatusCode::kInvalidArgument);
+  s = (*t2)->LoadCheckpoint(path);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("global shape"), std::string::npos) << s.ToString();
   std::filesystem::remove_all(job.train.checkpoint_dir);
 }
 
