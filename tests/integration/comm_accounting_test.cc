@@ -20,7 +20,8 @@ constexpr int kSteps = 5;
 
 const char* kGpt =
     "model: {kind: gpt, layers: 2, heads: 2, width: 32, context: 16}\n"
-    "data: {kind: text, path: " STRATA_SOURCE_DIR "/README.md, eval_samples: 64}\n"
+    "data: {kind: text, path: " STRATA_SOURCE_DIR
+    "/README.md, eval_samples: 64}\n"
     "optimizer: {kind: adamw, lr: 0.003, clip_norm: 1.0}\n"
     "train: {steps: 5, batch_size: 8, micro_batches: 4, log_every: 1, progress: false}\n"
     "sync: {mode: allreduce}\n";
@@ -32,9 +33,11 @@ class CommAccountingTest : public testing::LaunchFixture {
   // Runs the job on `trainers` with `sets` (small buckets: several all-reduces a step, and a
   // mid-run evaluation, which must not count as training traffic); returns every rank's "comm"
   // metrics object, by rank.
-  std::vector<nlohmann::json> Run(const std::string& tag, int trainers, std::vector<std::string> sets) {
+  std::vector<nlohmann::json> Run(const std::string& tag, int trainers,
+                                  std::vector<std::string> sets) {
     std::string log;
-    sets.insert(sets.end(), {"sync.bucket_mb=0.01", "train.eval_every=2", "train.metrics_path=" + Metrics(tag)});
+    sets.insert(sets.end(), {"sync.bucket_mb=0.01", "train.eval_every=2",
+                             "train.metrics_path=" + Metrics(tag)});
     EXPECT_EQ(Launch(Job("gpt", kGpt), 0, trainers, sets, &log), 0) << log;
     EXPECT_NE(log.find("communication per step"), std::string::npos) << log;
     EXPECT_NE(log.find("measured bytes equal the model's for every op"), std::string::npos) << log;
@@ -67,7 +70,8 @@ class CommAccountingTest : public testing::LaunchFixture {
       ASSERT_EQ(ranks[r]["steps"], kSteps) << tag << " rank " << r;
       for (const auto& g : ranks[r]["groups"]) {
         for (const auto& [op, s] : g["ops"].items()) {
-          EXPECT_EQ(s["bytes"], s["model_bytes"]) << tag << " rank " << r << " " << g["group"] << " " << op;
+          EXPECT_EQ(s["bytes"], s["model_bytes"])
+              << tag << " rank " << r << " " << g["group"] << " " << op;
         }
       }
     }
@@ -87,15 +91,17 @@ TEST_F(CommAccountingTest, Dp2GptBytesPerStepEqualTheModel) {
     EXPECT_GT(dp["ops"]["all_reduce"]["calls"].get<int>(), kSteps);
     EXPECT_GT(dp["ops"]["all_reduce"]["bytes"].get<int64_t>(), 0);
     EXPECT_EQ(dp["ops"]["host_all_reduce"]["bytes"], kSteps * 8);
-    EXPECT_EQ(dp["ops"]["all_reduce"]["bytes"], Group(ranks[0], "dp")["ops"]["all_reduce"]["bytes"]);
+    EXPECT_EQ(dp["ops"]["all_reduce"]["bytes"],
+              Group(ranks[0], "dp")["ops"]["all_reduce"]["bytes"]);
   }
 }
 
 TEST_F(CommAccountingTest, Dp2TimesPp2GptBytesPerStepEqualTheModel) {
   for (const auto& [schedule, vpp] : {std::pair{"1f1b", 1}, std::pair{"zbv", 2}}) {
     const std::string tag = std::string("dp2pp2-") + schedule;
-    const auto ranks = Run(tag, 4, {"parallel.pp=2", std::string("parallel.schedule=") + schedule,
-                                    "parallel.vpp=" + std::to_string(vpp)});
+    const auto ranks = Run(tag, 4,
+                           {"parallel.pp=2", std::string("parallel.schedule=") + schedule,
+                            "parallel.vpp=" + std::to_string(vpp)});
     ExpectMatchesModel(ranks, tag);
     // Megatron's layout: ranks 0, 1 are pipeline rank 0 of replicas 0, 1; ranks 2, 3 rank 1.
     for (int r = 0; r < 4; ++r) {
@@ -106,10 +112,13 @@ TEST_F(CommAccountingTest, Dp2TimesPp2GptBytesPerStepEqualTheModel) {
       // What this rank sends its pipeline neighbour, the neighbour receives.
       const int neighbour = (r + 2) % 4;
       EXPECT_GT(pp["ops"]["send"]["bytes"].get<int64_t>(), 0) << tag;
-      EXPECT_EQ(pp["ops"]["send"]["bytes"], Group(ranks[neighbour], "pp")["ops"]["recv"]["bytes"]) << tag;
+      EXPECT_EQ(pp["ops"]["send"]["bytes"], Group(ranks[neighbour], "pp")["ops"]["recv"]["bytes"])
+          << tag;
       EXPECT_EQ(pp["ops"]["host_all_reduce"]["bytes"], kSteps * 16) << tag;  // loss, gradient norm
       // Replicas of a stage all-reduce the same gradients.
-      EXPECT_EQ(dp["ops"]["all_reduce"]["bytes"], Group(ranks[r ^ 1], "dp")["ops"]["all_reduce"]["bytes"]) << tag;
+      EXPECT_EQ(dp["ops"]["all_reduce"]["bytes"],
+                Group(ranks[r ^ 1], "dp")["ops"]["all_reduce"]["bytes"])
+          << tag;
     }
   }
 }

@@ -40,7 +40,8 @@ TEST_F(CommStatsTest, GlooCountsEveryOperationsPayload) {
       std::vector<float> mine(2, 1.0f), all(kRanks * 2);
       ASSERT_TRUE(c.AllGather(mine.data(), all.data(), 2).ok());
       ASSERT_TRUE(c.Broadcast(v.data(), 5, 1).ok());
-      EXPECT_EQ(c.Broadcast(v.data(), 5, kRanks).code(), StatusCode::kInvalidArgument);  // not counted
+      EXPECT_EQ(c.Broadcast(v.data(), 5, kRanks).code(),
+                StatusCode::kInvalidArgument);  // not counted
       ASSERT_TRUE(c.Barrier().ok());
 
       // A ring, blocking (even ranks send first), then posted.
