@@ -41,6 +41,7 @@ void PrintSummary(const TrainJob& job, const Trainer& trainer, const TrainSummar
     line += fmt::format(" [{} trainers]", trainer.world());
   }
   spdlog::info("{}", line);
+  for (const std::string& row : FormatCommReport(s.comm)) spdlog::info("{}", row);
 }
 
 int Train(const JobConfig& config, Node* node, bool launched) {

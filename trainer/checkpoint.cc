@@ -95,7 +95,7 @@ Result<CheckpointReader> CheckpointReader::Open(const std::string& path) {
   return r;
 }
 
-Status CheckpointReader::Read(const std::string& name, const nn::ShardSpec& spec, float* out) const {
+Status CheckpointReader::Read(const std::string& name, const ShardSpec& spec, float* out) const {
   auto it = tensors_.find(name);
   if (it == tensors_.end()) {
     return Status::NotFound(path_ + ": no shard file holds " + name + " (a checkpoint of another model or optimizer?)");
@@ -112,7 +112,7 @@ Status CheckpointReader::Read(const std::string& name, const nn::ShardSpec& spec
   // shard that overlaps it.
   std::vector<Source> use;
   for (const Source& s : info.sources) {
-    const nn::ShardSpec& have = files_[s.file].entries()[s.entry].spec;
+    const ShardSpec& have = files_[s.file].entries()[s.entry].spec;
     if (have == spec) use = {s};
   }
   for (const Source& s : info.sources) {
@@ -120,7 +120,7 @@ Status CheckpointReader::Read(const std::string& name, const nn::ShardSpec& spec
   }
   if (use.empty()) {
     for (const Source& s : info.sources) {
-      const nn::ShardSpec& have = files_[s.file].entries()[s.entry].spec;
+      const ShardSpec& have = files_[s.file].entries()[s.entry].spec;
       bool seen = false;
       for (const Source& u : use) seen = seen || files_[u.file].entries()[u.entry].spec == have;
       if (!seen && ShardsOverlap(have, spec)) use.push_back(s);
@@ -169,7 +169,7 @@ namespace {
 Result<std::vector<ShardTensor>> ReadWhole(const CheckpointReader& reader) {
   std::vector<ShardTensor> out;
   for (const auto& [name, info] : reader.tensors()) {
-    ShardTensor t{name, nn::ShardSpec::Whole(info.global), Tensor()};
+    ShardTensor t{name, ShardSpec::Whole(info.global), Tensor()};
     auto numel = ShapeNumel(info.global);
     STRATA_RETURN_IF_ERROR(numel.status());
     auto storage = std::make_shared<std::vector<float>>(static_cast<size_t>(*numel));

@@ -62,7 +62,7 @@ class CheckpointReader {
   // Reads shard `spec` of tensor `name` into `out` (spec.LocalShape() floats) from the shards
   // that overlap it, checking each one's checksum. NotFound when no file holds the tensor or
   // part of it; InvalidArgument when its global shape is not spec.global.
-  Status Read(const std::string& name, const nn::ShardSpec& spec, float* out) const;
+  Status Read(const std::string& name, const ShardSpec& spec, float* out) const;
 
  private:
   std::string path_;

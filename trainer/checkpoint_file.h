@@ -18,7 +18,7 @@
 
 #include "common/status.h"
 #include "common/tensor.h"
-#include "trainer/nn/shard.h"
+#include "common/shard.h"
 
 namespace strata {
 
@@ -28,7 +28,7 @@ inline constexpr uint32_t kCheckpointFormat = 3;
 // local values and where they sit in the unsplit tensor.
 struct ShardTensor {
   std::string name;
-  nn::ShardSpec spec;
+  ShardSpec spec;
   Tensor value;  // spec.LocalShape(), f32, any device (written through a host copy)
 };
 
@@ -41,7 +41,7 @@ struct FileDigest {
 // One index entry.
 struct TensorEntry {
   std::string name;
-  nn::ShardSpec spec;
+  ShardSpec spec;
   uint64_t offset = 0;
   uint64_t bytes = 0;
   uint64_t checksum = 0;

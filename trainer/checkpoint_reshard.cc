@@ -18,7 +18,7 @@ struct Box {
   std::vector<int64_t> lo, hi, local_lo;
 };
 
-std::vector<Box> BoxesOf(const nn::ShardSpec& s) {
+std::vector<Box> BoxesOf(const ShardSpec& s) {
   const size_t rank = s.global.size();
   Box whole{std::vector<int64_t>(rank, 0), s.global, std::vector<int64_t>(rank, 0)};
   if (s.whole()) return {whole};
@@ -79,7 +79,7 @@ int64_t CopyBoxes(const Box& a, const std::vector<int64_t>& src_strides, const f
 
 }  // namespace
 
-bool ShardsOverlap(const nn::ShardSpec& a, const nn::ShardSpec& b) {
+bool ShardsOverlap(const ShardSpec& a, const ShardSpec& b) {
   STRATA_CHECK(a.global == b.global) << ShapeToString(a.global) << " vs " << ShapeToString(b.global);
   for (const Box& x : BoxesOf(a)) {
     for (const Box& y : BoxesOf(b)) {
@@ -91,7 +91,7 @@ bool ShardsOverlap(const nn::ShardSpec& a, const nn::ShardSpec& b) {
   return false;
 }
 
-int64_t CopyShardOverlap(const nn::ShardSpec& src, const float* src_data, const nn::ShardSpec& dst,
+int64_t CopyShardOverlap(const ShardSpec& src, const float* src_data, const ShardSpec& dst,
                          float* dst_data) {
   STRATA_CHECK(src.global == dst.global) << ShapeToString(src.global) << " vs " << ShapeToString(dst.global);
   const auto src_strides = Strides(src.LocalShape()), dst_strides = Strides(dst.LocalShape());
@@ -102,8 +102,8 @@ int64_t CopyShardOverlap(const nn::ShardSpec& src, const float* src_data, const 
   return copied;
 }
 
-int64_t CopyShardOverlapReference(const nn::ShardSpec& src, const float* src_data,
-                                  const nn::ShardSpec& dst, float* dst_data) {
+int64_t CopyShardOverlapReference(const ShardSpec& src, const float* src_data,
+                                  const ShardSpec& dst, float* dst_data) {
   STRATA_CHECK(src.global == dst.global);
   int64_t n_src = 1, n_dst = 1;
   for (int64_t d : src.LocalShape()) n_src *= d;

@@ -167,6 +167,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
                    t->unigram_entropy_);
     }
   }
+  t->comm_ = CommAccounting(t->groups_);
   if (t->rank_ == 0 && t->plan_.world > 1) spdlog::info("parallel plan: {}", t->plan_.ToString());
   t->progress_ = std::make_unique<Progress>(job, t->rank_, t->world_, launched);
   STRATA_RETURN_IF_ERROR(t->progress_->Open());
@@ -284,6 +285,7 @@ Result<double> Trainer::TrainStep() {
   const int micro = plan_.micro_batches;
   std::vector<Batch> batches = NextBatches();
   lookahead_.clear();
+  if (micro_batch_.empty()) micro_batch_ = model_->LeadingShape(batches.front());
   const bool prefetch = ps_ && job_.sync.prefetch;
   if (ps_) {
     STRATA_RETURN_IF_ERROR(ps_->Prepare(batches, step_));
@@ -408,6 +410,7 @@ Result<TrainSummary> Trainer::RunSteps() {
   double window_start = elapsed();
   while (step_ < to.steps) {
     const double lr = LearningRate(job_.optimizer, step_, to.steps);
+    comm_.BeginStep();
     STRATA_ASSIGN_OR_RETURN(const double loss, TrainStep());
     double norm = 0;
     {
@@ -415,6 +418,7 @@ Result<TrainSummary> Trainer::RunSteps() {
       STRATA_ASSIGN_OR_RETURN(norm, ClipGradients());
       optimizer_->Step(lr);
     }
+    comm_.EndStep();
     ++step_;
     summary.losses.push_back(loss);
     if (!std::isfinite(loss)) return Status::Aborted("loss is " + std::to_string(loss) + " at step " + std::to_string(step_));
@@ -437,6 +441,10 @@ Result<TrainSummary> Trainer::RunSteps() {
     summary.exposed_comm_seconds = reducer_->exposed_seconds();
   }
   summary.pipeline = pipeline_;
+  summary.comm = comm_.Report(ModelCommTraffic(Layout()));
+  if (summary.comm.steps > 0 && !summary.comm.groups.empty()) {
+    progress_->Metrics(nlohmann::json{{"step", step_}, {"comm", CommReportJson(summary.comm)}}.dump());
+  }
   if (trace_->enabled()) {
     const std::string path = ForRank(job_.sync.trace_path, rank_);
     STRATA_RETURN_IF_ERROR(trace_->Write(path, rank_));
@@ -446,6 +454,24 @@ Result<TrainSummary> Trainer::RunSteps() {
   if (node_) STRATA_RETURN_IF_ERROR(Finish());
   STRATA_ASSIGN_OR_RETURN(summary.eval, Evaluate());
   return summary;
+}
+
+CommLayout Trainer::Layout() const {
+  CommLayout l;
+  l.plan = plan_;
+  l.pp_rank = groups_.pp_rank;
+  l.units = model_->units();
+  l.micro_batch = micro_batch_;
+  l.dp_all_reduce = reducer_ != nullptr;
+  l.overlap = job_.sync.overlap;
+  for (const auto& p : model_->params().params()) {
+    if (p->remote) {
+      l.server_floats += p->value.numel();
+    } else {
+      ++l.all_reduced_tensors;
+    }
+  }
+  return l;
 }
 
 Status Trainer::WritePipelineTimeline() {

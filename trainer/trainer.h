@@ -14,6 +14,7 @@
 #include "trainer/data.h"
 #include "trainer/models/model.h"
 #include "trainer/optim.h"
+#include "trainer/parallel/comm_report.h"
 #include "trainer/parallel/groups.h"
 #include "trainer/parallel/plan.h"
 #include "trainer/train_options.h"
@@ -47,6 +48,9 @@ struct TrainSummary {
   double comm_seconds = 0;
   double exposed_comm_seconds = 0;
   PipelineSummary pipeline;
+  // What each of this trainer's groups moved during the training steps, beside the
+  // analytical count for the layout (a cluster run).
+  CommReport comm;
 };
 
 class Node;
@@ -120,6 +124,7 @@ class Trainer {
   Status Finish();  // a cluster run: waits for every trainer
   Status WritePipelineTimeline();  // sync.trace_path with pp > 1
   std::vector<ShardTensor> CheckpointTensors();  // parameters and optimizer state
+  CommLayout Layout() const;  // this trainer's place in the job, for the comm model
 
   TrainJob job_;
   std::unique_ptr<ComputeDevice> device_;
@@ -141,6 +146,8 @@ class Trainer {
   std::vector<Batch> lookahead_;  // the next step's batches, already prefetched
   std::unique_ptr<Progress> progress_;
   PipelineSummary pipeline_;
+  CommAccounting comm_;
+  Shape micro_batch_;  // a micro-batch's leading shape (Model::LeadingShape), from the first step
   int64_t step_ = 0;
   double unigram_entropy_ = 0;
 };

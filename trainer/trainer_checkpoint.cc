@@ -19,7 +19,7 @@ std::vector<ShardTensor> Trainer::CheckpointTensors() {
   // Optimizer state ("adamw.m/<param>") is shaped and split as its parameter.
   for (auto& [name, t] : optimizer_->State()) {
     const nn::Parameter* p = reg.Find(name.substr(name.find('/') + 1));
-    all.push_back({name, p ? p->shard : nn::ShardSpec::Whole(t.shape()), t});
+    all.push_back({name, p ? p->shard : ShardSpec::Whole(t.shape()), t});
   }
   return all;
 }

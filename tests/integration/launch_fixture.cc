@@ -38,7 +38,7 @@ std::map<std::string, std::vector<float>> ReadCheckpoint(const std::string& path
   if (!reader.ok()) return out;
   for (const auto& [name, info] : reader->tensors()) {
     std::vector<float> v(static_cast<size_t>(ShapeNumel(info.global).value()));
-    const Status s = reader->Read(name, nn::ShardSpec::Whole(info.global), v.data());
+    const Status s = reader->Read(name, ShardSpec::Whole(info.global), v.data());
     EXPECT_TRUE(s.ok()) << s.ToString();
     out[name] = std::move(v);
   }

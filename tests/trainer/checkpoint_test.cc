@@ -17,7 +17,6 @@ namespace strata {
 namespace {
 
 namespace fs = std::filesystem;
-using nn::ShardSpec;
 
 // The value of element g of the unsplit tensor called `name` (exact in f32).
 float ValueAt(const std::string& name, int64_t g) {

@@ -96,12 +96,15 @@ void Scale(float* data, size_t count, float factor) {
 // Safe for one thread at a time (Communicator's contract).
 class GlooCommunicator final : public Communicator {
  public:
-  explicit GlooCommunicator(std::shared_ptr<gloo::Context> context) : context_(std::move(context)) {}
+  GlooCommunicator(std::shared_ptr<gloo::Context> context, std::string name)
+      : Communicator(std::move(name)), context_(std::move(context)) {}
 
   int rank() const override { return context_->rank; }
   int size() const override { return context_->size; }
 
-  Status AllReduce(float* data, size_t count, ReduceOp op) override {
+ protected:
+
+  Status DoAllReduce(float* data, size_t count, ReduceOp op) override {
     return Run("all-reduce", [&] {
       gloo::AllreduceOptions opts(context_);
       opts.setOutput(data, count);
@@ -112,14 +115,14 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
-  Status ReduceScatter(const float* in, float* out, size_t count_per_rank, ReduceOp op) override {
+  Status DoReduceScatter(const float* in, float* out, size_t count_per_rank, ReduceOp op) override {
     return Run("reduce-scatter", [&] {
       RingReduceScatter(in, out, count_per_rank, ReduceFunction(op), next_tag_++);
       if (op == ReduceOp::kAvg) Scale(out, count_per_rank, 1.0f / static_cast<float>(size()));
     });
   }
 
-  Status AllGather(const float* in, float* out, size_t count) override {
+  Status DoAllGather(const float* in, float* out, size_t count) override {
     return Run("all-gather", [&] {
       gloo::AllgatherOptions opts(context_);
       opts.setInput(const_cast<float*>(in), count);
@@ -129,7 +132,7 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
-  Status Broadcast(float* data, size_t count, int root) override {
+  Status DoBroadcast(float* data, size_t count, int root) override {
     if (root < 0 || root >= size()) {
       return Status::InvalidArgument("broadcast root " + std::to_string(root) +
                                      " out of range [0, " + std::to_string(size()) + ")");
@@ -143,7 +146,7 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
-  Status Barrier() override {
+  Status DoBarrier() override {
     return Run("barrier", [&] {
       gloo::BarrierOptions opts(context_);
       opts.setTag(next_tag_++);
@@ -151,7 +154,7 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
-  Status Send(const float* data, size_t count, int peer, uint32_t tag) override {
+  Status DoSend(const float* data, size_t count, int peer, uint32_t tag) override {
     STRATA_RETURN_IF_ERROR(CheckPeer("send to", peer));
     if (count == 0) return Status::OK();
     return Run("send to rank " + std::to_string(peer), [&] {
@@ -161,16 +164,16 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
-  Result<std::unique_ptr<Request>> ISend(const float* data, size_t count, int peer,
+  Result<std::unique_ptr<Request>> DoISend(const float* data, size_t count, int peer,
                                          uint32_t tag) override {
     return Post(true, const_cast<float*>(data), count, peer, tag);
   }
 
-  Result<std::unique_ptr<Request>> IRecv(float* data, size_t count, int peer, uint32_t tag) override {
+  Result<std::unique_ptr<Request>> DoIRecv(float* data, size_t count, int peer, uint32_t tag) override {
     return Post(false, data, count, peer, tag);
   }
 
-  Status AllReduceHost(double* host, size_t count, ReduceOp op) override {
+  Status DoAllReduceHost(double* host, size_t count, ReduceOp op) override {
     return Run("all-reduce of host doubles", [&] {
       gloo::AllreduceOptions opts(context_);
       opts.setOutput(host, count);
@@ -187,7 +190,7 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
-  Status Recv(float* data, size_t count, int peer, uint32_t tag) override {
+  Status DoRecv(float* data, size_t count, int peer, uint32_t tag) override {
     STRATA_RETURN_IF_ERROR(CheckPeer("recv from", peer));
     if (count == 0) return Status::OK();
     return Run("recv from rank " + std::to_string(peer), [&] {
@@ -325,7 +328,7 @@ Result<std::unique_ptr<Communicator>> MakeGlooCommunicator(Node& node, const std
     context->connectFullMesh(store, device);
   });
   if (!s.ok()) return s.WithContext("communicator \"" + name + "\"");
-  return std::unique_ptr<Communicator>(std::make_unique<GlooCommunicator>(context));
+  return std::unique_ptr<Communicator>(std::make_unique<GlooCommunicator>(context, name));
 }
 
 }  // namespace strata

@@ -71,10 +71,12 @@ struct DeviceFree {
 
 class NcclCommunicatorImpl final : public NcclCommunicator {
  public:
-  NcclCommunicatorImpl(ncclComm_t comm, int rank, int size, const NcclOptions& options,
-                       cudaStream_t stream, std::unique_ptr<CUstream_st, StreamDeleter> owned,
+  NcclCommunicatorImpl(std::string name, ncclComm_t comm, int rank, int size,
+                       const NcclOptions& options, cudaStream_t stream,
+                       std::unique_ptr<CUstream_st, StreamDeleter> owned,
                        std::unique_ptr<float, DeviceFree> scratch)
-      : comm_(comm),
+      : NcclCommunicator(std::move(name)),
+        comm_(comm),
         rank_(rank),
         size_(size),
         device_(options.device),
@@ -100,24 +102,25 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   cudaStream_t stream() const override { return stream_; }
   int device() const override { return device_; }
 
-  Status AllReduce(float* data, size_t count, ReduceOp op) override {
+ protected:
+  Status DoAllReduce(float* data, size_t count, ReduceOp op) override {
     return Enqueue("all-reduce", [&] {
       return ncclAllReduce(data, data, count, ncclFloat, NcclOp(op), comm_, stream_);
     });
   }
 
-  Status ReduceScatter(const float* in, float* out, size_t count_per_rank, ReduceOp op) override {
+  Status DoReduceScatter(const float* in, float* out, size_t count_per_rank, ReduceOp op) override {
     return Enqueue("reduce-scatter", [&] {
       return ncclReduceScatter(in, out, count_per_rank, ncclFloat, NcclOp(op), comm_, stream_);
     });
   }
 
-  Status AllGather(const float* in, float* out, size_t count) override {
+  Status DoAllGather(const float* in, float* out, size_t count) override {
     return Enqueue("all-gather",
                    [&] { return ncclAllGather(in, out, count, ncclFloat, comm_, stream_); });
   }
 
-  Status Broadcast(float* data, size_t count, int root) override {
+  Status DoBroadcast(float* data, size_t count, int root) override {
     if (root < 0 || root >= size_) {
       return Status::InvalidArgument("broadcast root " + std::to_string(root) +
                                      " out of range [0, " + std::to_string(size_) + ")");
@@ -128,21 +131,21 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   }
 
   // NCCL has no barrier: an all-reduce of one float, waited for on the host.
-  Status Barrier() override {
+  Status DoBarrier() override {
     STRATA_RETURN_IF_ERROR(Enqueue("barrier", [&] {
       return ncclAllReduce(scratch_.get(), scratch_.get(), 1, ncclFloat, ncclSum, comm_, stream_);
     }));
     return Synchronize();
   }
 
-  Status Send(const float* data, size_t count, int peer, uint32_t /*tag*/) override {
+  Status DoSend(const float* data, size_t count, int peer, uint32_t /*tag*/) override {
     STRATA_RETURN_IF_ERROR(CheckPeer("send to", peer));
     if (count == 0) return Status::OK();
     return Enqueue("send to rank " + std::to_string(peer),
                    [&] { return ncclSend(data, count, ncclFloat, peer, comm_, stream_); });
   }
 
-  Status Recv(float* data, size_t count, int peer, uint32_t /*tag*/) override {
+  Status DoRecv(float* data, size_t count, int peer, uint32_t /*tag*/) override {
     STRATA_RETURN_IF_ERROR(CheckPeer("recv from", peer));
     if (count == 0) return Status::OK();
     return Enqueue("recv from rank " + std::to_string(peer),
@@ -152,17 +155,17 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
   // NCCL orders point-to-point calls by issue on the communicator's stream; a request's Wait
   // is Synchronize. Pipeline stages on NCCL post the sends and receives of one exchange in the
   // same order on both sides (see pipeline/executor.h).
-  Result<std::unique_ptr<Request>> ISend(const float* data, size_t count, int peer, uint32_t tag) override {
-    STRATA_RETURN_IF_ERROR(Send(data, count, peer, tag));
+  Result<std::unique_ptr<Request>> DoISend(const float* data, size_t count, int peer, uint32_t tag) override {
+    STRATA_RETURN_IF_ERROR(DoSend(data, count, peer, tag));
     return std::unique_ptr<Request>(std::make_unique<StreamRequest>(*this));
   }
 
-  Result<std::unique_ptr<Request>> IRecv(float* data, size_t count, int peer, uint32_t tag) override {
-    STRATA_RETURN_IF_ERROR(Recv(data, count, peer, tag));
+  Result<std::unique_ptr<Request>> DoIRecv(float* data, size_t count, int peer, uint32_t tag) override {
+    STRATA_RETURN_IF_ERROR(DoRecv(data, count, peer, tag));
     return std::unique_ptr<Request>(std::make_unique<StreamRequest>(*this));
   }
 
-  Status AllReduceHost(double* host, size_t count, ReduceOp op) override {
+  Status DoAllReduceHost(double* host, size_t count, ReduceOp op) override {
     return ThroughDevice("all-reduce of host doubles", host, count, [&](double* d) {
       return Enqueue("all-reduce", [&] {
         return ncclAllReduce(d, d, count, ncclDouble, NcclOp(op), comm_, stream_);
@@ -170,16 +173,17 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
     });
   }
 
-  Status AllReduceHost(float* host, size_t count, ReduceOp op) override {
+  Status DoAllReduceHost(float* host, size_t count, ReduceOp op) override {
     return ThroughDevice("all-reduce of host floats", host, count,
-                         [&](float* d) { return AllReduce(d, count, op); });
+                         [&](float* d) { return DoAllReduce(d, count, op); });
   }
 
-  Status BroadcastHost(float* host, size_t count, int root) override {
+  Status DoBroadcastHost(float* host, size_t count, int root) override {
     return ThroughDevice("broadcast of host floats", host, count,
-                         [&](float* d) { return Broadcast(d, count, root); });
+                         [&](float* d) { return DoBroadcast(d, count, root); });
   }
 
+ public:
   Status Synchronize() override {
     STRATA_RETURN_IF_ERROR(Usable("synchronize"));
     const Clock::time_point deadline = Clock::now() + timeout_;
@@ -347,7 +351,7 @@ Result<std::unique_ptr<NcclCommunicator>> MakeNcclCommunicator(Node& node, const
     return s.WithContext(context + " rank " + std::to_string(rank));
   }
   return std::unique_ptr<NcclCommunicator>(std::make_unique<NcclCommunicatorImpl>(
-      comm, rank, size, options, stream, std::move(owned), std::move(scratch)));
+      name, comm, rank, size, options, stream, std::move(owned), std::move(scratch)));
 }
 
 }  // namespace strata

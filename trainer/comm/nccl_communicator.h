@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "cluster/node.h"
 #include "trainer/comm/communicator.h"
@@ -41,6 +42,9 @@ class NcclCommunicator : public Communicator {
   virtual int device() const = 0;
   // AllReduceHost / BroadcastHost: NCCL reads and writes device memory only, so these stage the
   // host floats through a device buffer on stream() and wait (with the timeout) before returning.
+
+ protected:
+  explicit NcclCommunicator(std::string name) : Communicator(std::move(name)) {}
 };
 
 // Creates the communicator of `rank` among `size` ranks. All ranks of a group pass the same

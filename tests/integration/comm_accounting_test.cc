@@ -1,0 +1,127 @@
+// comm_accounting_test.cc: communication accounting end to end (strata-launch, real trainer
+// processes on loopback, Gloo): for gpt with dp 2, and with dp 2 x pp 2 (1f1b and zbv), every
+// trainer's communicators count, per group and op, exactly the bytes the analytical model
+// (trainer/parallel/comm_model.h) gives for the layout; the run summary prints the table; and
+// the counts agree across the group (what one pipeline rank sends its neighbour receives,
+// replicas all-reduce the same bytes).
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tests/integration/launch_fixture.h"
+#include "tests/test_util.h"
+
+namespace strata {
+namespace {
+
+constexpr int kSteps = 5;
+
+const char* kGpt =
+    "model: {kind: gpt, layers: 2, heads: 2, width: 32, context: 16}\n"
+    "data: {kind: text, path: " STRATA_SOURCE_DIR
+    "/README.md, eval_samples: 64}\n"
+    "optimizer: {kind: adamw, lr: 0.003, clip_norm: 1.0}\n"
+    "train: {steps: 5, batch_size: 8, micro_batches: 4, log_every: 1, progress: false}\n"
+    "sync: {mode: allreduce}\n";
+
+class CommAccountingTest : public testing::LaunchFixture {
+ protected:
+  void SetUp() override { setenv("OPENBLAS_NUM_THREADS", "1", 1); }
+
+  // Runs the job on `trainers` with `sets` (small buckets: several all-reduces a step, and a
+  // mid-run evaluation, which must not count as training traffic); returns every rank's "comm"
+  // metrics object, by rank.
+  std::vector<nlohmann::json> Run(const std::string& tag, int trainers,
+                                  std::vector<std::string> sets) {
+    std::string log;
+    sets.insert(sets.end(), {"sync.bucket_mb=0.01", "train.eval_every=2",
+                             "train.metrics_path=" + Metrics(tag)});
+    EXPECT_EQ(Launch(Job("gpt", kGpt), 0, trainers, sets, &log), 0) << log;
+    EXPECT_NE(log.find("communication per step"), std::string::npos) << log;
+    EXPECT_NE(log.find("measured bytes equal the model's for every op"), std::string::npos) << log;
+    std::vector<nlohmann::json> out;
+    for (int r = 0; r < trainers; ++r) {
+      nlohmann::json comm;
+      std::ifstream in(Rank(tag, r));
+      for (std::string line; std::getline(in, line);) {
+        auto j = nlohmann::json::parse(line, nullptr, false);
+        if (j.is_object() && j.contains("comm")) comm = j["comm"];
+      }
+      EXPECT_TRUE(comm.is_object()) << tag << ": no comm metrics from trainer " << r << "\n" << log;
+      out.push_back(comm);
+    }
+    return out;
+  }
+
+  // The group of `dim` in one rank's metrics (null when it has none).
+  static nlohmann::json Group(const nlohmann::json& comm, const std::string& dim) {
+    for (const auto& g : comm["groups"]) {
+      if (g["dim"] == dim) return g;
+    }
+    return nullptr;
+  }
+
+  // Every op of every group: measured bytes equal the model's; and the ops a layout must
+  // show are there (so that an empty report cannot pass).
+  static void ExpectMatchesModel(const std::vector<nlohmann::json>& ranks, const std::string& tag) {
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      ASSERT_EQ(ranks[r]["steps"], kSteps) << tag << " rank " << r;
+      for (const auto& g : ranks[r]["groups"]) {
+        for (const auto& [op, s] : g["ops"].items()) {
+          EXPECT_EQ(s["bytes"], s["model_bytes"])
+              << tag << " rank " << r << " " << g["group"] << " " << op;
+        }
+      }
+    }
+  }
+};
+
+TEST_F(CommAccountingTest, Dp2GptBytesPerStepEqualTheModel) {
+  const auto ranks = Run("dp2", 2, {});
+  ExpectMatchesModel(ranks, "dp2");
+  for (int r = 0; r < 2; ++r) {
+    const nlohmann::json dp = Group(ranks[r], "dp");
+    ASSERT_TRUE(dp.is_object()) << r;
+    EXPECT_EQ(dp["group"], "trainers/dp/0");
+    EXPECT_EQ(dp["size"], 2);
+    EXPECT_TRUE(Group(ranks[r], "pp").is_null());
+    // Every step all-reduces the whole model's gradients in several buckets, and the loss.
+    EXPECT_GT(dp["ops"]["all_reduce"]["calls"].get<int>(), kSteps);
+    EXPECT_GT(dp["ops"]["all_reduce"]["bytes"].get<int64_t>(), 0);
+    EXPECT_EQ(dp["ops"]["host_all_reduce"]["bytes"], kSteps * 8);
+    EXPECT_EQ(dp["ops"]["all_reduce"]["bytes"],
+              Group(ranks[0], "dp")["ops"]["all_reduce"]["bytes"]);
+  }
+}
+
+TEST_F(CommAccountingTest, Dp2TimesPp2GptBytesPerStepEqualTheModel) {
+  for (const auto& [schedule, vpp] : {std::pair{"1f1b", 1}, std::pair{"zbv", 2}}) {
+    const std::string tag = std::string("dp2pp2-") + schedule;
+    const auto ranks = Run(tag, 4,
+                           {"parallel.pp=2", std::string("parallel.schedule=") + schedule,
+                            "parallel.vpp=" + std::to_string(vpp)});
+    ExpectMatchesModel(ranks, tag);
+    // Megatron's layout: ranks 0, 1 are pipeline rank 0 of replicas 0, 1; ranks 2, 3 rank 1.
+    for (int r = 0; r < 4; ++r) {
+      const nlohmann::json pp = Group(ranks[r], "pp"), dp = Group(ranks[r], "dp");
+      ASSERT_TRUE(pp.is_object() && dp.is_object()) << tag << " rank " << r;
+      EXPECT_EQ(pp["group"], "trainers/pp/" + std::to_string(r % 2)) << tag;
+      EXPECT_EQ(dp["group"], "trainers/dp/" + std::to_string(r / 2 * 2)) << tag;
+      // What this rank sends its pipeline neighbour, the neighbour receives.
+      const int neighbour = (r + 2) % 4;
+      EXPECT_GT(pp["ops"]["send"]["bytes"].get<int64_t>(), 0) << tag;
+      EXPECT_EQ(pp["ops"]["send"]["bytes"], Group(ranks[neighbour], "pp")["ops"]["recv"]["bytes"])
+          << tag;
+      EXPECT_EQ(pp["ops"]["host_all_reduce"]["bytes"], kSteps * 16) << tag;  // loss, gradient norm
+      // Replicas of a stage all-reduce the same gradients.
+      EXPECT_EQ(dp["ops"]["all_reduce"]["bytes"],
+                Group(ranks[r ^ 1], "dp")["ops"]["all_reduce"]["bytes"])
+          << tag;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,65 @@
+// comm_model.h: ModelCommTraffic, the analytical count of the bytes each of a trainer's groups
+// (pp, dp, tp) moves in a training step, from the layout alone: the plan, the model's unit
+// specs and a micro-batch's shape. The trainer prints it beside what its communicators
+// counted (comm_report.h); the two must agree exactly.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "common/tensor.h"
+#include "trainer/comm/comm_stats.h"
+#include "trainer/models/model.h"
+#include "trainer/parallel/plan.h"
+
+namespace strata {
+
+// What the model needs to know about one trainer's place in the job. A value; the plan and
+// units are copied.
+struct CommLayout {
+  ParallelPlan plan;
+  int pp_rank = 0;
+  std::vector<UnitSpec> units;  // every unit of the model, as built (Model::units())
+  Shape micro_batch;            // Model::LeadingShape of one micro-batch: [N] or [N, T]
+  // The replicas all-reduce gradients (sync.mode allreduce or hybrid, dp > 1).
+  bool dp_all_reduce = false;
+  // sync.overlap: after its first step the all-reduce re-cuts its buckets in the order
+  // backward produced the gradients, and rank 0 broadcasts that order (one float per tensor).
+  bool overlap = true;
+  // Read from the parameter registry, not derivable from unit specs: floats of this rank's
+  // parameters the servers hold (hybrid's embeddings, which are not all-reduced), and the
+  // number of parameter tensors the all-reduce covers (the length of the bucket order).
+  int64_t server_floats = 0;
+  int64_t all_reduced_tensors = 0;
+};
+
+// Expected payload bytes of one group on this rank, per CommOp (CommStats' definition of a
+// byte). Calls are not modelled: the all-reduce's bucket count follows backward's order.
+struct GroupTraffic {
+  std::array<uint64_t, kNumCommOps> per_step{};    // in every training step
+  std::array<uint64_t, kNumCommOps> first_step{};  // added once, in the first step a trainer runs
+
+  uint64_t Bytes(CommOp op, int64_t steps) const {
+    const auto i = static_cast<size_t>(op);
+    return steps > 0 ? per_step[i] * static_cast<uint64_t>(steps) + first_step[i] : 0;
+  }
+};
+
+struct CommModel {
+  GroupTraffic pp, dp, tp;
+};
+
+// The traffic of a training step (forward, backward, gradient synchronisation, the loss and
+// the gradient norm; not evaluation, checkpoints or set-up) on trainer `layout.pp_rank`:
+//  pp: per micro-batch, the activation of each stage boundary the rank's schedule crosses
+//      (SEND_F / RECV_F) and its gradient back (SEND_B / RECV_B), each an OutputShape of the
+//      unit before the boundary, 4 bytes a float; plus the step's loss and squared gradient
+//      norm summed over the pipeline (two host all-reduces of one double).
+//  dp: one all-reduce of every gradient of the rank's units (the unit specs' parameters,
+//      less server_floats), 4 bytes a float; the loss averaged over the replicas (one double);
+//      with overlap, the bucket order broadcast once (all_reduced_tensors floats).
+//  tp: see AddTensorParallelTraffic in comm_model.cc (nothing yet).
+CommModel ModelCommTraffic(const CommLayout& layout);
+
+}  // namespace strata
