@@ -13,7 +13,7 @@
 #include <set>
 #include <nlohmann/json.hpp>
 
-#include "tests/integration/launch_fixture.h"
+#include "tests/integration/equivalence.h"
 #include "tests/test_util.h"
 
 namespace strata {
@@ -40,56 +40,7 @@ const char* kSeedsMlp =
     "train: {steps: 20, batch_size: 16, micro_batches: 2, log_every: 1, progress: false}\n"
     "sync: {mode: allreduce}\n";
 
-class PipelineTest : public testing::LaunchFixture {
- protected:
-  // One BLAS thread everywhere: OpenBLAS blocks a GEMM differently with more threads, and the
-  // reference must do the same float operations as each stage (the launcher gives each of 2+
-  // trainers on this 2-core machine one thread).
-  void SetUp() override { setenv("OPENBLAS_NUM_THREADS", "1", 1); }
-
-  // Runs the job alone once (losses and checkpoint at step 20 are the reference).
-  void RunReference(const std::string& job) {
-    std::string log;
-    ASSERT_EQ(RunLocal(job, {"sync.mode=local", "train.metrics_path=" + Rank("local", 0),
-                             "train.checkpoint_every=20", "train.checkpoint_dir=" + dir_.File("ckpt/local")},
-                       &log), 0) << log;
-    base_ = Losses(Rank("local", 0));
-    ASSERT_EQ(base_.size(), 20u) << log;
-    base_weights_ = ReadCheckpoint(dir_.File("ckpt/local/step-20"));
-    ASSERT_FALSE(base_weights_.empty());
-  }
-
-  // Launches the job on `trainers` with the plan in `sets` and compares with the reference:
-  // losses at every step within 1e-5 relative, and every parameter and optimizer tensor of the
-  // checkpoint (every stage's shard file) equal to the single process's within float tolerance.
-  void ExpectMatchesReference(const std::string& job, const std::string& tag, int trainers, int pp,
-                              std::vector<std::string> sets) {
-    std::string log;
-    const std::string ckpt = dir_.File("ckpt/" + tag);
-    sets.insert(sets.end(), {"sync.bucket_mb=0.01", "train.metrics_path=" + Metrics(tag),
-                             "train.checkpoint_every=20", "train.checkpoint_dir=" + ckpt});
-    ASSERT_EQ(Launch(job, 0, trainers, sets, &log), 0) << log;
-    const auto losses = Losses(Rank(tag, 0));
-    ASSERT_EQ(losses.size(), 20u) << log;
-    EXPECT_LT(MaxRelativeDifference(base_, losses), 1e-5) << tag << "\n" << log;
-    // One checkpoint holds every stage's shard file.
-    const auto gathered = ReadCheckpoint(ckpt + "/step-20");
-    const auto manifest = nlohmann::json::parse(ReadFile(ckpt + "/step-20/manifest.json"));
-    EXPECT_EQ(manifest["files"].size(), static_cast<size_t>(pp)) << tag << ": one shard file per pipeline rank";
-    ASSERT_EQ(gathered.size(), base_weights_.size()) << tag;
-    for (const auto& [name, w] : base_weights_) {
-      ASSERT_TRUE(gathered.contains(name)) << tag << ": " << name << " on no stage";
-      const auto& got = gathered.at(name);
-      ASSERT_EQ(got.size(), w.size()) << name;
-      for (size_t i = 0; i < w.size(); ++i) {
-        ASSERT_NEAR(got[i], w[i], 1e-5f + 1e-4f * std::abs(w[i])) << tag << ": " << name << "[" << i << "]";
-      }
-    }
-  }
-
-  std::vector<double> base_;
-  std::map<std::string, std::vector<float>> base_weights_;
-};
+class PipelineTest : public testing::EquivalenceTest {};
 
 struct Plan {
   const char* schedule;
@@ -133,10 +84,7 @@ TEST_F(PipelineTest, GptDp2TimesPp2MatchesOneProcess) {
   // differently (two means of 4 samples, not one of 8), and AdamW magnifies that on rows seen
   // rarely (a byte that occurs once); TrainTest holds dp against one process. The pipeline
   // must add nothing to it.
-  std::string log;
-  ASSERT_EQ(Launch(job, 0, 2, {"train.checkpoint_every=20", "train.checkpoint_dir=" + dir_.File("ckpt/dp2")}, &log), 0) << log;
-  base_weights_ = ReadCheckpoint(dir_.File("ckpt/dp2/step-20"));
-  ASSERT_FALSE(base_weights_.empty());
+  UseWeightsOf(job, "dp2", 2, {});
   ExpectMatchesReference(job, "dp2pp2-1f1b", 4, 2, {"parallel.pp=2", "parallel.schedule=1f1b"});
   ExpectMatchesReference(job, "dp2pp2-zbh1", 4, 2, {"parallel.pp=2", "parallel.schedule=zb-h1"});
 }
