@@ -86,6 +86,9 @@ void Bind(config::Binder& b, ParallelOptions& o) {
   using R = ParallelOptions::Recompute;
   b.Field("dp", o.dp, "data-parallel replicas (0: world / (tp * pp))").Range(0, 1 << 20);
   b.Field("tp", o.tp, "tensor-parallel ways").Range(1, 1024);
+  b.Field("sequence_parallel", o.sequence_parallel,
+          "with tp > 1: norms, dropout and residuals on a slice of the sequence; all-reduces "
+          "become reduce-scatter + all-gather (gpt)");
   b.Field("pp", o.pp, "pipeline ranks").Range(1, 1024);
   b.Field("vpp", o.vpp, "model chunks per pipeline rank (interleaved: >= 2; zbv: 2)").Range(1, 64);
   b.Field("micro_batches", o.micro_batches, "micro-batches per step (0: train.micro_batches)")

@@ -98,6 +98,9 @@ struct ParallelOptions {
   enum class Recompute { kNone, kSelective, kFull };
   int64_t dp = 0;             // data-parallel replicas (0: what the world leaves)
   int64_t tp = 1;             // tensor-parallel ways within a layer
+  // Megatron's sequence parallelism (with tp > 1, gpt): norms, dropout and residuals on 1/tp of
+  // the sequence; all-reduces become reduce-scatter + all-gather.
+  bool sequence_parallel = false;
   int64_t pp = 1;             // pipeline ranks
   int64_t vpp = 1;            // model chunks (virtual stages) per pipeline rank
   // Micro-batches a step runs through the pipeline, per data-parallel replica. 0: take

@@ -144,7 +144,8 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
   ModelOptions model = job.model;
   if (servers) model.sparse_rows = local_batch * t->plan_.micro_batches * IdsPerSample(job.model);
   model.recompute_attention_core = job.parallel.recompute == ParallelOptions::Recompute::kSelective;
-  STRATA_ASSIGN_OR_RETURN(t->model_, CreateModel(model, exec, mine, nn::TpGroup{t->groups_.tp.get()}));
+  STRATA_ASSIGN_OR_RETURN(t->model_, CreateModel(model, exec, mine,
+                                                 nn::TpGroup{t->groups_.tp.get(), job.parallel.sequence_parallel}));
   if (job.parallel.recompute == ParallelOptions::Recompute::kFull) {
     for (int u = 0; u < t->model_->num_units(); ++u) {
       if (t->model_->built(u)) t->model_->unit(u).set_recompute(true);
@@ -297,8 +298,13 @@ Result<double> Trainer::TrainStep() {
   model_->params().ZeroGrad();
   for (GradSync* s : syncs_) s->BeginStep(step_);
   nn::Context::GradReadyFn ready;
-  if (!syncs_.empty()) {
-    ready = [this](nn::Parameter& p) {
+  const bool sequence = groups_.tp && job_.parallel.sequence_parallel;
+  if (!syncs_.empty() || sequence) {
+    ready = [this, sequence](nn::Parameter& p) {
+      // Sequence parallelism: a norm's gradient is final now but covers this rank's slice of
+      // the sequence; summed over the tp group before anything else reads it (Megatron sums
+      // these after the data-parallel reduction; before it, the servers see whole gradients).
+      if (sequence && p.sequence_partial) nn::TpAllReduce(nn::TpGroup{groups_.tp.get()}, p.grad, ReduceOp::kSum, p.name);
       for (GradSync* s : syncs_) s->GradReady(p);
     };
   }

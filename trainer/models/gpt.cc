@@ -2,7 +2,9 @@
 // the embedding (tokens + positions + dropout), one unit per block, and the final norm + head.
 // Over tensor-parallel ranks (Megatron's split): the token table and the head by vocabulary
 // (the loss is then vocab-parallel), every block's attention by heads and MLP by columns/rows;
-// positions and norms are whole on every rank.
+// positions and norms are whole on every rank. With sequence parallelism what flows between
+// units is this rank's slice of the sequence [N, T/tp, C]: the embedding reduce-scatters, the
+// positions, norms and residuals work on the slice, and the head gathers the sequence back.
 #include <string>
 
 #include "trainer/models/zoo.h"
@@ -26,18 +28,20 @@ class GptEmbedding final : public nn::Layer {
       : Layer("gpt.embed"),
         width_(o.width),
         context_(o.context),
+        tp_(tp),
         tok_(TokenEmbedding(reg, o, tp)),
         pos_(&reg.Create("gpt.pos.weight", {o.context, o.width}, InitSpec::Normal(0.01f), false)),
         drop_("gpt.drop", static_cast<float>(o.dropout)) {
     Owns(pos_);
+    pos_->sequence_partial = tp.sequence_split();  // each rank adds the rows of its positions
   }
 
  protected:
   Tensor DoForward(const Tensor& ids, nn::Context& ctx) override {
-    const int64_t n = ids.size(0), t = ids.size(1), c = width_;
-    STRATA_CHECK_LE(t, context_) << "sequence longer than the context";
-    Tensor x = tok_->Forward(ids, ctx);  // [N, T, C]
-    ops::AddBias(ctx.exec(), Reshaped(x, {n, t * c}), Reshaped(pos_->value.Narrow(0, 0, t), {t * c}));
+    STRATA_CHECK_LE(ids.size(1), context_) << "sequence longer than the context";
+    Tensor x = tok_->Forward(ids, ctx);  // [N, T, C], or [N, T/tp, C] (sequence-parallel)
+    const int64_t n = x.size(0), t = x.size(1), c = width_;
+    ops::AddBias(ctx.exec(), Reshaped(x, {n, t * c}), Reshaped(pos_->value.Narrow(0, FirstPosition(t), t), {t * c}));
     return drop_.Forward(x, ctx);
   }
   Tensor DoBackward(const Tensor& dy, nn::Context& ctx) override {
@@ -61,10 +65,13 @@ class GptEmbedding final : public nn::Layer {
  private:
   void PositionGrad(const Tensor& dx, nn::Context& ctx) {
     const int64_t n = dx.size(0), t = dx.size(1), c = width_;
-    ops::BiasGrad(ctx.exec(), Reshaped(dx, {n, t * c}), Reshaped(pos_->grad.Narrow(0, 0, t), {t * c}));
+    ops::BiasGrad(ctx.exec(), Reshaped(dx, {n, t * c}), Reshaped(pos_->grad.Narrow(0, FirstPosition(t), t), {t * c}));
   }
+  // The position of this rank's first token when it holds `t` of them.
+  int64_t FirstPosition(int64_t t) const { return tp_.sequence_split() ? tp_.rank() * t : 0; }
 
   int64_t width_, context_;
+  nn::TpGroup tp_;
   std::unique_ptr<nn::Layer> tok_;
   nn::Parameter* pos_;
   nn::Dropout drop_;
@@ -75,15 +82,16 @@ class GptModel final : public Model {
   GptModel(const ModelOptions& o, const ops::Exec& ex, const UnitSelection& build, nn::TpGroup tp)
       : Model(ex, o.seed, nn::LossKind::kCrossEntropy, tp) {
     const int64_t c = o.width, n = tp.size();
+    const int seq = tp.sequence_split() ? tp.size() : 1;  // what flows between units
     const int64_t vocab_rows = tp.split() ? o.vocab / n : o.sparse_rows ? o.sparse_rows : o.vocab;
-    AddUnit({"gpt.embed", vocab_rows * c + o.context * c, c}, build,
+    AddUnit({"gpt.embed", vocab_rows * c + o.context * c, c, seq}, build,
             [&] { return std::make_unique<GptEmbedding>(reg_, o, tp); });
     // qkv 3C^2 + 3C, proj C^2 + C, fc1 4C^2 + 4C, fc2 4C^2 + C, two norms 4C; this rank holds
     // 1/tp of all but the norms and the row-split layers' biases.
     const int64_t block_params = (12 * c * c + 7 * c) / n + 6 * c;
     for (int64_t i = 0; i < o.layers; ++i) {
       const std::string name = "gpt.block" + std::to_string(i);
-      AddUnit({name, block_params, c}, build, [&] {
+      AddUnit({name, block_params, c, seq}, build, [&] {
         auto block = std::make_unique<nn::TransformerBlock>(
             reg_, name, c, o.heads, static_cast<int>(o.layers), static_cast<float>(o.dropout), tp);
         block->set_recompute(o.recompute);
@@ -93,7 +101,8 @@ class GptModel final : public Model {
     }
     AddUnit({"gpt.final", 2 * c + c * o.vocab / n, o.vocab / n}, build, [&] {
       auto final = std::make_unique<nn::Sequential>("gpt.final");
-      final->Add(std::make_unique<nn::LayerNorm>(reg_, "gpt.ln_f", c));
+      auto& ln_f = static_cast<nn::LayerNorm&>(final->Add(std::make_unique<nn::LayerNorm>(reg_, "gpt.ln_f", c)));
+      if (tp.sequence_split()) ln_f.set_sequence_partial();
       final->Add(std::make_unique<nn::ColumnParallelLinear>(reg_, "gpt.head", c, o.vocab, tp, false, 0.02f));
       return final;
     });

@@ -33,7 +33,9 @@ Batch Model::ToDevice(const Batch& b) const {
 
 Shape Model::OutputShape(int unit, const Batch& batch) const {
   Shape s = LeadingShape(batch);
-  s.push_back(specs_.at(unit).out_width);
+  const UnitSpec& spec = specs_.at(unit);
+  if (spec.seq_parts > 1) s.at(1) /= spec.seq_parts;
+  s.push_back(spec.out_width);
   return s;
 }
 
@@ -79,7 +81,10 @@ double Model::Evaluate(const Batch& batch, nn::Context& ctx, Tensor* output) {
 
 Tensor Model::Input(const Batch& b) const { return b.ids.defined() ? b.ids : b.x; }
 
-Status CheckTensorParallel(const ModelOptions& o, int tp) {
+Status CheckTensorParallel(const ModelOptions& o, int tp, bool sequence_parallel) {
+  if (sequence_parallel && o.kind != ModelOptions::Kind::kGpt) {
+    return Status::InvalidArgument("parallel.sequence_parallel splits a sequence: model gpt only");
+  }
   if (tp == 1) return Status::OK();
   const std::string ways = " over parallel.tp " + std::to_string(tp);
   auto divides = [&](int64_t n, const char* field) {
@@ -94,6 +99,7 @@ Status CheckTensorParallel(const ModelOptions& o, int tp) {
       return Status::InvalidArgument("model ctr has no tensor-parallel split (parallel.tp must be 1)");
     case ModelOptions::Kind::kGpt:
       STRATA_RETURN_IF_ERROR(divides(o.heads, "model.heads"));
+      if (sequence_parallel) STRATA_RETURN_IF_ERROR(divides(o.context, "model.context"));
       return divides(o.vocab, "model.vocab");
   }
   return Status::OK();
@@ -101,7 +107,7 @@ Status CheckTensorParallel(const ModelOptions& o, int tp) {
 
 Result<std::unique_ptr<Model>> CreateModel(const ModelOptions& o, const ops::Exec& ex,
                                            const UnitSelection& build, nn::TpGroup tp) {
-  STRATA_RETURN_IF_ERROR(CheckTensorParallel(o, tp.size()));
+  STRATA_RETURN_IF_ERROR(CheckTensorParallel(o, tp.size(), tp.sequence));
   switch (o.kind) {
     case ModelOptions::Kind::kMlp: return MakeMlpModel(o, ex, build, tp);
     case ModelOptions::Kind::kCtr: return MakeCtrModel(o, ex, build);

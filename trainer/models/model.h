@@ -20,6 +20,8 @@ struct UnitSpec {
   std::string name;       // "gpt.block3"
   int64_t params = 0;     // parameters the unit owns
   int64_t out_width = 0;  // last dimension of its output (the leading ones are the batch's)
+  // Sequence parallelism: the output holds 1/seq_parts of the sequence (dimension 1).
+  int seq_parts = 1;
 };
 
 // Which units to build: all of them when empty, else unit i when i < size() and build[i].
@@ -106,9 +108,9 @@ class Model {
 // is then what this rank's output holds (a slice between mlp's fc1 and fc2).
 Result<std::unique_ptr<Model>> CreateModel(const ModelOptions& options, const ops::Exec& exec,
                                            const UnitSelection& build = {}, nn::TpGroup tp = {});
-// Checks that the model splits over `tp` tensor-parallel ranks (InvalidArgument naming the
-// fields otherwise).
-Status CheckTensorParallel(const ModelOptions& options, int tp);
+// Checks that the model splits over `tp` tensor-parallel ranks, and its sequence too when
+// `sequence_parallel` (InvalidArgument naming the fields otherwise).
+Status CheckTensorParallel(const ModelOptions& options, int tp, bool sequence_parallel = false);
 // The units a model of these options has (unsplit), without building anything.
 Result<std::vector<UnitSpec>> ModelUnits(const ModelOptions& options);
 

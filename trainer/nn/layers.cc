@@ -50,22 +50,43 @@ Linear::Linear(ParameterRegistry& reg, const std::string& name, int64_t in, int6
 Tensor Linear::DoForward(const Tensor& x, Context& ctx) {
   STRATA_CHECK(x.size(x.dim() - 1) == in_) << name() << ": input " << ShapeToString(x.shape());
   const ops::Exec& ex = ctx.exec();
-  Tensor x2 = Rows2D(x);
+  const bool seq = tp_.sequence_split() && split_ != LinearSplit::kNone;
+  // Sequence-parallel: a column layer's input arrives as this rank's slice of the sequence.
+  Tensor xin = seq && split_ == LinearSplit::kColumn ? GatherSequence(tp_, ex, x, name()) : x;
+  Tensor x2 = Rows2D(xin);
   Tensor y = ops::NewTensor(ex, {x2.size(0), out_});
   ops::Matmul(ex, x2, weight_->value, y, false, false);
-  // Row-split: every rank's product is a partial sum over its slice of the features.
-  if (split_ == LinearSplit::kRow) TpAllReduce(tp_, y, ReduceOp::kSum, name());
+  Shape shape = WithLast(xin.shape(), out_);
+  // Row-split: every rank's product is a partial sum over its slice of the features (summed
+  // whole, or summed and scattered by sequence).
+  if (split_ == LinearSplit::kRow) {
+    if (seq) {
+      y = Rows2D(ReduceScatterSequence(tp_, ex, Reshaped(y, shape), name()));
+      shape[1] /= tp_.size();
+    } else {
+      TpAllReduce(tp_, y, ReduceOp::kSum, name());
+    }
+  }
   if (bias_) ops::AddBias(ex, y, bias_->value);
   ctx.Save(this, "x", x2);
-  return Reshaped(y, WithLast(x.shape(), out_));
+  return Reshaped(y, shape);
 }
 
-Tensor Linear::InputGrad(const ops::Exec& ex, const Tensor& dy2) const {
-  Tensor dx = ops::NewTensor(ex, {dy2.size(0), in_});
-  ops::Matmul(ex, dy2, weight_->value, dx, false, true);
+Tensor Linear::InputHalf(const Tensor& dy, Context& ctx, Tensor* dy2) const {
+  const ops::Exec& ex = ctx.exec();
+  const bool seq = tp_.sequence_split() && split_ != LinearSplit::kNone;
+  // Sequence-parallel row layer: the output was scattered by sequence, so is its gradient.
+  Tensor dyin = seq && split_ == LinearSplit::kRow ? GatherSequence(tp_, ex, dy, name()) : dy;
+  *dy2 = Rows2D(dyin);
+  Tensor dx = ops::NewTensor(ex, {dy2->size(0), in_});
+  ops::Matmul(ex, *dy2, weight_->value, dx, false, true);
+  const Shape shape = WithLast(dyin.shape(), in_);
   // Column-split: x went whole to every rank, so its gradient sums every rank's columns.
-  if (split_ == LinearSplit::kColumn) TpAllReduce(tp_, dx, ReduceOp::kSum, name());
-  return dx;
+  if (split_ == LinearSplit::kColumn) {
+    if (seq) return ReduceScatterSequence(tp_, ex, Reshaped(dx, shape), name());
+    TpAllReduce(tp_, dx, ReduceOp::kSum, name());
+  }
+  return Reshaped(dx, shape);
 }
 
 void Linear::WeightGrad(const ops::Exec& ex, const Tensor& x2, const Tensor& dy2) {
@@ -74,26 +95,21 @@ void Linear::WeightGrad(const ops::Exec& ex, const Tensor& x2, const Tensor& dy2
 }
 
 Tensor Linear::DoBackward(const Tensor& dy, Context& ctx) {
-  Tensor dy2 = Rows2D(dy);
+  Tensor dy2;
+  Tensor dx = InputHalf(dy, ctx, &dy2);
   WeightGrad(ctx.exec(), ctx.Get(this, "x"), dy2);
-  return Reshaped(InputGrad(ctx.exec(), dy2), WithLast(dy.shape(), in_));
+  return dx;
 }
 
 Tensor Linear::DoBackwardInput(const Tensor& dy, Context& ctx) {
-  Tensor dy2 = Rows2D(dy);
+  Tensor dy2;
+  Tensor dx = InputHalf(dy, ctx, &dy2);
   ctx.Save(this, "dy", dy2);
-  return Reshaped(InputGrad(ctx.exec(), dy2), WithLast(dy.shape(), in_));
+  return dx;
 }
 
 void Linear::DoBackwardWeight(Context& ctx) {
   WeightGrad(ctx.exec(), ctx.Get(this, "x"), ctx.Get(this, "dy"));
-}
-
-void TpAllReduce(const TpGroup& tp, const Tensor& t, ReduceOp op, const std::string& what) {
-  if (!tp.split()) return;
-  STRATA_CHECK(t.is_contiguous()) << what << ": all-reduce of a strided tensor";
-  Status s = tp.comm->AllReduce(t.data_as<float>(), static_cast<size_t>(t.numel()), op);
-  if (!s.ok()) throw CollectiveFailed(s.WithContext("tensor-parallel all-reduce in " + what));
 }
 
 // --- Embedding
@@ -286,8 +302,9 @@ CausalSelfAttention::CausalSelfAttention(ParameterRegistry& reg, const std::stri
 Tensor CausalSelfAttention::DoForward(const Tensor& x, Context& ctx) {
   STRATA_CHECK(x.dim() == 3 && x.size(2) == width_) << name() << ": wants [B, T, C]";
   const ops::Exec& ex = ctx.exec();
-  const int64_t b = x.size(0), t = x.size(1), hd = local_ / heads_;
-  Tensor qkv = Rows2D(qkv_.Forward(x, ctx));
+  Tensor qkv3 = qkv_.Forward(x, ctx);  // [B, T, 3C/tp] (x may be a slice of the sequence)
+  const int64_t b = qkv3.size(0), t = qkv3.size(1), hd = local_ / heads_;
+  Tensor qkv = Rows2D(qkv3);
   const Shape hs{b, heads_, t, hd};
   Tensor q = ops::NewTensor(ex, hs), k = ops::NewTensor(ex, hs), v = ops::NewTensor(ex, hs);
   ops::SplitHeads(ex, qkv, b, heads_, q, k, v);
@@ -354,7 +371,12 @@ TransformerBlock::TransformerBlock(ParameterRegistry& reg, const std::string& na
             0.02f / std::sqrt(2.0f * static_cast<float>(num_layers_total)), tp),
       ln2_(reg, name + ".ln2", width),
       mlp_(MakeMlp(reg, name + ".mlp", width, 4 * width, width, ActivationKind::kGelu, dropout,
-                   0.02f / std::sqrt(2.0f * static_cast<float>(num_layers_total)), tp)) {}
+                   0.02f / std::sqrt(2.0f * static_cast<float>(num_layers_total)), tp)) {
+  if (tp.sequence_split()) {
+    ln1_.set_sequence_partial();
+    ln2_.set_sequence_partial();
+  }
+}
 
 Tensor TransformerBlock::DoForward(const Tensor& x, Context& ctx) {
   const ops::Exec& ex = ctx.exec();

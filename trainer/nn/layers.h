@@ -20,6 +20,9 @@ namespace strata::nn {
 //  kRow:    weight split by input rows; x a slice of the features, y all-reduced in forward
 //           (each rank's product is a partial sum), the bias (whole) added after.
 // With `blocks` > 1 the output columns are that many equal blocks, each split (qkv: q, k, v).
+// With sequence parallelism (TpGroup::sequence) a column layer all-gathers its input [N, S, in]
+// along the sequence first, and a row layer reduce-scatters its output along it instead of the
+// all-reduce (its bias, whole, then added to the slice); backward is the conjugate.
 enum class LinearSplit { kNone, kColumn, kRow };
 
 // y = x @ weight + bias; weight [in, out] named "<name>.weight", bias "<name>.bias". `in` and
@@ -40,8 +43,10 @@ class Linear : public Layer {
   void DoBackwardWeight(Context& ctx) override;
 
  private:
-  // The two halves; the fused DoBackward runs both, the split path one each.
-  Tensor InputGrad(const ops::Exec& ex, const Tensor& dy2) const;
+  // The two halves; the fused DoBackward runs both, the split path one each. InputHalf returns
+  // dL/dx shaped as the input and sets *dy2 to the rows of dy the weight half multiplies (the
+  // whole sequence's, for a sequence-parallel row layer).
+  Tensor InputHalf(const Tensor& dy, Context& ctx, Tensor* dy2) const;
   void WeightGrad(const ops::Exec& ex, const Tensor& x2, const Tensor& dy2);
 
   int64_t in_, out_;  // local: this rank's shard
@@ -74,6 +79,8 @@ class Embedding : public Layer {
 class LayerNorm : public Layer {
  public:
   LayerNorm(ParameterRegistry& reg, const std::string& name, int64_t dim, float eps = 1e-5f);
+  // Under sequence parallelism a norm sees 1/tp of the tokens: its gradients are partial sums.
+  void set_sequence_partial() { gamma_->sequence_partial = beta_->sequence_partial = true; }
 
  protected:
   Tensor DoForward(const Tensor& x, Context& ctx) override;

@@ -42,6 +42,10 @@ struct Parameter {
   // Where `value` sits in the unsplit parameter (whole unless tensor parallelism split it).
   // `init` describes the unsplit tensor: a shard starts as exactly its slice of it.
   ShardSpec shard;
+  // Sequence parallelism: the gradient is a partial sum (this rank's slice of the sequence
+  // contributed; a norm's, say) until summed over the tensor-parallel group, which the trainer
+  // does once it is final for the step.
+  bool sequence_partial = false;
 };
 
 // Owns a model's parameters in creation order (the order optimizers and checkpoints walk).

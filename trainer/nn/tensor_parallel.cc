@@ -23,12 +23,13 @@ Tensor VocabParallelEmbedding::DoForward(const Tensor& ids, Context& ctx) {
   STRATA_CHECK(flat.ok()) << flat.status().ToString();
   Tensor rows = ops::NewTensor(ctx.exec(), {flat->numel(), dim_});
   ops::EmbeddingGatherRange(ctx.exec(), table_->value, *flat, first_, rows);
-  TpAllReduce(tp_, rows, ReduceOp::kSum, name());
   ctx.Save(this, "ids", *flat);
   Shape out = ids.shape();
   out.push_back(dim_);
   Result<Tensor> y = rows.Reshape(out);
   STRATA_CHECK(y.ok()) << y.status().ToString();
+  if (tp_.sequence_split()) return ReduceScatterSequence(tp_, ctx.exec(), *y, name());
+  TpAllReduce(tp_, rows, ReduceOp::kSum, name());
   return *y;
 }
 
@@ -39,7 +40,9 @@ Tensor VocabParallelEmbedding::DoBackward(const Tensor& dy, Context& ctx) {
 }
 
 Tensor VocabParallelEmbedding::DoBackwardInput(const Tensor& dy, Context& ctx) {
-  Result<Tensor> rows = dy.Reshape({-1, dim_});
+  // Sequence-parallel: the output was this rank's slice of the sequence; every lookup needs all.
+  Tensor whole = tp_.sequence_split() ? GatherSequence(tp_, ctx.exec(), dy, name()) : dy;
+  Result<Tensor> rows = whole.Reshape({-1, dim_});
   STRATA_CHECK(rows.ok()) << rows.status().ToString();
   ctx.Save(this, "dy", *rows);
   return Tensor();

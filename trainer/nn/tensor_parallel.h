@@ -33,7 +33,9 @@ class RowParallelLinear : public Linear {
 };
 
 // ids (i32 or i64, any shape [...]) -> rows [..., dim]; "<name>.weight" [vocab, dim] split by
-// rows. A dense parameter (its gradient is all-reduced or pushed whole, as any weight's).
+// rows. A dense parameter (its gradient is all-reduced or pushed whole, as any weight's). With
+// sequence parallelism, ids [N, T] -> this rank's slice of the sequence [N, T/tp, dim] (the
+// rows reduce-scattered rather than all-reduced).
 class VocabParallelEmbedding : public Layer {
  public:
   VocabParallelEmbedding(ParameterRegistry& reg, const std::string& name, int64_t vocab,

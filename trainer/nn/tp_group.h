@@ -8,16 +8,25 @@
 #include "common/status.h"
 #include "common/tensor.h"
 #include "trainer/comm/communicator.h"
+#include "trainer/ops/exec.h"
 
 namespace strata::nn {
 
 // Not owned: the trainer's ParallelGroups outlives the model. On CUDA the communicator runs on
 // the layers' stream (stream-ordered with their kernels).
+//
+// With `sequence` (Megatron's sequence parallelism), what flows between the split layers is a
+// slice of the sequence, [N, T/tp, C] (rank r holds positions [r T/tp, (r+1) T/tp)): norms,
+// dropout and residual adds run on 1/tp of the tokens, and each all-reduce becomes an
+// all-gather before a column-split layer and a reduce-scatter after a row-split one (the same
+// bytes on the wire, 1/tp of the activations kept).
 struct TpGroup {
   Communicator* comm = nullptr;
+  bool sequence = false;
   int size() const { return comm ? comm->size() : 1; }
   int rank() const { return comm ? comm->rank() : 0; }
   bool split() const { return size() > 1; }
+  bool sequence_split() const { return sequence && split(); }
 };
 
 // Layers return tensors, not Statuses, so a failed tensor-parallel collective (a dead peer, a
@@ -33,5 +42,10 @@ class CollectiveFailed : public std::runtime_error {
 
 // In place over the group (a contiguous f32 tensor); `what` names the layer in the error.
 void TpAllReduce(const TpGroup& tp, const Tensor& t, ReduceOp op, const std::string& what);
+// Sequence parallelism: every rank's [N, S, ...] -> the whole sequence [N, tp * S, ...], and the
+// conjugate: [N, T, ...] summed over the ranks, each keeping its slice [N, T / tp, ...].
+Tensor GatherSequence(const TpGroup& tp, const ops::Exec& ex, const Tensor& x, const std::string& what);
+Tensor ReduceScatterSequence(const TpGroup& tp, const ops::Exec& ex, const Tensor& x,
+                             const std::string& what);
 
 }  // namespace strata::nn

@@ -56,6 +56,7 @@ double BceWithLogits(const Exec& ex, const Tensor& logits, const Tensor& labels,
 void EmbeddingGather(const Exec& ex, const Tensor& table, const Tensor& ids, const Tensor& rows);
 void EmbeddingScatterAdd(const Exec& ex, const Tensor& drows, const Tensor& ids,
                          const Tensor& dtable);
+void TransposeLeading(const Exec& ex, const Tensor& in, int64_t a, int64_t b, const Tensor& out);
 void EmbeddingGatherRange(const Exec& ex, const Tensor& table, const Tensor& ids, int64_t first,
                           const Tensor& rows);
 void EmbeddingScatterAddRange(const Exec& ex, const Tensor& drows, const Tensor& ids,

@@ -2,6 +2,7 @@
 // One block per row, threads striding over its columns; shapes were checked by tp_ops.cc.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/cuda_check.h"
@@ -73,10 +74,26 @@ __global__ void CrossEntropyGradKernel(const float* logits, const int32_t* targe
   }
 }
 
+__global__ void TransposeLeadingKernel(const float* in, int64_t a, int64_t b, int64_t r, float* out) {
+  const int64_t n = a * b * r;
+  for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n; k += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t e = k % r, ij = k / r, i = ij / b, j = ij % b;
+    out[(j * a + i) * r + e] = in[k];
+  }
+}
+
 cudaStream_t S(const Exec& ex) { return static_cast<cudaStream_t>(ex.stream); }
 void Launched() { CUDA_CHECK_FATAL(cudaGetLastError()); }
 
 }  // namespace
+
+void TransposeLeading(const Exec& ex, const Tensor& in, int64_t a, int64_t b, const Tensor& out) {
+  const int64_t n = in.numel();
+  if (n == 0) return;
+  const int64_t blocks = std::min<int64_t>((n + 255) / 256, 65535 * 4);
+  TransposeLeadingKernel<<<blocks, 256, 0, S(ex)>>>(in.data_as<float>(), a, b, n / (a * b), out.data_as<float>());
+  Launched();
+}
 
 void EmbeddingGatherRange(const Exec& ex, const Tensor& table, const Tensor& ids, int64_t first,
                           const Tensor& rows) {

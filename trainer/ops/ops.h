@@ -104,6 +104,9 @@ SparseRows EmbeddingSparseGrad(const Tensor& drows, const Tensor& ids);
 
 // --- Tensor parallelism: a vocabulary split over ranks, each holding rows [first, first + V')
 // of the table or columns [first, first + V') of the logits.
+// in viewed as [a, b, r] -> out [b, a, r] (contiguous, same numel): how sequence parallelism
+// turns a gathered [ranks, N, S, C] into [N, ranks * S, C], and back before a reduce-scatter.
+void TransposeLeading(const Exec& ex, const Tensor& in, int64_t a, int64_t b, const Tensor& out);
 // rows[i] = table[ids[i] - first] for ids in the slice, zeros for the others.
 void EmbeddingGatherRange(const Exec& ex, const Tensor& table, const Tensor& ids, int64_t first,
                           const Tensor& rows);

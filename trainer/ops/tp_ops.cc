@@ -1,6 +1,7 @@
 // tp_ops.cc: the ops of a vocabulary split over tensor-parallel ranks (ops.h, "Tensor
 // parallelism"): the embedding's masked gather and scatter, and the three passes of the
 // vocab-parallel cross-entropy. CPU here; CUDA in cuda_tp_ops.cu.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -20,6 +21,18 @@ void CheckRowVector(const Tensor& t, int64_t rows, const char* what) {
   STRATA_CHECK(t.numel() == rows) << what << ": " << t.numel() << " values for " << rows << " rows";
 }
 }  // namespace
+
+void TransposeLeading(const Exec& ex, const Tensor& in, int64_t a, int64_t b, const Tensor& out) {
+  CheckF32(in, "transpose input");
+  CheckF32(out, "transpose output");
+  STRATA_CHECK(in.numel() == out.numel() && a > 0 && b > 0 && in.numel() % (a * b) == 0)
+      << "transpose of " << ShapeToString(in.shape()) << " as [" << a << ", " << b << ", ...]";
+  STRATA_DISPATCH(in, TransposeLeading(ex, in, a, b, out));
+  const int64_t r = in.numel() / (a * b);
+  for (int64_t i = 0; i < a; ++i) {
+    for (int64_t j = 0; j < b; ++j) std::memcpy(W(out) + (j * a + i) * r, F(in) + (i * b + j) * r, r * sizeof(float));
+  }
+}
 
 void EmbeddingGatherRange(const Exec& ex, const Tensor& table, const Tensor& ids, int64_t first,
                           const Tensor& rows) {

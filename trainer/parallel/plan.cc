@@ -113,7 +113,7 @@ Result<ParallelPlan> ResolvePlan(const TrainJob& job, int world, const std::vect
                          std::to_string(plan.micro_batches) + ")");
   }
   STRATA_ASSIGN_OR_RETURN(plan.mesh, ProcessMesh::Megatron(plan.pp, plan.dp, plan.tp));
-  STRATA_RETURN_IF_ERROR(CheckTensorParallel(job.model, plan.tp));
+  STRATA_RETURN_IF_ERROR(CheckTensorParallel(job.model, plan.tp, p.sequence_parallel));
 
   STRATA_ASSIGN_OR_RETURN(std::vector<UnitSpec> units, ModelUnits(job.model));
   const int stages = plan.pp * plan.vpp;
