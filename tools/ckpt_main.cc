@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "trainer/checkpoint.h"
@@ -28,6 +29,46 @@ std::string Hex(uint64_t v) {
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
   return buf;
+}
+
+// "pp rank 0, tp rank 1, " from a shard file's meta; empty for a file no rank wrote (a
+// full-model file, or the one shard from-full writes).
+std::string RanksOf(const ShardFile& f) {
+  const auto j = nlohmann::json::parse(f.meta(), nullptr, false);
+  if (!j.is_object() || !j.contains("pp_rank") || !j.contains("tp_rank") || !j["pp_rank"].is_number_integer() ||
+      !j["tp_rank"].is_number_integer()) {
+    return "";
+  }
+  return "pp rank " + std::to_string(j["pp_rank"].get<int>()) + ", tp rank " + std::to_string(j["tp_rank"].get<int>()) +
+         ", ";
+}
+
+// Where a tensor's shards are. Split into equal parts over the tensor-parallel ranks (every
+// source one part of the same split):
+//   "2 parts [32, 48] on axis 1 (3 blocks): part 0 in shard-pp0-tp0.bin, part 1 in shard-pp0-tp1.bin"
+// otherwise every source with its split: "shard-pp0-tp0.bin (whole)".
+std::string SourcesOf(const CheckpointReader& reader, const CheckpointReader::TensorInfo& info) {
+  const auto spec = [&](const CheckpointReader::Source& s) -> const ShardSpec& {
+    return reader.files()[s.file].entries()[s.entry].spec;
+  };
+  const auto file = [&](const CheckpointReader::Source& s) { return reader.manifest().files[s.file].name; };
+  const ShardSpec& first = spec(info.sources[0]);
+  bool one_split = !first.whole();
+  for (const CheckpointReader::Source& s : info.sources) {
+    one_split = one_split && !spec(s).whole() && spec(s).axis == first.axis && spec(s).blocks == first.blocks &&
+                spec(s).parts == first.parts;
+  }
+  std::string out;
+  if (!one_split) {
+    for (const CheckpointReader::Source& s : info.sources) out += " " + file(s) + " (" + spec(s).ToString() + ")";
+    return out;
+  }
+  out = " " + std::to_string(first.parts) + " parts " + ShapeToString(first.LocalShape()) + " on axis " +
+        std::to_string(first.axis) + (first.blocks > 1 ? " (" + std::to_string(first.blocks) + " blocks)" : "") + ":";
+  for (size_t i = 0; i < info.sources.size(); ++i) {
+    out += (i ? ", part " : " part ") + std::to_string(spec(info.sources[i]).index) + " in " + file(info.sources[i]);
+  }
+  return out;
 }
 
 int Inspect(const std::string& path) {
@@ -68,17 +109,19 @@ int Inspect(const std::string& path) {
       }
       ok = ok && verdict.ends_with(" ok");
     }
-    std::cout << "  " << want.name << "  " << f.size() << " bytes, " << f.entries().size() << " tensors, "
-              << verdict << "\n";
+    int split = 0;
+    for (const TensorEntry& e : f.entries()) split += e.spec.whole() ? 0 : 1;
+    std::cout << "  " << want.name << "  " << RanksOf(f) << f.size() << " bytes, " << f.entries().size()
+              << " tensors (" << split << " split), " << verdict << "\n";
   }
-  std::cout << "tensors (" << reader->tensors().size() << "):\n";
+  int split = 0;
   for (const auto& [name, info] : reader->tensors()) {
-    std::cout << "  " << name << " " << ShapeToString(info.global) << ":";
-    for (const CheckpointReader::Source& s : info.sources) {
-      const std::string file = m.files[s.file].name;
-      std::cout << " " << file << " (" << reader->files()[s.file].entries()[s.entry].spec.ToString() << ")";
-    }
-    std::cout << "\n";
+    split += reader->files()[info.sources[0].file].entries()[info.sources[0].entry].spec.whole() ? 0 : 1;
+  }
+  std::cout << "tensors (" << reader->tensors().size() << ": " << split << " split over tensor-parallel ranks, "
+            << reader->tensors().size() - split << " whole):\n";
+  for (const auto& [name, info] : reader->tensors()) {
+    std::cout << "  " << name << " " << ShapeToString(info.global) << ":" << SourcesOf(*reader, info) << "\n";
   }
   std::cout << (ok ? "checksums ok\n" : "checksums FAILED\n");
   return ok ? 0 : kDamaged;

@@ -7,6 +7,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "trainer/parallel/plan.h"
+
 namespace strata {
 namespace {
 
@@ -164,6 +166,32 @@ TEST(ConfigJobTest, TrainingExamplesLoadAndTrainerFieldsAreChecked) {
   auto staleness = LoadJobConfig("", {"sync.staleness=3"});  // without consistency: ssp
   ASSERT_FALSE(staleness.ok());
   EXPECT_NE(staleness.status().message().find("staleness"), std::string::npos);
+}
+
+// The tensor-parallel examples plan on the trainers their headers name, with the rank layout
+// their tables draw (tp fastest, then dp, then pp).
+TEST(ConfigJobTest, TensorParallelExamplesPlanOnTheirTrainersInMegatronOrder) {
+  auto gpt = LoadJobConfig(SourcePath("examples/gpt_3d.yaml"), {});
+  ASSERT_TRUE(gpt.ok()) << gpt.status().ToString();
+  auto plan = ResolvePlan(gpt->trainer, 8);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->dp, 2);
+  EXPECT_EQ(plan->tp, 2);
+  EXPECT_EQ(plan->pp, 2);
+  EXPECT_EQ(plan->mesh.GroupOf(5, "tp"), (std::vector<int>{4, 5}));
+  EXPECT_EQ(plan->mesh.GroupOf(5, "dp"), (std::vector<int>{5, 7}));
+  EXPECT_EQ(plan->mesh.GroupOf(5, "pp"), (std::vector<int>{1, 5}));
+  EXPECT_FALSE(ResolvePlan(gpt->trainer, 4).ok());
+
+  auto mlp = LoadJobConfig(SourcePath("examples/mlp_tp.yaml"), {});
+  ASSERT_TRUE(mlp.ok()) << mlp.status().ToString();
+  plan = ResolvePlan(mlp->trainer, 4);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->dp, 2);
+  EXPECT_EQ(plan->tp, 2);
+  EXPECT_EQ(plan->pp, 1);
+  EXPECT_EQ(plan->mesh.GroupOf(2, "tp"), (std::vector<int>{2, 3}));
+  EXPECT_EQ(plan->mesh.GroupOf(2, "dp"), (std::vector<int>{0, 2}));
 }
 
 }  // namespace
