@@ -158,7 +158,7 @@ TEST(CommModelTest, TensorParallelGptCountsTheUnitsOfTheRanksStages) {
             4 * (4 + 4) * kTpActivation);
 }
 
-TEST(CommModelTest, TensorParallelMlpAllReducesFc2OutputAndFc1InputGradient) {
+TEST(CommModelTest, TensorParallelMlpAllReducesFc2Output) {
   TrainJob job;
   job.model.kind = ModelOptions::Kind::kMlp;
   job.model.mlp_in = 16;
@@ -168,16 +168,16 @@ TEST(CommModelTest, TensorParallelMlpAllReducesFc2OutputAndFc1InputGradient) {
   job.train.micro_batches = 2;
   CommLayout l = Layout(job, 2, 0);
   l.micro_batch = {5};  // 5 samples
-  // Per micro-batch: fc2's y [5, 8] in forward, fc1's dL/dx [5, 16] in backward (computed and
-  // all-reduced at unit 0 too); MSE needs nothing over tp.
-  EXPECT_EQ(PerStep(ModelCommTraffic(l).tp, CommOp::kAllReduce), 2u * (5 * 8 + 5 * 16) * 4);
+  // Per micro-batch: fc2's y [5, 8] in forward; fc1 takes the data, so no dL/dx to all-reduce
+  // in backward; MSE needs nothing over tp.
+  EXPECT_EQ(PerStep(ModelCommTraffic(l).tp, CommOp::kAllReduce), 2u * 5 * 8 * 4);
   EXPECT_EQ(PerStep(ModelCommTraffic(l).tp, CommOp::kHostAllReduce), 8u);
   // model.recompute (every mlp unit) and full recompute both run fc2's forward again.
   l.model.recompute = true;
-  EXPECT_EQ(PerStep(ModelCommTraffic(l).tp, CommOp::kAllReduce), 2u * (2 * 5 * 8 + 5 * 16) * 4);
+  EXPECT_EQ(PerStep(ModelCommTraffic(l).tp, CommOp::kAllReduce), 2u * 2 * 5 * 8 * 4);
   l.model.recompute = false;
   l.recompute = ParallelOptions::Recompute::kFull;
-  EXPECT_EQ(PerStep(ModelCommTraffic(l).tp, CommOp::kAllReduce), 2u * (2 * 5 * 8 + 5 * 16) * 4);
+  EXPECT_EQ(PerStep(ModelCommTraffic(l).tp, CommOp::kAllReduce), 2u * 2 * 5 * 8 * 4);
 }
 
 TEST(CommReportTest, SaysWhetherMeasuredEqualsModelAndWritesBoth) {

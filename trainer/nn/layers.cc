@@ -76,12 +76,14 @@ void Linear::WeightGrad(const ops::Exec& ex, const Tensor& x2, const Tensor& dy2
 Tensor Linear::DoBackward(const Tensor& dy, Context& ctx) {
   Tensor dy2 = Rows2D(dy);
   WeightGrad(ctx.exec(), ctx.Get(this, "x"), dy2);
+  if (!input_grad_) return Tensor();
   return Reshaped(InputGrad(ctx.exec(), dy2), WithLast(dy.shape(), in_));
 }
 
 Tensor Linear::DoBackwardInput(const Tensor& dy, Context& ctx) {
   Tensor dy2 = Rows2D(dy);
   ctx.Save(this, "dy", dy2);
+  if (!input_grad_) return Tensor();
   return Reshaped(InputGrad(ctx.exec(), dy2), WithLast(dy.shape(), in_));
 }
 

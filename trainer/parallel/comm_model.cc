@@ -92,10 +92,10 @@ TpFloats UnitTpFloats(const CommLayout& l, int unit) {
       return {2 * c, 2 * c};
     }
     case ModelOptions::Kind::kMlp:
-      // fc1 (columns) all-reduces dL/dx of the features: Linear computes it even at unit 0.
-      if (unit == 0) return {0, static_cast<uint64_t>(m.mlp_in)};
-      if (unit == last) return {static_cast<uint64_t>(m.mlp_out), 0};  // fc2 (rows): y
-      return {};                                                       // the activation
+      // fc2 (rows) all-reduces its output; fc1 (columns) takes the data, so it computes no
+      // dL/dx and all-reduces nothing.
+      if (unit == last) return {static_cast<uint64_t>(m.mlp_out), 0};
+      return {};
     case ModelOptions::Kind::kCtr:
       break;
   }
