@@ -470,6 +470,8 @@ CommLayout Trainer::Layout() const {
   l.micro_batch = micro_batch_;
   l.dp_all_reduce = reducer_ != nullptr;
   l.overlap = job_.sync.overlap;
+  l.model = job_.model;
+  l.recompute = job_.parallel.recompute;
   for (const auto& p : model_->params().params()) {
     if (p->remote) {
       l.server_floats += p->value.numel();

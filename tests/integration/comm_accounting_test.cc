@@ -1,9 +1,10 @@
 // comm_accounting_test.cc: communication accounting end to end (strata-launch, real trainer
-// processes on loopback, Gloo): for gpt with dp 2, and with dp 2 x pp 2 (1f1b and zbv), every
-// trainer's communicators count, per group and op, exactly the bytes the analytical model
+// processes on loopback, Gloo): for gpt with dp 2, dp 2 x pp 2 (1f1b and zbv), tp 2, dp 2 x tp 2
+// and tp 2 x pp 2 (zbv, full recompute), and for the mlp with tp 2, every trainer's
+// communicators count, per group and op, exactly the bytes the analytical model
 // (trainer/parallel/comm_model.h) gives for the layout; the run summary prints the table; and
 // the counts agree across the group (what one pipeline rank sends its neighbour receives,
-// replicas all-reduce the same bytes).
+// replicas all-reduce the same bytes, tensor-parallel ranks the same activations).
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -26,6 +27,14 @@ const char* kGpt =
     "train: {steps: 5, batch_size: 8, micro_batches: 4, log_every: 1, progress: false}\n"
     "sync: {mode: allreduce}\n";
 
+// fc1 16 -> 32 (columns), fc2 32 -> 8 (rows): small, so that the run is quick.
+const char* kMlp =
+    "model: {kind: mlp, mlp_in: 16, mlp_hidden: 32, mlp_out: 8}\n"
+    "data: {kind: regression, eval_samples: 64}\n"
+    "optimizer: {kind: sgd, lr: 0.05, momentum: 0.9, clip_norm: 1.0}\n"
+    "train: {steps: 5, batch_size: 16, micro_batches: 2, log_every: 1, progress: false}\n"
+    "sync: {mode: allreduce}\n";
+
 class CommAccountingTest : public testing::LaunchFixture {
  protected:
   void SetUp() override { setenv("OPENBLAS_NUM_THREADS", "1", 1); }
@@ -34,11 +43,11 @@ class CommAccountingTest : public testing::LaunchFixture {
   // mid-run evaluation, which must not count as training traffic); returns every rank's "comm"
   // metrics object, by rank.
   std::vector<nlohmann::json> Run(const std::string& tag, int trainers,
-                                  std::vector<std::string> sets) {
+                                  std::vector<std::string> sets, const char* job = kGpt) {
     std::string log;
     sets.insert(sets.end(), {"sync.bucket_mb=0.01", "train.eval_every=2",
                              "train.metrics_path=" + Metrics(tag)});
-    EXPECT_EQ(Launch(Job("gpt", kGpt), 0, trainers, sets, &log), 0) << log;
+    EXPECT_EQ(Launch(Job(tag, job), 0, trainers, sets, &log), 0) << log;
     EXPECT_NE(log.find("communication per step"), std::string::npos) << log;
     EXPECT_NE(log.find("measured bytes equal the model's for every op"), std::string::npos) << log;
     std::vector<nlohmann::json> out;
@@ -121,6 +130,80 @@ TEST_F(CommAccountingTest, Dp2TimesPp2GptBytesPerStepEqualTheModel) {
           << tag;
     }
   }
+}
+
+// Ranks `group` of a tensor-parallel group all-reduce the same activations: the same ops, calls
+// and bytes; and each did all-reduce over tp, and summed its gradient norm (one double a step).
+void ExpectTpGroupAgrees(const std::vector<nlohmann::json>& tp, const std::string& tag) {
+  for (size_t i = 0; i < tp.size(); ++i) {
+    ASSERT_TRUE(tp[i].is_object()) << tag << " member " << i << " has no tp group";
+    EXPECT_EQ(tp[i]["size"], 2) << tag;
+    EXPECT_EQ(tp[i]["group"], tp[0]["group"]) << tag;
+    EXPECT_GT(tp[i]["ops"]["all_reduce"]["bytes"].get<int64_t>(), 0) << tag;
+    EXPECT_EQ(tp[i]["ops"]["host_all_reduce"]["bytes"], kSteps * 8) << tag;
+    EXPECT_EQ(tp[i]["ops"], tp[0]["ops"]) << tag;
+  }
+}
+
+TEST_F(CommAccountingTest, Tp2GptBytesPerStepEqualTheModel) {
+  const auto ranks = Run("gpt-tp2", 2, {"parallel.tp=2"});
+  ExpectMatchesModel(ranks, "gpt-tp2");
+  ExpectTpGroupAgrees({Group(ranks[0], "tp"), Group(ranks[1], "tp")}, "gpt-tp2");
+  EXPECT_EQ(Group(ranks[0], "tp")["group"], "trainers/tp/0");
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(Group(ranks[r], "dp").is_null()) << r;
+    EXPECT_TRUE(Group(ranks[r], "pp").is_null()) << r;
+  }
+  // Per micro-batch (train.batch_size 8 samples of 16 tokens, width 32): 5 all-reduces of
+  // [128, 32] forward (embedding, 2 x 2 in the blocks), 5 backward (2 x 2 in the blocks, the
+  // head), and the loss's [128] and [2, 128]; 4 micro-batches a step.
+  const int64_t per_step = 4 * (10 * 128 * 32 + 3 * 128) * 4;
+  EXPECT_EQ(Group(ranks[0], "tp")["ops"]["all_reduce"]["bytes"], kSteps * per_step);
+}
+
+TEST_F(CommAccountingTest, Dp2TimesTp2GptBytesPerStepEqualTheModel) {
+  const auto ranks = Run("gpt-dp2tp2", 4, {"parallel.tp=2"});
+  ExpectMatchesModel(ranks, "gpt-dp2tp2");
+  // Megatron's layout: tp fastest, so ranks 0, 1 split replica 0's layers and 2, 3 replica 1's.
+  for (int r = 0; r < 4; r += 2) {
+    ExpectTpGroupAgrees({Group(ranks[r], "tp"), Group(ranks[r + 1], "tp")}, "gpt-dp2tp2");
+  }
+  for (int r = 0; r < 4; ++r) {
+    const nlohmann::json dp = Group(ranks[r], "dp");
+    ASSERT_TRUE(dp.is_object()) << r;
+    EXPECT_EQ(dp["group"], "trainers/dp/" + std::to_string(r % 2));
+    // The replicas of a shard all-reduce its gradients, which are half the split layers'.
+    EXPECT_EQ(dp["ops"]["all_reduce"]["bytes"], Group(ranks[r ^ 2], "dp")["ops"]["all_reduce"]["bytes"]);
+    EXPECT_EQ(Group(ranks[r], "tp")["ops"], Group(ranks[r ^ 2], "tp")["ops"]);
+  }
+}
+
+TEST_F(CommAccountingTest, Tp2TimesPp2GptWithFullRecomputeBytesPerStepEqualTheModel) {
+  // ZB-V splits backward (I, then W) and puts the embedding and the head on pipeline rank 0;
+  // full recompute runs each unit's forward, and its all-reduces, again in I.
+  const auto ranks = Run("gpt-tp2pp2", 4,
+                         {"parallel.tp=2", "parallel.pp=2", "parallel.schedule=zbv",
+                          "parallel.vpp=2", "parallel.recompute=full"});
+  ExpectMatchesModel(ranks, "gpt-tp2pp2");
+  for (int r = 0; r < 4; r += 2) {
+    ExpectTpGroupAgrees({Group(ranks[r], "tp"), Group(ranks[r + 1], "tp")}, "gpt-tp2pp2");
+    EXPECT_TRUE(Group(ranks[r], "dp").is_null());
+    EXPECT_EQ(Group(ranks[r], "pp")["group"], "trainers/pp/" + std::to_string(r % 2));
+  }
+  // Rank 0 (stages 0, 3) all-reduces the embedding's rows twice, the head's dL/dx and the loss;
+  // rank 2 (the blocks) 2 x 2 forward, 2 x 2 backward and 2 x 2 again: more.
+  EXPECT_LT(Group(ranks[0], "tp")["ops"]["all_reduce"]["bytes"].get<int64_t>(),
+            Group(ranks[2], "tp")["ops"]["all_reduce"]["bytes"].get<int64_t>());
+}
+
+TEST_F(CommAccountingTest, Tp2MlpBytesPerStepEqualTheModel) {
+  const auto ranks = Run("mlp-tp2", 2, {"parallel.tp=2"}, kMlp);
+  ExpectMatchesModel(ranks, "mlp-tp2");
+  ExpectTpGroupAgrees({Group(ranks[0], "tp"), Group(ranks[1], "tp")}, "mlp-tp2");
+  // Per micro-batch of 16 samples: fc2's y [16, 8] in forward; fc1 takes the data, so its
+  // dL/dx is neither computed nor all-reduced.
+  const int64_t per_step = 2 * 16 * 8 * 4;
+  EXPECT_EQ(Group(ranks[0], "tp")["ops"]["all_reduce"]["bytes"], kSteps * per_step);
 }
 
 }  // namespace

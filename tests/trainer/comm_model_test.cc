@@ -1,7 +1,7 @@
 // comm_model_test.cc: the analytical communication model (comm_model.h) against counts by
 // hand for a small gpt (pipeline boundaries per schedule, the data-parallel all-reduce of a
-// rank's units, the first step's bucket order), and the report (comm_report.h): its verdict,
-// table and JSON.
+// rank's units, the first step's bucket order, the tensor-parallel all-reduces with and without
+// recompute) and the mlp over tp, and the report (comm_report.h): its verdict, table and JSON.
 #include "trainer/parallel/comm_model.h"
 
 #include <gtest/gtest.h>
@@ -26,6 +26,7 @@ TrainJob Gpt(int pp, int vpp, const char* schedule) {
   return job;
 }
 
+// The unit specs are the unsplit model's: the tp terms depend only on the model's widths.
 CommLayout Layout(const TrainJob& job, int world, int pp_rank) {
   auto plan = ResolvePlan(job, world);
   EXPECT_TRUE(plan.ok()) << plan.status().ToString();
@@ -36,6 +37,8 @@ CommLayout Layout(const TrainJob& job, int world, int pp_rank) {
   l.pp_rank = pp_rank;
   l.units = *units;
   l.micro_batch = {4, 16};  // 4 samples of 16 tokens
+  l.model = job.model;
+  l.recompute = job.parallel.recompute;
   return l;
 }
 
@@ -86,6 +89,95 @@ TEST(CommModelTest, ReplicasAllReduceTheirUnitsGradientsOncePerStep) {
     EXPECT_EQ(PerStep(h.dp, CommOp::kAllReduce), static_cast<uint64_t>(floats - 1000) * 4);
     EXPECT_EQ(h.dp.Bytes(CommOp::kHostBroadcast, 5), 0u);
   }
+}
+
+// Per micro-batch of 64 tokens and width 32, a split block all-reduces [64, 32] twice in forward
+// (attention's proj, the MLP's fc2) and twice in backward (qkv's and fc1's dL/dx); the
+// embedding its rows once in forward; the head its dL/dx once in backward; the vocab-parallel
+// loss [64] (max) and [2, 64] (sums) after the last stage's forward.
+constexpr uint64_t kTpActivation = 64 * 32 * 4;
+constexpr uint64_t kTpLoss = 3 * 64 * 4;
+
+TEST(CommModelTest, TensorParallelGptAllReducesEachSplitLayerPerMicroBatch) {
+  TrainJob job = Gpt(1, 1, "1f1b");
+  job.parallel.tp = 2;
+  const CommModel m = ModelCommTraffic(Layout(job, 2, 0));
+  // Forward: embed 1 + 2 blocks x 2; backward: 2 blocks x 2 + head 1; 4 micro-batches.
+  EXPECT_EQ(PerStep(m.tp, CommOp::kAllReduce), 4 * ((5 + 5) * kTpActivation + kTpLoss));
+  EXPECT_EQ(PerStep(m.tp, CommOp::kHostAllReduce), 8u);  // the split gradients' squared norm
+  EXPECT_EQ(m.tp.first_step, GroupTraffic().first_step);
+  EXPECT_EQ(m.pp.per_step, GroupTraffic().per_step);  // pp 1: nothing
+
+  // Full recompute runs every unit's forward again in backward: embed 1 + blocks 4 more.
+  job.parallel.recompute = ParallelOptions::Recompute::kFull;
+  EXPECT_EQ(PerStep(ModelCommTraffic(Layout(job, 2, 0)).tp, CommOp::kAllReduce),
+            4 * ((5 + 5 + 5) * kTpActivation + kTpLoss));
+  // Selective recomputes the attention core only (no collective); model.recompute the blocks.
+  job.parallel.recompute = ParallelOptions::Recompute::kSelective;
+  EXPECT_EQ(PerStep(ModelCommTraffic(Layout(job, 2, 0)).tp, CommOp::kAllReduce),
+            4 * ((5 + 5) * kTpActivation + kTpLoss));
+  job.model.recompute = true;
+  EXPECT_EQ(PerStep(ModelCommTraffic(Layout(job, 2, 0)).tp, CommOp::kAllReduce),
+            4 * ((5 + 5 + 4) * kTpActivation + kTpLoss));
+
+  // Without tp there is no tp traffic.
+  EXPECT_EQ(ModelCommTraffic(Layout(Gpt(1, 1, "1f1b"), 1, 0)).tp.per_step,
+            GroupTraffic().per_step);
+}
+
+TEST(CommModelTest, TensorParallelGptCountsTheUnitsOfTheRanksStages) {
+  // tp 2 x pp 2, stages [0,2) [2,4): rank 0 embed + block0, rank 1 block1 + final + the loss.
+  for (const char* schedule : {"1f1b", "gpipe", "zb-h1"}) {
+    TrainJob job = Gpt(2, 1, schedule);
+    job.parallel.tp = 2;
+    const CommModel m0 = ModelCommTraffic(Layout(job, 4, 0));
+    const CommModel m1 = ModelCommTraffic(Layout(job, 4, 1));
+    EXPECT_EQ(PerStep(m0.tp, CommOp::kAllReduce), 4 * (3 + 2) * kTpActivation) << schedule;
+    EXPECT_EQ(PerStep(m1.tp, CommOp::kAllReduce), 4 * ((2 + 3) * kTpActivation + kTpLoss))
+        << schedule;
+    EXPECT_EQ(PerStep(m1.tp, CommOp::kHostAllReduce), 8u) << schedule;
+    // The pipeline's terms are those of tp 1.
+    EXPECT_EQ(PerStep(m0.pp, CommOp::kSend), 4 * kActivation) << schedule;
+
+    // Full recompute: embed and block0 again on rank 0, block1 again on rank 1.
+    job.parallel.recompute = ParallelOptions::Recompute::kFull;
+    EXPECT_EQ(PerStep(ModelCommTraffic(Layout(job, 4, 0)).tp, CommOp::kAllReduce),
+              4 * (3 + 2 + 3) * kTpActivation)
+        << schedule;
+    EXPECT_EQ(PerStep(ModelCommTraffic(Layout(job, 4, 1)).tp, CommOp::kAllReduce),
+              4 * ((2 + 3 + 2) * kTpActivation + kTpLoss))
+        << schedule;
+  }
+  // ZB-V on 2 ranks: rank 0 holds stages 0 (embed) and 3 (final, the loss), rank 1 stages 1
+  // and 2 (the blocks).
+  TrainJob job = Gpt(2, 2, "zbv");
+  job.parallel.tp = 2;
+  EXPECT_EQ(PerStep(ModelCommTraffic(Layout(job, 4, 0)).tp, CommOp::kAllReduce),
+            4 * ((1 + 1) * kTpActivation + kTpLoss));
+  EXPECT_EQ(PerStep(ModelCommTraffic(Layout(job, 4, 1)).tp, CommOp::kAllReduce),
+            4 * (4 + 4) * kTpActivation);
+}
+
+TEST(CommModelTest, TensorParallelMlpAllReducesFc2Output) {
+  TrainJob job;
+  job.model.kind = ModelOptions::Kind::kMlp;
+  job.model.mlp_in = 16;
+  job.model.mlp_hidden = 32;
+  job.model.mlp_out = 8;
+  job.parallel.tp = 2;
+  job.train.micro_batches = 2;
+  CommLayout l = Layout(job, 2, 0);
+  l.micro_batch = {5};  // 5 samples
+  // Per micro-batch: fc2's y [5, 8] in forward; fc1 takes the data, so no dL/dx to all-reduce
+  // in backward; MSE needs nothing over tp.
+  EXPECT_EQ(PerStep(ModelCommTraffic(l).tp, CommOp::kAllReduce), 2u * 5 * 8 * 4);
+  EXPECT_EQ(PerStep(ModelCommTraffic(l).tp, CommOp::kHostAllReduce), 8u);
+  // model.recompute (every mlp unit) and full recompute both run fc2's forward again.
+  l.model.recompute = true;
+  EXPECT_EQ(PerStep(ModelCommTraffic(l).tp, CommOp::kAllReduce), 2u * 2 * 5 * 8 * 4);
+  l.model.recompute = false;
+  l.recompute = ParallelOptions::Recompute::kFull;
+  EXPECT_EQ(PerStep(ModelCommTraffic(l).tp, CommOp::kAllReduce), 2u * 2 * 5 * 8 * 4);
 }
 
 TEST(CommReportTest, SaysWhetherMeasuredEqualsModelAndWritesBoth) {

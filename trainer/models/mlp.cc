@@ -14,7 +14,9 @@ class MlpModel final : public Model {
       : Model(ex, o.seed, nn::LossKind::kMse, tp) {
     const int64_t hidden = o.mlp_hidden / tp.size();
     AddUnit({"mlp.fc1", o.mlp_in * hidden + hidden, hidden}, build, [&] {
-      return std::make_unique<nn::ColumnParallelLinear>(reg_, "mlp.fc1", o.mlp_in, o.mlp_hidden, tp);
+      auto fc1 = std::make_unique<nn::ColumnParallelLinear>(reg_, "mlp.fc1", o.mlp_in, o.mlp_hidden, tp);
+      fc1->set_input_grad(false);  // its input is the data: no dL/dx, and no all-reduce of it
+      return fc1;
     });
     AddUnit({"mlp.act", 0, hidden}, build,
             [&] { return std::make_unique<nn::Activation>("mlp.act", nn::ActivationKind::kRelu); });

@@ -78,6 +78,7 @@ Tensor Linear::InputHalf(const Tensor& dy, Context& ctx, Tensor* dy2) const {
   // Sequence-parallel row layer: the output was scattered by sequence, so is its gradient.
   Tensor dyin = seq && split_ == LinearSplit::kRow ? GatherSequence(tp_, ex, dy, name()) : dy;
   *dy2 = Rows2D(dyin);
+  if (!input_grad_) return Tensor();  // the model's input: nothing upstream wants dL/dx
   Tensor dx = ops::NewTensor(ex, {dy2->size(0), in_});
   ops::Matmul(ex, *dy2, weight_->value, dx, false, true);
   const Shape shape = WithLast(dyin.shape(), in_);

@@ -35,6 +35,9 @@ class Linear : public Layer {
          TpGroup tp = {}, int blocks = 1);
   Parameter& weight() { return *weight_; }
   Parameter* bias() { return bias_; }
+  // Off: backward returns no dL/dx (undefined), for a model's first layer, whose input is the
+  // data. Column-split, dL/dx would cost an all-reduce whose result nobody reads.
+  void set_input_grad(bool on) { input_grad_ = on; }
 
  protected:
   Tensor DoForward(const Tensor& x, Context& ctx) override;
@@ -54,6 +57,7 @@ class Linear : public Layer {
   TpGroup tp_;
   Parameter* weight_;
   Parameter* bias_ = nullptr;
+  bool input_grad_ = true;
 };
 
 // ids (i32 or i64, any shape [...]) -> rows [..., dim]; table "<name>.weight" [vocab, dim].

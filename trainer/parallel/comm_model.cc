@@ -14,11 +14,16 @@ void Add(std::array<uint64_t, kNumCommOps>& bytes, CommOp op, uint64_t n) {
   bytes[static_cast<size_t>(op)] += n;
 }
 
-// Floats of unit `unit`'s output for one micro-batch.
-uint64_t OutputFloats(const CommLayout& l, int unit) {
-  uint64_t n = static_cast<uint64_t>(l.units.at(static_cast<size_t>(unit)).out_width);
+// Rows of a micro-batch: the leading dimensions' product (samples, or tokens for gpt).
+uint64_t Rows(const CommLayout& l) {
+  uint64_t n = 1;
   for (int64_t d : l.micro_batch) n *= static_cast<uint64_t>(d);
   return n;
+}
+
+// Floats of unit `unit`'s output for one micro-batch.
+uint64_t OutputFloats(const CommLayout& l, int unit) {
+  return static_cast<uint64_t>(l.units.at(static_cast<size_t>(unit)).out_width) * Rows(l);
 }
 
 // The rank's schedule, action by action: an activation crosses a boundary forward after the
@@ -68,19 +73,71 @@ void AddDataParallelTraffic(const CommLayout& l, GroupTraffic* dp) {
   }
 }
 
-// Tensor parallelism's terms: none yet, as no layer is split on this branch (a tp group is
-// made, and nothing runs on it). When layers are split Megatron's way, add here, per step and
-// per micro-batch, for each transformer block of the rank's stages (tokens = the micro-batch's
-// N * T, width = the block's out_width):
-//  - forward: one all-reduce of the activation [tokens, width] after each column/row-parallel
-//    pair (attention, MLP);
-//  - backward: one all-reduce of the input gradient [tokens, width] per pair;
-//  - a vocabulary-parallel loss: its small all-reduces per micro-batch (max and sum of the
-//    logits' exponentials, [tokens] each, and the target logit);
-// and drop the split parameters' replicated floats from the dp all-reduce above accordingly.
+// Floats a row of one unit all-reduces over tp in its forward and in its backward (dL/dx),
+// as the models split their layers (gpt.cc, mlp.cc; layers.cc says where each all-reduce is).
+struct TpFloats {
+  uint64_t forward = 0, backward = 0;
+};
+
+TpFloats UnitTpFloats(const CommLayout& l, int unit) {
+  const ModelOptions& m = l.model;
+  const int last = static_cast<int>(l.units.size()) - 1;
+  switch (m.kind) {
+    case ModelOptions::Kind::kGpt: {
+      const auto c = static_cast<uint64_t>(m.width);
+      if (unit == 0) return {c, 0};     // the vocab-parallel embedding's rows; no backward
+      if (unit == last) return {0, c};  // the head (columns): its dL/dx; ln_f is whole
+      // A block: attention's proj and the MLP's fc2 (rows) in forward, qkv's and fc1's dL/dx
+      // (columns) in backward.
+      return {2 * c, 2 * c};
+    }
+    case ModelOptions::Kind::kMlp:
+      // fc2 (rows) all-reduces its output; fc1 (columns) takes the data, so it computes no
+      // dL/dx and all-reduces nothing.
+      if (unit == last) return {static_cast<uint64_t>(m.mlp_out), 0};
+      return {};
+    case ModelOptions::Kind::kCtr:
+      break;
+  }
+  STRATA_CHECK(false) << "model kind " << static_cast<int>(m.kind) << " has no tp split";
+  return {};
+}
+
+bool Recomputes(const CommLayout& l, int unit) {
+  if (l.recompute == ParallelOptions::Recompute::kFull) return true;  // every unit
+  if (!l.model.recompute) return false;
+  // model.recompute switches gpt's blocks (not the embedding or the head) and every mlp unit.
+  const int last = static_cast<int>(l.units.size()) - 1;
+  return l.model.kind == ModelOptions::Kind::kMlp || (unit > 0 && unit < last);
+}
+
+// The rank's compute actions, as the executor runs them: F runs the stage's forwards (and, on
+// the last stage, the loss); B or I its input halves of backward, after the forward again in
+// a unit that recomputes; W (the weight half) moves nothing.
 void AddTensorParallelTraffic(const CommLayout& l, GroupTraffic* tp) {
-  (void)l;
-  (void)tp;
+  if (l.plan.tp < 2) return;
+  Result<std::vector<pipeline::Action>> actions =
+      pipeline::BuildActions(l.plan.schedule, l.plan.shape(), l.pp_rank);
+  STRATA_CHECK(actions.ok()) << actions.status().ToString();
+  const int last_stage = l.plan.shape().num_stages() - 1;
+  uint64_t floats = 0;  // per row of a micro-batch, over the step
+  for (const pipeline::Action& a : *actions) {
+    const UnitRange& units = l.plan.stages.at(static_cast<size_t>(a.stage));
+    const bool backward =
+        a.kind == pipeline::ActionKind::kBackward || a.kind == pipeline::ActionKind::kBackwardInput;
+    if (a.kind != pipeline::ActionKind::kForward && !backward) continue;
+    for (int u = units.first; u < units.last; ++u) {
+      const TpFloats f = UnitTpFloats(l, u);
+      floats += backward ? f.backward + (Recomputes(l, u) ? f.forward : 0) : f.forward;
+    }
+    // The vocab-parallel cross-entropy: the logits' max per row, then the sum of exponentials
+    // and the target's logit per row.
+    if (!backward && a.stage == last_stage && l.model.kind == ModelOptions::Kind::kGpt) {
+      floats += 1 + 2;
+    }
+  }
+  Add(tp->per_step, CommOp::kAllReduce, floats * Rows(l) * kFloat);
+  Add(tp->per_step, CommOp::kHostAllReduce, kDouble);  // the split gradients' squared norm
 }
 
 }  // namespace

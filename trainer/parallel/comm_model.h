@@ -20,7 +20,9 @@ namespace strata {
 struct CommLayout {
   ParallelPlan plan;
   int pp_rank = 0;
-  std::vector<UnitSpec> units;  // every unit of the model, as built (Model::units())
+  // Every unit of the model, as built (Model::units()): with tp > 1, this rank's shard's
+  // parameters and outputs.
+  std::vector<UnitSpec> units;
   Shape micro_batch;            // Model::LeadingShape of one micro-batch: [N] or [N, T]
   // The replicas all-reduce gradients (sync.mode allreduce or hybrid, dp > 1).
   bool dp_all_reduce = false;
@@ -32,6 +34,11 @@ struct CommLayout {
   // number of parameter tensors the all-reduce covers (the length of the bucket order).
   int64_t server_floats = 0;
   int64_t all_reduced_tensors = 0;
+  // Tensor parallelism (plan.tp > 1) needs the model's own sizes (what the tp all-reduces
+  // carry) and which units run their forward again in backward: model.recompute (gpt's
+  // blocks, every mlp unit) and parallel.recompute full (every unit).
+  ModelOptions model;
+  ParallelOptions::Recompute recompute = ParallelOptions::Recompute::kNone;
 };
 
 // Expected payload bytes of one group on this rank, per CommOp (CommStats' definition of a
@@ -59,7 +66,12 @@ struct CommModel {
 //  dp: one all-reduce of every gradient of the rank's units (the unit specs' parameters,
 //      less server_floats), 4 bytes a float; the loss averaged over the replicas (one double);
 //      with overlap, the bucket order broadcast once (all_reduced_tensors floats).
-//  tp: see AddTensorParallelTraffic in comm_model.cc (nothing yet).
+//  tp: per micro-batch, the all-reduces of the rank's split layers (Megatron's: a row-parallel
+//      layer's output in forward, a column-parallel layer's input gradient in backward, the
+//      vocab-parallel embedding's rows in forward), again in backward for a unit that
+//      recomputes its forward; on the last stage the vocab-parallel cross-entropy's max
+//      ([rows]) and sums ([2, rows]); plus the squared norm of the split gradients (one host
+//      all-reduce of a double a step). See AddTensorParallelTraffic in comm_model.cc.
 CommModel ModelCommTraffic(const CommLayout& layout);
 
 }  // namespace strata
