@@ -472,6 +472,7 @@ CommLayout Trainer::Layout() const {
   l.overlap = job_.sync.overlap;
   l.model = job_.model;
   l.recompute = job_.parallel.recompute;
+  l.sequence_parallel = job_.parallel.sequence_parallel;
   for (const auto& p : model_->params().params()) {
     if (p->remote) {
       l.server_floats += p->value.numel();

@@ -196,6 +196,22 @@ TEST_F(CommAccountingTest, Tp2TimesPp2GptWithFullRecomputeBytesPerStepEqualTheMo
             Group(ranks[2], "tp")["ops"]["all_reduce"]["bytes"].get<int64_t>());
 }
 
+// Sequence parallelism: the activations' all-reduces become all-gathers and reduce-scatters
+// (the same bytes), the norms' and positions' gradients are summed once a step, and a stage
+// boundary carries 1/tp of the sequence; with dp 2 x tp 2 x pp 2 every group is counted.
+TEST_F(CommAccountingTest, SequenceParallel3DGptBytesPerStepEqualTheModel) {
+  const auto ranks = Run("gpt-sp3d", 8,
+                         {"parallel.tp=2", "parallel.pp=2", "parallel.dp=2", "parallel.sequence_parallel=true",
+                          "parallel.schedule=zb-h1"});
+  ExpectMatchesModel(ranks, "gpt-sp3d");
+  for (int r = 0; r < 8; r += 2) {
+    ExpectTpGroupAgrees({Group(ranks[r], "tp"), Group(ranks[r + 1], "tp")}, "gpt-sp3d");
+    const nlohmann::json ops = Group(ranks[r], "tp")["ops"];
+    EXPECT_GT(ops["all_gather"]["bytes"].get<int64_t>(), 0);
+    EXPECT_EQ(ops["all_gather"]["bytes"], ops["reduce_scatter"]["bytes"]) << "rank " << r;
+  }
+}
+
 TEST_F(CommAccountingTest, Tp2MlpBytesPerStepEqualTheModel) {
   const auto ranks = Run("mlp-tp2", 2, {"parallel.tp=2"}, kMlp);
   ExpectMatchesModel(ranks, "mlp-tp2");

@@ -1,10 +1,12 @@
 // tensor_parallel_test.cc: tensor parallelism end to end (strata-launch, real trainer
 // processes on loopback, Gloo within each tensor-parallel group):
-//  - TensorParallelTest: gpt at tp 2 (with and without full recompute), the seeds' MLP at tp 2
+//  - TensorParallelTest: gpt at tp 2 (plain, with full recompute, sequence-parallel), the seeds'
+//    MLP at tp 2
 //    and dp 2 x tp 2, and the parameter servers (ps, BSP) at tp 2 reproduce the single process's
 //    losses at every step and, gathered from the checkpoint's shards, its final weights;
 //    models that do not split over tp are refused naming the field.
-//  - ThreeDTest: gpt under every (dp, tp, pp) in {1, 2}^3, Megatron's rank order.
+//  - ThreeDTest: gpt under every (dp, tp, pp) in {1, 2}^3, Megatron's rank order, and 2 x 2 x 2
+//    with sequence parallelism.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -42,6 +44,7 @@ TEST_F(TensorParallelTest, GptTp2MatchesOneProcess) {
   RunReference(job);
   ExpectMatchesReference(job, "tp2", 2, 2, {"parallel.tp=2"});
   ExpectMatchesReference(job, "tp2-recompute", 2, 2, {"parallel.tp=2", "parallel.recompute=full"});
+  ExpectMatchesReference(job, "tp2-sequence", 2, 2, {"parallel.tp=2", "parallel.sequence_parallel=true"});
 }
 
 TEST_F(TensorParallelTest, SeedsMlpTp2AndDp2Tp2MatchOneProcess) {
@@ -96,6 +99,10 @@ TEST_F(TensorParallelTest, ModelsThatDoNotSplitAreRefusedNamingTheField) {
   EXPECT_NE(log.find("model.vocab 258 does not split over parallel.tp 4"), std::string::npos) << log;
   EXPECT_EQ(Launch(gpt, 0, 4, {"parallel.tp=3"}, &log), 2) << log;
   EXPECT_NE(log.find("parallel.tp * parallel.pp"), std::string::npos) << log;
+  EXPECT_EQ(Launch(gpt, 0, 4, {"parallel.tp=4", "model.heads=8", "model.context=18", "parallel.sequence_parallel=true"}, &log), 2) << log;
+  EXPECT_NE(log.find("model.context 18 does not split over parallel.tp 4"), std::string::npos) << log;
+  EXPECT_EQ(Launch(Job("mlp", kSeedsMlp), 0, 2, {"parallel.tp=2", "parallel.sequence_parallel=true"}, &log), 2) << log;
+  EXPECT_NE(log.find("parallel.sequence_parallel splits a sequence: model gpt only"), std::string::npos) << log;
 }
 
 // Every layout of 1 to 8 trainers: tp fastest, then dp, then pp. Weights of layouts with dp 2
@@ -122,6 +129,10 @@ TEST_F(ThreeDTest, GptEveryLayoutMatchesOneProcess) {
                               "parallel.pp=" + std::to_string(pp), "parallel.schedule=1f1b"});
     }
   }
+  // Sequence parallelism in 3D: stage boundaries carry [N, T/2, C], zero-bubble split backward.
+  ExpectMatchesReference(job, "dp2-tp2-pp2-sequence", 8, 4,
+                         {"parallel.dp=2", "parallel.tp=2", "parallel.pp=2", "parallel.schedule=zb-h1",
+                          "parallel.sequence_parallel=true"});
 }
 
 }  // namespace

@@ -47,10 +47,20 @@ Tensor Slice(const Tensor& whole, const ShardSpec& spec) {
   return out;
 }
 
-// The split of a tensor's last axis (the rank's columns), or none (whole on every rank).
-ShardSpec LastAxis(const Shape& shape, int rank, bool split, int blocks = 1) {
+// The split of a tensor's last axis (the rank's columns), of its sequence (axis 1) when
+// `sequence`, or none (whole on every rank).
+ShardSpec SplitOf(const Shape& shape, int rank, bool split, bool sequence, int blocks = 1) {
+  if (sequence) return {shape, 1, 1, rank, kTp};
   if (!split) return ShardSpec::Whole(shape);
   return {shape, static_cast<int>(shape.size()) - 1, blocks, rank, kTp};
+}
+
+// What the trainer does once gradients are final: sums those that sequence parallelism left
+// partial over the group.
+void SumSequencePartials(ParameterRegistry& reg, const TpGroup& tp) {
+  for (auto& p : reg.params()) {
+    if (p->sequence_partial) TpAllReduce(tp, p->grad, ReduceOp::kSum, p->name);
+  }
 }
 
 // Adds the same noise to every parameter of a whole layer and to its shards (noise of the
@@ -80,6 +90,7 @@ struct LayerCase {
   bool y_split = false;  // each rank's output is a slice of the last axis
   int y_blocks = 1;
   double eps = 1e-3;
+  bool sequence = false;  // sequence-parallel: x and y are each rank's slice of axis 1
 };
 
 class TensorParallelTest : public InprocTrainersTest {
@@ -119,7 +130,8 @@ void TensorParallelTest::Check(const LayerCase& c) {
     ParameterRegistry reg(kCpu, 5);
     std::unique_ptr<Layer> layer = c.make(reg, tp);
     Perturb(reg, 0.1f);
-    const ShardSpec xs = LastAxis(c.x.shape(), rank, c.x_split), ys = LastAxis(y_whole.shape(), rank, c.y_split, c.y_blocks);
+    const ShardSpec xs = SplitOf(c.x.shape(), rank, c.x_split, c.sequence && c.x_grad),
+                    ys = SplitOf(y_whole.shape(), rank, c.y_split, c.sequence, c.y_blocks);
     Tensor x = Slice(c.x, xs), r_local = Slice(r, ys);
     for (auto& p : reg.params()) {  // exactly its slice of the whole parameter
       Parameter* w = whole_reg.Find(p->name);
@@ -140,6 +152,7 @@ void TensorParallelTest::Check(const LayerCase& c) {
       } else {
         dx = layer->Backward(r_local, ctx);
       }
+      SumSequencePartials(reg, tp);
       if (c.x_grad) {
         EXPECT_LT(MaxRelDiff(dx, Slice(dx_whole, xs)), kRounding) << "dx, " << mode << ", rank " << rank;
       }
@@ -157,7 +170,7 @@ void TensorParallelTest::Check(const LayerCase& c) {
       Tensor y = layer->Forward(x, ctx);
       double l = 0;
       for (int64_t i = 0; i < y.numel(); ++i) l += static_cast<double>(y.data_as<float>()[i]) * r_local.data_as<float>()[i];
-      if (c.y_split) {
+      if (c.y_split || c.sequence) {
         EXPECT_TRUE(tp.comm->AllReduceHost(&l, 1, ReduceOp::kSum).ok());
       }
       return l;
@@ -166,9 +179,10 @@ void TensorParallelTest::Check(const LayerCase& c) {
     Context ctx(kCpu, true, 7);
     layer->Forward(x, ctx);
     Tensor dx = layer->Backward(r_local, ctx);
+    SumSequencePartials(reg, tp);
     struct Target { std::string name; Tensor value, grad; bool everywhere; };
     std::vector<Target> targets;
-    if (c.x_grad) targets.push_back({"input", x, dx, !c.x_split});
+    if (c.x_grad) targets.push_back({"input", x, dx, !c.x_split && !c.sequence});
     for (auto& p : reg.params()) targets.push_back({p->name, p->value, p->grad, p->shard.whole()});
     rng::Stream pick(123);  // the same stream on every rank
     double worst = 0;
@@ -257,6 +271,44 @@ TEST_F(TensorParallelTest, VocabParallelEmbedding) {
   Check(c);
 }
 
+// Sequence parallelism: the layers take and give each rank's slice of the sequence; norms'
+// gradients are partial until summed over the group (SumSequencePartials, as the trainer does).
+TEST_F(TensorParallelTest, SequenceParallelMlp) {
+  LayerCase c{[](ParameterRegistry& reg, TpGroup tp) -> std::unique_ptr<Layer> {
+                tp.sequence = true;
+                return MakeMlp(reg, "mlp", 6, 16, 6, ActivationKind::kGelu, 0.0f, -1.0f, tp);
+              },
+              Random({2, 4, 6}, 7)};
+  c.sequence = true;
+  Check(c);
+}
+
+TEST_F(TensorParallelTest, SequenceParallelTransformerBlock) {
+  LayerCase c{[](ParameterRegistry& reg, TpGroup tp) -> std::unique_ptr<Layer> {
+                tp.sequence = true;
+                return std::make_unique<TransformerBlock>(reg, "block", 8, 2, 1, 0.0f, tp);
+              },
+              Random({2, 4, 8}, 9)};
+  c.sequence = true;
+  c.eps = 1e-2;
+  Check(c);
+}
+
+TEST_F(TensorParallelTest, SequenceParallelVocabEmbedding) {
+  Tensor ids = ops::NewTensor(kCpu, {2, 4}, DType::kI32);
+  const int32_t raw[] = {1, 9, 1, 0, 3, 6, 8, 4};
+  for (int i = 0; i < 8; ++i) ids.data_as<int32_t>()[i] = raw[i];
+  LayerCase c{[](ParameterRegistry& reg, TpGroup tp) -> std::unique_ptr<Layer> {
+                if (!tp.split()) return std::make_unique<Embedding>(reg, "emb", 10, 4, 1.0f);
+                tp.sequence = true;
+                return std::make_unique<VocabParallelEmbedding>(reg, "emb", 10, 4, tp, 1.0f);
+              },
+              ids};
+  c.x_grad = false;
+  c.sequence = true;
+  Check(c);
+}
+
 // The vocab-parallel loss against the unsplit one (value and gradient), and its gradient
 // against finite differences of the loss in each rank's slice of the logits.
 TEST_F(TensorParallelTest, VocabParallelCrossEntropy) {
@@ -272,7 +324,7 @@ TEST_F(TensorParallelTest, VocabParallelCrossEntropy) {
 
   OnRanks([&](int rank, TpGroup tp) {
     LossHead head(LossKind::kCrossEntropy, tp);
-    const ShardSpec cols = LastAxis(logits.shape(), rank, true);
+    const ShardSpec cols = SplitOf(logits.shape(), rank, true, false);
     Tensor mine = Slice(logits, cols);
     Context ctx(kCpu, true, 1);
     const double got = head.Forward(mine, targets, ctx, 0.5f);

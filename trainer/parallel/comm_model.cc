@@ -21,9 +21,11 @@ uint64_t Rows(const CommLayout& l) {
   return n;
 }
 
-// Floats of unit `unit`'s output for one micro-batch.
+// Floats of unit `unit`'s output for one micro-batch on this rank (a slice of the sequence
+// under sequence parallelism).
 uint64_t OutputFloats(const CommLayout& l, int unit) {
-  return static_cast<uint64_t>(l.units.at(static_cast<size_t>(unit)).out_width) * Rows(l);
+  const UnitSpec& spec = l.units.at(static_cast<size_t>(unit));
+  return static_cast<uint64_t>(spec.out_width) * Rows(l) / static_cast<uint64_t>(spec.seq_parts);
 }
 
 // The rank's schedule, action by action: an activation crosses a boundary forward after the
@@ -73,34 +75,67 @@ void AddDataParallelTraffic(const CommLayout& l, GroupTraffic* dp) {
   }
 }
 
-// Floats a row of one unit all-reduces over tp in its forward and in its backward (dL/dx),
-// as the models split their layers (gpt.cc, mlp.cc; layers.cc says where each all-reduce is).
+// Floats a row (a token of the whole sequence, or a sample) of one unit moves over tp in its
+// forward and in its backward (dL/dx), by op, as the models split their layers (gpt.cc, mlp.cc;
+// layers.cc says where each collective is).
+struct OpFloats {
+  uint64_t all_reduce = 0, all_gather = 0, reduce_scatter = 0;
+  OpFloats& operator+=(const OpFloats& o) {
+    all_reduce += o.all_reduce;
+    all_gather += o.all_gather;
+    reduce_scatter += o.reduce_scatter;
+    return *this;
+  }
+};
 struct TpFloats {
-  uint64_t forward = 0, backward = 0;
+  OpFloats forward, backward;
 };
 
 TpFloats UnitTpFloats(const CommLayout& l, int unit) {
   const ModelOptions& m = l.model;
   const int last = static_cast<int>(l.units.size()) - 1;
+  const bool seq = l.sequence_parallel;
   switch (m.kind) {
     case ModelOptions::Kind::kGpt: {
       const auto c = static_cast<uint64_t>(m.width);
-      if (unit == 0) return {c, 0};     // the vocab-parallel embedding's rows; no backward
-      if (unit == last) return {0, c};  // the head (columns): its dL/dx; ln_f is whole
-      // A block: attention's proj and the MLP's fc2 (rows) in forward, qkv's and fc1's dL/dx
-      // (columns) in backward.
-      return {2 * c, 2 * c};
+      // Sequence-parallel, a row layer's all-reduce becomes a reduce-scatter (forward) and its
+      // dL/dy an all-gather (backward); a column layer's input an all-gather (forward) and its
+      // dL/dx a reduce-scatter (backward).
+      const OpFloats row_out = seq ? OpFloats{0, 0, c} : OpFloats{c, 0, 0};
+      const OpFloats row_dy = seq ? OpFloats{0, c, 0} : OpFloats{};
+      const OpFloats col_in = seq ? OpFloats{0, c, 0} : OpFloats{};
+      const OpFloats col_dx = seq ? OpFloats{0, 0, c} : OpFloats{c, 0, 0};
+      if (unit == 0) return {row_out, row_dy};  // the vocab-parallel embedding's rows
+      if (unit == last) return {col_in, col_dx};  // the head (columns); ln_f is whole
+      // A block: qkv and fc1 (columns), attention's proj and the MLP's fc2 (rows).
+      TpFloats f{col_in, col_dx};
+      f.forward += col_in;
+      f.backward += col_dx;
+      f.forward += row_out;
+      f.forward += row_out;
+      f.backward += row_dy;
+      f.backward += row_dy;
+      return f;
     }
     case ModelOptions::Kind::kMlp:
       // fc2 (rows) all-reduces its output; fc1 (columns) takes the data, so it computes no
       // dL/dx and all-reduces nothing.
-      if (unit == last) return {static_cast<uint64_t>(m.mlp_out), 0};
+      if (unit == last) return {{static_cast<uint64_t>(m.mlp_out), 0, 0}, {}};
       return {};
     case ModelOptions::Kind::kCtr:
       break;
   }
   STRATA_CHECK(false) << "model kind " << static_cast<int>(m.kind) << " has no tp split";
   return {};
+}
+
+// Sequence parallelism: floats of a unit's gradients summed over tp once a step (gpt.cc: the
+// positions, and the norms).
+uint64_t UnitSequencePartialFloats(const CommLayout& l, int unit) {
+  const auto c = static_cast<uint64_t>(l.model.width);
+  const int last = static_cast<int>(l.units.size()) - 1;
+  if (unit == 0) return static_cast<uint64_t>(l.model.context) * c;  // positions
+  return unit == last ? 2 * c : 4 * c;  // ln_f; a block's ln1 and ln2
 }
 
 bool Recomputes(const CommLayout& l, int unit) {
@@ -120,7 +155,7 @@ void AddTensorParallelTraffic(const CommLayout& l, GroupTraffic* tp) {
       pipeline::BuildActions(l.plan.schedule, l.plan.shape(), l.pp_rank);
   STRATA_CHECK(actions.ok()) << actions.status().ToString();
   const int last_stage = l.plan.shape().num_stages() - 1;
-  uint64_t floats = 0;  // per row of a micro-batch, over the step
+  OpFloats floats;  // per row of a micro-batch, over the step
   for (const pipeline::Action& a : *actions) {
     const UnitRange& units = l.plan.stages.at(static_cast<size_t>(a.stage));
     const bool backward =
@@ -128,15 +163,30 @@ void AddTensorParallelTraffic(const CommLayout& l, GroupTraffic* tp) {
     if (a.kind != pipeline::ActionKind::kForward && !backward) continue;
     for (int u = units.first; u < units.last; ++u) {
       const TpFloats f = UnitTpFloats(l, u);
-      floats += backward ? f.backward + (Recomputes(l, u) ? f.forward : 0) : f.forward;
+      if (!backward) {
+        floats += f.forward;
+        continue;
+      }
+      floats += f.backward;
+      if (Recomputes(l, u)) floats += f.forward;
     }
     // The vocab-parallel cross-entropy: the logits' max per row, then the sum of exponentials
     // and the target's logit per row.
     if (!backward && a.stage == last_stage && l.model.kind == ModelOptions::Kind::kGpt) {
-      floats += 1 + 2;
+      floats.all_reduce += 1 + 2;
     }
   }
-  Add(tp->per_step, CommOp::kAllReduce, floats * Rows(l) * kFloat);
+  const uint64_t rows = Rows(l);
+  uint64_t partial = 0;  // sequence parallelism's gradients, summed once a step
+  if (l.sequence_parallel) {
+    for (int s : pipeline::StagesOfRank(l.plan.schedule, l.plan.shape(), l.pp_rank)) {
+      const UnitRange& r = l.plan.stages.at(static_cast<size_t>(s));
+      for (int u = r.first; u < r.last; ++u) partial += UnitSequencePartialFloats(l, u);
+    }
+  }
+  Add(tp->per_step, CommOp::kAllReduce, (floats.all_reduce * rows + partial) * kFloat);
+  if (floats.all_gather) Add(tp->per_step, CommOp::kAllGather, floats.all_gather * rows * kFloat);
+  if (floats.reduce_scatter) Add(tp->per_step, CommOp::kReduceScatter, floats.reduce_scatter * rows * kFloat);
   Add(tp->per_step, CommOp::kHostAllReduce, kDouble);  // the split gradients' squared norm
 }
 

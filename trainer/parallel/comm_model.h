@@ -39,6 +39,10 @@ struct CommLayout {
   // blocks, every mlp unit) and parallel.recompute full (every unit).
   ModelOptions model;
   ParallelOptions::Recompute recompute = ParallelOptions::Recompute::kNone;
+  // Sequence parallelism turns each tp all-reduce of an activation into an all-gather or a
+  // reduce-scatter (the same bytes by CommStats' definition) and sums the norms' and positions'
+  // gradients over tp once a step.
+  bool sequence_parallel = false;
 };
 
 // Expected payload bytes of one group on this rank, per CommOp (CommStats' definition of a
