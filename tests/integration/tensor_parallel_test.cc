@@ -57,7 +57,8 @@ TEST_F(TensorParallelTest, SeedsMlpTp2AndDp2Tp2MatchOneProcess) {
 
 // On the servers each tp shard has tables of its own ("#tp0/2"), shared by its replicas, and
 // a shard's table starts as its slice of the unsplit tensor (the servers initialise it from the
-// InitSpec's shard): gpt under ps and hybrid at tp 2 computes what one process does. (At
+// InitSpec's shard): gpt under ps and hybrid at tp 2, and ps at tp 2 x pp 2, computes what one
+// process does. (At
 // tp 1 gpt's embedding is a sparse table, which ps serves through a row cache: that path is
 // not what this test holds.)
 TEST_F(TensorParallelTest, OnTheServersTp2MatchesOneProcess) {
@@ -73,6 +74,11 @@ TEST_F(TensorParallelTest, OnTheServersTp2MatchesOneProcess) {
     const std::string tag = std::string(mode) + "-tp2";
     ASSERT_EQ(Launch(job, 2, 2, {"parallel.tp=2", std::string("sync.mode=") + mode, "train.metrics_path=" + Metrics(tag)}, &log), 0) << log;
     EXPECT_LT(MaxRelativeDifference(base_, Losses(Rank(tag, 0))), 1e-5) << tag << "\n" << log;
+  }
+  {  // tables per (pp, tp) shard: 4 shards of one replica
+    std::string log;
+    ASSERT_EQ(Launch(job, 2, 4, {"parallel.tp=2", "parallel.pp=2", "train.metrics_path=" + Metrics("ps-tp2pp2")}, &log), 0) << log;
+    EXPECT_LT(MaxRelativeDifference(base_, Losses(Rank("ps-tp2pp2", 0))), 1e-5) << log;
   }
   // Replicas of a shard meet on its tables: dp 2 x tp 2 computes what dp 2 does (the seeds' MLP;
   // rank 0 reports its replica's loss, as without tp).
@@ -118,6 +124,13 @@ TEST_F(ThreeDTest, GptEveryLayoutMatchesOneProcess) {
       ExpectMatchesReference(job, tag, tp * pp, tp * pp,
                              {"parallel.tp=" + std::to_string(tp), "parallel.pp=" + std::to_string(pp)});
     }
+  }
+  // tp 2 x pp 2 under every pipeline schedule (the loop above ran 1f1b).
+  const std::pair<const char*, int> schedules[] = {{"gpipe", 1}, {"interleaved", 2}, {"zb-h1", 1}, {"zbv", 2}};
+  for (const auto& [schedule, vpp] : schedules) {
+    ExpectMatchesReference(job, std::string("dp1-tp2-pp2-") + schedule, 4, 4,
+                           {"parallel.tp=2", "parallel.pp=2", std::string("parallel.schedule=") + schedule,
+                            "parallel.vpp=" + std::to_string(vpp)});
   }
   UseWeightsOf(job, "dp2", 2, {});
   for (int tp : {1, 2}) {
