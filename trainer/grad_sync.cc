@@ -33,79 +33,97 @@ Tensor HostView(float* data, const Tensor& like) {
 // BucketAllReducer
 
 BucketAllReducer::BucketAllReducer(Communicator& comm, std::vector<nn::Parameter*> params,
-                                   size_t bucket_bytes, bool overlap, Trace* trace,
-                                   void* compute_stream)
-    : comm_(comm), params_(std::move(params)), bucket_bytes_(bucket_bytes), overlap_(overlap), trace_(trace) {
+                                   const ops::Exec& exec, size_t bucket_bytes, bool overlap, int zero,
+                                   Trace* trace, void* compute_stream)
+    : comm_(comm),
+      exec_(exec),
+      zero_(zero),
+      buckets_(exec, std::move(params), bucket_bytes, zero > 0 ? comm.size() : 1, /*values=*/zero > 0),
+      overlap_(overlap),
+      trace_(trace) {
   if (compute_stream) {
 #if STRATA_HAVE_CUDA
     auto* nccl = dynamic_cast<NcclCommunicator*>(&comm_);
     STRATA_CHECK(nccl) << "device-mode all-reduce needs a stream-ordered (NCCL) communicator";
     compute_stream_ = compute_stream;
     comm_stream_ = nccl->stream();
-    cudaEvent_t done;
+    cudaEvent_t done, start;
     CUDA_CHECK_FATAL(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    CUDA_CHECK_FATAL(cudaEventCreateWithFlags(&start, cudaEventDisableTiming));
     done_event_ = done;
+    start_event_ = start;
 #else
     STRATA_CHECK(false) << "a compute stream without CUDA";
 #endif
   }
+  const auto& ps = buckets_.params();
   // Until a step has shown the order backward finishes gradients in, guess reverse creation.
   std::vector<size_t> order;
-  for (size_t k = params_.size(); k-- > 0;) order.push_back(k);
-  for (size_t k = 0; k < params_.size(); ++k) index_[params_[k]] = k;
-  BuildBuckets(order);
-  reported_.assign(params_.size(), false);
+  for (size_t k = ps.size(); k-- > 0;) order.push_back(k);
+  for (size_t k = 0; k < ps.size(); ++k) index_[ps[k]] = k;
+  Layout(order);
+  first_padded_floats_ = padded_floats();
+  reported_.assign(ps.size(), false);
   thread_ = std::thread([this] { Run(); });
 }
 
-void BucketAllReducer::BuildBuckets(const std::vector<size_t>& order) {
-  FreeDeviceBuffers();
-  buckets_.clear();
-  bucket_of_.assign(params_.size(), 0);
-  for (size_t k : order) {
-    // A new bucket when this gradient would take the current one past the cap (a gradient
-    // larger than the cap gets a bucket of its own).
-    const size_t floats = static_cast<size_t>(params_[k]->grad.numel());
-    if (buckets_.empty() || (!buckets_.back().params.empty() &&
-                             (buckets_.back().floats + floats) * sizeof(float) > bucket_bytes_)) {
-      buckets_.emplace_back();
-    }
-    Bucket& b = buckets_.back();
-    b.params.push_back(k);
-    b.floats += floats;
-    bucket_of_[k] = buckets_.size() - 1;
-  }
-  for (Bucket& b : buckets_) {
-    const bool direct = b.params.size() == 1 && params_[b.params[0]]->grad.is_cpu() &&
-                        params_[b.params[0]]->grad.is_contiguous();
-    if (comm_stream_) {
+void BucketAllReducer::Layout(const std::vector<size_t>& order) {
+  FreeEvents();
+  buckets_.Layout(order);
+  sync_.assign(buckets_.size(), Sync{});
+  grad_shards_.clear();
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    if (zero_ > 0) grad_shards_.push_back(ops::NewZeros(exec_, {buckets_[i].shard}));
 #if STRATA_HAVE_CUDA
+    if (comm_stream_) {
       cudaEvent_t e;
       CUDA_CHECK_FATAL(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-      b.ready_event = e;
-      if (b.params.size() > 1) CUDA_CHECK_FATAL(cudaMalloc(&b.device_flat, b.floats * sizeof(float)));
-#endif
-    } else if (!direct) {
-      b.flat.resize(b.floats);
+      sync_[i].ready_event = e;
     }
+#endif
   }
   ready_.assign(buckets_.size(), false);
+}
+
+int64_t BucketAllReducer::grad_shard_bytes() const {
+  int64_t n = 0;
+  for (const Tensor& t : grad_shards_) n += static_cast<int64_t>(t.nbytes());
+  return n;
+}
+
+int64_t BucketAllReducer::padded_floats() const {
+  int64_t n = 0;
+  for (size_t i = 0; i < buckets_.size(); ++i) n += buckets_[i].padded;
+  return n;
 }
 
 Status BucketAllReducer::Rebuild() {
   // The order this step's backward reported gradients in (then any it did not report), taken
   // from rank 0 so that every rank builds the same buckets whatever happened locally.
+  const size_t n = buckets_.params().size();
   std::vector<size_t> order = reported_order_;
-  std::vector<bool> seen(params_.size(), false);
+  std::vector<bool> seen(n, false);
   for (size_t k : order) seen[k] = true;
-  for (size_t k = params_.size(); k-- > 0;) {
+  for (size_t k = n; k-- > 0;) {
     if (!seen[k]) order.push_back(k);
   }
   std::vector<float> wire(order.begin(), order.end());  // exact: fewer than 2^24 parameters
   STRATA_RETURN_IF_ERROR(comm_.BroadcastHost(wire.data(), wire.size(), 0).WithContext("sharing the bucket order"));
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<size_t>(wire[i]);
-  std::lock_guard lock(mu_);
-  BuildBuckets(order);
+  {
+    // The new buffers take the gradients as they are: averaged (all-reduce), or this rank's
+    // own sums (ZeRO: the reduce-scatter left its input alone), which are reduced again below
+    // in the new layout, once, on this thread (the communication thread is idle).
+    std::lock_guard lock(mu_);
+    Layout(order);
+  }
+  if (zero_ > 0) {
+    CommWaitsForCompute(start_event_);
+    for (size_t i = 0; i < buckets_.size(); ++i) {
+      STRATA_RETURN_IF_ERROR(Reduce(i).WithContext("reduce-scatter of bucket " + std::to_string(i)));
+    }
+    ComputeWaitsForComm();
+  }
   return Status::OK();
 }
 
@@ -116,38 +134,55 @@ BucketAllReducer::~BucketAllReducer() {
   }
   cv_.notify_all();
   thread_.join();
-  FreeDeviceBuffers();
+  FreeEvents();
 #if STRATA_HAVE_CUDA
   if (done_event_) cudaEventDestroy(static_cast<cudaEvent_t>(done_event_));
+  if (start_event_) cudaEventDestroy(static_cast<cudaEvent_t>(start_event_));
 #endif
 }
 
-void BucketAllReducer::FreeDeviceBuffers() {
+void BucketAllReducer::FreeEvents() {
 #if STRATA_HAVE_CUDA
-  if (comm_stream_ && !buckets_.empty() && !comm_.Synchronize().ok()) {
+  if (comm_stream_ && !sync_.empty() && !comm_.Synchronize().ok()) {
     // The communicator's Synchronize is bounded (past its timeout it aborts NCCL, releasing
     // kernels that wait for a dead peer), where cudaStreamSynchronize would wait forever. When
-    // it fails, the buffers and events are left allocated rather than freed under a kernel.
-    for (Bucket& b : buckets_) {
-      b.ready_event = nullptr;
-      b.device_flat = nullptr;
-    }
+    // it fails, the events are left alive rather than destroyed under a waiting stream.
+    for (Sync& b : sync_) b.ready_event = nullptr;
     return;
   }
-  for (Bucket& b : buckets_) {
+  for (Sync& b : sync_) {
     if (b.ready_event) cudaEventDestroy(static_cast<cudaEvent_t>(b.ready_event));
-    if (b.device_flat) cudaFree(b.device_flat);
     b.ready_event = nullptr;
-    b.device_flat = nullptr;
   }
+#endif
+}
+
+void BucketAllReducer::CommWaitsForCompute(void* event) {
+#if STRATA_HAVE_CUDA
+  if (!comm_stream_) return;
+  CUDA_CHECK_FATAL(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(compute_stream_)));
+  CUDA_CHECK_FATAL(cudaStreamWaitEvent(static_cast<cudaStream_t>(comm_stream_), static_cast<cudaEvent_t>(event), 0));
+#else
+  (void)event;
+#endif
+}
+
+void BucketAllReducer::ComputeWaitsForComm() {
+#if STRATA_HAVE_CUDA
+  if (!comm_stream_) return;
+  // Later compute (the optimizer, the next forward) waits for the collectives on the device,
+  // not on the host.
+  CUDA_CHECK_FATAL(cudaEventRecord(static_cast<cudaEvent_t>(done_event_), static_cast<cudaStream_t>(comm_stream_)));
+  CUDA_CHECK_FATAL(cudaStreamWaitEvent(static_cast<cudaStream_t>(compute_stream_), static_cast<cudaEvent_t>(done_event_), 0));
 #endif
 }
 
 void BucketAllReducer::BeginStep(int64_t step) {
   std::lock_guard lock(mu_);
+  buckets_.AllocateGrads();
   std::fill(reported_.begin(), reported_.end(), false);
   std::fill(ready_.begin(), ready_.end(), false);
-  for (Bucket& b : buckets_) b.pending = b.params.size();
+  for (size_t i = 0; i < buckets_.size(); ++i) sync_[i].pending = buckets_[i].slots.size();
   next_ = done_ = 0;
   error_ = Status::OK();
   late_.clear();
@@ -160,13 +195,13 @@ void BucketAllReducer::MarkReadyLocked(size_t bucket) {
   // Called on the training thread, right after backward enqueued the bucket's last gradient:
   // the event marks the point on the compute stream the reduction must wait for.
   if (compute_stream_) {
-    CUDA_CHECK_FATAL(cudaEventRecord(static_cast<cudaEvent_t>(buckets_[bucket].ready_event),
+    CUDA_CHECK_FATAL(cudaEventRecord(static_cast<cudaEvent_t>(sync_[bucket].ready_event),
                                      static_cast<cudaStream_t>(compute_stream_)));
   }
 #endif
   ready_[bucket] = true;
   if (trace_ && trace_->enabled()) {
-    // An instant: when backward handed the bucket over (its all-reduce may start later, when
+    // An instant: when backward handed the bucket over (its reduction may start later, when
     // the communication thread gets a core).
     trace_->Add({"bucket " + std::to_string(bucket) + " ready", "comm", 0, trace_->NowUs(), 0, step_});
   }
@@ -186,13 +221,13 @@ void BucketAllReducer::GradReady(nn::Parameter& p) {
   }
   reported_[k] = true;
   if (!rebuilt_) reported_order_.push_back(k);
-  Bucket& b = buckets_[bucket_of_[k]];
-  if (--b.pending == 0) MarkReadyLocked(bucket_of_[k]);
+  const size_t b = buckets_.bucket_of(k);
+  if (--sync_[b].pending == 0) MarkReadyLocked(b);
 }
 
 Status BucketAllReducer::Finish(int64_t /*step*/) {
   const auto start = std::chrono::steady_clock::now();
-  Trace::Scope scope(trace_, "wait for all-reduce", "comm", 0, step_);
+  Trace::Scope scope(trace_, zero_ > 0 ? "wait for reduce-scatter" : "wait for all-reduce", "comm", 0, step_);
   std::unique_lock lock(mu_);
   for (size_t i = 0; i < buckets_.size(); ++i) {
     if (!ready_[i]) MarkReadyLocked(i);
@@ -201,13 +236,7 @@ Status BucketAllReducer::Finish(int64_t /*step*/) {
   active_ = false;
   exposed_seconds_ += Seconds(start);
   if (!error_.ok()) return error_;
-#if STRATA_HAVE_CUDA
-  if (compute_stream_) {
-    // Later compute (the optimizer) waits for the reductions on the device, not on the host.
-    CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(done_event_), static_cast<cudaStream_t>(comm_stream_)));
-    CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(compute_stream_), static_cast<cudaEvent_t>(done_event_), 0));
-  }
-#endif
+  ComputeWaitsForComm();
   if (!rebuilt_ && overlap_) {
     rebuilt_ = true;
     lock.unlock();
@@ -219,6 +248,10 @@ Status BucketAllReducer::Finish(int64_t /*step*/) {
                                       " got gradient after it was reported ready (a shared "
                                       "parameter); set sync.overlap: false");
   }
+  // ZeRO-2: the shards are all the optimizer reads; the full buffers go until the next step.
+  // (Device mode keeps them: freeing under the communicator's stream would need a
+  // stream-ordered allocator.)
+  if (zero_ >= 2 && !comm_stream_) buckets_.ReleaseGrads();
   return Status::OK();
 }
 
@@ -233,75 +266,74 @@ void BucketAllReducer::Run() {
     const size_t i = next_;
     lock.unlock();
     const auto start = std::chrono::steady_clock::now();
-    Status s = Reduce(buckets_[i]);
+#if STRATA_HAVE_CUDA
+    if (comm_stream_) {
+      CUDA_CHECK_FATAL(cudaStreamWaitEvent(static_cast<cudaStream_t>(comm_stream_),
+                                           static_cast<cudaEvent_t>(sync_[i].ready_event), 0));
+    }
+#endif
+    Status s = Reduce(i);
     const double secs = Seconds(start);
     lock.lock();
     comm_seconds_ += secs;
     ++next_;
     ++done_;
     if (!s.ok()) {
-      error_ = s.WithContext("all-reduce of bucket " + std::to_string(i));
+      error_ = s.WithContext((zero_ > 0 ? "reduce-scatter of bucket " : "all-reduce of bucket ") + std::to_string(i));
       next_ = done_ = buckets_.size();  // the communicator is unusable now; Finish returns
     }
     cv_.notify_all();
   }
 }
 
-Status BucketAllReducer::ReduceOnDevice(Bucket& b) {
-#if STRATA_HAVE_CUDA
-  auto stream = static_cast<cudaStream_t>(comm_stream_);
-  CUDA_CHECK(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(b.ready_event), 0));
-  if (!b.device_flat) {
-    return comm_.AllReduce(params_[b.params[0]]->grad.data_as<float>(), b.floats, ReduceOp::kAvg);
+Status BucketAllReducer::Reduce(size_t i) {
+  Trace::Scope scope(trace_, (zero_ > 0 ? "reduce-scatter bucket " : "all-reduce bucket ") + std::to_string(i), "comm", 1, step_);
+  const GradBucket& b = buckets_[i];
+  if (b.grad.is_cpu() || comm_stream_) {
+    // In place on the bucket (host memory for Gloo, device memory on NCCL's stream).
+    float* g = b.grad.data_as<float>();
+    if (zero_ == 0) return comm_.AllReduce(g, static_cast<size_t>(b.floats), ReduceOp::kAvg);
+    return comm_.ReduceScatter(g, grad_shards_[i].data_as<float>(), static_cast<size_t>(b.shard), ReduceOp::kAvg);
   }
-  size_t offset = 0;
-  for (size_t k : b.params) {
-    const Tensor& g = params_[k]->grad;
-    CUDA_CHECK(cudaMemcpyAsync(b.device_flat + offset, g.data(), g.nbytes(), cudaMemcpyDeviceToDevice, stream));
-    offset += static_cast<size_t>(g.numel());
+  // Device gradients over a host communicator: staged through the host.
+  std::vector<float> host(static_cast<size_t>(b.padded));
+  STRATA_RETURN_IF_ERROR(HostView(host.data(), b.grad).CopyFrom(b.grad));
+  if (zero_ == 0) {
+    STRATA_RETURN_IF_ERROR(comm_.AllReduce(host.data(), static_cast<size_t>(b.floats), ReduceOp::kAvg));
+    Tensor g = b.grad;
+    return g.CopyFrom(HostView(host.data(), b.grad));
   }
-  STRATA_RETURN_IF_ERROR(comm_.AllReduce(b.device_flat, b.floats, ReduceOp::kAvg));
-  offset = 0;
-  for (size_t k : b.params) {
-    Tensor& g = params_[k]->grad;
-    CUDA_CHECK(cudaMemcpyAsync(g.data(), b.device_flat + offset, g.nbytes(), cudaMemcpyDeviceToDevice, stream));
-    offset += static_cast<size_t>(g.numel());
-  }
-  return Status::OK();
-#else
-  (void)b;
-  return Status::Internal("device-mode all-reduce without CUDA");
-#endif
+  std::vector<float> shard(static_cast<size_t>(b.shard));
+  STRATA_RETURN_IF_ERROR(comm_.ReduceScatter(host.data(), shard.data(), shard.size(), ReduceOp::kAvg));
+  return grad_shards_[i].CopyFrom(HostView(shard.data(), grad_shards_[i]));
 }
 
-Status BucketAllReducer::Reduce(Bucket& b) {
-  Trace::Scope scope(trace_, "all-reduce bucket " + std::to_string(&b - buckets_.data()), "comm", 1, step_);
-  if (comm_stream_) return ReduceOnDevice(b);
-  if (b.flat.empty()) {
-    Tensor& g = params_[b.params[0]]->grad;
-    return comm_.AllReduce(g.data_as<float>(), b.floats, ReduceOp::kAvg);
+Status BucketAllReducer::AllGatherParams() {
+  if (zero_ == 0) return Status::OK();
+  Trace::Scope scope(trace_, "all-gather parameters", "comm", 0, step_);
+  const int64_t rank = comm_.rank();
+  // The updated slice goes through the gradient shard (no longer needed this step): Gloo's
+  // all-gather wants an input apart from its output.
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    const GradBucket& b = buckets_[i];
+    ops::Copy(exec_, b.value.Narrow(0, rank * b.shard, b.shard), grad_shards_[i]);
   }
-  size_t offset = 0;
-  for (size_t k : b.params) {
-    const Tensor& g = params_[k]->grad;
-    if (g.is_cpu() && g.is_contiguous()) {
-      std::memcpy(b.flat.data() + offset, g.data_as<float>(), g.nbytes());
-    } else {
-      STRATA_RETURN_IF_ERROR(HostView(b.flat.data() + offset, g).CopyFrom(g));
+  CommWaitsForCompute(start_event_);
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    const GradBucket& b = buckets_[i];
+    if (b.value.is_cpu() || comm_stream_) {
+      STRATA_RETURN_IF_ERROR(comm_.AllGather(grad_shards_[i].data_as<float>(), b.value.data_as<float>(),
+                                             static_cast<size_t>(b.shard))
+                                 .WithContext("all-gather of bucket " + std::to_string(i)));
+      continue;
     }
-    offset += static_cast<size_t>(g.numel());
+    std::vector<float> shard(static_cast<size_t>(b.shard)), all(static_cast<size_t>(b.padded));
+    STRATA_RETURN_IF_ERROR(HostView(shard.data(), grad_shards_[i]).CopyFrom(grad_shards_[i]));
+    STRATA_RETURN_IF_ERROR(comm_.AllGather(shard.data(), all.data(), shard.size()));
+    Tensor v = b.value;
+    STRATA_RETURN_IF_ERROR(v.CopyFrom(HostView(all.data(), b.value)));
   }
-  STRATA_RETURN_IF_ERROR(comm_.AllReduce(b.flat.data(), b.floats, ReduceOp::kAvg));
-  offset = 0;
-  for (size_t k : b.params) {
-    Tensor& g = params_[k]->grad;
-    if (g.is_cpu() && g.is_contiguous()) {
-      std::memcpy(g.data_as<float>(), b.flat.data() + offset, g.nbytes());
-    } else {
-      STRATA_RETURN_IF_ERROR(g.CopyFrom(HostView(b.flat.data() + offset, g)));
-    }
-    offset += static_cast<size_t>(g.numel());
-  }
+  ComputeWaitsForComm();
   return Status::OK();
 }
 

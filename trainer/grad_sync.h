@@ -1,7 +1,7 @@
 // grad_sync.h: how a data-parallel trainer keeps in step with the others.
-//   BucketAllReducer: gradients packed into buckets (in backward order, like PyTorch DDP) and
-//     all-reduced on a communication thread as soon as backward has finished every gradient in
-//     the bucket, so communication hides behind the rest of backward.
+//   BucketAllReducer: gradients in contiguous buckets (in backward order, like PyTorch DDP)
+//     all-reduced (ZeRO: reduce-scattered) on a communication thread as soon as backward has
+//     finished every gradient in the bucket, so communication hides behind the rest of backward.
 //   PsSync: parameters held by the servers: dense ones in dense tables, embeddings in sparse
 //     tables of which a step pulls only the rows its batch touches (remapped into a compact
 //     local table), gradients pushed back, the optimizer applied on the servers; the next
@@ -20,6 +20,7 @@
 #include "ps/client.h"
 #include "trainer/comm/communicator.h"
 #include "trainer/data.h"
+#include "trainer/grad_buckets.h"
 #include "trainer/nn/module.h"
 #include "trainer/trace.h"
 #include "trainer/train_options.h"
@@ -41,69 +42,94 @@ class GradSync {
   virtual Status Finish(int64_t step) = 0;
 };
 
-// Used by one training thread, plus the communication thread it owns.
-//  - Host gradients, Gloo: the thread all-reduces a bucket when backward reported all of it.
+// Used by one training thread, plus the communication thread it owns. Gradients live in
+// GradBuckets (each parameter's grad a view into its bucket), so a bucket is reduced in place.
+//  - Host gradients, Gloo: the thread reduces a bucket when backward reported all of it.
 //  - CUDA gradients, NCCL (`compute_stream` given): nothing blocks the host. When a bucket is
 //    ready the training thread records an event on the compute stream; the thread makes the
-//    communicator's stream wait for it and enqueues the bucket's all-reduce there; Finish()
+//    communicator's stream wait for it and enqueues the bucket's reduction there; Finish()
 //    makes the compute stream wait for the communicator's. Compute and communication overlap
 //    on the device as they do on the host.
-//  - CUDA gradients with a host communicator: through the host (correct, no overlap).
+//  - CUDA gradients with a host communicator: staged through the host (correct, no overlap).
+//
+// ZeRO (`zero` >= 1): buckets are padded to a multiple of the dp size and rank r owns the r-th
+// contiguous 1/dp of each; a ready bucket is reduce-scattered (averaged) into this rank's
+// gradient shard (grad_shard(i)), the parameters' values live in bucket buffers too, and
+// after the optimizer updated the owned slices AllGatherParams() gathers every bucket's
+// values. ZeRO-2 also drops the full gradient buffers once reduced (Finish) and makes them
+// again, zeroed, at the next BeginStep: between steps (optimizer, all-gather, evaluation,
+// checkpoints) only the shards exist.
 class BucketAllReducer final : public GradSync {
  public:
-  // `params`: the parameters to average (creation order); buckets hold up to `bucket_bytes`
-  // and follow the order backward finishes gradients in (learnt in the first step).
-  BucketAllReducer(Communicator& comm, std::vector<nn::Parameter*> params, size_t bucket_bytes,
-                   bool overlap, Trace* trace, void* compute_stream = nullptr);
+  // `params`: the parameters to average (creation order) on `exec`'s device; buckets hold up
+  // to `bucket_bytes` and follow the order backward finishes gradients in (learnt in the first
+  // step).
+  BucketAllReducer(Communicator& comm, std::vector<nn::Parameter*> params, const ops::Exec& exec,
+                   size_t bucket_bytes, bool overlap, int zero, Trace* trace,
+                   void* compute_stream = nullptr);
   ~BucketAllReducer();
   BucketAllReducer(const BucketAllReducer&) = delete;
   BucketAllReducer& operator=(const BucketAllReducer&) = delete;
 
-  // Before the step's last micro-batch runs backward: every gradient becomes pending.
+  // Before any backward of the step: every gradient becomes pending (ZeRO-2: the gradient
+  // buffers are made again, zeroed).
   void BeginStep(int64_t step) override;
   // The Context::GradReady hook: `p`'s gradient is final for this step.
   void GradReady(nn::Parameter& p) override;
   // Reduces what backward did not report (in bucket order), waits for every bucket and returns
-  // the first error. Afterwards every gradient is the average over the ranks.
+  // the first error. Afterwards every gradient is the average over the ranks (ZeRO: every
+  // gradient shard is).
   Status Finish(int64_t step) override;
+  // ZeRO: every rank's updated slice of each bucket's values to every rank. Call after the
+  // optimizer step, on the training thread.
+  Status AllGatherParams();
 
   size_t num_buckets() const { return buckets_.size(); }
+  int zero() const { return zero_; }
+  Communicator& comm() { return comm_; }
+  GradBuckets& buckets() { return buckets_; }
+  // ZeRO: this rank's averaged slice of bucket i's gradient ([shard] floats).
+  const Tensor& grad_shard(size_t i) const { return grad_shards_[i]; }
+  int64_t grad_shard_bytes() const;
+  // Floats of every bucket with its padding: as laid out now, and in the first layout.
+  int64_t padded_floats() const;
+  int64_t first_padded_floats() const { return first_padded_floats_; }
   // Totals since construction: seconds the communication thread spent reducing, and seconds
   // Finish() waited for it (the part backward did not hide).
   double comm_seconds() const { return comm_seconds_; }
   double exposed_seconds() const { return exposed_seconds_; }
 
  private:
-  struct Bucket {
-    std::vector<size_t> params;  // indices into params_
-    size_t floats = 0;
-    size_t pending = 0;          // gradients not yet reported this step
-    std::vector<float> flat;     // packed gradients (unless one contiguous CPU tensor)
+  struct Sync {                  // a bucket's state this step
+    size_t pending = 0;          // gradients not yet reported
     void* ready_event = nullptr; // device mode: recorded on the compute stream when ready
-    float* device_flat = nullptr;  // device mode: packed gradients (unless one tensor)
   };
   void MarkReadyLocked(size_t bucket);
-  void FreeDeviceBuffers();
+  void Layout(const std::vector<size_t>& order);
+  void FreeEvents();
   void Run();                    // the communication thread
-  // Buckets of up to bucket_bytes_, filled in `order` (parameter indices).
-  void BuildBuckets(const std::vector<size_t>& order);
   // After the first step: buckets in the order backward actually finished the gradients (as
   // PyTorch DDP does), so a bucket is not held back by a gradient that comes much later.
   Status Rebuild();
-  Status Reduce(Bucket& b);
-  Status ReduceOnDevice(Bucket& b);
+  Status Reduce(size_t i);
+  // Device mode: the communicator's stream waits for the compute stream (or `event` on it).
+  void CommWaitsForCompute(void* event);
+  void ComputeWaitsForComm();
 
   Communicator& comm_;
-  std::vector<nn::Parameter*> params_;
-  const size_t bucket_bytes_;
+  const ops::Exec exec_;
+  const int zero_;
+  GradBuckets buckets_;
+  std::vector<Tensor> grad_shards_;  // ZeRO: by bucket
+  int64_t first_padded_floats_ = 0;
   std::unordered_map<const nn::Parameter*, size_t> index_;
-  std::vector<size_t> bucket_of_;  // by param index
-  std::vector<Bucket> buckets_;
+  std::vector<Sync> sync_;           // by bucket
   const bool overlap_;
   Trace* trace_;
   void* compute_stream_ = nullptr;  // device mode (see above)
   void* comm_stream_ = nullptr;
   void* done_event_ = nullptr;
+  void* start_event_ = nullptr;
 
   std::mutex mu_;
   std::condition_variable cv_;

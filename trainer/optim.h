@@ -55,8 +55,16 @@ class Optimizer {
 
   // One update with learning rate `lr`; increments step().
   virtual void Step(double lr) = 0;
-  // Named state tensors (for checkpoints), e.g. "adamw.m/<param name>".
+  // Named state tensors (for checkpoints), e.g. "adamw.m/<param name>", each whole and shaped
+  // as its parameter.
   virtual std::vector<std::pair<std::string, Tensor>> State() = 0;
+  // A sharded optimizer's state is assembled for State() by GatherState() (a collective over
+  // its data-parallel group: every rank calls it) and dropped again by ReleaseGatheredState();
+  // after a checkpoint was loaded into State()'s tensors, StateLoaded() tells it to take its
+  // shards from them. No-ops for the replicated optimizers.
+  virtual Status GatherState() { return Status::OK(); }
+  virtual void ReleaseGatheredState() {}
+  virtual void StateLoaded() {}
   int64_t step() const { return step_; }
   void set_step(int64_t step) { step_ = step; }
 

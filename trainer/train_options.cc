@@ -94,7 +94,8 @@ void Bind(config::Binder& b, ParallelOptions& o) {
   b.Field("micro_batches", o.micro_batches, "micro-batches per step (0: train.micro_batches)")
       .Range(0, 1 << 16);
   b.Field("schedule", o.schedule, "pipeline schedule: gpipe, 1f1b, interleaved, zb-h1 or zbv");
-  b.Field("zero", o.zero, "ZeRO stage (0: replicated optimizer state)").Range(0, 3);
+  b.Field("zero", o.zero, "ZeRO stage: 0 replicated optimizer state; 1 optimizer state sharded over dp; 2 also the "
+          "reduced gradients (sync.mode allreduce)").Range(0, 3);
   b.Enum("recompute", o.recompute,
          {{"none", R::kNone}, {"selective", R::kSelective}, {"full", R::kFull}},
          "activation recomputation: none, selective (attention core) or full (each unit keeps "
@@ -102,7 +103,7 @@ void Bind(config::Binder& b, ParallelOptions& o) {
   b.Field("partition", o.partition,
           "how units are cut into stages: params, cost, or the first unit of each later stage "
           "(\"3,6,9\")");
-  b.Require(o.zero == 0, "zero", "ZeRO is not built yet (zero must be 0)");
+  b.Require(o.zero <= 2, "zero", "ZeRO-3 is not built yet (zero must be 0, 1 or 2)");
 }
 
 void Bind(config::Binder& b, TrainJob& o) {

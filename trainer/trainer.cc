@@ -18,6 +18,7 @@
 #include "trainer/pipeline/measured.h"
 #include "trainer/parallel/unit_costs.h"
 #include "trainer/progress.h"
+#include "trainer/sharded_optim.h"
 #include "trainer/trace.h"
 #if STRATA_HAVE_CUDA
 #include "common/cuda_check.h"
@@ -111,6 +112,11 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
           "parameters on the servers, use the servers' durability (server.store.durability)");
     }
   }
+  if (job.parallel.zero > 0 && cluster && sync.mode != SyncOptions::Mode::kAllReduce) {
+    return Status::InvalidArgument(std::string("parallel.zero ") + std::to_string(job.parallel.zero) +
+                                   " shards the optimizer over the all-reduce replicas: it needs sync.mode "
+                                   "allreduce (sync.mode is " + ModeName(sync.mode) + ")");
+  }
   STRATA_ASSIGN_OR_RETURN(t->plan_, ResolvePlan(job, t->world_));
   if (!cluster && t->plan_.pp > 1) {
     return Status::InvalidArgument("parallel.pp " + std::to_string(t->plan_.pp) +
@@ -152,7 +158,13 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
     }
   }
   if (cluster) STRATA_RETURN_IF_ERROR(t->Connect());
-  t->optimizer_ = Optimizer::Create(job.optimizer, t->model_->params());
+  if (t->reducer_ && t->reducer_->zero() > 0) {
+    auto sharded = std::make_unique<ShardedOptimizer>(job.optimizer, *t->reducer_);
+    t->sharded_ = sharded.get();
+    t->optimizer_ = std::move(sharded);
+  } else {
+    t->optimizer_ = Optimizer::Create(job.optimizer, t->model_->params());
+  }
   STRATA_ASSIGN_OR_RETURN(t->data_, CreateDataSource(job.data, job.model, job.train.batch_size,
                                                      {t->groups_.dp_rank, t->plan_.dp}));
   if (t->groups_.dp_rank == 0) t->eval_set_ = t->data_->EvalSet(local_batch);
@@ -258,12 +270,15 @@ Status Trainer::Connect() {
     // A stream-ordered (NCCL) communicator has only enqueued the broadcasts.
     STRATA_RETURN_IF_ERROR(dp.Synchronize().WithContext("broadcasting the parameters"));
     const auto bytes = static_cast<size_t>(sync.bucket_mb * 1024 * 1024);
-    reducer_ = std::make_unique<BucketAllReducer>(dp, std::move(local), bytes, sync.overlap, trace_.get(),
-                                                  reg.exec().is_cuda() ? reg.exec().stream : nullptr);
+    const int zero = job_.parallel.zero;
+    reducer_ = std::make_unique<BucketAllReducer>(dp, std::move(local), reg.exec(), bytes, sync.overlap, zero,
+                                                  trace_.get(), reg.exec().is_cuda() ? reg.exec().stream : nullptr);
     syncs_.push_back(reducer_.get());
     if (rank_ == 0) {
-      spdlog::info("all-reduce over {} replicas: {} buckets of up to {} MiB{}", plan_.dp,
-                   reducer_->num_buckets(), sync.bucket_mb, sync.overlap ? ", overlapped with backward" : "");
+      spdlog::info("{} over {} replicas: {} buckets of up to {} MiB{}",
+                   zero > 0 ? "ZeRO-" + std::to_string(zero) + " (reduce-scatter, sharded optimizer, all-gather)"
+                            : std::string("all-reduce"),
+                   plan_.dp, reducer_->num_buckets(), sync.bucket_mb, sync.overlap ? ", overlapped with backward" : "");
     }
   }
   return Status::OK();
@@ -295,8 +310,9 @@ Result<double> Trainer::TrainStep() {
       ps_->Prefetch(lookahead_);
     }
   }
-  model_->params().ZeroGrad();
+  // BeginStep first: under ZeRO-2 it makes the gradient buffers ZeroGrad then clears.
   for (GradSync* s : syncs_) s->BeginStep(step_);
+  model_->params().ZeroGrad();
   nn::Context::GradReadyFn ready;
   const bool sequence = groups_.tp && job_.parallel.sequence_parallel;
   if (!syncs_.empty() || sequence) {
@@ -353,14 +369,25 @@ Result<double> Trainer::ClipGradients() {
   nn::ParameterRegistry& reg = model_->params();
   // Each element counted once: a tensor-parallel shard's squares are summed over the tp group,
   // a parameter whole on every tp rank (norms, biases of row-split layers) counted as is.
-  double sq = GradSquaredSum(reg, /*split=*/false);
+  // Under ZeRO each dp rank holds its slices of the averaged gradients: summed over dp first.
+  double sums[2] = {0, 0};  // whole, split
+  if (sharded_) {
+    sums[0] = sharded_->GradSquaredSum(/*split=*/false);
+    sums[1] = sharded_->GradSquaredSum(/*split=*/true);
+    STRATA_RETURN_IF_ERROR(groups_.dp->AllReduceHost(sums, 2, ReduceOp::kSum)
+                               .WithContext("summing the gradient norm over the data-parallel shards"));
+  } else {
+    sums[0] = GradSquaredSum(reg, /*split=*/false);
+    sums[1] = GradSquaredSum(reg, /*split=*/true);
+  }
+  double sq = sums[0];
   if (groups_.tp) {
-    double split = GradSquaredSum(reg, /*split=*/true);
+    double split = sums[1];
     STRATA_RETURN_IF_ERROR(groups_.tp->AllReduceHost(&split, 1, ReduceOp::kSum)
                                .WithContext("summing the gradient norm over the tensor-parallel group"));
     sq += split;
   } else {
-    sq += GradSquaredSum(reg, /*split=*/true);
+    sq += sums[1];
   }
   // Each pipeline rank holds its stages' gradients; replicas already agree after all-reduce.
   if (groups_.pp) {
@@ -369,7 +396,14 @@ Result<double> Trainer::ClipGradients() {
   }
   const double norm = std::sqrt(sq);
   const double max_norm = job_.optimizer.clip_norm;
-  if (max_norm > 0 && norm > max_norm) ScaleGrads(reg, static_cast<float>(max_norm / (norm + 1e-6)));
+  if (max_norm > 0 && norm > max_norm) {
+    const auto scale = static_cast<float>(max_norm / (norm + 1e-6));
+    if (sharded_) {
+      sharded_->ScaleGrads(scale);
+    } else {
+      ScaleGrads(reg, scale);
+    }
+  }
   return norm;
 }
 
@@ -423,9 +457,12 @@ Result<TrainSummary> Trainer::RunSteps() {
       Trace::Scope opt(trace_.get(), "optimizer", "optim", 0, step_);
       STRATA_ASSIGN_OR_RETURN(norm, ClipGradients());
       optimizer_->Step(lr);
+      if (sharded_) STRATA_RETURN_IF_ERROR(reducer_->AllGatherParams());
     }
     comm_.EndStep();
     ++step_;
+    // What this rank holds, once every buffer exists: every rank under ZeRO (they differ).
+    if (step_ == summary.first_step + 1 && (sharded_ || rank_ == 0)) LogMemory();
     summary.losses.push_back(loss);
     if (!std::isfinite(loss)) return Status::Aborted("loss is " + std::to_string(loss) + " at step " + std::to_string(step_));
     if (step_ % to.log_every == 0 || step_ == to.steps) {
@@ -469,6 +506,11 @@ CommLayout Trainer::Layout() const {
   l.units = model_->units();
   l.micro_batch = micro_batch_;
   l.dp_all_reduce = reducer_ != nullptr;
+  if (reducer_ && reducer_->zero() > 0) {
+    l.zero = reducer_->zero();
+    l.zero_padded_floats = reducer_->padded_floats();
+    l.zero_first_padded_floats = reducer_->first_padded_floats();
+  }
   l.overlap = job_.sync.overlap;
   l.model = job_.model;
   l.recompute = job_.parallel.recompute;

@@ -59,6 +59,7 @@ class PsClient;
 class PsSync;
 class GradSync;
 class BucketAllReducer;
+class ShardedOptimizer;
 class ComputeDevice;
 class Progress;
 class Trace;
@@ -125,6 +126,7 @@ class Trainer {
   Status WritePipelineTimeline();  // sync.trace_path with pp > 1
   std::vector<ShardTensor> CheckpointTensors();  // parameters and optimizer state
   CommLayout Layout() const;  // this trainer's place in the job, for the comm model
+  void LogMemory();  // what this rank holds, beside ZeRO's arithmetic (trainer_memory.cc)
 
   TrainJob job_;
   std::unique_ptr<ComputeDevice> device_;
@@ -132,6 +134,7 @@ class Trainer {
   ParallelGroups groups_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
+  ShardedOptimizer* sharded_ = nullptr;  // optimizer_ under ZeRO-1/2 (parallel.zero)
   std::unique_ptr<DataSource> data_;
   std::vector<Batch> eval_set_;
   std::unique_ptr<pipeline::StageExecutor> executor_;

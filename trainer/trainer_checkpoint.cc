@@ -30,6 +30,9 @@ Status Trainer::SaveCheckpoint() {
   const std::string key = "checkpoint/" + CheckpointStepName(step_) + "/";
   const Millis timeout(job_.sync.timeout_ms);
   CheckpointManifest m;
+  // A sharded optimizer's whole state, assembled by every replica (a collective) for the
+  // first to write: the file is the same under any ZeRO stage and dp size.
+  STRATA_RETURN_IF_ERROR(optimizer_->GatherState().WithContext("gathering the optimizer state for checkpoint " + step_dir));
   if (groups_.dp_rank == 0) {
     // Replicas hold the same values: the first writes. A whole parameter is replicated over
     // the tensor-parallel ranks: the first of them writes it.
@@ -39,11 +42,15 @@ Status Trainer::SaveCheckpoint() {
     }
     std::error_code ec;
     std::filesystem::create_directories(step_dir, ec);
+    if (ec) optimizer_->ReleaseGatheredState();
     if (ec) return Status::IOError("cannot create " + step_dir + ": " + ec.message());
     const std::string name = ShardFileName(groups_.pp_rank, groups_.tp_rank);
     const nlohmann::json meta = {{"step", step_}, {"pp_rank", groups_.pp_rank}, {"tp_rank", groups_.tp_rank},
                                  {"plan", plan_.ToString()}};
-    STRATA_ASSIGN_OR_RETURN(const FileDigest digest, WriteShardFile(step_dir + "/" + name, meta.dump(), mine));
+    auto written = WriteShardFile(step_dir + "/" + name, meta.dump(), mine);
+    mine.clear();
+    optimizer_->ReleaseGatheredState();
+    STRATA_ASSIGN_OR_RETURN(const FileDigest digest, std::move(written));
     if (node_) {
       STRATA_RETURN_IF_ERROR(node_->KvSet(key + name, nlohmann::json{digest.bytes, digest.checksum}.dump())
                                  .WithContext("announcing checkpoint file " + name));
@@ -51,6 +58,7 @@ Status Trainer::SaveCheckpoint() {
       m.files.push_back({name, digest});
     }
   }
+  optimizer_->ReleaseGatheredState();  // the replicas that did not write
   if (node_) {
     // The manifest names only files that are durable: every writer has finished.
     STRATA_RETURN_IF_ERROR(node_->Barrier(key + "written", wire::BarrierScope::TRAINERS, timeout)
@@ -99,6 +107,7 @@ Status Trainer::LoadCheckpoint(const std::string& path) {
                  plan_.micro_batches);
   }
   STRATA_RETURN_IF_ERROR(LoadShards(reader, CheckpointTensors()));
+  optimizer_->StateLoaded();
   step_ = m.step;
   data_->Seek(samples / batch);
   optimizer_->set_step(m.optimizer_step);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include <fstream>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "tests/integration/launch_fixture.h"
@@ -102,6 +103,29 @@ TEST_F(CommAccountingTest, Dp2GptBytesPerStepEqualTheModel) {
     EXPECT_EQ(dp["ops"]["host_all_reduce"]["bytes"], kSteps * 8);
     EXPECT_EQ(dp["ops"]["all_reduce"]["bytes"],
               Group(ranks[0], "dp")["ops"]["all_reduce"]["bytes"]);
+  }
+}
+
+// ZeRO: the gradients are reduce-scattered and the parameters all-gathered in buckets padded
+// to a multiple of dp (the same bytes both ways), the shards' squared norms summed over dp; no
+// all-reduce of tensors. Under dp 2 x pp 2 each stage's replicas shard its own buckets.
+TEST_F(CommAccountingTest, Dp2GptZero2AndDp2TimesPp2Zero1BytesPerStepEqualTheModel) {
+  for (const auto& [tag, trainers, sets] :
+       {std::tuple{"dp2-zero2", 2, std::vector<std::string>{"parallel.zero=2"}},
+        std::tuple{"dp2pp2-zero1", 4, std::vector<std::string>{"parallel.zero=1", "parallel.pp=2"}}}) {
+    const auto ranks = Run(tag, trainers, sets);
+    ExpectMatchesModel(ranks, tag);
+    for (int r = 0; r < trainers; ++r) {
+      const nlohmann::json dp = Group(ranks[r], "dp");
+      ASSERT_TRUE(dp.is_object()) << tag << " " << r;
+      EXPECT_FALSE(dp["ops"].contains("all_reduce")) << tag << " " << dp.dump();
+      EXPECT_GT(dp["ops"]["reduce_scatter"]["bytes"].get<int64_t>(), 0) << tag;
+      EXPECT_GT(dp["ops"]["all_gather"]["bytes"].get<int64_t>(), 0) << tag;
+      // The loss, and the shards' squared norms (two doubles), every step.
+      EXPECT_EQ(dp["ops"]["host_all_reduce"]["bytes"], kSteps * 24) << tag;
+      const nlohmann::json peer = Group(ranks[trainers == 2 ? 1 - r : r ^ 1], "dp");
+      EXPECT_EQ(dp["ops"]["reduce_scatter"]["bytes"], peer["ops"]["reduce_scatter"]["bytes"]) << tag;
+    }
   }
 }
 

@@ -67,7 +67,16 @@ void AddDataParallelTraffic(const CommLayout& l, GroupTraffic* dp) {
     for (int u = r.first; u < r.last; ++u) floats += l.units.at(static_cast<size_t>(u)).params;
   }
   floats -= l.server_floats;
-  Add(dp->per_step, CommOp::kAllReduce, static_cast<uint64_t>(floats) * kFloat);
+  if (l.zero > 0) {
+    Add(dp->per_step, CommOp::kReduceScatter, static_cast<uint64_t>(l.zero_padded_floats) * kFloat);
+    Add(dp->per_step, CommOp::kAllGather, static_cast<uint64_t>(l.zero_padded_floats) * kFloat);
+    Add(dp->per_step, CommOp::kHostAllReduce, 2 * kDouble);  // the shards' squared gradient norms
+    if (l.overlap) {
+      Add(dp->first_step, CommOp::kReduceScatter, static_cast<uint64_t>(l.zero_first_padded_floats) * kFloat);
+    }
+  } else {
+    Add(dp->per_step, CommOp::kAllReduce, static_cast<uint64_t>(floats) * kFloat);
+  }
   Add(dp->per_step, CommOp::kHostAllReduce, kDouble);  // the loss, averaged over the replicas
   if (l.overlap) {
     Add(dp->first_step, CommOp::kHostBroadcast,

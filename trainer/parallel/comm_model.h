@@ -34,6 +34,12 @@ struct CommLayout {
   // number of parameter tensors the all-reduce covers (the length of the bucket order).
   int64_t server_floats = 0;
   int64_t all_reduced_tensors = 0;
+  // ZeRO (parallel.zero >= 1): gradients are reduce-scattered and parameters all-gathered in
+  // buckets padded to a multiple of dp: the padded floats of the buckets as laid out after the
+  // first step, and of the first step's layout (reduced once more after the re-cut).
+  int zero = 0;
+  int64_t zero_padded_floats = 0;
+  int64_t zero_first_padded_floats = 0;
   // Tensor parallelism (plan.tp > 1) needs the model's own sizes (what the tp all-reduces
   // carry) and which units run their forward again in backward: model.recompute (gpt's
   // blocks, every mlp unit) and parallel.recompute full (every unit).
@@ -69,7 +75,11 @@ struct CommModel {
 //      norm summed over the pipeline (two host all-reduces of one double).
 //  dp: one all-reduce of every gradient of the rank's units (the unit specs' parameters,
 //      less server_floats), 4 bytes a float; the loss averaged over the replicas (one double);
-//      with overlap, the bucket order broadcast once (all_reduced_tensors floats).
+//      with overlap, the bucket order broadcast once (all_reduced_tensors floats). Under ZeRO,
+//      instead of the all-reduce: a reduce-scatter and an all-gather of the padded buckets
+//      (zero_padded_floats each) and the shards' squared gradient norms (one host all-reduce
+//      of two doubles); with overlap, the first step's reduce-scatter in the first layout once
+//      more (zero_first_padded_floats).
 //  tp: per micro-batch, the all-reduces of the rank's split layers (Megatron's: a row-parallel
 //      layer's output in forward, a column-parallel layer's input gradient in backward, the
 //      vocab-parallel embedding's rows in forward), again in backward for a unit that

@@ -1,0 +1,66 @@
+// trainer_memory.cc: Trainer::LogMemory, what a rank holds for training (parameters, gradients,
+// optimizer state) beside the arithmetic of ZeRO's paper for fp32 AdamW.
+#include <nlohmann/json.hpp>
+
+#include "common/logging.h"
+#include "trainer/grad_sync.h"
+#include "trainer/progress.h"
+#include "trainer/sharded_optim.h"
+#include "trainer/trainer.h"
+
+namespace strata {
+
+void Trainer::LogMemory() {
+  // Bytes counted from the tensors this rank holds (buffers with their padding), after the
+  // first step, when every buffer exists. psi: this rank's parameters (its (pp, tp) shard).
+  const nn::ParameterRegistry& reg = model_->params();
+  int64_t psi = 0, params = 0, grads_step = 0;
+  for (const auto& p : reg.params()) {
+    psi += p->value.numel();
+    params += static_cast<int64_t>(p->value.nbytes());
+    grads_step += static_cast<int64_t>(p->value.nbytes());
+  }
+  int64_t grads_between = grads_step, state = 0;
+  if (reducer_) {
+    GradBuckets& b = reducer_->buckets();
+    if (b.holds_values()) params = b.value_bytes();
+    // The full buffers (made again at a step's start under ZeRO-2) and the reduced shards.
+    int64_t full = 0;
+    for (size_t i = 0; i < b.size(); ++i) full += b[i].padded * static_cast<int64_t>(sizeof(float));
+    grads_step = full + reducer_->grad_shard_bytes();
+    grads_between = (b.grads_allocated() ? full : 0) + reducer_->grad_shard_bytes();
+  }
+  if (sharded_) {
+    state = sharded_->state_bytes();
+  } else {
+    for (auto& [name, t] : optimizer_->State()) state += static_cast<int64_t>(t.nbytes());
+  }
+  const int zero = sharded_ ? job_.parallel.zero : 0;
+  const double n = plan_.dp, per = psi > 0 ? static_cast<double>(psi) : 1.0;
+  // The paper's fp32 AdamW (K = 8: the parameters are the master copy) per parameter.
+  const bool adam = job_.optimizer.kind == OptimizerOptions::Kind::kAdamW;
+  const double k = adam ? 8 : 4;
+  const double formula = zero == 0 ? 8 + k : zero == 1 ? 8 + k / n : 4 + (4 + k) / n;
+  const auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
+  const AllocatorStats alloc = reg.exec().alloc().stats();
+  const std::string who = "rank " + std::to_string(rank_) + " memory (ZeRO-" + std::to_string(zero) + ", dp " +
+                          std::to_string(plan_.dp) + ", psi " + std::to_string(psi) + " parameters): ";
+  spdlog::info("{}parameters {:.3f} MiB ({:.2f} psi)", who, mib(params), params / per);
+  spdlog::info("{}gradients {:.3f} MiB during a step ({:.2f} psi), {:.3f} MiB between steps ({:.2f} psi)", who,
+               mib(grads_step), grads_step / per, mib(grads_between), grads_between / per);
+  spdlog::info("{}optimizer state {:.3f} MiB ({:.2f} psi)", who, mib(state), state / per);
+  spdlog::info("{}total {:.2f} psi between steps, {:.2f} psi during a step; the seeds' fp32 {} arithmetic: {:.2f} psi",
+               who, (params + grads_between + state) / per, (params + grads_step + state) / per,
+               adam ? "Adam" : "SGD-momentum", formula);
+  spdlog::info("{}allocator peak in use so far {:.3f} MiB (everything: activations too)", who,
+               mib(alloc.peak_bytes_in_use));
+  progress_->Metrics(nlohmann::json{{"step", step_},
+                                    {"memory", {{"rank", rank_}, {"zero", zero}, {"dp", plan_.dp}, {"psi", psi},
+                                                {"param_bytes", params}, {"grad_bytes_step", grads_step},
+                                                {"grad_bytes_between", grads_between}, {"state_bytes", state},
+                                                {"formula_bytes_per_param", formula},
+                                                {"allocator_peak_bytes", alloc.peak_bytes_in_use}}}}
+                         .dump());
+}
+
+}  // namespace strata
