@@ -84,6 +84,10 @@ class BucketAllReducer final : public GradSync {
   // optimizer step, on the training thread.
   Status AllGatherParams();
 
+  // Device mode: orders the communicator's stream after the compute stream's work so far
+  // (before a collective on what compute wrote); nothing on the host.
+  void CommAfterCompute() { CommWaitsForCompute(start_event_); }
+
   size_t num_buckets() const { return buckets_.size(); }
   int zero() const { return zero_; }
   Communicator& comm() { return comm_; }

@@ -125,11 +125,12 @@ Status ShardedOptimizer::GatherState() {
   GradBuckets& buckets = reducer_.buckets();
   const ops::Exec& exec = buckets.exec();
   Communicator& comm = reducer_.comm();
+  reducer_.CommAfterCompute();  // the optimizer's last updates of the state (device mode)
   for (size_t k = 0; k < num_states(); ++k) {
     for (size_t i = 0; i < buckets.size(); ++i) {
       const GradBucket& b = buckets[i];
       Tensor all = ops::NewTensor(exec, {b.padded});
-      // Host memory for Gloo, device memory for NCCL (whose stream orders it after the update).
+      // Host memory for Gloo; device memory for NCCL, waited for before the copies below.
       STRATA_RETURN_IF_ERROR(comm.AllGather(states_[k][i].data_as<float>(), all.data_as<float>(),
                                             static_cast<size_t>(b.shard))
                                  .WithContext("gathering the optimizer state of bucket " + std::to_string(i)));
