@@ -36,8 +36,18 @@ const char* kSeedsMlp =
     "train: {steps: 20, batch_size: 16, micro_batches: 2, log_every: 1, progress: false}\n"
     "sync: {mode: allreduce}\n";
 
-class TensorParallelTest : public testing::EquivalenceTest {};
-class ThreeDTest : public testing::EquivalenceTest {};
+// The row-parallel products sum in two parts: the weights after 20 AdamW steps (lr 3e-3) agree
+// to 1e-4 + 1e-3 |w|, not to the last bits (see EquivalenceTest::weight_abs_tol_); the losses
+// to 1e-5 as everywhere.
+class TensorParallelTest : public testing::EquivalenceTest {
+ protected:
+  void SetUp() override {
+    EquivalenceTest::SetUp();
+    weight_abs_tol_ = 1e-4f;
+    weight_rel_tol_ = 1e-3f;
+  }
+};
+class ThreeDTest : public TensorParallelTest {};
 
 TEST_F(TensorParallelTest, GptTp2MatchesOneProcess) {
   const std::string job = Job("gpt", kGpt);
