@@ -69,8 +69,8 @@ TEST_F(TensorParallelTest, SeedsMlpTp2AndDp2Tp2MatchOneProcess) {
 // a shard's table starts as its slice of the unsplit tensor (the servers initialise it from the
 // InitSpec's shard): gpt under ps and hybrid at tp 2, and ps at tp 2 x pp 2, computes what one
 // process does. (At
-// tp 1 gpt's embedding is a sparse table, which ps serves through a row cache: that path is
-// not what this test holds.)
+// tp 1 gpt's embedding is a sparse table, whose momentum the servers apply lazily, to the rows a
+// step touches: with momentum that differs from one process by design.)
 TEST_F(TensorParallelTest, OnTheServersTp2MatchesOneProcess) {
   const std::string job = Job("ps",
       "model: {kind: gpt, layers: 2, heads: 4, width: 32, context: 16}\n"
