@@ -59,7 +59,7 @@ void EquivalenceTest::ExpectMatchesReference(const std::string& job, const std::
     const auto& got = gathered.at(name);
     ASSERT_EQ(got.size(), w.size()) << name;
     for (size_t i = 0; i < w.size(); ++i) {
-      ASSERT_NEAR(got[i], w[i], 1e-5f + 1e-4f * std::abs(w[i])) << tag << ": " << name << "[" << i << "]";
+      ASSERT_NEAR(got[i], w[i], weight_abs_tol_ + weight_rel_tol_ * std::abs(w[i])) << tag << ": " << name << "[" << i << "]";
     }
   }
 }

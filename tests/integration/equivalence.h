@@ -34,6 +34,13 @@ class EquivalenceTest : public LaunchFixture {
                               int shard_files, std::vector<std::string> sets);
 
   int steps_ = 20;
+  // How close each element of the gathered weights must be: abs + rel * |w|. A split that only
+  // reorders work (pp, dp's gathered batches) computes the same floats; one that splits sums
+  // (tp's row-parallel products) rounds differently, and AdamW, which divides each update by the
+  // gradient's running RMS, turns a rounding difference in a near-zero gradient into one of up
+  // to lr in the weight: those tests loosen these.
+  float weight_abs_tol_ = 1e-5f;
+  float weight_rel_tol_ = 1e-4f;
   std::vector<double> base_;
   std::map<std::string, std::vector<float>> base_weights_;
 };

@@ -36,8 +36,18 @@ const char* kSeedsMlp =
     "train: {steps: 20, batch_size: 16, micro_batches: 2, log_every: 1, progress: false}\n"
     "sync: {mode: allreduce}\n";
 
-class TensorParallelTest : public testing::EquivalenceTest {};
-class ThreeDTest : public testing::EquivalenceTest {};
+// The row-parallel products sum in two parts: the weights after 20 AdamW steps (lr 3e-3) agree
+// to 1e-4 + 1e-3 |w|, not to the last bits (see EquivalenceTest::weight_abs_tol_); the losses
+// to 1e-5 as everywhere.
+class TensorParallelTest : public testing::EquivalenceTest {
+ protected:
+  void SetUp() override {
+    EquivalenceTest::SetUp();
+    weight_abs_tol_ = 1e-4f;
+    weight_rel_tol_ = 1e-3f;
+  }
+};
+class ThreeDTest : public TensorParallelTest {};
 
 TEST_F(TensorParallelTest, GptTp2MatchesOneProcess) {
   const std::string job = Job("gpt", kGpt);
@@ -59,8 +69,8 @@ TEST_F(TensorParallelTest, SeedsMlpTp2AndDp2Tp2MatchOneProcess) {
 // a shard's table starts as its slice of the unsplit tensor (the servers initialise it from the
 // InitSpec's shard): gpt under ps and hybrid at tp 2, and ps at tp 2 x pp 2, computes what one
 // process does. (At
-// tp 1 gpt's embedding is a sparse table, which ps serves through a row cache: that path is
-// not what this test holds.)
+// tp 1 gpt's embedding is a sparse table, whose momentum the servers apply lazily, to the rows a
+// step touches: with momentum that differs from one process by design.)
 TEST_F(TensorParallelTest, OnTheServersTp2MatchesOneProcess) {
   const std::string job = Job("ps",
       "model: {kind: gpt, layers: 2, heads: 4, width: 32, context: 16}\n"

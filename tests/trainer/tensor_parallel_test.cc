@@ -3,7 +3,7 @@
 //  - equivalence with the unsplit layer built from the same seed: each shard starts as its slice
 //    of the whole parameter (bit for bit), the outputs and dL/dx match, and each shard's
 //    gradient matches its slice of the whole gradient, for the fused and the split backward;
-//  - a gradient check against central finite differences of the split layer itself, the
+//  - a gradient check (fused backward, and I then W) against central finite differences of the split layer, the
 //    probe loss summed over the ranks in float64, the ranks perturbing in lockstep;
 //  - the vocab-parallel cross-entropy against the unsplit one, and its own finite differences.
 #include "trainer/nn/tensor_parallel.h"
@@ -175,42 +175,51 @@ void TensorParallelTest::Check(const LayerCase& c) {
       }
       return l;
     };
-    reg.ZeroGrad();
-    Context ctx(kCpu, true, 7);
-    layer->Forward(x, ctx);
-    Tensor dx = layer->Backward(r_local, ctx);
-    SumSequencePartials(reg, tp);
-    struct Target { std::string name; Tensor value, grad; bool everywhere; };
-    std::vector<Target> targets;
-    if (c.x_grad) targets.push_back({"input", x, dx, !c.x_split && !c.sequence});
-    for (auto& p : reg.params()) targets.push_back({p->name, p->value, p->grad, p->shard.whole()});
-    rng::Stream pick(123);  // the same stream on every rank
-    double worst = 0;
-    std::string where;
-    for (int owner = 0; owner < kTp; ++owner) {
-      for (Target& t : targets) {
-        if (t.everywhere && owner > 0) continue;
-        for (int k = 0; k < 6; ++k) {
-          const int64_t idx = static_cast<int64_t>(pick.Next() % t.value.numel());
-          const bool mine = t.everywhere || owner == rank;
-          float* v = t.value.data_as<float>() + idx;
-          const float saved = *v;
-          if (mine) *v = saved + static_cast<float>(c.eps);
-          const double lp = loss();
-          if (mine) *v = saved - static_cast<float>(c.eps);
-          const double lm = loss();
-          *v = saved;
-          if (!mine) continue;
-          const double numeric = (lp - lm) / (2 * c.eps), analytic = t.grad.data_as<float>()[idx];
-          const double err = std::abs(analytic - numeric) / std::max({std::abs(analytic), std::abs(numeric), 0.05});
-          if (err > worst) {
-            worst = err;
-            where = t.name + "[" + std::to_string(idx) + "] analytic " + std::to_string(analytic) + " numeric " + std::to_string(numeric);
+    for (bool split : {false, true}) {  // the analytic gradients of each backward: fused, I then W
+      reg.ZeroGrad();
+      Context ctx(kCpu, true, 7);
+      layer->Forward(x, ctx);
+      Tensor dx;
+      if (split) {
+        dx = layer->BackwardInput(r_local, ctx);
+        if (dx.defined()) dx = Slice(dx, ShardSpec::Whole(dx.shape()));
+        layer->BackwardWeight(ctx);
+      } else {
+        dx = layer->Backward(r_local, ctx);
+      }
+      SumSequencePartials(reg, tp);
+      struct Target { std::string name; Tensor value, grad; bool everywhere; };
+      std::vector<Target> targets;
+      if (c.x_grad) targets.push_back({"input", x, dx, !c.x_split && !c.sequence});
+      for (auto& p : reg.params()) targets.push_back({p->name, p->value, p->grad, p->shard.whole()});
+      rng::Stream pick(123);  // the same stream on every rank
+      double worst = 0;
+      std::string where;
+      for (int owner = 0; owner < kTp; ++owner) {
+        for (Target& t : targets) {
+          if (t.everywhere && owner > 0) continue;
+          for (int k = 0; k < 6; ++k) {
+            const int64_t idx = static_cast<int64_t>(pick.Next() % t.value.numel());
+            const bool mine = t.everywhere || owner == rank;
+            float* v = t.value.data_as<float>() + idx;
+            const float saved = *v;
+            if (mine) *v = saved + static_cast<float>(c.eps);
+            const double lp = loss();
+            if (mine) *v = saved - static_cast<float>(c.eps);
+            const double lm = loss();
+            *v = saved;
+            if (!mine) continue;
+            const double numeric = (lp - lm) / (2 * c.eps), analytic = t.grad.data_as<float>()[idx];
+            const double err = std::abs(analytic - numeric) / std::max({std::abs(analytic), std::abs(numeric), 0.05});
+            if (err > worst) {
+              worst = err;
+              where = t.name + "[" + std::to_string(idx) + "] analytic " + std::to_string(analytic) + " numeric " + std::to_string(numeric);
+            }
           }
         }
       }
+      EXPECT_LT(worst, 1e-2) << (split ? "split" : "fused") << " backward, rank " << rank << ": " << where;
     }
-    EXPECT_LT(worst, 1e-2) << "rank " << rank << ": " << where;
   });
 }
 
