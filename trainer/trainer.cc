@@ -163,6 +163,9 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
     t->sharded_ = sharded.get();
     t->optimizer_ = std::move(sharded);
   } else {
+    if (job.parallel.zero > 0 && t->rank_ == 0) {
+      spdlog::info("parallel.zero {}: one data-parallel replica, nothing to shard (runs as ZeRO-0)", job.parallel.zero);
+    }
     t->optimizer_ = Optimizer::Create(job.optimizer, t->model_->params());
   }
   STRATA_ASSIGN_OR_RETURN(t->data_, CreateDataSource(job.data, job.model, job.train.batch_size,

@@ -1,6 +1,6 @@
 // zero_test.cc: ZeRO-1 and ZeRO-2 end to end (strata-launch, real trainer processes on
 // loopback, Gloo): the mlp (SGD with momentum and weight decay, clipped) and gpt (AdamW with
-// weight decay, clipped) under zero 1 and 2 on 2 and 4 replicas, ZeRO-1 under dp 2 x pp 2,
+// weight decay, clipped) under zero 1 and 2 on 2 and 4 replicas, ctr on 2, ZeRO-1 under dp 2 x pp 2,
 // dp 2 x tp 2 and dp 2 x tp 2 x pp 2, and ZeRO-2 under dp 2 x tp 2 x pp 2 (zb-h1), reproduce the ZeRO-0 run's losses (1e-5 relative at each of 20 steps) and,
 // gathered from the checkpoint, its final parameters and optimizer state; a checkpoint written
 // under zero 2 on 2 replicas resumes under one process and under zero 1 on 4 replicas,
@@ -91,6 +91,19 @@ TEST_F(ZeroTest, MlpZero1And2MatchZero0OnDp2AndDp4) {
   // Without overlap: reduced in Finish, buckets never re-cut.
   ExpectMatchesReference(job, "mlp-dp2-zero2-no-overlap", 2, 1, {"parallel.zero=2", "sync.overlap=false"});
   ExpectStagesMatchZero0(job, "mlp-dp4", 4, {});
+}
+
+// ctr: its embedding tables (all-reduced as dense tensors under sync.mode allreduce) are sharded
+// like the dense part.
+TEST_F(ZeroTest, CtrZero1And2MatchZero0OnDp2) {
+  const std::string job = Job("ctr",
+      "model: {kind: ctr}\n"
+      "data: {kind: click_log, eval_samples: 256}\n"
+      "optimizer: {kind: adamw, lr: 0.01, clip_norm: 1.0}\n"
+      "train: {steps: 20, batch_size: 64, micro_batches: 2, log_every: 1, progress: false}\n"
+      "sync: {mode: allreduce}\n");
+  RunReference(job);
+  ExpectStagesMatchZero0(job, "ctr-dp2", 2, {});
 }
 
 TEST_F(ZeroTest, GptZero1And2MatchZero0OnDp2) {
