@@ -85,6 +85,10 @@ void AlignedHostAllocator::Free(void* p) {
   std::free(static_cast<char*>(p) - alignment_);
 }
 
+void AlignedHostAllocator::ResetPeak() {
+  peak_bytes_in_use_.store(bytes_in_use_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
 AllocatorStats AlignedHostAllocator::stats() const {
   AllocatorStats s;
   s.bytes_in_use = bytes_in_use_.load(std::memory_order_relaxed);
@@ -173,6 +177,10 @@ class PinnedHostAllocator final : public Allocator {
   AllocatorStats stats() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return stats_;
+  }
+  void ResetPeak() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.peak_bytes_in_use = stats_.bytes_in_use;
   }
 
  private:

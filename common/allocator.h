@@ -43,6 +43,9 @@ class Allocator {
   // Where the returned memory lives (pinned host memory is Device::CPU()).
   virtual Device device() const = 0;
   virtual AllocatorStats stats() const { return {}; }
+  // Restarts peak_bytes_in_use from the current bytes_in_use, so that a later stats() gives the
+  // high-water mark of a phase (a training step). Allocators without stats ignore it.
+  virtual void ResetPeak() {}
 };
 
 // Host memory from std::aligned_alloc, every block aligned to `alignment` (default 64 bytes:
@@ -61,6 +64,7 @@ class AlignedHostAllocator final : public Allocator {
   void Free(void* p) override;
   Device device() const override { return Device::CPU(); }
   AllocatorStats stats() const override;
+  void ResetPeak() override;
   size_t alignment() const { return alignment_; }
 
  private:

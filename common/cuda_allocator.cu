@@ -115,6 +115,11 @@ void CudaCachingAllocator::Free(void* p) {
   free_blocks_.emplace(size, p);
 }
 
+void CudaCachingAllocator::ResetPeak() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.peak_bytes_in_use = stats_.bytes_in_use;
+}
+
 AllocatorStats CudaCachingAllocator::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;

@@ -64,6 +64,7 @@ class CudaCachingAllocator final : public Allocator {
   void Free(void* p) override;
   Device device() const override { return Device::CUDA(device_); }
   AllocatorStats stats() const override;
+  void ResetPeak() override;
 
   // Returns every cached (free) block to the driver.
   Status EmptyCache();

@@ -453,6 +453,9 @@ Result<TrainSummary> Trainer::RunSteps() {
   double window_start = elapsed();
   while (step_ < to.steps) {
     const double lr = LearningRate(job_.optimizer, step_, to.steps);
+    // A step's high-water mark of this device's allocator (LogMemory).
+    Allocator& alloc = model_->params().exec().alloc();
+    alloc.ResetPeak();
     comm_.BeginStep();
     STRATA_ASSIGN_OR_RETURN(const double loss, TrainStep());
     double norm = 0;
@@ -464,8 +467,11 @@ Result<TrainSummary> Trainer::RunSteps() {
     }
     comm_.EndStep();
     ++step_;
-    // What this rank holds, once every buffer exists: every rank under ZeRO (they differ).
-    if (step_ == summary.first_step + 1 && (sharded_ || rank_ == 0)) LogMemory();
+    // What this rank holds, once every buffer exists, and the second step's peak (the first
+    // re-cuts the buckets, old and new alive together): every rank under ZeRO (they differ).
+    if (step_ - summary.first_step == std::min<int64_t>(2, to.steps - summary.first_step) && (sharded_ || rank_ == 0)) {
+      LogMemory(alloc.stats().peak_bytes_in_use);
+    }
     summary.losses.push_back(loss);
     if (!std::isfinite(loss)) return Status::Aborted("loss is " + std::to_string(loss) + " at step " + std::to_string(step_));
     if (step_ % to.log_every == 0 || step_ == to.steps) {

@@ -126,7 +126,9 @@ class Trainer {
   Status WritePipelineTimeline();  // sync.trace_path with pp > 1
   std::vector<ShardTensor> CheckpointTensors();  // parameters and optimizer state
   CommLayout Layout() const;  // this trainer's place in the job, for the comm model
-  void LogMemory();  // what this rank holds, beside ZeRO's arithmetic (trainer_memory.cc)
+  // What this rank holds, beside ZeRO's arithmetic, and `step_peak` (the allocator's high-water
+  // mark during a step) (trainer_memory.cc).
+  void LogMemory(int64_t step_peak);
 
   TrainJob job_;
   std::unique_ptr<ComputeDevice> device_;

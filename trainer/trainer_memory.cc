@@ -10,9 +10,9 @@
 
 namespace strata {
 
-void Trainer::LogMemory() {
+void Trainer::LogMemory(int64_t step_peak) {
   // Bytes counted from the tensors this rank holds (buffers with their padding), after the
-  // first step, when every buffer exists. psi: this rank's parameters (its (pp, tp) shard).
+  // second step (the first when only one runs), when every buffer exists. psi: this rank's parameters (its (pp, tp) shard).
   const nn::ParameterRegistry& reg = model_->params();
   int64_t psi = 0, params = 0, grads_step = 0;
   for (const auto& p : reg.params()) {
@@ -42,7 +42,6 @@ void Trainer::LogMemory() {
   const double k = adam ? 8 : 4;
   const double formula = zero == 0 ? 8 + k : zero == 1 ? 8 + k / n : 4 + (4 + k) / n;
   const auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
-  const AllocatorStats alloc = reg.exec().alloc().stats();
   const std::string who = "rank " + std::to_string(rank_) + " memory (ZeRO-" + std::to_string(zero) + ", dp " +
                           std::to_string(plan_.dp) + ", psi " + std::to_string(psi) + " parameters): ";
   spdlog::info("{}parameters {:.3f} MiB ({:.2f} psi)", who, mib(params), params / per);
@@ -52,14 +51,16 @@ void Trainer::LogMemory() {
   spdlog::info("{}total {:.2f} psi between steps, {:.2f} psi during a step; the seeds' fp32 {} arithmetic: {:.2f} psi",
                who, (params + grads_between + state) / per, (params + grads_step + state) / per,
                adam ? "Adam" : "SGD-momentum", formula);
-  spdlog::info("{}allocator peak in use so far {:.3f} MiB (everything: activations too)", who,
-               mib(alloc.peak_bytes_in_use));
+  // The allocator serves everything of the process on this device (activations, data, the
+  // model), not only the three kinds above.
+  spdlog::info("{}peak during a step {:.3f} MiB ({:.2f} psi), allocator's high-water mark, activations included",
+               who, mib(step_peak), step_peak / per);
   progress_->Metrics(nlohmann::json{{"step", step_},
                                     {"memory", {{"rank", rank_}, {"zero", zero}, {"dp", plan_.dp}, {"psi", psi},
                                                 {"param_bytes", params}, {"grad_bytes_step", grads_step},
                                                 {"grad_bytes_between", grads_between}, {"state_bytes", state},
                                                 {"formula_bytes_per_param", formula},
-                                                {"allocator_peak_bytes", alloc.peak_bytes_in_use}}}}
+                                                {"step_peak_bytes", step_peak}}}}
                          .dump());
 }
 

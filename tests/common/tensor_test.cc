@@ -297,6 +297,21 @@ TEST(AllocatorTest, AlignedHostBlocksAreAlignedAndCounted) {
   EXPECT_EQ(allocator.device(), Device::CPU());
 }
 
+// A phase's high-water mark (a training step's): ResetPeak restarts it from what is in use.
+TEST(AllocatorTest, ResetPeakMeasuresAPhase) {
+  AlignedHostAllocator allocator;
+  void* kept = *allocator.Allocate(128);
+  void* big = *allocator.Allocate(4096);
+  allocator.Free(big);
+  EXPECT_EQ(allocator.stats().peak_bytes_in_use, 128 + 4096);
+  allocator.ResetPeak();
+  EXPECT_EQ(allocator.stats().peak_bytes_in_use, 128);
+  void* small = *allocator.Allocate(64);
+  allocator.Free(small);
+  EXPECT_EQ(allocator.stats().peak_bytes_in_use, 128 + 64);
+  allocator.Free(kept);
+}
+
 TEST(AllocatorTest, ZeroBytesIsNull) {
   AlignedHostAllocator allocator;
   Result<void*> p = allocator.Allocate(0);
