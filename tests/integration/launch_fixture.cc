@@ -111,7 +111,9 @@ OverlapCount CountAllReduceOverlap(const std::string& trace_path) {
     const std::string name = e["name"];
     const double start = e["ts"], end = start + e["dur"].get<double>();
     if (name == "forward + backward") compute_end[step] = end;
-    if (name.rfind("all-reduce bucket", 0) == 0) earliest(first_start, step, start);
+    if (name.rfind("all-reduce bucket", 0) == 0 || name.rfind("reduce-scatter bucket", 0) == 0) {
+      earliest(first_start, step, start);  // ZeRO reduce-scatters its buckets
+    }
     if (name.rfind("bucket ", 0) == 0 && name.ends_with(" ready")) earliest(first_ready, step, start);
   }
   OverlapCount c;

@@ -34,7 +34,8 @@ int RunAndKillATrainer(const std::string& job, int servers, int trainers, int vi
                        const std::vector<std::string>& sets, const std::string& log_path,
                        std::string* log, std::vector<pid_t>* started, bool keep_going);
 
-// What a trainer's Chrome trace (sync.trace_path) shows of the all-reduce's overlap with compute.
+// What a trainer's Chrome trace (sync.trace_path) shows of the all-reduce's (ZeRO: the
+// reduce-scatter's) overlap with compute.
 struct OverlapCount {
   int steps = 0;      // steps with a "forward + backward" event
   int handed = 0;     // steps where backward handed a bucket over ("bucket N ready") before it ended

@@ -170,6 +170,24 @@ TEST_F(ZeroTest, CheckpointOfZero2Dp2ResumesUnderOneProcessAndZero1Dp4) {
   }
 }
 
+// As for the all-reduce (TrainTest.AllReduceOverlapsBackwardInTheTimeline): backward hands
+// buckets over before it ends, and the communication thread reduce-scatters while it runs.
+TEST_F(ZeroTest, ReduceScatterOverlapsBackwardInTheTimeline) {
+  const std::string job = Job("mlp", kMlp);
+  std::string log;
+  const std::string trace = dir_.File("trace-{rank}.json");
+  ASSERT_EQ(Launch(job, 0, 2,
+                   {"parallel.zero=2", "sync.bucket_mb=0.01", "sync.trace_path=" + trace, "model.mlp_hidden=1024",
+                    "model.mlp_in=1024"},
+                   &log), 0) << log;
+  for (int rank : {0, 1}) {
+    const testing::OverlapCount c = testing::CountAllReduceOverlap(dir_.File("trace-" + std::to_string(rank) + ".json"));
+    ASSERT_EQ(c.steps, 20) << "rank " << rank;
+    EXPECT_GE(c.handed, 19) << "rank " << rank;
+    EXPECT_GE(c.started, 1) << "rank " << rank;  // up to the OS on a loaded 2-core machine
+  }
+}
+
 TEST_F(ZeroTest, ZeroWithTheServersIsRefusedNamingTheFields) {
   std::string log;
   const std::string job = Job("ps", kMlp);
