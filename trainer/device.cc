@@ -1,6 +1,7 @@
 // device.cc: ComputeDevice::Open.
 #include "trainer/device.h"
 
+#include "common/limited_allocator.h"
 #include "common/tensor.h"
 #if STRATA_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -10,10 +11,23 @@
 
 namespace strata {
 
-Result<std::unique_ptr<ComputeDevice>> ComputeDevice::Open(const std::string& spec, bool cluster, int rank) {
+namespace {
+// Puts a memory limit in front of the device's allocator.
+void Limit(std::unique_ptr<Allocator>* holder, ops::Exec* exec, int64_t limit_mb) {
+  if (limit_mb <= 0) return;
+  *holder = std::make_unique<LimitedAllocator>(exec->alloc(), limit_mb << 20, "train.memory_limit_mb");
+  exec->allocator = holder->get();
+}
+}  // namespace
+
+Result<std::unique_ptr<ComputeDevice>> ComputeDevice::Open(const std::string& spec, bool cluster, int rank,
+                                                           int64_t memory_limit_mb) {
   STRATA_ASSIGN_OR_RETURN(Device where, ParseDevice(spec));
   auto d = std::unique_ptr<ComputeDevice>(new ComputeDevice());
-  if (!where.is_cuda()) return d;
+  if (!where.is_cuda()) {
+    Limit(&d->limited_, &d->exec_, memory_limit_mb);
+    return d;
+  }
 #if STRATA_HAVE_CUDA
   if (cluster && spec == "cuda") {
     int count = 0;
@@ -22,6 +36,7 @@ Result<std::unique_ptr<ComputeDevice>> ComputeDevice::Open(const std::string& sp
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<ops::CudaExec> cuda, ops::CudaExec::Create(where.index));
   d->exec_ = cuda->exec();
   d->owner_ = std::shared_ptr<ops::CudaExec>(std::move(cuda));
+  Limit(&d->limited_, &d->exec_, memory_limit_mb);
   return d;
 #else
   (void)cluster;

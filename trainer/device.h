@@ -14,7 +14,10 @@ class ComputeDevice {
  public:
   // `spec`: "cpu", "cuda" or "cuda:N". A cluster trainer given plain "cuda" takes device
   // `rank % devices` (a host's trainers have consecutive ranks; NCCL wants one rank per device).
-  static Result<std::unique_ptr<ComputeDevice>> Open(const std::string& spec, bool cluster, int rank);
+  // `memory_limit_mb` > 0 holds every tensor made through exec() to that many MiB
+  // (train.memory_limit_mb: a LimitedAllocator over the device's allocator).
+  static Result<std::unique_ptr<ComputeDevice>> Open(const std::string& spec, bool cluster, int rank,
+                                                     int64_t memory_limit_mb = 0);
   ComputeDevice(const ComputeDevice&) = delete;
   ComputeDevice& operator=(const ComputeDevice&) = delete;
 
@@ -23,6 +26,7 @@ class ComputeDevice {
  private:
   ComputeDevice() = default;
   std::shared_ptr<void> owner_;  // the ops::CudaExec behind exec_ (CUDA builds)
+  std::unique_ptr<Allocator> limited_;  // over exec_'s allocator, with a memory limit
   ops::Exec exec_;
 };
 

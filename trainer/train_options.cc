@@ -54,6 +54,9 @@ void Bind(config::Binder& b, TrainOptions& o) {
   b.Field("micro_batches", o.micro_batches, "micro-batches per step").Range(1, 1 << 16);
   b.Field("log_every", o.log_every, "progress and metrics every N steps").Range(1, INT64_MAX);
   b.Field("eval_every", o.eval_every, "evaluate every N steps (0: at the end)").Range(0, INT64_MAX);
+  b.Field("memory_limit_mb", o.memory_limit_mb,
+          "most MiB the trainer's tensors may hold on its device (0: no limit)")
+      .Range(0, int64_t{1} << 30);
   b.Field("checkpoint_every", o.checkpoint_every, "checkpoint every N steps (0: never)")
       .Range(0, INT64_MAX);
   b.Field("checkpoint_dir", o.checkpoint_dir, "checkpoint directory");

@@ -70,6 +70,10 @@ struct TrainOptions {
   bool resume = true;           // continue from checkpoint_dir/latest when present
   std::string metrics_path;     // JSON lines; empty: none
   bool progress = true;         // the progress line on stderr
+  // Most MiB the trainer's tensors (parameters, gradients, optimizer state, activations) may
+  // hold on its device; past it an allocation fails with ResourceExhausted naming this field.
+  // 0: whatever the device has.
+  int64_t memory_limit_mb = 0;
 };
 void Bind(config::Binder& b, TrainOptions& o);
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/allocator.h"
+#include "common/limited_allocator.h"
 #include "common/dtype.h"
 
 namespace strata {
@@ -310,6 +311,25 @@ TEST(AllocatorTest, ResetPeakMeasuresAPhase) {
   allocator.Free(small);
   EXPECT_EQ(allocator.stats().peak_bytes_in_use, 128 + 64);
   allocator.Free(kept);
+}
+
+TEST(AllocatorTest, LimitedAllocatorRefusesPastItsLimitNamingTheSetting) {
+  AlignedHostAllocator base;
+  LimitedAllocator limited(base, 1000, "train.memory_limit_mb");
+  Result<void*> a = limited.Allocate(600);
+  ASSERT_TRUE(a.ok());
+  Result<void*> b = limited.Allocate(500);  // 1100 > 1000: refused, nothing taken from base
+  EXPECT_EQ(b.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(b.status().message().find("train.memory_limit_mb"), std::string::npos) << b.status().ToString();
+  EXPECT_EQ(base.stats().num_allocs, 1);
+  EXPECT_EQ(limited.stats().bytes_in_use, 600);
+  limited.Free(*a);  // room again
+  Result<void*> c = limited.Allocate(1000);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(limited.stats().peak_bytes_in_use, 1000);
+  limited.Free(*c);
+  EXPECT_EQ(limited.stats().bytes_in_use, 0);
+  EXPECT_EQ(base.stats().bytes_in_use, 0);
 }
 
 TEST(AllocatorTest, ZeroBytesIsNull) {

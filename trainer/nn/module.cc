@@ -30,8 +30,10 @@ Parameter& ParameterRegistry::CreateShard(const std::string& name, const ShardSp
   p->shard = shard;
   p->init.seed = rng::Derive(seed_, name.c_str());
   const InitSpec& spec = p->init;
-  const ops::Exec cpu = ops::Exec::Cpu();
-  Tensor host = ops::NewTensor(cpu, shape);
+  // Initialised on the host: in the device's own memory on the CPU (its allocator may hold the
+  // trainer to train.memory_limit_mb), staged and copied on CUDA.
+  const ops::Exec host_exec = exec_.is_cuda() ? ops::Exec::Cpu() : exec_;
+  Tensor host = ops::NewTensor(host_exec, shape);
   std::span<float> v(host.data_as<float>(), static_cast<size_t>(host.numel()));
   if (sparse) {
     // Row k of the table is keyed by its row in the unsplit table.
