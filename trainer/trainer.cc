@@ -495,7 +495,13 @@ Result<TrainSummary> Trainer::RunSteps() {
   summary.pipeline = pipeline_;
   summary.comm = comm_.Report(ModelCommTraffic(Layout()));
   if (summary.comm.steps > 0 && !summary.comm.groups.empty()) {
-    progress_->Metrics(nlohmann::json{{"step", step_}, {"comm", CommReportJson(summary.comm)}}.dump());
+    nlohmann::json end = {{"step", step_}, {"comm", CommReportJson(summary.comm)}};
+    // The gradient sync's time in collectives and the part of it backward did not hide
+    // (strata-bench zero reads them).
+    if (reducer_) {
+      end["grad_sync"] = {{"comm_seconds", summary.comm_seconds}, {"exposed_seconds", summary.exposed_comm_seconds}};
+    }
+    progress_->Metrics(end.dump());
   }
   if (trace_->enabled()) {
     const std::string path = ForRank(job_.sync.trace_path, rank_);

@@ -2,7 +2,10 @@
 // subcommand (one .cc file each). bench_main.cc lists them.
 #pragma once
 
+#include <filesystem>
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "tools/bench/bench_util.h"
 
@@ -35,5 +38,15 @@ BenchFn SetupAllreduceBench(CLI::App& app);
 // pipeline_bench.cc: pipeline schedules on real trainer processes: measured bubble beside the
 // simulator's on the same measured costs, peak saved activations beside theory.
 BenchFn SetupPipelineBench(CLI::App& app);
+// zero_bench.cc: ZeRO stages 0, 1, 2 on real data-parallel trainer processes: step time, dp
+// bytes per step measured beside theory, communication hidden behind backward, memory.
+BenchFn SetupZeroBench(CLI::App& app);
+
+// Shared by the subcommands that run real jobs (defined in pipeline_bench.cc).
+// Runs strata-launch with `args` (args[0]: its path) and OPENBLAS_NUM_THREADS=1, its output to
+// `log`; fails with the log's tail when it exits non-zero.
+Status LaunchJob(const std::vector<std::string>& args, const std::filesystem::path& log);
+// `data` when that file exists, else a generated text file in `dir`.
+Result<std::string> TextDataPath(const std::string& data, const std::filesystem::path& dir);
 
 }  // namespace strata::bench

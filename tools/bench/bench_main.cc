@@ -26,6 +26,8 @@ const strata::bench::Subcommand kSubcommands[] = {
      strata::bench::SetupAllreduceBench},
     {"pipeline", "pipeline schedules on trainer processes: measured vs simulated bubble, activations",
      strata::bench::SetupPipelineBench},
+    {"zero", "ZeRO stages 0/1/2 on dp trainers: step time, dp bytes vs theory, hidden comm, memory",
+     strata::bench::SetupZeroBench},
 };
 
 }  // namespace

@@ -31,6 +31,64 @@
 extern char** environ;
 
 namespace strata::bench {
+
+// Where the text comes from: --data, or (when that file is missing) a generated one.
+Result<std::string> TextDataPath(const std::string& data, const std::filesystem::path& dir) {
+  if (std::filesystem::exists(data)) return data;
+  const std::filesystem::path path = dir / "text.txt";
+  std::ofstream out(path);
+  static const char* kWords[] = {"the",        "pipeline", "stage", "sends",     "an",
+                                 "activation", "to",       "its",   "neighbour", "and",
+                                 "waits",      "for",      "a",     "gradient"};
+  uint64_t x = 88172645463325252ull;
+  for (int i = 0; i < 40000; ++i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    out << kWords[x % std::size(kWords)] << (i % 12 == 11 ? ".\n" : " ");
+  }
+  if (!out) return Status::IOError("cannot write " + path.string());
+  return path.string();
+}
+
+// Runs strata-launch with `args` and OPENBLAS_NUM_THREADS=1, its output to `log`; fails with
+// the log's tail when it exits non-zero.
+Status LaunchJob(const std::vector<std::string>& args, const std::filesystem::path& log) {
+  std::vector<std::string> env_text = {"OPENBLAS_NUM_THREADS=1"};
+  for (char** e = environ; *e; ++e) {
+    if (std::string_view(*e).starts_with("OPENBLAS_NUM_THREADS=")) continue;
+    env_text.push_back(*e);
+  }
+  std::vector<char*> argv, envp;
+  std::vector<std::string> args_copy = args;
+  for (auto& a : args_copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env_text) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  const std::string log_path = log.string();
+  // Everything the child needs is built above: between fork and exec it only calls
+  // async-signal-safe functions.
+  const pid_t pid = fork();
+  if (pid < 0) return Status::IOError(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    execve(argv[0], argv.data(), envp.data());
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status::OK();
+  std::ifstream in(log);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.size() > 3000) text = "..." + text.substr(text.size() - 3000);
+  return Status::Internal("strata-launch exited with status " +
+                          std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + " (log " +
+                          log_path + "):\n" + text);
+}
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -78,63 +136,6 @@ std::string JobYaml(const Options& o, const std::string& data_path) {
     << "\n  log_every: " << o.steps << "\n  progress: false\n"
     << "sync:\n  mode: allreduce\n";
   return y.str();
-}
-
-// Where the text comes from: --data, or (when that file is missing) a generated one.
-Result<std::string> DataPath(const Options& o, const fs::path& dir) {
-  if (fs::exists(o.data)) return o.data;
-  const fs::path path = dir / "text.txt";
-  std::ofstream out(path);
-  static const char* kWords[] = {"the",        "pipeline", "stage", "sends",     "an",
-                                 "activation", "to",       "its",   "neighbour", "and",
-                                 "waits",      "for",      "a",     "gradient"};
-  uint64_t x = 88172645463325252ull;
-  for (int i = 0; i < 40000; ++i) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    out << kWords[x % std::size(kWords)] << (i % 12 == 11 ? ".\n" : " ");
-  }
-  if (!out) return Status::IOError("cannot write " + path.string());
-  return path.string();
-}
-
-// Runs strata-launch with `args` and OPENBLAS_NUM_THREADS=1, its output to `log`; fails with
-// the log's tail when it exits non-zero.
-Status Launch(const std::vector<std::string>& args, const fs::path& log) {
-  std::vector<std::string> env_text = {"OPENBLAS_NUM_THREADS=1"};
-  for (char** e = environ; *e; ++e) {
-    if (std::string_view(*e).starts_with("OPENBLAS_NUM_THREADS=")) continue;
-    env_text.push_back(*e);
-  }
-  std::vector<char*> argv, envp;
-  std::vector<std::string> args_copy = args;
-  for (auto& a : args_copy) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : env_text) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  const std::string log_path = log.string();
-  // Everything the child needs is built above: between fork and exec it only calls
-  // async-signal-safe functions.
-  const pid_t pid = fork();
-  if (pid < 0) return Status::IOError(std::string("fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-    }
-    execve(argv[0], argv.data(), envp.data());
-    _exit(127);
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status::OK();
-  std::ifstream in(log);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (text.size() > 3000) text = "..." + text.substr(text.size() - 3000);
-  return Status::Internal("strata-launch exited with status " +
-                          std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + " (log " +
-                          log_path + "):\n" + text);
 }
 
 // Reads m-<rank>.jsonl of trainers 0 .. pp-1 (dp is 1: trainer r is pipeline rank r).
@@ -364,7 +365,7 @@ Result<Report> RunPipelineBench(const Options& o) {
   char tmpl[] = "/tmp/strata-bench-pipeline-XXXXXX";
   if (!mkdtemp(tmpl)) return Status::IOError(std::string("mkdtemp: ") + std::strerror(errno));
   const fs::path work = tmpl;
-  STRATA_ASSIGN_OR_RETURN(std::string data_path, DataPath(o, work));
+  STRATA_ASSIGN_OR_RETURN(std::string data_path, TextDataPath(o.data, work));
   const fs::path job_path = work / "job.yaml";
   {
     std::ofstream out(job_path);
@@ -440,7 +441,7 @@ Result<Report> RunPipelineBench(const Options& o) {
         Stopwatch took;
         const std::string where =
             "pp " + std::to_string(pp) + " m " + std::to_string(m) + " " + name;
-        STRATA_RETURN_IF_ERROR(Launch(args, dir / "launch.log").WithContext(where));
+        STRATA_RETURN_IF_ERROR(LaunchJob(args, dir / "launch.log").WithContext(where));
         std::cerr << took.Seconds() << " s\n";
         STRATA_ASSIGN_OR_RETURN(StepTable steps, ReadMetrics(dir, pp));
 
