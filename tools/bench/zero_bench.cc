@@ -71,7 +71,9 @@ bool IsGradSyncOp(const std::string& op) {
 }
 
 Result<Run> ReadRun(const fs::path& dir, int dp, int zero, int batch_size) {
-  Run run{dp, zero};
+  Run run;
+  run.dp = dp;
+  run.zero = zero;
   for (int r = 0; r < dp; ++r) {
     const fs::path path = dir / ("m-" + std::to_string(r) + ".jsonl");
     std::ifstream in(path);
