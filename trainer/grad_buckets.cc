@@ -28,6 +28,13 @@ void GradBuckets::Point(GradBucket& b, const Tensor& buffer, bool grad, bool cop
 void GradBuckets::Layout(const std::vector<size_t>& order) {
   STRATA_CHECK(order.size() == params_.size()) << "a bucket order of " << order.size() << " of "
                                                << params_.size() << " parameters";
+  // Drop the old buffers' handles first: each old buffer is then held only by the views of its
+  // parameters, and goes as soon as the last of them is re-pointed below, so a re-layout needs
+  // about one bucket more than the buffers themselves, not a second copy of them all.
+  for (GradBucket& b : buckets_) {
+    b.grad = Tensor();
+    b.value = Tensor();
+  }
   std::vector<GradBucket> buckets;
   bucket_of_.assign(params_.size(), 0);
   for (size_t k : order) {
@@ -53,7 +60,7 @@ void GradBuckets::Layout(const std::vector<size_t>& order) {
       Point(b, b.value, /*grad=*/false, /*copy=*/true);
     }
   }
-  buckets_ = std::move(buckets);  // the old buffers go once no parameter views them
+  buckets_ = std::move(buckets);
   ++generation_;
 }
 
