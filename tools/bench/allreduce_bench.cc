@@ -273,12 +273,7 @@ Result<Report> RunAllreduceBench(const Options& o) {
                    {"sizes", sizes},
                    {"seconds", o.seconds},
                    {"cpus", std::thread::hardware_concurrency()}};
-  double load[3] = {0, 0, 0};
-  getloadavg(load, 3);
-  char text[160];
-  std::snprintf(text, sizeof(text),
-                "host: %u cpus, 1-min load average at the end %.2f; whole run %.1f s.",
-                std::thread::hardware_concurrency(), load[0], total.Seconds());
+  const std::string text = HostLoadNote(std::thread::hardware_concurrency(), total.Seconds());
   report.notes = {
       "ranks: threads of this process, each with its own Gloo TCP device and pairs over "
       "loopback. ours: MakeGlooCommunicator (rendezvous through an in-process scheduler's kv "

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iomanip>
 #include <sstream>
@@ -198,6 +199,15 @@ Status WriteJson(const std::string& path, const nlohmann::json& doc) {
   out.close();
   if (!out) return Status::IOError("writing " + path + " failed");
   return Status::OK();
+}
+
+std::string HostLoadNote(unsigned cpus, double run_seconds) {
+  double load[3] = {0, 0, 0};
+  getloadavg(load, 3);
+  char text[160];
+  std::snprintf(text, sizeof(text), "host: %u cpus, 1-min load average at the end %.2f; whole run %.1f s.", cpus,
+                load[0], run_seconds);
+  return text;
 }
 
 }  // namespace strata::bench

@@ -41,6 +41,10 @@ std::string FormatBytes(uint64_t bytes);
 // Splits on `sep`, dropping empty items.
 std::vector<std::string> SplitList(std::string_view list, char sep = ',');
 
+// "host: 2 cpus, 1-min load average at the end 1.93; whole run 12.3 s." (a report's note on
+// how busy the machine was).
+std::string HostLoadNote(unsigned cpus, double run_seconds);
+
 // Rows of figures with named columns. A cell is a JSON value: numbers are printed with the
 // column's format, and written to JSON unformatted under the column's key.
 class Table {

@@ -601,12 +601,7 @@ Result<Report> RunPipelineBench(const Options& o) {
                    {"warmup", o.warmup},
                    {"data", data_path},
                    {"cpus", cpus}};
-  double load[3] = {0, 0, 0};
-  getloadavg(load, 3);
-  char text[200];
-  std::snprintf(text, sizeof(text),
-                "host: %u cpus, 1-min load average at the end %.2f; whole run %.1f s.", cpus,
-                load[0], total.Seconds());
+  const std::string text = HostLoadNote(cpus, total.Seconds());
   report.notes = {
       "each configuration: strata-launch --servers 0 --trainers pp (dp 1) of a byte-level gpt, "
       "OPENBLAS_NUM_THREADS=1, Gloo between stages; every trainer writes each step's pipeline "
