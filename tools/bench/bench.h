@@ -48,5 +48,7 @@ BenchFn SetupZeroBench(CLI::App& app);
 Status LaunchJob(const std::vector<std::string>& args, const std::filesystem::path& log);
 // `data` when that file exists, else a generated text file in `dir`.
 Result<std::string> TextDataPath(const std::string& data, const std::filesystem::path& dir);
+// Removes the jobs' work directory, or (`keep`) leaves it and says where in `notes`.
+void FinishWorkDir(const std::filesystem::path& work, bool keep, std::vector<std::string>* notes);
 
 }  // namespace strata::bench

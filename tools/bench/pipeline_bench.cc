@@ -51,6 +51,15 @@ Result<std::string> TextDataPath(const std::string& data, const std::filesystem:
 
 // Runs strata-launch with `args` and OPENBLAS_NUM_THREADS=1, its output to `log`; fails with
 // the log's tail when it exits non-zero.
+void FinishWorkDir(const std::filesystem::path& work, bool keep, std::vector<std::string>* notes) {
+  if (keep) {
+    notes->push_back("work directory kept: " + work.string());
+    return;
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(work, ec);
+}
+
 Status LaunchJob(const std::vector<std::string>& args, const std::filesystem::path& log) {
   std::vector<std::string> env_text = {"OPENBLAS_NUM_THREADS=1"};
   for (char** e = environ; *e; ++e) {
@@ -636,12 +645,7 @@ Result<Report> RunPipelineBench(const Options& o) {
       "pp above the host's cores: the ranks share cores, so waits and compute interleave with "
       "the other ranks' compute and busy time includes time preempted: not a pipeline figure.",
       text};
-  if (o.keep) {
-    report.notes.push_back("work directory kept: " + work.string());
-  } else {
-    std::error_code ec;
-    fs::remove_all(work, ec);
-  }
+  FinishWorkDir(work, o.keep, &report.notes);
   return report;
 }
 

@@ -281,12 +281,7 @@ Result<Report> RunZeroBench(const Options& o) {
         "figures taken oversubscribed: some configurations ran more ranks than the host has "
         "cores, so step times and the hidden fraction include time preempted by the other ranks.");
   }
-  if (o.keep) {
-    report.notes.push_back("work directory kept: " + work.string());
-  } else {
-    std::error_code ec;
-    fs::remove_all(work, ec);
-  }
+  FinishWorkDir(work, o.keep, &report.notes);
   return report;
 }
 
