@@ -27,9 +27,15 @@ void PrintSummary(const TrainJob& job, const Trainer& trainer, const TrainSummar
   if (!s.losses.empty()) line += fmt::format(", final loss {:.5f}", s.losses.back());
   line += fmt::format(", eval loss {:.5f}", e.loss);
   if (e.auc >= 0) line += fmt::format(", auc {:.4f} (oracle {:.4f})", e.auc, e.oracle_auc);
+  auto hidden = [](double total, double exposed) { return 100.0 * std::max(0.0, 1.0 - exposed / total); };
+  if (s.gather_seconds > 0) {
+    line += fmt::format(", ZeRO-3 all-gathers {:.2f}s of which {:.0f}% hidden behind compute", s.gather_seconds,
+                        hidden(s.gather_seconds, s.exposed_gather_seconds));
+  }
   if (s.comm_seconds > 0) {
-    line += fmt::format(", all-reduce {:.2f}s of which {:.0f}% hidden behind backward",
-                        s.comm_seconds, 100.0 * std::max(0.0, 1.0 - s.exposed_comm_seconds / s.comm_seconds));
+    line += fmt::format(", {} {:.2f}s of which {:.0f}% hidden behind backward",
+                        job.parallel.zero > 0 ? "reduce-scatter" : "all-reduce", s.comm_seconds,
+                        hidden(s.comm_seconds, s.exposed_comm_seconds));
   }
   if (trainer.plan().pp > 1) {
     line += fmt::format(", pipeline bubble {:.1f}% (measured), peak activations {:.1f} MiB",

@@ -18,6 +18,7 @@ struct BucketSlot {
   size_t param = 0;     // index into GradBuckets::params()
   int64_t offset = 0;   // first element in the bucket
   int64_t numel = 0;
+  Shape shape;          // the parameter's (its tensors may be released: ZeRO-2 grads, ZeRO-3 values)
 };
 
 struct GradBucket {
@@ -47,12 +48,23 @@ class GradBuckets {
 
   // Cuts the buckets in `order` (parameter indices, each once): new buffers, the current
   // gradients and values copied into them, the parameters re-pointed. Bumps generation().
-  void Layout(const std::vector<size_t>& order);
+  // A bucket also starts at every position p of `order` with cut_before[p] (when given):
+  // ZeRO-3 cuts one bucket per model unit. Released buffers stay released (no copy).
+  void Layout(const std::vector<size_t>& order, const std::vector<bool>& cut_before = {});
   // ZeRO-2: drops the gradient buffers (the parameters' grads become undefined) ...
   void ReleaseGrads();
   // ... and makes zeroed ones again (the parameters re-pointed). No-op when allocated.
   void AllocateGrads();
-  bool grads_allocated() const { return grads_allocated_; }
+  // The same for one bucket (ZeRO-3: a unit's gradients exist from its first backward of the
+  // step until they are reduce-scattered).
+  void ReleaseGrads(size_t bucket);
+  void AllocateGrads(size_t bucket);
+  // ZeRO-3: a bucket's full values exist only while its unit computes. Release drops the
+  // buffer (the parameters' values become undefined); Allocate makes an uninitialised one
+  // (filled by the caller's all-gather) and re-points the parameters.
+  void ReleaseValues(size_t bucket);
+  void AllocateValues(size_t bucket);
+  bool grads_allocated() const;
 
   size_t size() const { return buckets_.size(); }
   GradBucket& operator[](size_t i) { return buckets_[i]; }
@@ -79,7 +91,6 @@ class GradBuckets {
   bool values_;
   std::vector<GradBucket> buckets_;
   std::vector<size_t> bucket_of_;  // by parameter index
-  bool grads_allocated_ = true;
   int64_t generation_ = 0;
 };
 

@@ -22,6 +22,7 @@
 #include "trainer/data.h"
 #include "trainer/grad_buckets.h"
 #include "trainer/nn/module.h"
+#include "trainer/sharded_buckets.h"
 #include "trainer/trace.h"
 #include "trainer/train_options.h"
 
@@ -59,7 +60,7 @@ class GradSync {
 // values. ZeRO-2 also drops the full gradient buffers once reduced (Finish) and makes them
 // again, zeroed, at the next BeginStep: between steps (optimizer, all-gather, evaluation,
 // checkpoints) only the shards exist.
-class BucketAllReducer final : public GradSync {
+class BucketAllReducer final : public GradSync, public ShardedBuckets {
  public:
   // `params`: the parameters to average (creation order) on `exec`'s device; buckets hold up
   // to `bucket_bytes` and follow the order backward finishes gradients in (learnt in the first
@@ -86,14 +87,18 @@ class BucketAllReducer final : public GradSync {
 
   // Device mode: orders the communicator's stream after the compute stream's work so far
   // (before a collective on what compute wrote); nothing on the host.
-  void CommAfterCompute() { CommWaitsForCompute(start_event_); }
+  void CommAfterCompute() override { CommWaitsForCompute(start_event_); }
 
   size_t num_buckets() const { return buckets_.size(); }
-  int zero() const { return zero_; }
-  Communicator& comm() { return comm_; }
-  GradBuckets& buckets() { return buckets_; }
+  int zero() const override { return zero_; }
+  Communicator& comm() override { return comm_; }
+  GradBuckets& buckets() override { return buckets_; }
   // ZeRO: this rank's averaged slice of bucket i's gradient ([shard] floats).
-  const Tensor& grad_shard(size_t i) const { return grad_shards_[i]; }
+  const Tensor& grad_shard(size_t i) const override { return grad_shards_[i]; }
+  Tensor value_shard(size_t i) override {
+    const GradBucket& b = buckets_[i];
+    return b.value.Narrow(0, comm_.rank() * b.shard, b.shard);
+  }
   int64_t grad_shard_bytes() const;
   // Floats of every bucket with its padding: as laid out now, and in the first layout.
   int64_t padded_floats() const;

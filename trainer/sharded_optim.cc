@@ -7,7 +7,7 @@
 
 namespace strata {
 
-ShardedOptimizer::ShardedOptimizer(const OptimizerOptions& o, BucketAllReducer& reducer)
+ShardedOptimizer::ShardedOptimizer(const OptimizerOptions& o, ShardedBuckets& reducer)
     : o_(o), reducer_(reducer), sgd_(o.kind == OptimizerOptions::Kind::kSgd) {
   STRATA_CHECK(reducer.zero() > 0) << "a sharded optimizer over an all-reduce";
 }
@@ -63,7 +63,8 @@ void ShardedOptimizer::Step(double lr) {
   for (const Segment& s : segments_) {
     const nn::Parameter& p = *buckets.params()[s.param];
     const float wd = p.weight_decay ? static_cast<float>(o_.weight_decay) : 0.0f;
-    const Tensor w = buckets[s.bucket].value.Narrow(0, s.begin, s.length);
+    const int64_t lo = reducer_.comm().rank() * buckets[s.bucket].shard;
+    const Tensor w = reducer_.value_shard(s.bucket).Narrow(0, s.begin - lo, s.length);
     if (sgd_) {
       ops::SgdUpdate(exec, w, GradSlice(s), Slice(0, s), static_cast<float>(lr), static_cast<float>(o_.momentum), wd,
                      o_.nesterov);
@@ -87,7 +88,7 @@ double ShardedOptimizer::GradSquaredSum(bool split) {
 
 void ShardedOptimizer::ScaleGrads(float scale) {
   Prepare();
-  for (size_t i = 0; i < reducer_.num_buckets(); ++i) ops::Scale(reducer_.buckets().exec(), reducer_.grad_shard(i), scale);
+  for (size_t i = 0; i < reducer_.buckets().size(); ++i) ops::Scale(reducer_.buckets().exec(), reducer_.grad_shard(i), scale);
 }
 
 int64_t ShardedOptimizer::state_bytes() const {
@@ -104,7 +105,7 @@ std::vector<std::pair<std::string, Tensor>> ShardedOptimizer::State() {
   if (whole_.empty()) {
     whole_.assign(num_states(), {});
     for (auto& w : whole_) {
-      for (const nn::Parameter* p : params) w.push_back(ops::NewZeros(buckets.exec(), p->value.shape()));
+      for (const nn::Parameter* p : params) w.push_back(ops::NewZeros(buckets.exec(), p->shard.LocalShape()));
     }
   }
   std::vector<std::pair<std::string, Tensor>> s;

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "trainer/grad_sync.h"
+#include "trainer/sharded_buckets.h"
 #include "trainer/optim.h"
 
 namespace strata {
@@ -16,7 +16,7 @@ namespace strata {
 // Updates, per element, exactly what the replicated optimizer updates (the same ops on slices
 // of the same values), honouring each parameter's weight_decay where a slice crosses several
 // parameters. The parameters' values must then be all-gathered
-// (BucketAllReducer::AllGatherParams).
+// (BucketAllReducer::AllGatherParams; under ZeRO-3 the next forward gathers them).
 //
 // Checkpoints see whole per-parameter state, as the replicated optimizer's: GatherState()
 // (collective over the dp group) assembles it, State() returns it; after a checkpoint is
@@ -25,9 +25,10 @@ namespace strata {
 //
 // The buckets must not be re-laid once the optimizer holds state (BucketAllReducer re-lays
 // them once, in the first step's Finish, before the first Step()). Not thread-safe.
+// Under ZeRO-3 (Zero3Sync) the values it writes are the shards the next forward gathers.
 class ShardedOptimizer final : public Optimizer {
  public:
-  ShardedOptimizer(const OptimizerOptions& o, BucketAllReducer& reducer);
+  ShardedOptimizer(const OptimizerOptions& o, ShardedBuckets& reducer);
 
   void Step(double lr) override;
   std::vector<std::pair<std::string, Tensor>> State() override;
@@ -61,7 +62,7 @@ class ShardedOptimizer final : public Optimizer {
   Tensor GradSlice(const Segment& s) const;
 
   OptimizerOptions o_;
-  BucketAllReducer& reducer_;
+  ShardedBuckets& reducer_;
   const bool sgd_;
   int64_t generation_ = -1;       // of the layout the state follows
   std::vector<Segment> segments_;

@@ -98,7 +98,7 @@ void Bind(config::Binder& b, ParallelOptions& o) {
       .Range(0, 1 << 16);
   b.Field("schedule", o.schedule, "pipeline schedule: gpipe, 1f1b, interleaved, zb-h1 or zbv");
   b.Field("zero", o.zero, "ZeRO stage: 0 replicated optimizer state; 1 optimizer state sharded over dp; 2 also the "
-          "reduced gradients (sync.mode allreduce)").Range(0, 3);
+          "reduced gradients; 3 also the parameters, gathered per unit as it computes (sync.mode allreduce)").Range(0, 3);
   b.Enum("recompute", o.recompute,
          {{"none", R::kNone}, {"selective", R::kSelective}, {"full", R::kFull}},
          "activation recomputation: none, selective (attention core) or full (each unit keeps "
@@ -106,7 +106,11 @@ void Bind(config::Binder& b, ParallelOptions& o) {
   b.Field("partition", o.partition,
           "how units are cut into stages: params, cost, or the first unit of each later stage "
           "(\"3,6,9\")");
-  b.Require(o.zero <= 2, "zero", "ZeRO-3 is not built yet (zero must be 0, 1 or 2)");
+  b.Require(o.zero < 3 || o.pp == 1, "zero",
+            "ZeRO-3 gathers parameters around each unit of one stage: it needs pp 1 (ZeRO-1 and 2 "
+            "compose with pipelining)");
+  b.Require(o.zero < 3 || (o.schedule != "zb-h1" && o.schedule != "zbv"), "zero",
+            "ZeRO-3 needs a schedule whose backward is whole (gpipe or 1f1b), not " + o.schedule);
 }
 
 void Bind(config::Binder& b, TrainJob& o) {

@@ -111,7 +111,7 @@ struct ParallelOptions {
   // train.micro_batches (the two name one thing; giving both, different, is an error).
   int64_t micro_batches = 0;
   std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved | zb-h1 | zbv
-  int64_t zero = 0;           // 0: replicated optimizer state (1-3: ZeRO stages, not built yet)
+  int64_t zero = 0;           // 0: replicated optimizer state; 1-3: ZeRO stages (sharded_optim.h, zero3.h)
   // none: keep every activation; selective: recompute the attention core (the [T, T] scores)
   // in backward; full: every unit keeps only its input and recomputes its forward.
   Recompute recompute = Recompute::kNone;

@@ -20,6 +20,7 @@
 #include "trainer/progress.h"
 #include "trainer/sharded_optim.h"
 #include "trainer/trace.h"
+#include "trainer/zero3.h"
 #if STRATA_HAVE_CUDA
 #include "common/cuda_check.h"
 #include "trainer/comm/nccl_communicator.h"
@@ -34,6 +35,7 @@ Trainer::~Trainer() {
   // they live on.
   executor_.reset();
   reducer_.reset();
+  zero3_.reset();  // unhooks itself from the model
   ps_.reset();
   client_.reset();
   groups_ = ParallelGroups();
@@ -158,8 +160,10 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
     }
   }
   if (cluster) STRATA_RETURN_IF_ERROR(t->Connect());
-  if (t->reducer_ && t->reducer_->zero() > 0) {
-    auto sharded = std::make_unique<ShardedOptimizer>(job.optimizer, *t->reducer_);
+  ShardedBuckets* shards = t->zero3_ ? static_cast<ShardedBuckets*>(t->zero3_.get())
+                         : t->reducer_ && t->reducer_->zero() > 0 ? t->reducer_.get() : nullptr;
+  if (shards) {
+    auto sharded = std::make_unique<ShardedOptimizer>(job.optimizer, *shards);
     t->sharded_ = sharded.get();
     t->optimizer_ = std::move(sharded);
   } else {
@@ -170,7 +174,8 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
   }
   STRATA_ASSIGN_OR_RETURN(t->data_, CreateDataSource(job.data, job.model, job.train.batch_size,
                                                      {t->groups_.dp_rank, t->plan_.dp}));
-  if (t->groups_.dp_rank == 0) t->eval_set_ = t->data_->EvalSet(local_batch);
+  // Under ZeRO-3 every replica takes part in evaluation's forwards (they gather parameters).
+  if (t->groups_.dp_rank == 0 || t->zero3_) t->eval_set_ = t->data_->EvalSet(local_batch);
   t->executor_ = std::make_unique<pipeline::StageExecutor>(*t->model_, t->plan_, t->rank_,
                                                            t->groups_.pp.get(), t->trace_.get());
   if (job.data.kind == DataOptions::Kind::kText) {
@@ -274,8 +279,18 @@ Status Trainer::Connect() {
     STRATA_RETURN_IF_ERROR(dp.Synchronize().WithContext("broadcasting the parameters"));
     const auto bytes = static_cast<size_t>(sync.bucket_mb * 1024 * 1024);
     const int zero = job_.parallel.zero;
+    void* stream = reg.exec().is_cuda() ? reg.exec().stream : nullptr;
+    if (zero == 3) {
+      zero3_ = std::make_unique<Zero3Sync>(dp, *model_, sync.overlap, trace_.get(), stream);
+      syncs_.push_back(zero3_.get());
+      if (rank_ == 0) {
+        spdlog::info("ZeRO-3 over {} replicas: {} buckets (one a unit), parameters gathered per unit{}", plan_.dp,
+                     zero3_->buckets().size(), sync.overlap ? ", the next unit's prefetched" : "");
+      }
+      return Status::OK();
+    }
     reducer_ = std::make_unique<BucketAllReducer>(dp, std::move(local), reg.exec(), bytes, sync.overlap, zero,
-                                                  trace_.get(), reg.exec().is_cuda() ? reg.exec().stream : nullptr);
+                                                  trace_.get(), stream);
     syncs_.push_back(reducer_.get());
     if (rank_ == 0) {
       spdlog::info("{} over {} replicas: {} buckets of up to {} MiB{}",
@@ -463,7 +478,7 @@ Result<TrainSummary> Trainer::RunSteps() {
       Trace::Scope opt(trace_.get(), "optimizer", "optim", 0, step_);
       STRATA_ASSIGN_OR_RETURN(norm, ClipGradients());
       optimizer_->Step(lr);
-      if (sharded_) STRATA_RETURN_IF_ERROR(reducer_->AllGatherParams());
+      if (sharded_ && reducer_) STRATA_RETURN_IF_ERROR(reducer_->AllGatherParams());
     }
     comm_.EndStep();
     ++step_;
@@ -492,14 +507,26 @@ Result<TrainSummary> Trainer::RunSteps() {
     summary.comm_seconds = reducer_->comm_seconds();
     summary.exposed_comm_seconds = reducer_->exposed_seconds();
   }
+  if (zero3_) {
+    summary.comm_seconds = zero3_->reduce_seconds();
+    summary.exposed_comm_seconds = zero3_->reduce_exposed_seconds();
+    summary.gather_seconds = zero3_->gather_seconds();
+    summary.exposed_gather_seconds = zero3_->gather_exposed_seconds();
+  }
   summary.pipeline = pipeline_;
   summary.comm = comm_.Report(ModelCommTraffic(Layout()));
   if (summary.comm.steps > 0 && !summary.comm.groups.empty()) {
     nlohmann::json end = {{"step", step_}, {"comm", CommReportJson(summary.comm)}};
     // The gradient sync's time in collectives and the part of it backward did not hide
     // (strata-bench zero reads them).
-    if (reducer_) {
+    if (reducer_ || zero3_) {
       end["grad_sync"] = {{"comm_seconds", summary.comm_seconds}, {"exposed_seconds", summary.exposed_comm_seconds}};
+    }
+    if (zero3_) {
+      // The all-gathers alone: how much of them the prefetch hid behind compute.
+      end["grad_sync"]["gather_seconds"] = zero3_->gather_seconds();
+      end["grad_sync"]["gather_exposed_seconds"] = zero3_->gather_exposed_seconds();
+      end["grad_sync"]["gathers"] = zero3_->gathers();
     }
     progress_->Metrics(end.dump());
   }
@@ -520,11 +547,17 @@ CommLayout Trainer::Layout() const {
   l.pp_rank = groups_.pp_rank;
   l.units = model_->units();
   l.micro_batch = micro_batch_;
-  l.dp_all_reduce = reducer_ != nullptr;
+  l.dp_all_reduce = reducer_ != nullptr || zero3_ != nullptr;
   if (reducer_ && reducer_->zero() > 0) {
     l.zero = reducer_->zero();
     l.zero_padded_floats = reducer_->padded_floats();
     l.zero_first_padded_floats = reducer_->first_padded_floats();
+  }
+  if (zero3_) {
+    l.zero = 3;
+    l.zero_padded_floats = zero3_->padded_floats();
+    l.zero_first_padded_floats = l.zero_padded_floats;
+    for (int u = 0; u < model_->num_units(); ++u) l.zero3_unit_floats.push_back(zero3_->unit_padded_floats(u));
   }
   l.overlap = job_.sync.overlap;
   l.model = job_.model;
@@ -558,7 +591,10 @@ Status Trainer::WritePipelineTimeline() {
 
 Result<EvalMetrics> Trainer::Evaluate() {
   EvalMetrics m;
-  if (groups_.dp_rank != 0) return m;
+  // The first replica reports; under ZeRO-3 the others run the forwards too (each unit's
+  // parameters are gathered from every replica), then report nothing.
+  const bool report = groups_.dp_rank == 0;
+  if (!report && !zero3_) return m;
   std::vector<float> scores, labels, oracle;
   double weighted = 0;
   for (const Batch& held : eval_set_) {
@@ -582,6 +618,7 @@ Result<EvalMetrics> Trainer::Evaluate() {
   }
   // The last stage computed the loss; every rank of the pipeline learns it.
   if (groups_.pp) STRATA_RETURN_IF_ERROR(groups_.pp->AllReduceHost(&weighted, 1, ReduceOp::kSum).WithContext("evaluation loss"));
+  if (!report) return EvalMetrics{};
   m.loss = m.samples ? weighted / m.samples : 0;
   nlohmann::json j = {{"step", step_}, {"eval_loss", m.loss}, {"eval_samples", m.samples}};
   if (unigram_entropy_ > 0) j["unigram_entropy"] = unigram_entropy_;

@@ -47,6 +47,10 @@ struct TrainSummary {
   // All-reduce: seconds spent reducing and the part of it backward did not hide.
   double comm_seconds = 0;
   double exposed_comm_seconds = 0;
+  // ZeRO-3's parameter all-gathers: seconds gathering, and the part forward and backward
+  // waited for (the rest the prefetch hid behind compute). comm_seconds: its reduce-scatters.
+  double gather_seconds = 0;
+  double exposed_gather_seconds = 0;
   PipelineSummary pipeline;
   // What each of this trainer's groups moved during the training steps, beside the
   // analytical count for the layout (a cluster run).
@@ -59,6 +63,7 @@ class PsClient;
 class PsSync;
 class GradSync;
 class BucketAllReducer;
+class Zero3Sync;
 class ShardedOptimizer;
 class ComputeDevice;
 class Progress;
@@ -136,7 +141,7 @@ class Trainer {
   ParallelGroups groups_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
-  ShardedOptimizer* sharded_ = nullptr;  // optimizer_ under ZeRO-1/2 (parallel.zero)
+  ShardedOptimizer* sharded_ = nullptr;  // optimizer_ under ZeRO-1/2/3 (parallel.zero)
   std::unique_ptr<DataSource> data_;
   std::vector<Batch> eval_set_;
   std::unique_ptr<pipeline::StageExecutor> executor_;
@@ -146,8 +151,9 @@ class Trainer {
   std::unique_ptr<Trace> trace_;
   std::unique_ptr<PsClient> client_;
   std::unique_ptr<PsSync> ps_;
-  std::unique_ptr<BucketAllReducer> reducer_;
-  std::vector<GradSync*> syncs_;  // ps_ and/or reducer_
+  std::unique_ptr<BucketAllReducer> reducer_;  // all-reduce, ZeRO-1/2
+  std::unique_ptr<Zero3Sync> zero3_;            // ZeRO-3 (the model's unit hooks)
+  std::vector<GradSync*> syncs_;  // ps_ and/or reducer_ or zero3_
   std::vector<Batch> lookahead_;  // the next step's batches, already prefetched
   std::unique_ptr<Progress> progress_;
   PipelineSummary pipeline_;

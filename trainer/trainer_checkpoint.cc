@@ -9,6 +9,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/progress.h"
 #include "trainer/trainer.h"
+#include "trainer/zero3.h"
 
 namespace strata {
 
@@ -33,6 +34,8 @@ Status Trainer::SaveCheckpoint() {
   // A sharded optimizer's whole state, assembled by every replica (a collective) for the
   // first to write: the file is the same under any ZeRO stage and dp size.
   STRATA_RETURN_IF_ERROR(optimizer_->GatherState().WithContext("gathering the optimizer state for checkpoint " + step_dir));
+  // ZeRO-3: the parameters too (every replica gathers; the first writes; all free them after).
+  if (zero3_) STRATA_RETURN_IF_ERROR(zero3_->GatherAll().WithContext("checkpoint " + step_dir));
   if (groups_.dp_rank == 0) {
     // Replicas hold the same values: the first writes. A whole parameter is replicated over
     // the tensor-parallel ranks: the first of them writes it.
@@ -43,6 +46,7 @@ Status Trainer::SaveCheckpoint() {
     std::error_code ec;
     std::filesystem::create_directories(step_dir, ec);
     if (ec) optimizer_->ReleaseGatheredState();
+    if (ec && zero3_) STRATA_RETURN_IF_ERROR(zero3_->ReleaseAll(/*take=*/false));
     if (ec) return Status::IOError("cannot create " + step_dir + ": " + ec.message());
     const std::string name = ShardFileName(groups_.pp_rank, groups_.tp_rank);
     const nlohmann::json meta = {{"step", step_}, {"pp_rank", groups_.pp_rank}, {"tp_rank", groups_.tp_rank},
@@ -50,6 +54,7 @@ Status Trainer::SaveCheckpoint() {
     auto written = WriteShardFile(step_dir + "/" + name, meta.dump(), mine);
     mine.clear();
     optimizer_->ReleaseGatheredState();
+    if (zero3_) STRATA_RETURN_IF_ERROR(zero3_->ReleaseAll(/*take=*/false));
     STRATA_ASSIGN_OR_RETURN(const FileDigest digest, std::move(written));
     if (node_) {
       STRATA_RETURN_IF_ERROR(node_->KvSet(key + name, nlohmann::json{digest.bytes, digest.checksum}.dump())
@@ -59,6 +64,7 @@ Status Trainer::SaveCheckpoint() {
     }
   }
   optimizer_->ReleaseGatheredState();  // the replicas that did not write
+  if (zero3_) STRATA_RETURN_IF_ERROR(zero3_->ReleaseAll(/*take=*/false));
   if (node_) {
     // The manifest names only files that are durable: every writer has finished.
     STRATA_RETURN_IF_ERROR(node_->Barrier(key + "written", wire::BarrierScope::TRAINERS, timeout)
@@ -106,7 +112,11 @@ Status Trainer::LoadCheckpoint(const std::string& path) {
                  "other batches than the uninterrupted one", path, m.batch_size, m.micro_batches, batch,
                  plan_.micro_batches);
   }
-  STRATA_RETURN_IF_ERROR(LoadShards(reader, CheckpointTensors()));
+  // ZeRO-3: the full values are made (gathered), loaded into, and each rank keeps its slices.
+  if (zero3_) STRATA_RETURN_IF_ERROR(zero3_->GatherAll().WithContext("loading " + path));
+  Status loaded = LoadShards(reader, CheckpointTensors());
+  if (zero3_) STRATA_RETURN_IF_ERROR(zero3_->ReleaseAll(/*take=*/loaded.ok()));
+  STRATA_RETURN_IF_ERROR(loaded);
   optimizer_->StateLoaded();
   step_ = m.step;
   data_->Seek(samples / batch);

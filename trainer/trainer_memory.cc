@@ -7,6 +7,7 @@
 #include "trainer/progress.h"
 #include "trainer/sharded_optim.h"
 #include "trainer/trainer.h"
+#include "trainer/zero3.h"
 
 namespace strata {
 
@@ -16,9 +17,10 @@ void Trainer::LogMemory(int64_t step_peak) {
   const nn::ParameterRegistry& reg = model_->params();
   int64_t psi = 0, params = 0, grads_step = 0;
   for (const auto& p : reg.params()) {
-    psi += p->value.numel();
-    params += static_cast<int64_t>(p->value.nbytes());
-    grads_step += static_cast<int64_t>(p->value.nbytes());
+    const int64_t n = *ShapeNumel(p->shard.LocalShape());  // values may be released (ZeRO-3)
+    psi += n;
+    params += n * static_cast<int64_t>(sizeof(float));
+    grads_step += n * static_cast<int64_t>(sizeof(float));
   }
   int64_t grads_between = grads_step, state = 0;
   if (reducer_) {
@@ -30,6 +32,17 @@ void Trainer::LogMemory(int64_t step_peak) {
     grads_step = full + reducer_->grad_shard_bytes();
     grads_between = (b.grads_allocated() ? full : 0) + reducer_->grad_shard_bytes();
   }
+  if (zero3_) {
+    // Shards only between steps. During a step a unit's full values exist while it computes
+    // and its full gradients from its first backward until reduced (all of them at once, at
+    // worst, when micro-batches accumulate): the peak line below says what it came to.
+    GradBuckets& b = zero3_->buckets();
+    params = zero3_->value_shard_bytes();
+    int64_t full = 0;
+    for (size_t i = 0; i < b.size(); ++i) full += b[i].padded * static_cast<int64_t>(sizeof(float));
+    grads_step = full + zero3_->grad_shard_bytes();
+    grads_between = zero3_->grad_shard_bytes();
+  }
   if (sharded_) {
     state = sharded_->state_bytes();
   } else {
@@ -40,7 +53,7 @@ void Trainer::LogMemory(int64_t step_peak) {
   // The paper's fp32 AdamW (K = 8: the parameters are the master copy) per parameter.
   const bool adam = job_.optimizer.kind == OptimizerOptions::Kind::kAdamW;
   const double k = adam ? 8 : 4;
-  const double formula = zero == 0 ? 8 + k : zero == 1 ? 8 + k / n : 4 + (4 + k) / n;
+  const double formula = zero == 0 ? 8 + k : zero == 1 ? 8 + k / n : zero == 2 ? 4 + (4 + k) / n : (8 + k) / n;
   const auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
   const std::string who = "rank " + std::to_string(rank_) + " memory (ZeRO-" + std::to_string(zero) + ", dp " +
                           std::to_string(plan_.dp) + ", psi " + std::to_string(psi) + " parameters): ";

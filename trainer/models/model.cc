@@ -44,16 +44,32 @@ nn::Layer& Model::unit(int i) {
   return *units_[i];
 }
 
+std::vector<nn::Parameter*> Model::UnitParameters(int i) const {
+  std::vector<nn::Parameter*> out;
+  const auto [first, last] = unit_params_.at(static_cast<size_t>(i));
+  for (size_t k = first; k < last; ++k) out.push_back(reg_.params()[k].get());
+  return out;
+}
+
 Tensor Model::ForwardUnits(UnitRange r, const Batch& b, const Tensor& x, nn::Context& ctx) {
+  using Pass = UnitHooks::Pass;
   Tensor h = r.first == 0 ? Input(b) : x;
-  for (int i = r.first; i < r.last; ++i) h = unit(i).Forward(h, ctx);
+  for (int i = r.first; i < r.last; ++i) {
+    if (hooks_) hooks_->BeforeUnit(i, Pass::kForward, r, ctx);
+    h = unit(i).Forward(h, ctx);
+    if (hooks_) hooks_->AfterUnit(i, Pass::kForward, ctx);
+  }
   return h;
 }
 
 Tensor Model::BackwardUnits(UnitRange r, const Tensor& dy, nn::Context& ctx, BackwardPart part) {
+  using Pass = UnitHooks::Pass;
+  STRATA_CHECK(!hooks_ || part == BackwardPart::kFull) << "unit hooks around a split backward";
   Tensor g = dy;
   for (int i = r.last - 1; i >= r.first; --i) {
+    if (hooks_) hooks_->BeforeUnit(i, Pass::kBackward, r, ctx);
     g = part == BackwardPart::kFull ? unit(i).Backward(g, ctx) : unit(i).BackwardInput(g, ctx);
+    if (hooks_) hooks_->AfterUnit(i, Pass::kBackward, ctx);
   }
   return g;
 }

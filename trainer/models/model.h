@@ -37,6 +37,18 @@ struct UnitRange {
   bool contains(int unit) const { return unit >= first && unit < last; }
 };
 
+// Called around every unit a forward or backward walk visits: ZeRO-3 gathers a unit's
+// parameters before it computes and frees them after. On the training thread; a failed
+// collective throws nn::CollectiveFailed (as tensor-parallel layers do).
+class UnitHooks {
+ public:
+  enum class Pass { kForward, kBackward };
+  virtual ~UnitHooks() = default;
+  // `walk`: the units the forward (ascending) or backward (descending) walk visits.
+  virtual void BeforeUnit(int unit, Pass pass, UnitRange walk, const nn::Context& ctx) = 0;
+  virtual void AfterUnit(int unit, Pass pass, const nn::Context& ctx) = 0;
+};
+
 // Not thread-safe; several contexts (micro-batches) may be in flight, each used by one call at a
 // time. A model may be built in part (a pipeline stage builds only its units): the parameters of
 // the units it did not build do not exist in its registry.
@@ -75,6 +87,10 @@ class Model {
   virtual void BackwardWeightUnits(UnitRange r, nn::Context& ctx);
   // Unit i's layer, for recompute switches and tests; aborts when it was not built.
   nn::Layer& unit(int i);
+  // The parameters unit i created (none when it was not built), in creation order.
+  std::vector<nn::Parameter*> UnitParameters(int i) const;
+  // Hooks called around each unit's forward and backward (null: none). Not owned.
+  void set_unit_hooks(UnitHooks* hooks) { hooks_ = hooks; }
 
   // Whole-model shorthands (every unit built): forward, the loss and backward (gradients
   // accumulate, scaled by grad_scale); returns the mean loss.
@@ -92,13 +108,17 @@ class Model {
     const size_t i = specs_.size();
     const bool want = selection.empty() || (i < selection.size() && selection[i]);
     specs_.push_back(std::move(spec));
+    const size_t first = reg_.params().size();
     units_.push_back(want ? build() : nullptr);
+    unit_params_.emplace_back(first, reg_.params().size());
   }
 
   nn::ParameterRegistry reg_;
   nn::LossHead head_;
   std::vector<UnitSpec> specs_;
   std::vector<std::unique_ptr<nn::Layer>> units_;
+  std::vector<std::pair<size_t, size_t>> unit_params_;  // by unit: [first, last) in reg_
+  UnitHooks* hooks_ = nullptr;
 };
 
 

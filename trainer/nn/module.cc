@@ -62,12 +62,15 @@ Parameter* ParameterRegistry::Find(std::string_view name) const {
 }
 
 void ParameterRegistry::ZeroGrad() {
-  for (auto& p : params_) ops::Fill(exec_, p->grad, 0.0f);
+  // A released gradient (ZeRO-2 between steps, ZeRO-3) is made zeroed when it is needed.
+  for (auto& p : params_) {
+    if (p->grad.defined()) ops::Fill(exec_, p->grad, 0.0f);
+  }
 }
 
 int64_t ParameterRegistry::NumElements() const {
   int64_t n = 0;
-  for (const auto& p : params_) n += p->value.numel();
+  for (const auto& p : params_) n += *ShapeNumel(p->shard.LocalShape());
   return n;
 }
 

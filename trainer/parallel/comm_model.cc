@@ -59,8 +59,44 @@ void AddPipelineTraffic(const CommLayout& l, GroupTraffic* pp) {
   Add(pp->per_step, CommOp::kHostAllReduce, 2 * kDouble);
 }
 
+// ZeRO-3's all-gathers in a step: the schedule's F and B actions walk the units (pp 1), and a
+// visit to a unit whose parameters are freed gathers them.
+uint64_t Zero3GatherFloats(const CommLayout& l) {
+  Result<std::vector<pipeline::Action>> actions =
+      pipeline::BuildComputeActions(l.plan.schedule, l.plan.shape(), l.pp_rank);
+  STRATA_CHECK(actions.ok()) << actions.status().ToString();
+  const auto& floats = l.zero3_unit_floats;
+  const int units = static_cast<int>(floats.size());
+  int last = -1;  // the last unit with parameters: kept from its forward to its backward
+  for (int u = 0; u < units; ++u) {
+    if (floats[static_cast<size_t>(u)] > 0) last = u;
+  }
+  std::vector<bool> gathered(floats.size(), false);
+  uint64_t total = 0;
+  auto visit = [&](int u, bool forward) {
+    const auto k = static_cast<size_t>(u);
+    if (floats[k] == 0) return;
+    if (!gathered[k]) total += static_cast<uint64_t>(floats[k]);
+    gathered[k] = forward && u == last;
+  };
+  for (const pipeline::Action& a : *actions) {
+    if (a.kind == pipeline::ActionKind::kForward) {
+      for (int u = 0; u < units; ++u) visit(u, true);
+    } else if (a.kind == pipeline::ActionKind::kBackward) {
+      for (int u = units - 1; u >= 0; --u) visit(u, false);
+    }
+  }
+  return total;
+}
+
 void AddDataParallelTraffic(const CommLayout& l, GroupTraffic* dp) {
   if (!l.dp_all_reduce) return;
+  if (l.zero == 3) {
+    Add(dp->per_step, CommOp::kReduceScatter, static_cast<uint64_t>(l.zero_padded_floats) * kFloat);
+    Add(dp->per_step, CommOp::kAllGather, Zero3GatherFloats(l) * kFloat);
+    Add(dp->per_step, CommOp::kHostAllReduce, 2 * kDouble + kDouble);  // gradient norms, the loss
+    return;
+  }
   int64_t floats = 0;
   for (int s : pipeline::StagesOfRank(l.plan.schedule, l.plan.shape(), l.pp_rank)) {
     const UnitRange& r = l.plan.stages.at(static_cast<size_t>(s));

@@ -40,6 +40,9 @@ struct CommLayout {
   int zero = 0;
   int64_t zero_padded_floats = 0;
   int64_t zero_first_padded_floats = 0;
+  // ZeRO-3: by unit, the padded floats of its bucket (0: no parameters), all-gathered whenever
+  // the unit computes and its parameters are not gathered (Zero3Sync's policy).
+  std::vector<int64_t> zero3_unit_floats;
   // Tensor parallelism (plan.tp > 1) needs the model's own sizes (what the tp all-reduces
   // carry) and which units run their forward again in backward: model.recompute (gpt's
   // blocks, every mlp unit) and parallel.recompute full (every unit).
@@ -79,7 +82,10 @@ struct CommModel {
 //      instead of the all-reduce: a reduce-scatter and an all-gather of the padded buckets
 //      (zero_padded_floats each) and the shards' squared gradient norms (one host all-reduce
 //      of two doubles); with overlap, the first step's reduce-scatter in the first layout once
-//      more (zero_first_padded_floats).
+//      more (zero_first_padded_floats). ZeRO-3: the reduce-scatter of the padded buckets, and
+//      an all-gather of a unit's bucket at each forward or backward of a micro-batch that finds
+//      it freed (freed after every forward but the last unit's, and after every backward),
+//      walked over the schedule's actions; no re-cut.
 //  tp: per micro-batch, the all-reduces of the rank's split layers (Megatron's: a row-parallel
 //      layer's output in forward, a column-parallel layer's input gradient in backward, the
 //      vocab-parallel embedding's rows in forward), again in backward for a unit that
