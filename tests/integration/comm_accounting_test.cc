@@ -2,7 +2,8 @@
 // processes on loopback, Gloo): for gpt with dp 2, dp 2 x pp 2 (1f1b and zbv), tp 2, dp 2 x tp 2
 // and tp 2 x pp 2 (zbv, full recompute), and for the mlp with tp 2, every trainer's
 // communicators count, per group and op, exactly the bytes the analytical model
-// (trainer/parallel/comm_model.h) gives for the layout; the run summary prints the table; and
+// (trainer/parallel/comm_model.h) gives for the layout (ZeRO-2, ZeRO-1 under pp, ZeRO-3 under
+// two schedules too); the run summary prints the table; and
 // the counts agree across the group (what one pipeline rank sends its neighbour receives,
 // replicas all-reduce the same bytes, tensor-parallel ranks the same activations).
 #include <gtest/gtest.h>
@@ -127,6 +128,35 @@ TEST_F(CommAccountingTest, Dp2GptZero2AndDp2TimesPp2Zero1BytesPerStepEqualTheMod
       EXPECT_EQ(dp["ops"]["reduce_scatter"]["bytes"], peer["ops"]["reduce_scatter"]["bytes"]) << tag;
     }
   }
+}
+
+// ZeRO-3: each unit's parameters are all-gathered whenever it computes with them freed; the
+// model walks the schedule's actions with the same rule (gpipe, F F F F B B B B, keeps the last
+// unit gathered across the forwards and regathers it for all but the first backward; 1f1b at
+// pp 1, F B F B ..., keeps it from each forward to its backward: with 4 units and 4
+// micro-batches both gather 28 units a step). Mid-run evaluations (eval_every 2) gather too,
+// outside the steps' count.
+TEST_F(CommAccountingTest, Dp2GptZero3UnderGpipeAnd1f1bBytesPerStepEqualTheModel) {
+  int64_t gathered[2] = {0, 0};
+  int i = 0;
+  for (const char* schedule : {"gpipe", "1f1b"}) {
+    const std::string tag = std::string("dp2-zero3-") + schedule;
+    const auto ranks = Run(tag, 2, {"parallel.zero=3", std::string("parallel.schedule=") + schedule});
+    ExpectMatchesModel(ranks, tag);
+    for (int r = 0; r < 2; ++r) {
+      const nlohmann::json dp = Group(ranks[r], "dp");
+      ASSERT_TRUE(dp.is_object()) << tag << " " << r;
+      EXPECT_FALSE(dp["ops"].contains("all_reduce")) << tag << " " << dp.dump();
+      const auto rs = dp["ops"]["reduce_scatter"]["bytes"].get<int64_t>();
+      const auto ag = dp["ops"]["all_gather"]["bytes"].get<int64_t>();
+      // 4 micro-batches, 4 units: at least every unit once in forward and in backward.
+      EXPECT_GT(ag, 2 * rs) << tag;
+      EXPECT_EQ(dp["ops"]["host_all_reduce"]["bytes"], kSteps * 24) << tag;
+      if (r == 0) gathered[i] = ag;
+    }
+    ++i;
+  }
+  EXPECT_EQ(gathered[0], gathered[1]);
 }
 
 TEST_F(CommAccountingTest, Dp2TimesPp2GptBytesPerStepEqualTheModel) {

@@ -5,7 +5,9 @@
 // gathered from the checkpoint, its final parameters and optimizer state; a checkpoint written
 // under zero 2 on 2 replicas resumes under one process and under zero 1 on 4 replicas,
 // continuing the losses; zero with the parameter servers is refused naming the fields; each
-// rank prints its memory beside the seeds' arithmetic.
+// rank prints its memory beside the seeds' arithmetic. ZeRO-3 (parameters sharded too, gathered
+// per unit) joins every equivalence above where the layout allows it (pp 1), resumes a ZeRO-2
+// checkpoint and writes one that resumes elsewhere, and trains under a budget ZeRO-0 cannot.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -73,7 +75,7 @@ class ZeroTest : public testing::EquivalenceTest {
 
   // The ZeRO-0 run on `trainers` is the reference for the weights; zero 1 and 2 must match it.
   void ExpectStagesMatchZero0(const std::string& job, const std::string& tag, int trainers,
-                              std::vector<std::string> sets, std::vector<int> stages = {1, 2}) {
+                              std::vector<std::string> sets, std::vector<int> stages = {1, 2, 3}) {
     UseWeightsOf(job, tag + "-zero0", trainers, sets);
     for (int zero : stages) {
       std::vector<std::string> s = sets;
@@ -84,18 +86,20 @@ class ZeroTest : public testing::EquivalenceTest {
   }
 };
 
-TEST_F(ZeroTest, MlpZero1And2MatchZero0OnDp2AndDp4) {
+TEST_F(ZeroTest, MlpZero123MatchZero0OnDp2AndDp4) {
   const std::string job = Job("mlp", kMlp);
   RunReference(job);
   ExpectStagesMatchZero0(job, "mlp-dp2", 2, {});
   // Without overlap: reduced in Finish, buckets never re-cut.
   ExpectMatchesReference(job, "mlp-dp2-zero2-no-overlap", 2, 1, {"parallel.zero=2", "sync.overlap=false"});
+  // ZeRO-3 without overlap: no prefetch, every reduce-scatter in Finish.
+  ExpectMatchesReference(job, "mlp-dp2-zero3-no-overlap", 2, 1, {"parallel.zero=3", "sync.overlap=false"});
   ExpectStagesMatchZero0(job, "mlp-dp4", 4, {});
 }
 
 // ctr: its embedding tables (all-reduced as dense tensors under sync.mode allreduce) are sharded
 // like the dense part.
-TEST_F(ZeroTest, CtrZero1And2MatchZero0OnDp2) {
+TEST_F(ZeroTest, CtrZero123MatchZero0OnDp2) {
   const std::string job = Job("ctr",
       "model: {kind: ctr}\n"
       "data: {kind: click_log, eval_samples: 256}\n"
@@ -106,13 +110,13 @@ TEST_F(ZeroTest, CtrZero1And2MatchZero0OnDp2) {
   ExpectStagesMatchZero0(job, "ctr-dp2", 2, {});
 }
 
-TEST_F(ZeroTest, GptZero1And2MatchZero0OnDp2) {
+TEST_F(ZeroTest, GptZero123MatchZero0OnDp2) {
   const std::string job = GptJob();
   RunReference(job);
   ExpectStagesMatchZero0(job, "gpt-dp2", 2, {});
 }
 
-TEST_F(ZeroTest, GptZero1And2MatchZero0OnDp4) {
+TEST_F(ZeroTest, GptZero123MatchZero0OnDp4) {
   const std::string job = GptJob();
   RunReference(job);
   ExpectStagesMatchZero0(job, "gpt-dp4", 4, {});
@@ -126,6 +130,19 @@ TEST_F(ZeroTest, GptZero1UnderDp2Pp2AndDp2Tp2MatchesZero0) {
   ExpectMatchesReference(job, "gpt-dp2tp2-zero1", 4, 2, {"parallel.tp=2", "parallel.zero=1"});
 }
 
+// ZeRO-3 over the replicas of each tensor-parallel shard, with sequence parallelism and full
+// recompute (each block's forward runs again inside its backward, on the gathered parameters),
+// and under gpipe (the last unit stays gathered across the micro-batches' forwards).
+TEST_F(ZeroTest, GptZero3UnderDp2Tp2AndGpipeMatchesZero0) {
+  const std::string job = GptJob();
+  RunReference(job);
+  UseWeightsOf(job, "gpt-dp2", 2, {});
+  ExpectMatchesReference(job, "gpt-dp2tp2-zero3-sp", 4, 2,
+                         {"parallel.tp=2", "parallel.zero=3", "parallel.sequence_parallel=true",
+                          "parallel.recompute=full"});
+  ExpectMatchesReference(job, "gpt-dp2-zero3-gpipe", 2, 1, {"parallel.zero=3", "parallel.schedule=gpipe"});
+}
+
 // The seeds' "4D": dp 2 x tp 2 x pp 2 + ZeRO-1 (ZeRO-2 under zb-h1, whose W passes report the
 // gradients late).
 TEST_F(ZeroTest, GptZeroUnderDp2Tp2Pp2MatchesZero0) {
@@ -137,7 +154,7 @@ TEST_F(ZeroTest, GptZeroUnderDp2Tp2Pp2MatchesZero0) {
                          {"parallel.tp=2", "parallel.pp=2", "parallel.schedule=zb-h1", "parallel.zero=2"});
 }
 
-TEST_F(ZeroTest, CheckpointOfZero2Dp2ResumesUnderOneProcessAndZero1Dp4) {
+TEST_F(ZeroTest, CheckpointOfZero2Dp2ResumesUnderOneProcessZero1Dp4AndZero3Dp4) {
   const std::string job = GptJob();
   std::string log;
   // Uninterrupted, with a checkpoint at step 10.
@@ -150,7 +167,7 @@ TEST_F(ZeroTest, CheckpointOfZero2Dp2ResumesUnderOneProcessAndZero1Dp4) {
   const std::string step10 = dir_.File("z2/step-10");
   ASSERT_TRUE(fs::exists(step10)) << log;
   const std::vector<std::pair<std::string, std::vector<std::string>>> resumes = {
-      {"local", {"sync.mode=local"}}, {"zero1-dp4", {"parallel.zero=1"}}};
+      {"local", {"sync.mode=local"}}, {"zero1-dp4", {"parallel.zero=1"}}, {"zero3-dp4", {"parallel.zero=3"}}};
   for (const auto& [tag, plan] : resumes) {
     const std::string dir = dir_.File("resume-" + tag);
     fs::create_directories(dir);
@@ -194,8 +211,16 @@ TEST_F(ZeroTest, ZeroWithTheServersIsRefusedNamingTheFields) {
   EXPECT_NE(Launch(job, 1, 2, {"sync.mode=ps", "parallel.zero=1", "optimizer.clip_norm=0"}, &log), 0);
   EXPECT_NE(log.find("parallel.zero"), std::string::npos) << log;
   EXPECT_NE(log.find("sync.mode"), std::string::npos) << log;
-  EXPECT_NE(RunLocal(job, {"sync.mode=local", "parallel.zero=3"}, &log), 0);
-  EXPECT_NE(log.find("ZeRO-3 is not built yet"), std::string::npos) << log;
+}
+
+TEST_F(ZeroTest, Zero3UnderPipeliningOrASplitBackwardIsRefusedNamingTheField) {
+  std::string log;
+  const std::string job = GptJob();
+  EXPECT_NE(Launch(job, 0, 4, {"parallel.zero=3", "parallel.pp=2"}, &log), 0);
+  EXPECT_NE(log.find("parallel.zero"), std::string::npos) << log;
+  EXPECT_NE(log.find("needs pp 1"), std::string::npos) << log;
+  EXPECT_NE(RunLocal(job, {"sync.mode=local", "parallel.zero=3", "parallel.schedule=zb-h1"}, &log), 0);
+  EXPECT_NE(log.find("whole (gpipe or 1f1b), not zb-h1"), std::string::npos) << log;
 }
 
 // train.memory_limit_mb holds a trainer's tensors to a budget: the seeds' MLP (psi 8.4 M, 16 psi
@@ -233,29 +258,57 @@ TEST_F(ZeroTest, Zero1And2TrainUnderABudgetReplicatedStateDoesNotFit) {
   }
 }
 
-TEST_F(ZeroTest, MemoryLinesFollowTheSeedsArithmetic) {
-  // gpt with AdamW on 2 replicas: ZeRO-2 holds 4 psi of parameters, the gradient shards (2 psi)
-  // and the optimizer state's half (4 psi) between steps, within padding of the formula
-  // 4 + 12/2 = 10 psi.
+// ZeRO-3 at dp 4 on the same MLP: 4 psi between steps (32 MiB), and during a step one or two
+// units' full values and gradients besides (80.8 MiB at its peak): under 88 MiB ZeRO-0 (128.9
+// MiB) and ZeRO-2 (120 MiB in its first step) are refused, and ZeRO-3 trains, evaluation
+// (which gathers too) included.
+TEST_F(ZeroTest, Zero3TrainsOnFourRanksUnderABudgetZero0AndZero2DoNotFit) {
+  const std::string job = Job("mlp-budget3",
+      "model: {kind: mlp, mlp_in: 1024, mlp_hidden: 4096, mlp_out: 1024}\n"
+      "data: {kind: regression, eval_samples: 64}\n"
+      "optimizer: {kind: adamw, lr: 0.001}\n"
+      "train: {steps: 3, batch_size: 16, log_every: 1, progress: false, memory_limit_mb: 88}\n"
+      "sync: {mode: allreduce}\n");
   std::string log;
-  const std::string job = GptJob();
-  ASSERT_EQ(Launch(job, 0, 2, {"parallel.zero=2", "train.steps=2", "train.metrics_path=" + Metrics("mem")}, &log), 0)
-      << log;
-  EXPECT_NE(log.find("optimizer state"), std::string::npos) << log;
-  for (int r = 0; r < 2; ++r) {
-    nlohmann::json mem;
-    std::ifstream in(Rank("mem", r));
-    for (std::string line; std::getline(in, line);) {
-      auto j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_object() && j.contains("memory")) mem = j["memory"];
+  for (const char* zero : {"parallel.zero=0", "parallel.zero=2"}) {
+    EXPECT_NE(Launch(job, 0, 4, {zero}, &log), 0) << zero << "\n" << log;
+    EXPECT_NE(log.find("train.memory_limit_mb (88 MiB) reached"), std::string::npos) << zero << "\n" << log;
+  }
+  EXPECT_EQ(Launch(job, 0, 4, {"parallel.zero=3"}, &log), 0) << log;
+  EXPECT_NE(log.find("eval loss"), std::string::npos) << log;
+}
+
+TEST_F(ZeroTest, MemoryLinesFollowTheSeedsArithmetic) {
+  // gpt with AdamW. ZeRO-2 on 2 replicas holds 4 psi of parameters, the gradient shards (2 psi)
+  // and the optimizer state's half (4 psi) between steps, within padding of the formula
+  // 4 + 12/2 = 10 psi; ZeRO-3 holds 16/dp psi: 8 on 2 replicas, 4 on 4.
+  struct Case {
+    const char* tag;
+    int zero, dp;
+    double formula, state;
+  };
+  for (const Case& c : {Case{"mem-z2", 2, 2, 10.0, 4.0}, Case{"mem-z3", 3, 2, 8.0, 4.0}, Case{"mem-z3-dp4", 3, 4, 4.0, 2.0}}) {
+    std::string log;
+    const std::string job = GptJob();
+    ASSERT_EQ(Launch(job, 0, c.dp, {"parallel.zero=" + std::to_string(c.zero), "train.steps=2",
+                                    "train.metrics_path=" + Metrics(c.tag)}, &log), 0)
+        << log;
+    EXPECT_NE(log.find("optimizer state"), std::string::npos) << log;
+    for (int r = 0; r < c.dp; ++r) {
+      nlohmann::json mem;
+      std::ifstream in(Rank(c.tag, r));
+      for (std::string line; std::getline(in, line);) {
+        auto j = nlohmann::json::parse(line, nullptr, false);
+        if (j.is_object() && j.contains("memory")) mem = j["memory"];
+      }
+      ASSERT_TRUE(mem.is_object()) << c.tag << " rank " << r << "\n" << log;
+      const double psi = mem["psi"].get<double>();
+      const double between = mem["param_bytes"].get<double>() + mem["grad_bytes_between"].get<double>() +
+                             mem["state_bytes"].get<double>();
+      EXPECT_EQ(mem["formula_bytes_per_param"].get<double>(), c.formula) << c.tag;
+      EXPECT_NEAR(between / psi, c.formula, 0.1) << c.tag << " " << mem.dump();
+      EXPECT_NEAR(mem["state_bytes"].get<double>() / psi, c.state, 0.05) << c.tag << " " << mem.dump();
     }
-    ASSERT_TRUE(mem.is_object()) << "rank " << r << "\n" << log;
-    const double psi = mem["psi"].get<double>();
-    const double between = mem["param_bytes"].get<double>() + mem["grad_bytes_between"].get<double>() +
-                           mem["state_bytes"].get<double>();
-    EXPECT_EQ(mem["formula_bytes_per_param"].get<double>(), 10.0);
-    EXPECT_NEAR(between / psi, 10.0, 0.1) << mem.dump();
-    EXPECT_NEAR(mem["state_bytes"].get<double>() / psi, 4.0, 0.05) << mem.dump();
   }
 }
 

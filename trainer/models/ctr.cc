@@ -88,7 +88,10 @@ class CtrModel final : public Model {
   Tensor ForwardUnits(UnitRange r, const Batch& b, const Tensor& x, nn::Context& ctx) override {
     STRATA_CHECK(r.first == 0 && r.last == 1) << "ctr is one unit";
     (void)x;
-    return net_->ForwardBoth(b.ids, b.x, ctx);
+    if (hooks_) hooks_->BeforeUnit(0, UnitHooks::Pass::kForward, r, ctx);
+    Tensor out = net_->ForwardBoth(b.ids, b.x, ctx);
+    if (hooks_) hooks_->AfterUnit(0, UnitHooks::Pass::kForward, ctx);
+    return out;
   }
 
  private:
