@@ -1,5 +1,5 @@
 # zero_bench_check.cmake: runs `strata-bench zero --dp 2 --steps 2` and checks that it exits 0
-# and that its JSON has a row for ZeRO stages 0, 1 and 2 with a positive step time and the dp
+# and that its JSON has a row for ZeRO stages 0, 1, 2 and 3 with a positive step time and the dp
 # group's measured bytes equal to the trainer's model of them.
 #   cmake -DBENCH=<strata-bench> -DJSON=<output file> -P zero_bench_check.cmake
 file(REMOVE "${JSON}")
@@ -16,10 +16,15 @@ if(NOT benchmark STREQUAL "zero")
   message(FATAL_ERROR "benchmark is \"${benchmark}\", not \"zero\"")
 endif()
 string(JSON rows LENGTH "${doc}" tables 0 rows)
-if(NOT rows EQUAL 3)
-  message(FATAL_ERROR "expected 3 rows (dp 2, ZeRO 0/1/2), got ${rows}\n${out}")
+if(NOT rows EQUAL 4)
+  message(FATAL_ERROR "expected 4 rows (dp 2, ZeRO 0/1/2/3), got ${rows}\n${out}")
 endif()
-foreach(i 0 1 2)
+# ZeRO-3's row says how much of its all-gathers the prefetch hid.
+string(JSON gather_hidden ERROR_VARIABLE error GET "${doc}" tables 0 rows 3 gather_hidden_pct)
+if(error OR gather_hidden STREQUAL "null")
+  message(FATAL_ERROR "the ZeRO-3 row lacks gather_hidden_pct: ${error}")
+endif()
+foreach(i 0 1 2 3)
   string(JSON zero GET "${doc}" tables 0 rows ${i} zero)
   string(JSON dp GET "${doc}" tables 0 rows ${i} dp)
   string(JSON step_ms GET "${doc}" tables 0 rows ${i} step_ms)
@@ -47,4 +52,4 @@ foreach(i 0 1 2)
     message(FATAL_ERROR "row ${i} (ZeRO-${zero}): measured ${measured} bytes, model ${model} (${match})")
   endif()
 endforeach()
-message(STATUS "strata-bench zero: exit 0, rows for ZeRO 0/1/2, measured bytes equal the model's")
+message(STATUS "strata-bench zero: exit 0, rows for ZeRO 0/1/2/3, measured bytes equal the model's")

@@ -26,7 +26,7 @@ const strata::bench::Subcommand kSubcommands[] = {
      strata::bench::SetupAllreduceBench},
     {"pipeline", "pipeline schedules on trainer processes: measured vs simulated bubble, activations",
      strata::bench::SetupPipelineBench},
-    {"zero", "ZeRO stages 0/1/2 on dp trainers: step time, dp bytes vs theory, hidden comm, memory",
+    {"zero", "ZeRO stages 0-3 on dp trainers: step time, dp bytes vs theory, hidden comm, memory",
      strata::bench::SetupZeroBench},
 };
 

@@ -1,10 +1,11 @@
 // zero_bench.cc: strata-bench zero: runs a small gpt job through strata-launch on real
 // data-parallel trainer processes (sync.mode allreduce, Gloo) for every ZeRO stage 0, 1, 2 and
-// every dp, and reads back from each trainer's metrics file: its step times, its traffic on the
+// every dp (and 3), and reads back from each trainer's metrics file: its step times, its traffic on the
 // dp group (measured by the communicator, beside the trainer's own model of it and beside the
 // textbook: an all-reduce of psi x 4 bytes for ZeRO-0, a reduce-scatter and an all-gather of
-// psi x 4 each for ZeRO-1/2, sizes counted "as all-reduce"), the part of the gradient sync that
-// backward hid, and its memory lines (parameters, gradients, optimizer state, step peak).
+// psi x 4 each for ZeRO-1/2, and for ZeRO-3 the paper's 1.5x of that: two all-gathers (forward,
+// backward) and a reduce-scatter, sizes counted "as all-reduce"), the part of the gradient sync
+// that backward hid, ZeRO-3's part of its all-gathers the prefetch hid, and its memory lines (parameters, gradients, optimizer state, step peak).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -27,7 +28,7 @@ namespace fs = std::filesystem;
 
 struct Options {
   std::string dp = "2,4";
-  std::string stages = "0,1,2";
+  std::string stages = "0,1,2,3";
   int layers = 2;
   int width = 64;
   int heads = 4;
@@ -63,6 +64,7 @@ struct Run {
   bool all_ranks_match = true;                   // measured == model on every rank and op
   nlohmann::json ops = nlohmann::json::object();
   double comm_seconds = 0, exposed_seconds = 0;  // summed over ranks
+  double gather_seconds = 0, gather_exposed_seconds = 0;  // ZeRO-3's all-gathers, summed over ranks
   nlohmann::json memory;                         // rank 0's memory record
 };
 
@@ -93,6 +95,8 @@ Result<Run> ReadRun(const fs::path& dir, int dp, int zero, int batch_size) {
       if (j.contains("grad_sync")) {
         run.comm_seconds += j["grad_sync"].value("comm_seconds", 0.0);
         run.exposed_seconds += j["grad_sync"].value("exposed_seconds", 0.0);
+        run.gather_seconds += j["grad_sync"].value("gather_seconds", 0.0);
+        run.gather_exposed_seconds += j["grad_sync"].value("gather_exposed_seconds", 0.0);
       }
       if (!j.contains("comm")) continue;
       saw_comm = true;
@@ -130,8 +134,8 @@ Result<Report> RunZeroBench(const Options& o) {
   if (std::ranges::any_of(dps, [](int v) { return v < 2; })) {
     return Status::InvalidArgument("--dp: every entry must be >= 2");
   }
-  if (std::ranges::any_of(stages, [](int v) { return v < 0 || v > 2; })) {
-    return Status::InvalidArgument("--stages: every entry must be 0, 1 or 2");
+  if (std::ranges::any_of(stages, [](int v) { return v < 0 || v > 3; })) {
+    return Status::InvalidArgument("--stages: every entry must be 0, 1, 2 or 3");
   }
   if (o.steps < 1) return Status::InvalidArgument("--steps must be >= 1");
 
@@ -162,6 +166,7 @@ Result<Report> RunZeroBench(const Options& o) {
                {"model bytes", "model_bytes", Table::Format::kInteger},
                {"= model", "bytes_match", Table::Format::kText},
                {"hidden %", "hidden_pct", Table::Format::kFixed1},
+               {"gathers hidden %", "gather_hidden_pct", Table::Format::kFixed1},
                {"params/psi", "param_bytes_per_param", Table::Format::kFixed2},
                {"grads/psi", "grad_bytes_per_param", Table::Format::kFixed2},
                {"between/psi", "grad_bytes_between_per_param", Table::Format::kFixed2},
@@ -202,9 +207,11 @@ Result<Report> RunZeroBench(const Options& o) {
       const double per = psi > 0 ? static_cast<double>(psi) : 1.0;
       const int64_t steps = std::max<int64_t>(run.comm_steps, 1);
       const double sync_per_step = static_cast<double>(run.sync_bytes) / steps;
-      const double theory = (zero == 0 ? 1.0 : 2.0) * 4.0 * static_cast<double>(psi);
+      const double theory = (zero == 0 ? 1.0 : zero < 3 ? 2.0 : 3.0) * 4.0 * static_cast<double>(psi);
       const double hidden =
           run.comm_seconds > 0 ? std::max(0.0, 1.0 - run.exposed_seconds / run.comm_seconds) : 0.0;
+      const double gather_hidden =
+          run.gather_seconds > 0 ? std::max(0.0, 1.0 - run.gather_exposed_seconds / run.gather_seconds) : 0.0;
       const bool over = static_cast<unsigned>(dp) > cpus;
       oversubscribed_any |= over;
       table.AddRow({dp, zero, step_ms,
@@ -214,6 +221,7 @@ Result<Report> RunZeroBench(const Options& o) {
                     run.dp_bytes, run.dp_model_bytes,
                     run.dp_bytes == run.dp_model_bytes && run.all_ranks_match ? "yes" : "NO",
                     run.comm_seconds > 0 ? nlohmann::json(100 * hidden) : nlohmann::json(),
+                    run.gather_seconds > 0 ? nlohmann::json(100 * gather_hidden) : nlohmann::json(),
                     mem.value("param_bytes", int64_t{0}) / per,
                     mem.value("grad_bytes_step", int64_t{0}) / per,
                     mem.value("grad_bytes_between", int64_t{0}) / per,
@@ -231,6 +239,8 @@ Result<Report> RunZeroBench(const Options& o) {
                          {"dp_ops_rank0", run.ops},
                          {"grad_sync_comm_seconds", run.comm_seconds},
                          {"grad_sync_exposed_seconds", run.exposed_seconds},
+                         {"gather_seconds", run.gather_seconds},
+                         {"gather_exposed_seconds", run.gather_exposed_seconds},
                          {"memory_rank0", mem}});
     }
   }
@@ -264,14 +274,19 @@ Result<Report> RunZeroBench(const Options& o) {
       "sync B/step: rank 0's bytes of the gradient collectives on the dp group (all_reduce, or "
       "reduce_scatter + all_gather; sizes counted as all-reduce: the whole buffer) measured by "
       "the communicator, over the steps (the first step's extra reduce-scatter under overlap "
-      "included); theory: psi x 4 (ZeRO-0: one all-reduce) or 2 x psi x 4 (ZeRO-1/2: "
-      "reduce-scatter + all-gather), psi the model's parameters; above 1 by the buckets' padding "
+      "included); theory: psi x 4 (ZeRO-0: one all-reduce), 2 x psi x 4 (ZeRO-1/2: "
+      "reduce-scatter + all-gather) or 3 x psi x 4 (ZeRO-3: all-gathers in forward and in "
+      "backward, one reduce-scatter: 1.5x ZeRO-1/2), psi the model's parameters; ZeRO-3 falls "
+      "below by the last unit, kept gathered from its forward to its backward; above 1 by the buckets' padding "
       "to a multiple of dp and the first-step term. dp bytes / model bytes: every op on the dp "
       "group (scalar host all-reduces and the first step's broadcast too), totals over the run, "
       "measured beside the trainer's own traffic model; = model: equal on every rank.",
       "hidden %: 1 - exposed / total seconds of the gradient sync's bucket collectives "
-      "(all-reduce, or reduce-scatter under ZeRO), summed over ranks (BucketAllReducer); the "
-      "ZeRO parameter all-gather after the optimizer step is not in it (it cannot overlap).",
+      "(all-reduce, or reduce-scatter under ZeRO), summed over ranks; the ZeRO-1/2 parameter "
+      "all-gather after the optimizer step is not in it (it does not overlap yet). gathers "
+      "hidden %: ZeRO-3's per-unit all-gathers, 1 - the seconds forward and backward waited "
+      "for them / the seconds the communication thread spent in them (the rest ran behind the "
+      "previous unit's compute, prefetched).",
       "memory (rank 0, after the second step): bytes per parameter of parameters, gradients "
       "during a step and between steps, optimizer state; formula: ZeRO's paper for fp32 AdamW; "
       "peak: the allocator's high-water mark during a step (activations included).",
