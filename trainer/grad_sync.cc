@@ -179,11 +179,11 @@ void BucketAllReducer::ComputeWaitsForComm() {
 
 void BucketAllReducer::BeginStep(int64_t step) {
   std::lock_guard lock(mu_);
-  buckets_.AllocateGrads();
+  if (!lazy_grads_) buckets_.AllocateGrads();  // else each unit's backward makes its buckets'
   std::fill(reported_.begin(), reported_.end(), false);
   std::fill(ready_.begin(), ready_.end(), false);
   for (size_t i = 0; i < buckets_.size(); ++i) sync_[i].pending = buckets_[i].slots.size();
-  next_ = done_ = 0;
+  next_ = done_ = released_ = 0;
   error_ = Status::OK();
   late_.clear();
   step_ = step;
@@ -208,9 +208,18 @@ void BucketAllReducer::MarkReadyLocked(size_t bucket) {
   cv_.notify_all();
 }
 
+void BucketAllReducer::ReleaseReducedLocked() {
+  // ZeRO-2, host gradients, once the buckets are final (after the first step's re-cut, which
+  // reduces the full buffers once more): a bucket's full gradients go as soon as its
+  // reduce-scatter ran (buckets run in order: [0, done_) have), not at the step's end.
+  if (zero_ < 2 || comm_stream_ || (overlap_ && !rebuilt_)) return;
+  for (; released_ < done_ && error_.ok(); ++released_) buckets_.ReleaseGrads(released_);
+}
+
 void BucketAllReducer::GradReady(nn::Parameter& p) {
   if (!overlap_) return;
   std::lock_guard lock(mu_);
+  ReleaseReducedLocked();
   auto it = index_.find(&p);
   if (!active_ || it == index_.end()) return;
   const size_t k = it->second;
@@ -226,11 +235,14 @@ void BucketAllReducer::GradReady(nn::Parameter& p) {
 }
 
 Status BucketAllReducer::Finish(int64_t /*step*/) {
+  STRATA_RETURN_IF_ERROR(WaitAllParams());  // forward waited for every unit's already
   const auto start = std::chrono::steady_clock::now();
   Trace::Scope scope(trace_, zero_ > 0 ? "wait for reduce-scatter" : "wait for all-reduce", "comm", 0, step_);
   std::unique_lock lock(mu_);
   for (size_t i = 0; i < buckets_.size(); ++i) {
-    if (!ready_[i]) MarkReadyLocked(i);
+    if (ready_[i]) continue;
+    buckets_.AllocateGrads(i);  // lazy: a bucket no backward touched reduces zeros
+    MarkReadyLocked(i);
   }
   cv_.wait(lock, [&] { return done_ == buckets_.size(); });
   active_ = false;
@@ -261,8 +273,23 @@ void BucketAllReducer::Run() {
 #endif
   std::unique_lock lock(mu_);
   while (true) {
-    cv_.wait(lock, [&] { return stop_ || (active_ && next_ < buckets_.size() && ready_[next_]); });
+    cv_.wait(lock, [&] {
+      return stop_ || gather_next_ < gather_order_.size() || (active_ && next_ < buckets_.size() && ready_[next_]);
+    });
     if (stop_) return;
+    if (gather_next_ < gather_order_.size()) {
+      // The parameters' all-gathers come before any reduction (every rank runs them first).
+      const size_t b = gather_order_[gather_next_];
+      const bool failed = !gather_error_.ok();
+      lock.unlock();
+      Status s = failed ? Status::OK() : GatherBucket(b);
+      lock.lock();
+      if (!s.ok() && gather_error_.ok()) gather_error_ = s.WithContext("all-gather of bucket " + std::to_string(b));
+      gathered_[b] = true;
+      ++gather_next_;
+      cv_.notify_all();
+      continue;
+    }
     const size_t i = next_;
     lock.unlock();
     const auto start = std::chrono::steady_clock::now();
@@ -306,35 +333,6 @@ Status BucketAllReducer::Reduce(size_t i) {
   std::vector<float> shard(static_cast<size_t>(b.shard));
   STRATA_RETURN_IF_ERROR(comm_.ReduceScatter(host.data(), shard.data(), shard.size(), ReduceOp::kAvg));
   return grad_shards_[i].CopyFrom(HostView(shard.data(), grad_shards_[i]));
-}
-
-Status BucketAllReducer::AllGatherParams() {
-  if (zero_ == 0) return Status::OK();
-  Trace::Scope scope(trace_, "all-gather parameters", "comm", 0, step_);
-  const int64_t rank = comm_.rank();
-  // The updated slice goes through the gradient shard (no longer needed this step): Gloo's
-  // all-gather wants an input apart from its output.
-  for (size_t i = 0; i < buckets_.size(); ++i) {
-    const GradBucket& b = buckets_[i];
-    ops::Copy(exec_, b.value.Narrow(0, rank * b.shard, b.shard), grad_shards_[i]);
-  }
-  CommWaitsForCompute(start_event_);
-  for (size_t i = 0; i < buckets_.size(); ++i) {
-    const GradBucket& b = buckets_[i];
-    if (b.value.is_cpu() || comm_stream_) {
-      STRATA_RETURN_IF_ERROR(comm_.AllGather(grad_shards_[i].data_as<float>(), b.value.data_as<float>(),
-                                             static_cast<size_t>(b.shard))
-                                 .WithContext("all-gather of bucket " + std::to_string(i)));
-      continue;
-    }
-    std::vector<float> shard(static_cast<size_t>(b.shard)), all(static_cast<size_t>(b.padded));
-    STRATA_RETURN_IF_ERROR(HostView(shard.data(), grad_shards_[i]).CopyFrom(grad_shards_[i]));
-    STRATA_RETURN_IF_ERROR(comm_.AllGather(shard.data(), all.data(), shard.size()));
-    Tensor v = b.value;
-    STRATA_RETURN_IF_ERROR(v.CopyFrom(HostView(all.data(), b.value)));
-  }
-  ComputeWaitsForComm();
-  return Status::OK();
 }
 
 // ---------------------------------------------------------------------------------------------

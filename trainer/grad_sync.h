@@ -21,6 +21,7 @@
 #include "trainer/comm/communicator.h"
 #include "trainer/data.h"
 #include "trainer/grad_buckets.h"
+#include "trainer/models/model.h"
 #include "trainer/nn/module.h"
 #include "trainer/sharded_buckets.h"
 #include "trainer/trace.h"
@@ -57,10 +58,11 @@ class GradSync {
 // contiguous 1/dp of each; a ready bucket is reduce-scattered (averaged) into this rank's
 // gradient shard (grad_shard(i)), the parameters' values live in bucket buffers too, and
 // after the optimizer updated the owned slices AllGatherParams() gathers every bucket's
-// values. ZeRO-2 also drops the full gradient buffers once reduced (Finish) and makes them
-// again, zeroed, at the next BeginStep: between steps (optimizer, all-gather, evaluation,
-// checkpoints) only the shards exist.
-class BucketAllReducer final : public GradSync, public ShardedBuckets {
+// values. ZeRO-2 also drops each full gradient buffer once reduced (host gradients: as backward
+// goes on, from the second step; else in Finish) and makes them again, zeroed, at the next
+// BeginStep: between steps (optimizer, all-gather, evaluation, checkpoints) only the shards
+// exist.
+class BucketAllReducer final : public GradSync, public ShardedBuckets, public UnitHooks {
  public:
   // `params`: the parameters to average (creation order) on `exec`'s device; buckets hold up
   // to `bucket_bytes` and follow the order backward finishes gradients in (learnt in the first
@@ -82,8 +84,22 @@ class BucketAllReducer final : public GradSync, public ShardedBuckets {
   // gradient shard is).
   Status Finish(int64_t step) override;
   // ZeRO: every rank's updated slice of each bucket's values to every rank. Call after the
-  // optimizer step, on the training thread.
+  // optimizer step, on the training thread. With the model's units known (SetUnits, host
+  // tensors) it only queues the gathers, the first units' buckets first, on the communication
+  // thread, and the next forward waits for each unit's buckets as it reaches them (UnitHooks):
+  // the gathers overlap the next forward. Else it gathers everything before it returns.
   Status AllGatherParams();
+  // Waits for every queued parameter all-gather; the first error. Call before anything else
+  // reads every value or uses the dp group on the training thread (Finish calls it).
+  Status WaitAllParams();
+
+  // ZeRO, host tensors: the model whose unit walks the hooks see (the trainer installs this
+  // object as its UnitHooks). Makes AllGatherParams asynchronous, and under ZeRO-2 a bucket's
+  // gradients are made only when a unit's backward first needs them (and, from the second
+  // step, freed once reduced): during backward a rank holds the buckets in flight, not all.
+  void SetUnits(const Model& model);
+  void BeforeUnit(int unit, Pass pass, UnitRange walk, const nn::Context& ctx) override;
+  void AfterUnit(int /*unit*/, Pass /*pass*/, const nn::Context& /*ctx*/) override {}
 
   // Device mode: orders the communicator's stream after the compute stream's work so far
   // (before a collective on what compute wrote); nothing on the host.
@@ -114,6 +130,7 @@ class BucketAllReducer final : public GradSync, public ShardedBuckets {
     void* ready_event = nullptr; // device mode: recorded on the compute stream when ready
   };
   void MarkReadyLocked(size_t bucket);
+  void ReleaseReducedLocked();  // on the training thread
   void Layout(const std::vector<size_t>& order);
   void FreeEvents();
   void Run();                    // the communication thread
@@ -121,6 +138,7 @@ class BucketAllReducer final : public GradSync, public ShardedBuckets {
   // PyTorch DDP does), so a bucket is not held back by a gradient that comes much later.
   Status Rebuild();
   Status Reduce(size_t i);
+  Status GatherBucket(size_t i);  // on the communication thread
   // Device mode: the communicator's stream waits for the compute stream (or `event` on it).
   void CommWaitsForCompute(void* event);
   void ComputeWaitsForComm();
@@ -146,6 +164,14 @@ class BucketAllReducer final : public GradSync, public ShardedBuckets {
   std::vector<bool> ready_;      // by bucket, this step
   size_t next_ = 0;              // the next bucket the thread reduces
   size_t done_ = 0;              // buckets reduced this step
+  size_t released_ = 0;          // ZeRO-2: buckets whose full gradients went this step
+  // Asynchronous parameter all-gathers (SetUnits): queued in this order, run first.
+  std::vector<size_t> gather_order_;
+  size_t gather_next_ = 0;
+  std::vector<bool> gathered_;   // by bucket: its values are current (after the last gather)
+  Status gather_error_;
+  std::vector<std::vector<size_t>> unit_params_;  // by unit: parameter indices (SetUnits)
+  bool lazy_grads_ = false;      // ZeRO-2 with units: gradients made per unit in backward
   bool active_ = false;          // between BeginStep and Finish
   bool stop_ = false;
   int64_t step_ = 0;

@@ -34,6 +34,7 @@ Trainer::~Trainer() {
   // The communication thread goes first; the model's tensors before the allocator and stream
   // they live on.
   executor_.reset();
+  if (model_) model_->set_unit_hooks(nullptr);
   reducer_.reset();
   zero3_.reset();  // unhooks itself from the model
   ps_.reset();
@@ -292,6 +293,11 @@ Status Trainer::Connect() {
     reducer_ = std::make_unique<BucketAllReducer>(dp, std::move(local), reg.exec(), bytes, sync.overlap, zero,
                                                   trace_.get(), stream);
     syncs_.push_back(reducer_.get());
+    if (zero > 0 && !reg.exec().is_cuda()) {
+      // The all-gather after each optimizer step overlaps the next forward, unit by unit.
+      reducer_->SetUnits(*model_);
+      model_->set_unit_hooks(reducer_.get());
+    }
     if (rank_ == 0) {
       spdlog::info("{} over {} replicas: {} buckets of up to {} MiB{}",
                    zero > 0 ? "ZeRO-" + std::to_string(zero) + " (reduce-scatter, sharded optimizer, all-gather)"
@@ -466,12 +472,12 @@ Result<TrainSummary> Trainer::RunSteps() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
   double window_start = elapsed();
+  comm_.Resume();
   while (step_ < to.steps) {
     const double lr = LearningRate(job_.optimizer, step_, to.steps);
     // A step's high-water mark of this device's allocator (LogMemory).
     Allocator& alloc = model_->params().exec().alloc();
     alloc.ResetPeak();
-    comm_.BeginStep();
     STRATA_ASSIGN_OR_RETURN(const double loss, TrainStep());
     double norm = 0;
     {
@@ -480,7 +486,7 @@ Result<TrainSummary> Trainer::RunSteps() {
       optimizer_->Step(lr);
       if (sharded_ && reducer_) STRATA_RETURN_IF_ERROR(reducer_->AllGatherParams());
     }
-    comm_.EndStep();
+    comm_.CountStep();
     ++step_;
     // What this rank holds, once every buffer exists, and the second step's peak (the first
     // re-cuts the buckets, old and new alive together): every rank under ZeRO (they differ).
@@ -494,11 +500,22 @@ Result<TrainSummary> Trainer::RunSteps() {
       progress_->Step(step_, loss, lr, norm, (now - window_start) / std::min<int64_t>(to.log_every, step_ - summary.first_step), now);
       window_start = now;
     }
-    if (to.eval_every > 0 && step_ % to.eval_every == 0 && step_ != to.steps) STRATA_RETURN_IF_ERROR(Evaluate().status());
-    if (to.checkpoint_every > 0 && step_ % to.checkpoint_every == 0) {
-      STRATA_RETURN_IF_ERROR(SaveCheckpoint());
+    const bool eval = to.eval_every > 0 && step_ % to.eval_every == 0 && step_ != to.steps;
+    const bool checkpoint = to.checkpoint_every > 0 && step_ % to.checkpoint_every == 0;
+    if (eval || checkpoint) {
+      // Not training traffic: counting pauses once ZeRO-1/2's parameter all-gathers have run
+      // (a checkpoint reads every value and uses the dp group on this thread).
+      if (reducer_) STRATA_RETURN_IF_ERROR(reducer_->WaitAllParams());
+      comm_.Pause();
+      if (eval) STRATA_RETURN_IF_ERROR(Evaluate().status());
+      if (checkpoint) STRATA_RETURN_IF_ERROR(SaveCheckpoint());
+      comm_.Resume();
     }
   }
+  // ZeRO-1/2: the last step's parameter all-gathers, before the values are read whole and
+  // before this trainer's communication thread stops (the other replicas' gathers need it).
+  if (reducer_) STRATA_RETURN_IF_ERROR(reducer_->WaitAllParams());
+  comm_.Pause();
   summary.seconds = elapsed();
   const int64_t steps_run = step_ - summary.first_step;
   summary.samples_per_second = summary.seconds > 0 ? steps_run * to.batch_size * plan_.micro_batches / summary.seconds : 0;

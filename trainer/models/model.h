@@ -37,8 +37,10 @@ struct UnitRange {
   bool contains(int unit) const { return unit >= first && unit < last; }
 };
 
-// Called around every unit a forward or backward walk visits: ZeRO-3 gathers a unit's
-// parameters before it computes and frees them after. On the training thread; a failed
+// Called around every unit a forward or backward walk visits (a split backward's input half
+// included; its weight half, BackwardWeightUnits, is not walked): ZeRO-3 gathers a unit's
+// parameters before it computes and frees them after; ZeRO-1/2 wait for a unit's parameters'
+// all-gather before its forward. On the training thread; a failed
 // collective throws nn::CollectiveFailed (as tensor-parallel layers do).
 class UnitHooks {
  public:

@@ -48,13 +48,12 @@ CommAccounting::CommAccounting(const ParallelGroups& groups) {
   }
 }
 
-void CommAccounting::BeginStep() {
+void CommAccounting::Resume() {
   for (Group& g : groups_) g.before = g.comm->stats();
 }
 
-void CommAccounting::EndStep() {
+void CommAccounting::Pause() {
   for (Group& g : groups_) g.total += g.comm->stats() - g.before;
-  ++steps_;
 }
 
 CommReport CommAccounting::Report(const CommModel& model) const {

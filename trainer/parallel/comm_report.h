@@ -40,10 +40,13 @@ class CommAccounting {
   CommAccounting() = default;
   explicit CommAccounting(const ParallelGroups& groups);
 
-  // Around each training step (after its gradient synchronisation has finished, so the
-  // all-reduce thread is idle): what the groups move in between is the step's.
-  void BeginStep();
-  void EndStep();
+  // Counting runs from Resume to Pause: training, not evaluation or checkpoints. Call both
+  // while no collective is in flight (the stats are read then): a step's collectives may run
+  // past its end (ZeRO-1/2's parameter all-gathers overlap the next forward), so counting
+  // pauses only where the communication thread has drained. CountStep adds one training step.
+  void Resume();
+  void Pause();
+  void CountStep() { ++steps_; }
 
   CommReport Report(const CommModel& model) const;
 
