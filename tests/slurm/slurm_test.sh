@@ -113,17 +113,22 @@ echo "slurm up: slurmctld :$ctld_port, slurmd :$slurmd_port, node $host ($cpus C
 steps="${STRATA_SLURM_STEPS:-300}"
 start=$(date +%s)
 cd "$dir"
-timeout 150 sbatch --wait -O -n 4 -D "$dir" -o "$dir/job.out" \
+# sbatch --wait polls with a growing back-off (half a minute late here), so poll ourselves.
+job_id="$(sbatch --parsable -O -n 4 -D "$dir" -o "$dir/job.out" \
   --export=ALL,STRATA_BIN="$bin",STRATA_SCHEDULER_PORT="$strata_port",STRATA_SERVERS=1 \
   "$src/scripts/slurm/strata.sbatch" "$src/examples/ctr.yaml" \
   --set sync.mode=hybrid --set server.store.path="$dir/store" --set 'train.metrics_path=""' \
-  --set train.steps="$steps" --set train.log_every=100
-code=$?
-echo "sbatch --wait exited $code after $(($(date +%s) - start)) s; the job's output:"
+  --set train.steps="$steps" --set train.log_every=100)" || { show_logs; fail "sbatch refused the job"; }
+job_state=""
+for _ in $(seq 300); do
+  job_state="$(scontrol show job "$job_id" 2> /dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)"
+  case "$job_state" in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE) break ;; esac
+  sleep 0.5
+done
+exit_code="$(scontrol show job "$job_id" 2> /dev/null | grep -o ' ExitCode=[0-9:]*' | cut -d= -f2)"
+echo "job $job_id: JobState=${job_state:-?} ExitCode=${exit_code:-?} after $(($(date +%s) - start)) s; its output:"
 cat "$dir/job.out" 2> /dev/null
-[ "$code" = 0 ] || { show_logs; fail "the job exited $code"; }
-sacct_state="$(scontrol show job 2> /dev/null | grep -o 'JobState=[A-Z]*' | head -1)"
-echo "slurm: $sacct_state"
+[ "$job_state" = COMPLETED ] && [ "$exit_code" = "0:0" ] || { show_logs; fail "the job ended ${job_state:-unfinished after 150 s} with exit code ${exit_code:-?}"; }
 auc="$(grep -o 'auc [0-9.]*' "$dir/job.out" | head -1 | cut -d' ' -f2)"
 [ -n "$auc" ] || fail "no AUC in the job's output"
 grep -q "task 0 (SLURM_PROCID) is scheduler" "$dir/job.out" || fail "task 0 did not become the scheduler"
