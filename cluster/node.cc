@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "common/check.h"
+#include "common/net.h"
 
 namespace strata {
 namespace {
@@ -40,7 +41,13 @@ void Node::OnEvent(EventCallback callback) { on_event_.push_back(std::move(callb
 
 Status Node::Join() {
   rpc_.SetHandler([this](Request r) { Handle(std::move(r)); });
-  STRATA_ASSIGN_OR_RETURN(address_, rpc_.Bind(options_.bind));
+  STRATA_ASSIGN_OR_RETURN(const std::string bound, rpc_.Bind(options_.bind));
+  address_ = AdvertisedAddress(bound, options_.advertise_host, Hostname());
+  // ZeroMQ would retry an unreachable address silently until join_timeout_ms; probe first so a
+  // wrong host or port fails naming them.
+  STRATA_RETURN_IF_ERROR(WaitReachable(options_.cluster.scheduler,
+                                       Millis(options_.cluster.connect_timeout_ms))
+                             .WithContext("joining the cluster: the scheduler"));
   STRATA_ASSIGN_OR_RETURN(scheduler_, rpc_.Connect(options_.cluster.scheduler));
 
   Message req;

@@ -28,6 +28,9 @@ struct NodeOptions {
   // Where this node listens. Port 0 picks a free port; the address actually bound is what
   // the node registers, so peers can reach it.
   std::string bind = "tcp://127.0.0.1:0";
+  // The host peers dial to reach this node (a name or address); empty: the bound address, or
+  // this machine's hostname when `bind` names every interface (tcp://*:0, tcp://0.0.0.0:0).
+  std::string advertise_host;
   int requested_rank = -1;  // -1: let the scheduler assign one
 };
 
@@ -56,8 +59,9 @@ class Node {
   // Adds a callback run on every membership event. Call before Join().
   void OnEvent(EventCallback callback);
 
-  // Binds, registers and waits for the complete cluster (up to cluster.join_timeout_ms),
-  // then starts heartbeating.
+  // Binds, checks that the scheduler's host and port can be reached (retrying up to
+  // cluster.connect_timeout_ms: Unavailable naming them if not), registers and waits for the
+  // complete cluster (up to cluster.join_timeout_ms), then starts heartbeating.
   Status Join();
   // Waits at a named barrier until every live member of `scope` arrived. Aborted if a member
   // died; DeadlineExceeded after `timeout`.

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "common/check.h"
+#include "common/net.h"
 
 namespace strata {
 namespace {
@@ -127,6 +128,11 @@ void Scheduler::HandleRegister(Request request) {
                                           " cannot join; only server and trainer nodes register"));
   }
   if (Status s = ValidateEndpoint(address); !s.ok()) return reject(s.WithContext("register"));
+  if (IsWildcardEndpoint(address)) {
+    return reject(Status::InvalidArgument(
+        "register: address " + address + " names every interface, which peers cannot dial; "
+        "advertise a host they can reach (--advertise or STRATA_ADVERTISE_HOST)"));
+  }
   const int expected = role == Role::kServer ? options_.cluster.servers : options_.cluster.trainers;
   if (requested < -1 || requested >= expected) {
     return reject(Status::InvalidArgument(

@@ -178,6 +178,20 @@ Result<YAML::Node> LoadYamlFile(const std::string& path) {
   return documents[0];
 }
 
+bool HasKey(const YAML::Node& root, std::string_view path) {
+  std::vector<std::string> keys;
+  if (!SplitKeyPath(Trim(path), &keys)) return false;
+  YAML::Node node = root;
+  for (const std::string& key : keys) {
+    if (!node.IsMap()) return false;
+    // The const operator[] looks up without inserting the key.
+    const YAML::Node child = static_cast<const YAML::Node&>(node)[key];
+    if (!child.IsDefined() || child.IsNull()) return false;
+    node.reset(child);
+  }
+  return true;
+}
+
 Status ApplyOverride(YAML::Node& root, std::string_view assignment) {
   const std::string context = "--set " + std::string(assignment);
   size_t eq = assignment.find('=');

@@ -63,6 +63,10 @@ Result<YAML::Node> LoadYamlFile(const std::string& path);
 // here: Parse does that, like for keys written in the file.
 Status ApplyOverride(YAML::Node& root, std::string_view assignment);
 
+// Whether `root` holds a value at the dotted path "a.b.c" (a null value counts as absent).
+// Lets a caller fill in a field only where neither the file nor an override set it.
+bool HasKey(const YAML::Node& root, std::string_view path);
+
 // Validators for Check(), shared by option Binds.
 // tcp://host:port (host a name, an IPv4 address, [an IPv6 address] or *; port 1-65535) or
 // ipc://path.

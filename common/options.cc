@@ -31,6 +31,10 @@ void Bind(config::Binder& b, ClusterOptions& o) {
   b.Field("join_timeout_ms", o.join_timeout_ms,
           "how long a node waits for the whole cluster to register before giving up")
       .Range(1, kMaxMs);
+  b.Field("connect_timeout_ms", o.connect_timeout_ms,
+          "how long a node retries reaching the scheduler's host and port before failing with "
+          "an error naming them (covers a scheduler that starts after its nodes)")
+      .Range(1, kMaxMs);
   // A timeout at or below the interval would declare healthy nodes dead between two beats.
   b.Require(o.heartbeat_timeout_ms > o.heartbeat_interval_ms, "heartbeat_timeout_ms",
             "must exceed heartbeat_interval_ms");

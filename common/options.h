@@ -25,6 +25,10 @@ struct ClusterOptions {
   int heartbeat_timeout_ms = 5000;
   // How long a node waits for the whole cluster to register before giving up.
   int join_timeout_ms = 60000;
+  // How long a node keeps trying to open a TCP connection to the scheduler before joining
+  // fails naming its host and port. Covers a scheduler started a little after its nodes (one
+  // srun, one indexed job); shorter fails a wrong address sooner.
+  int connect_timeout_ms = 30000;
 };
 
 // Fault injection: a knob, not a fork (ps-lite's PS_DROP_MSG). Applies to messages this

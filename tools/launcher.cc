@@ -16,6 +16,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "tools/placement_env.h"
 #include "tools/signals.h"
 
 extern char** environ;
@@ -53,7 +54,9 @@ Status Launcher::Spawn(const std::string& name, std::vector<std::string> argv) {
   // The environment, built before fork (the child must not allocate).
   std::vector<std::string> env_strings;
   for (char** e = environ; *e; ++e) {
-    if (std::strncmp(*e, "STRATA_PROGRESS=", 16) != 0) env_strings.emplace_back(*e);
+    // Placement variables (a Slurm job's SLURM_PROCID...) would contradict the flags we give.
+    if (std::strncmp(*e, "STRATA_PROGRESS=", 16) == 0 || IsPlacementVariable(*e)) continue;
+    env_strings.emplace_back(*e);
   }
   env_strings.emplace_back("STRATA_PROGRESS=launcher");
   // The trainers share this machine's cores: each gets its share for its BLAS threads (as

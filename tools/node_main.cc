@@ -7,9 +7,12 @@
 
 #include <iostream>
 
+#include <unistd.h>  // environ
+
 #include "cluster/node.h"
 #include "common/logging.h"
 #include "tools/job_config.h"
+#include "tools/placement_env.h"
 #include "tools/signals.h"
 
 namespace strata {
@@ -41,18 +44,25 @@ int main(int argc, char** argv) {
   JobFlags flags;
   AddJobFlags(app, flags);
   std::string role_name = "trainer";
-  NodeOptions options;
+  NodeFlags node_flags;
   bool stay = false;
   app.add_option("--role", role_name, "server or trainer")->check(CLI::IsMember({"server", "trainer"}));
-  app.add_option("--rank", options.requested_rank, "rank to ask for (-1: assigned by address)");
-  app.add_option("--bind", options.bind, "endpoint to listen on; port 0 picks a free one");
+  AddNodeFlags(app, node_flags);
   app.add_flag("--stay", stay, "after the protocol, stay (heartbeating) until the scheduler ends the job");
   CLI11_PARSE(app, argc, argv);
 
   JobConfig job_config;
-  if (auto code = LoadJobOrExit(flags, "strata-node", &job_config)) return *code;
+  JobPlacement placement;
+  if (auto code = LoadPlacedJobOrExit(flags, CaptureEnvironment(environ), "strata-node",
+                                      &job_config, &placement)) {
+    return *code;
+  }
   const JobConfig* job = &job_config;
-  options.role = *ParseRole(role_name);
+  NodeOptions options;
+  if (Status s = PlaceNode(node_flags, placement, *ParseRole(role_name), &options); !s.ok()) {
+    std::cerr << "strata-node: " << s.ToString() << "\n";
+    return 2;
+  }
   options.cluster = job->cluster;
   options.transport = job->transport;
   LogOptions log = job->log;

@@ -8,10 +8,13 @@
 #include <fstream>
 #include <iostream>
 
+#include <unistd.h>  // environ
+
 #include "cluster/scheduler.h"
 #include "common/logging.h"
 #include "common/transport.h"
 #include "tools/job_config.h"
+#include "tools/placement_env.h"
 #include "tools/signals.h"
 
 int main(int argc, char** argv) {
@@ -21,12 +24,18 @@ int main(int argc, char** argv) {
   JobFlags flags;
   AddJobFlags(app, flags);
   std::string bind, address_file;
-  app.add_option("--bind", bind, "endpoint to listen on (default: cluster.scheduler); port 0 picks a free one");
+  app.add_option("--bind", bind,
+                 "endpoint to listen on; port 0 picks a free one (default: cluster.scheduler's port on "
+                 "STRATA_BIND_HOST, else cluster.scheduler)");
   app.add_option("--address-file", address_file, "write the bound address to this file once listening");
   CLI11_PARSE(app, argc, argv);
 
   JobConfig job_config;
-  if (auto code = LoadJobOrExit(flags, "strata-scheduler", &job_config)) return *code;
+  JobPlacement placement;
+  if (auto code = LoadPlacedJobOrExit(flags, CaptureEnvironment(environ), "strata-scheduler",
+                                      &job_config, &placement)) {
+    return *code;
+  }
   const JobConfig* job = &job_config;
   LogOptions log = job->log;
   log.role = "scheduler";
@@ -34,7 +43,7 @@ int main(int argc, char** argv) {
   InitLogging(log);
   InstallStopSignals();
 
-  const std::string endpoint = bind.empty() ? job->cluster.scheduler : bind;
+  const std::string endpoint = SchedulerBindEndpoint(bind, placement, job->cluster.scheduler);
   auto transport = MakeTransport(endpoint, job->transport);
   if (!transport.ok()) {
     spdlog::error("{}", transport.status().ToString());

@@ -9,11 +9,14 @@
 #include <filesystem>
 #include <iostream>
 
+#include <unistd.h>  // environ
+
 #include "common/allocator.h"
 #include "common/logging.h"
 #include "offload/tiered_row_store.h"
 #include "ps/server.h"
 #include "tools/job_config.h"
+#include "tools/placement_env.h"
 #include "tools/signals.h"
 
 namespace strata {
@@ -57,12 +60,9 @@ int main(int argc, char** argv) {
   CLI::App app{"strata-server: a parameter server holding a shard of every table"};
   JobFlags flags;
   AddJobFlags(app, flags);
-  NodeOptions node_options;
-  node_options.role = Role::kServer;
+  NodeFlags node_flags;
+  AddNodeFlags(app, node_flags);  // --rank (a tiered store needs one), --bind, --advertise
   int workers = 0, stats_interval_ms = 0;
-  app.add_option("--rank", node_options.requested_rank,
-                 "server rank to ask for (-1: assigned; a tiered store needs it)");
-  app.add_option("--bind", node_options.bind, "endpoint to listen on; port 0 picks a free one");
   auto* workers_flag =
       app.add_option("--workers", workers, "threads applying pushes (overrides server.workers)")
           ->check(CLI::Range(1, 256));
@@ -73,7 +73,16 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   JobConfig job;
-  if (auto code = LoadJobOrExit(flags, "strata-server", &job)) return *code;
+  JobPlacement placement;
+  if (auto code = LoadPlacedJobOrExit(flags, CaptureEnvironment(environ), "strata-server", &job,
+                                      &placement)) {
+    return *code;
+  }
+  NodeOptions node_options;
+  if (Status s = PlaceNode(node_flags, placement, Role::kServer, &node_options); !s.ok()) {
+    std::cerr << "strata-server: " << s.ToString() << "\n";
+    return 2;
+  }
   node_options.cluster = job.cluster;
   node_options.transport = job.transport;
   LogOptions log = job.log;
@@ -89,7 +98,7 @@ int main(int argc, char** argv) {
   if (store.kind == StoreKind::kTiered) {
     // The directory is this server's identity across restarts, so the rank must be fixed.
     if (node_options.requested_rank < 0) {
-      std::cerr << "strata-server: server.store.kind: tiered needs --rank\n";
+      std::cerr << "strata-server: server.store.kind: tiered needs --rank (or STRATA_RANK)\n";
       return 2;
     }
     dir = store.path + "/server-" + std::to_string(node_options.requested_rank);

@@ -4,13 +4,15 @@
 //   strata-launch --servers 2 --trainers 2 examples/ctr.yaml   (starts strata-trainer --rank r)
 #include <CLI/CLI.hpp>
 
-#include <cstdlib>
 #include <iostream>
+
+#include <unistd.h>  // environ
 
 #include "cluster/node.h"
 #include "common/allocator.h"
 #include "common/logging.h"
 #include "tools/job_config.h"
+#include "tools/placement_env.h"
 #include "tools/signals.h"
 #include "trainer/trainer.h"
 
@@ -78,23 +80,30 @@ int main(int argc, char** argv) {
   CLI::App app{"strata-trainer: trains a model (mlp, gpt, ctr) alone or as one trainer of a cluster"};
   JobFlags flags;
   AddJobFlags(app, flags);
-  NodeOptions options;
-  app.add_option("--rank", options.requested_rank, "trainer rank to ask for (-1: assigned)");
-  app.add_option("--bind", options.bind, "endpoint to listen on; port 0 picks a free one");
+  NodeFlags node_flags;
+  AddNodeFlags(app, node_flags);
   CLI11_PARSE(app, argc, argv);
 
+  const Environment env = CaptureEnvironment(environ);
   JobConfig config;
-  if (auto code = LoadJobOrExit(flags, "strata-trainer", &config)) return *code;
+  JobPlacement placement;
+  if (auto code = LoadPlacedJobOrExit(flags, env, "strata-trainer", &config, &placement)) {
+    return *code;
+  }
   LogOptions log = config.log;
   log.role = "trainer";
   InitLogging(log);
   // Under strata-launch, progress goes out as @progress lines the launcher folds together.
-  const char* progress = std::getenv("STRATA_PROGRESS");
-  const bool launched = progress && std::string(progress) == "launcher";
+  const auto progress = env.find("STRATA_PROGRESS");
+  const bool launched = progress != env.end() && progress->second == "launcher";
   if (config.trainer.sync.mode == SyncOptions::Mode::kLocal) return Train(config, nullptr, launched);
 
   InstallStopSignals();
-  options.role = Role::kTrainer;
+  NodeOptions options;
+  if (Status s = PlaceNode(node_flags, placement, Role::kTrainer, &options); !s.ok()) {
+    std::cerr << "strata-trainer: " << s.ToString() << "\n";
+    return 2;
+  }
   options.cluster = config.cluster;
   options.transport = config.transport;
   Node node(options);

@@ -1,0 +1,238 @@
+#!/usr/bin/env python3
+"""generate.py: Kubernetes manifests for a strata cluster of S servers and T trainers.
+
+    deploy/k8s/generate.py --servers 2 --trainers 4 --job examples/ctr.yaml > strata.yaml
+    kubectl apply -f strata.yaml
+
+Writes, as one multi-document YAML: a ConfigMap holding the job file; the scheduler as a
+Service + Deployment; the servers as a headless Service + StatefulSet with a
+PersistentVolumeClaim each (server.store.path: the RocksDB tier and WAL); the trainers as an
+Indexed Job. Every process learns its place from strata's environment convention
+(docs/deploy.md): STRATA_SCHEDULER, STRATA_SERVERS, STRATA_TRAINERS, STRATA_RANK (a server's
+StatefulSet ordinal, a trainer's completion index) and STRATA_ADVERTISE_HOST (the pod IP).
+strata has no HTTP health endpoint yet, so the probes are TCP probes on each process's port.
+Only the standard library is needed (the YAML is written by hand, keys in a fixed order).
+"""
+import argparse
+import json
+import sys
+
+SCHEDULER_PORT = 7000
+SERVER_PORT = 7100
+TRAINER_PORT = 7200
+
+
+def labels(role):
+    return {"app.kubernetes.io/name": "strata", "app.kubernetes.io/component": role}
+
+
+def env(pairs):
+    out = []
+    for name, value in pairs:
+        if isinstance(value, dict):
+            out.append({"name": name, "valueFrom": value})
+        else:
+            out.append({"name": name, "value": str(value)})
+    return out
+
+
+def field(path):
+    return {"fieldRef": {"fieldPath": path}}
+
+
+def tcp_probes(port):
+    return {
+        "readinessProbe": {"tcpSocket": {"port": port}, "periodSeconds": 5},
+        "livenessProbe": {"tcpSocket": {"port": port}, "initialDelaySeconds": 30,
+                          "periodSeconds": 10, "failureThreshold": 6},
+    }
+
+
+def container(name, image, command, env_pairs, port, resources, mounts):
+    c = {
+        "name": name,
+        "image": image,
+        "command": ["sh", "-c", command],
+        "env": env(env_pairs),
+        "ports": [{"name": "strata", "containerPort": port}],
+        "resources": resources,
+        "volumeMounts": mounts,
+    }
+    c.update(tcp_probes(port))
+    return c
+
+
+def generate(a, job_text):
+    common_env = [
+        ("STRATA_SCHEDULER", f"strata-scheduler:{SCHEDULER_PORT}"),
+        ("STRATA_SERVERS", a.servers),
+        ("STRATA_TRAINERS", a.trainers),
+        ("STRATA_BIND_HOST", "0.0.0.0"),
+        ("STRATA_ADVERTISE_HOST", field("status.podIP")),
+    ]
+    job_mount = [{"name": "job", "mountPath": "/jobs", "readOnly": True}]
+    job_volume = [{"name": "job", "configMap": {"name": "strata-job"}}]
+    cpu = {"requests": {"cpu": a.cpu, "memory": a.memory}, "limits": {"memory": a.memory}}
+    trainer_res = json.loads(json.dumps(cpu))
+    if a.gpus > 0:
+        trainer_res["limits"]["nvidia.com/gpu"] = a.gpus
+    job_file = "/jobs/job.yaml"
+    docs = []
+    docs.append({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "strata-job", "labels": labels("job")},
+        "data": {"job.yaml": job_text},
+    })
+    docs.append({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "strata-scheduler", "labels": labels("scheduler")},
+        "spec": {"selector": labels("scheduler"),
+                 "ports": [{"name": "strata", "port": SCHEDULER_PORT, "targetPort": SCHEDULER_PORT}]},
+    })
+    docs.append({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "strata-scheduler", "labels": labels("scheduler")},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels("scheduler")},
+            "template": {
+                "metadata": {"labels": labels("scheduler")},
+                "spec": {
+                    "containers": [container(
+                        "scheduler", a.image,
+                        f"exec strata-scheduler -c {job_file} --bind tcp://0.0.0.0:{SCHEDULER_PORT}",
+                        common_env[1:3], SCHEDULER_PORT,
+                        {"requests": {"cpu": "250m", "memory": "256Mi"}}, job_mount)],
+                    "volumes": job_volume,
+                },
+            },
+        },
+    })
+    if a.servers > 0:
+        docs.append({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "strata-server", "labels": labels("server")},
+            "spec": {"clusterIP": "None", "selector": labels("server"),
+                     "ports": [{"name": "strata", "port": SERVER_PORT}]},
+        })
+        docs.append({
+            "apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": "strata-server", "labels": labels("server")},
+            "spec": {
+                "serviceName": "strata-server",
+                "replicas": a.servers,
+                "podManagementPolicy": "Parallel",
+                "selector": {"matchLabels": labels("server")},
+                "template": {
+                    "metadata": {"labels": labels("server")},
+                    "spec": {
+                        "containers": [container(
+                            "server", a.image,
+                            # The ordinal ends the pod's name: strata-server-3 is server 3, and
+                            # its volume keeps that shard across restarts.
+                            "export STRATA_RANK=${HOSTNAME##*-}; exec strata-server -c "
+                            f"{job_file} --bind tcp://0.0.0.0:{SERVER_PORT} "
+                            "--set server.store.path=/var/lib/strata",
+                            common_env, SERVER_PORT, cpu,
+                            job_mount + [{"name": "store", "mountPath": "/var/lib/strata"}])],
+                        "volumes": job_volume,
+                    },
+                },
+                "volumeClaimTemplates": [{
+                    "metadata": {"name": "store"},
+                    "spec": {"accessModes": ["ReadWriteOnce"],
+                             "resources": {"requests": {"storage": a.storage}}},
+                }],
+            },
+        })
+    trainer_env = common_env + [
+        ("STRATA_RANK", field("metadata.annotations['batch.kubernetes.io/job-completion-index']"))]
+    docs.append({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "strata-trainer", "labels": labels("trainer")},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": a.trainers,
+            "parallelism": a.trainers,
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": labels("trainer")},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [container(
+                        "trainer", a.image,
+                        f"exec strata-trainer -c {job_file} --bind tcp://0.0.0.0:{TRAINER_PORT}",
+                        trainer_env, TRAINER_PORT, trainer_res, job_mount)],
+                    "volumes": job_volume,
+                },
+            },
+        },
+    })
+    return docs
+
+
+# --- a small YAML writer: block style, strings quoted when YAML would misread them ---
+def scalar(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    s = str(v)
+    return json.dumps(s)  # a JSON string is a valid YAML double-quoted scalar
+
+
+def dump(v, indent=0):
+    pad = " " * indent
+    lines = []
+    if isinstance(v, dict):
+        for k, x in v.items():
+            if isinstance(x, str) and "\n" in x:
+                lines.append(f"{pad}{k}: |")
+                lines.extend(pad + "  " + line if line else "" for line in x.rstrip("\n").split("\n"))
+            elif isinstance(x, (dict, list)) and x:
+                lines.append(f"{pad}{k}:")
+                lines.extend(dump(x, indent + 2))
+            elif isinstance(x, (dict, list)):
+                lines.append(f"{pad}{k}: {'{}' if isinstance(x, dict) else '[]'}")
+            else:
+                lines.append(f"{pad}{k}: {scalar(x)}")
+    else:
+        for x in v:
+            if isinstance(x, (dict, list)) and x:
+                sub = dump(x, indent + 2)
+                lines.append(f"{pad}- {sub[0].lstrip()}")
+                lines.extend(sub[1:])
+            else:
+                lines.append(f"{pad}- {scalar(x)}")
+    return lines
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--servers", type=int, default=2)
+    p.add_argument("--trainers", type=int, default=2)
+    p.add_argument("--job", default="examples/ctr.yaml", help="job file put in the ConfigMap")
+    p.add_argument("--image", default="strata:latest")
+    p.add_argument("--gpus", type=int, default=0, help="nvidia.com/gpu per trainer (0: none)")
+    p.add_argument("--cpu", default="2", help="CPU request of a server or trainer")
+    p.add_argument("--memory", default="4Gi", help="memory request and limit of a server or trainer")
+    p.add_argument("--storage", default="20Gi", help="each server's volume (RocksDB tier, WAL)")
+    a = p.parse_args()
+    if a.servers < 0 or a.trainers < 1 or a.gpus < 0:
+        p.error("need --servers >= 0, --trainers >= 1, --gpus >= 0")
+    try:
+        with open(a.job) as f:
+            job_text = f.read()
+    except OSError as e:
+        p.error(f"cannot read the job file: {e}")
+    out = [f"# strata on Kubernetes: 1 scheduler, {a.servers} servers, {a.trainers} trainers.",
+           f"# Generated by deploy/k8s/generate.py --servers {a.servers} --trainers {a.trainers} "
+           f"--job {a.job} --image {a.image} --gpus {a.gpus}; do not edit, regenerate."]
+    for d in generate(a, job_text):
+        out.append("---")
+        out.extend(dump(d))
+    sys.stdout.write("\n".join(out) + "\n")
+
+
+if __name__ == "__main__":
+    main()
