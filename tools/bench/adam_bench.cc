@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
@@ -92,16 +93,20 @@ void PlainPass(Arrays& a, ThreadPool& pool, const optim::AdamHyper& h) {
   });
 }
 
-// Median parameters/s of `reps` timed passes after one warm-up.
-double Rate(int64_t n, int reps, const std::function<void(int64_t step)>& pass) {
-  pass(1);
-  std::vector<double> seconds;
+// Times each pass `reps` times after one warm-up each, interleaved (rep 1 of every pass, then
+// rep 2, ...) so that a busy neighbour slows them alike; returns each pass's seconds per rep.
+std::vector<std::vector<double>> TimeInterleaved(
+    int reps, const std::vector<std::function<void(int64_t step)>>& passes) {
+  std::vector<std::vector<double>> seconds(passes.size());
+  for (const auto& pass : passes) pass(1);
   for (int r = 0; r < reps; ++r) {
-    Stopwatch sw;
-    pass(r + 2);
-    seconds.push_back(sw.Seconds());
+    for (size_t p = 0; p < passes.size(); ++p) {
+      Stopwatch sw;
+      passes[p](r + 2);
+      seconds[p].push_back(sw.Seconds());
+    }
   }
-  return static_cast<double>(n) / Median(seconds);
+  return seconds;
 }
 
 Result<std::vector<int>> ThreadCounts(const std::string& list, int cores) {
@@ -155,30 +160,46 @@ Result<Report> RunAdamBench(const Options& o) {
     for (int t : threads) {
       ThreadPool pool(t);
       optim::AdamHyper h{.lr = 1e-3f, .decoupled = 0.01f};
-      auto kernel = [&](optim::Isa isa) -> nlohmann::json {
-        if (!optim::IsaSupported(isa)) return nullptr;
-        return Rate(n, o.reps, [&](int64_t step) {
-                 h.step = step;
-                 optim::AdamStep(h, {a.w.get(), a.m.get(), a.v.get(), a.g.get(), nullptr, n},
-                                 {.isa = isa, .pool = &pool});
-               }) / 1e6;
+      // Passes: the bound, then each supported path (best first), then the plain loop.
+      std::vector<std::function<void(int64_t)>> passes = {[&](int64_t) { StreamPass(a, pool); }};
+      std::vector<optim::Isa> isas;
+      for (optim::Isa isa : {best, optim::Isa::kAvx512, optim::Isa::kAvx2, optim::Isa::kScalar}) {
+        if (!optim::IsaSupported(isa)) continue;
+        if (std::find(isas.begin(), isas.end(), isa) != isas.end()) continue;
+        isas.push_back(isa);
+        passes.push_back([&, isa](int64_t step) {
+          h.step = step;
+          optim::AdamStep(h, {a.w.get(), a.m.get(), a.v.get(), a.g.get(), nullptr, n},
+                          {.isa = isa, .pool = &pool});
+        });
+      }
+      passes.push_back([&](int64_t step) {
+        h.step = step;
+        PlainPass(a, pool, h);
+      });
+      const std::vector<std::vector<double>> s = TimeInterleaved(o.reps, passes);
+      auto rate = [&](size_t p) { return static_cast<double>(n) / Median(s[p]) / 1e6; };
+      std::vector<double> ratios;  // the fused pass against the bound measured beside it
+      for (int r = 0; r < o.reps; ++r) ratios.push_back(s[0][r] / s[1][r]);
+      auto isa_rate = [&](optim::Isa isa) -> nlohmann::json {
+        for (size_t i = 0; i < isas.size(); ++i) {
+          if (isas[i] == isa) return rate(i + 1);
+        }
+        return nullptr;
       };
-      const double bound = Rate(n, o.reps, [&](int64_t) { StreamPass(a, pool); }) / 1e6;
-      const double fused = kernel(best).get<double>();
-      const double plain = Rate(n, o.reps, [&](int64_t step) {
-                             h.step = step;
-                             PlainPass(a, pool, h);
-                           }) / 1e6;
-      table.AddRow({n, t, bound, bound * kBytesPerParam / 1e3, fused, 100 * fused / bound,
-                    kernel(optim::Isa::kAvx512), kernel(optim::Isa::kAvx2),
-                    kernel(optim::Isa::kScalar), plain, fused / plain});
+      const double bound = rate(0), fused = rate(1), plain = rate(passes.size() - 1);
+      table.AddRow({n, t, bound, bound * kBytesPerParam / 1e3, fused, 100 * Median(ratios),
+                    isa_rate(optim::Isa::kAvx512), isa_rate(optim::Isa::kAvx2),
+                    isa_rate(optim::Isa::kScalar), plain, fused / plain});
     }
   }
   report.tables.push_back(std::move(table));
   report.notes.push_back(
       "fused: optim::AdamStep on the best path this CPU has (" + std::string(optim::IsaName(best)) +
       "), chunks of 64Ki parameters on a ThreadPool of `threads`; every figure is the median of "
-      "--reps passes after a warm-up, in millions of parameters per second.");
+      "--reps passes after a warm-up, in millions of parameters per second; the passes of a row "
+      "run interleaved (one of each, --reps times) so a busy neighbour slows them alike, and "
+      "% of bound is the median over reps of bound time / fused time.");
   report.notes.push_back(
       "bound: a STREAM-style pass over the same arrays on the same pool (w += s g; m += s v; "
       "v += s g: reads g, w, m, v and writes w, m, v, 28 B a parameter), measured beside each "
