@@ -22,8 +22,8 @@ void AdamScalar(const AdamConsts& c, float* w, float* m, float* v, const float* 
                 int64_t n);
 void AdamAvx2(const AdamConsts& c, float* w, float* m, float* v, const float* g, uint16_t* bf16,
               int64_t n);
-void AdamAvx512(const AdamConsts& c, float* w, float* m, float* v, const float* g,
-                uint16_t* bf16, int64_t n);
+void AdamAvx512(const AdamConsts& c, float* w, float* m, float* v, const float* g, uint16_t* bf16,
+                int64_t n);
 void SgdScalar(const SgdConsts& c, float* w, float* m, const float* g, uint16_t* bf16, int64_t n);
 void SgdAvx2(const SgdConsts& c, float* w, float* m, const float* g, uint16_t* bf16, int64_t n);
 void SgdAvx512(const SgdConsts& c, float* w, float* m, const float* g, uint16_t* bf16, int64_t n);

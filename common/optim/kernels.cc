@@ -36,7 +36,8 @@ void CheckDisjoint(std::initializer_list<std::pair<const void*, size_t>> arrays)
 }
 
 // Runs body(begin, end) over [0, n): on the pool in chunks of o.grain, or inline.
-void ForChunks(const KernelOptions& o, int64_t n, const std::function<void(int64_t, int64_t)>& body) {
+void ForChunks(const KernelOptions& o, int64_t n,
+               const std::function<void(int64_t, int64_t)>& body) {
   if (n <= 0) return;
   if (o.pool == nullptr) {
     body(0, n);
@@ -49,10 +50,14 @@ void ForChunks(const KernelOptions& o, int64_t n, const std::function<void(int64
 
 std::string_view IsaName(Isa isa) {
   switch (isa) {
-    case Isa::kBest: return "best";
-    case Isa::kScalar: return "scalar";
-    case Isa::kAvx2: return "avx2";
-    case Isa::kAvx512: return "avx512";
+    case Isa::kBest:
+      return "best";
+    case Isa::kScalar:
+      return "scalar";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
   }
   return "?";
 }
@@ -84,23 +89,35 @@ Isa BestIsa() {
 
 float BiasCorrection(float beta, int64_t step) {
   STRATA_CHECK_GE(step, 1) << "bias correction at step " << step;
-  return 1.0f / (1.0f - static_cast<float>(std::pow(static_cast<double>(beta), static_cast<double>(step))));
+  return 1.0f / (1.0f - static_cast<float>(
+                            std::pow(static_cast<double>(beta), static_cast<double>(step))));
 }
 
 void AdamStep(const AdamHyper& h, const AdamArrays& a, const KernelOptions& o) {
   STRATA_CHECK(a.n >= 0 && (a.n == 0 || (a.w && a.m && a.v && a.grad))) << "adam: missing array";
   const size_t bytes = static_cast<size_t>(a.n) * sizeof(float);
-  CheckDisjoint({{a.w, bytes}, {a.m, bytes}, {a.v, bytes}, {a.grad, bytes},
-                 {a.w_bf16, bytes / 2}});
-  const internal::AdamConsts c{h.lr,  h.beta1, h.beta2,      1.0f - h.beta1,
-                               1.0f - h.beta2, h.eps, h.l2, h.decoupled,
-                               h.grad_scale,   BiasCorrection(h.beta1, h.step),
+  CheckDisjoint({{a.w, bytes}, {a.m, bytes}, {a.v, bytes}, {a.grad, bytes}, {a.w_bf16, bytes / 2}});
+  const internal::AdamConsts c{h.lr,
+                               h.beta1,
+                               h.beta2,
+                               1.0f - h.beta1,
+                               1.0f - h.beta2,
+                               h.eps,
+                               h.l2,
+                               h.decoupled,
+                               h.grad_scale,
+                               BiasCorrection(h.beta1, h.step),
                                BiasCorrection(h.beta2, h.step)};
   auto* run = internal::AdamScalar;
   switch (Resolve(o.isa)) {
-    case Isa::kAvx512: run = internal::AdamAvx512; break;
-    case Isa::kAvx2: run = internal::AdamAvx2; break;
-    default: break;
+    case Isa::kAvx512:
+      run = internal::AdamAvx512;
+      break;
+    case Isa::kAvx2:
+      run = internal::AdamAvx2;
+      break;
+    default:
+      break;
   }
   ForChunks(o, a.n, [&](int64_t lo, int64_t hi) {
     run(c, a.w + lo, a.m + lo, a.v + lo, a.grad + lo, a.w_bf16 ? a.w_bf16 + lo : nullptr, hi - lo);
@@ -114,9 +131,14 @@ void SgdStep(const SgdHyper& h, const SgdArrays& a, const KernelOptions& o) {
   const internal::SgdConsts c{h.lr, h.momentum, h.weight_decay, h.grad_scale, h.nesterov};
   auto* run = internal::SgdScalar;
   switch (Resolve(o.isa)) {
-    case Isa::kAvx512: run = internal::SgdAvx512; break;
-    case Isa::kAvx2: run = internal::SgdAvx2; break;
-    default: break;
+    case Isa::kAvx512:
+      run = internal::SgdAvx512;
+      break;
+    case Isa::kAvx2:
+      run = internal::SgdAvx2;
+      break;
+    default:
+      break;
   }
   ForChunks(o, a.n, [&](int64_t lo, int64_t hi) {
     run(c, a.w + lo, a.m ? a.m + lo : nullptr, a.grad + lo, a.w_bf16 ? a.w_bf16 + lo : nullptr,

@@ -23,9 +23,9 @@ Isa BestIsa();                      // the widest supported: kAvx512, kAvx2 or k
 
 // How a kernel runs. A plain value; the pool is not owned.
 struct KernelOptions {
-  Isa isa = Isa::kBest;         // kBest: BestIsa(); an unsupported one is a bug (aborts)
-  ThreadPool* pool = nullptr;   // null: the calling thread alone
-  int64_t grain = 1 << 16;      // elements per chunk on the pool: smaller wakes it for less
+  Isa isa = Isa::kBest;        // kBest: BestIsa(); an unsupported one is a bug (aborts)
+  ThreadPool* pool = nullptr;  // null: the calling thread alone
+  int64_t grain = 1 << 16;     // elements per chunk on the pool: smaller wakes it for less
 };
 
 // Adam with both weight-decay forms, per element (float arithmetic, in this order):

@@ -23,8 +23,8 @@ inline __m128i Bf16x8(__m256 x) {
   const __m256i bits = _mm256_castps_si256(x);
   const __m256i hi = _mm256_srli_epi32(bits, 16);
   const __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
-  const __m256i rounded =
-      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7FFF)), lsb), 16);
+  const __m256i rounded = _mm256_srli_epi32(
+      _mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7FFF)), lsb), 16);
   const __m256i no_payload =
       _mm256_cmpeq_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(0x7F)), _mm256_setzero_si256());
   const __m256i nan = _mm256_or_si256(hi, _mm256_and_si256(no_payload, _mm256_set1_epi32(0x40)));
@@ -37,8 +37,8 @@ inline void StoreBf16(uint16_t* dst, __m256 x) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), Bf16x8(x));
 }
 
-int64_t AdamBody(const AdamConsts& c, float* w, float* m, float* v, const float* g,
-                 uint16_t* bf16, int64_t n) {
+int64_t AdamBody(const AdamConsts& c, float* w, float* m, float* v, const float* g, uint16_t* bf16,
+                 int64_t n) {
   const __m256 scale = _mm256_set1_ps(c.scale), l2 = _mm256_set1_ps(c.l2);
   const __m256 b1 = _mm256_set1_ps(c.beta1), b2 = _mm256_set1_ps(c.beta2);
   const __m256 omb1 = _mm256_set1_ps(c.one_minus_beta1), omb2 = _mm256_set1_ps(c.one_minus_beta2);
@@ -47,14 +47,17 @@ int64_t AdamBody(const AdamConsts& c, float* w, float* m, float* v, const float*
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 wi = _mm256_loadu_ps(w + i);
-    const __m256 gi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(g + i), scale), _mm256_mul_ps(l2, wi));
-    const __m256 mi = _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(omb1, gi));
-    const __m256 vi =
-        _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(v + i)), _mm256_mul_ps(_mm256_mul_ps(omb2, gi), gi));
+    const __m256 gi =
+        _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(g + i), scale), _mm256_mul_ps(l2, wi));
+    const __m256 mi =
+        _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(omb1, gi));
+    const __m256 vi = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(v + i)),
+                                    _mm256_mul_ps(_mm256_mul_ps(omb2, gi), gi));
     _mm256_storeu_ps(m + i, mi);
     _mm256_storeu_ps(v + i, vi);
     const __m256 den = _mm256_add_ps(_mm256_sqrt_ps(_mm256_mul_ps(vi, c2)), eps);
-    const __m256 step = _mm256_add_ps(_mm256_div_ps(_mm256_mul_ps(mi, c1), den), _mm256_mul_ps(dec, wi));
+    const __m256 step =
+        _mm256_add_ps(_mm256_div_ps(_mm256_mul_ps(mi, c1), den), _mm256_mul_ps(dec, wi));
     const __m256 wn = _mm256_sub_ps(wi, _mm256_mul_ps(lr, step));
     _mm256_storeu_ps(w + i, wn);
     if (bf16) StoreBf16(bf16 + i, wn);
@@ -68,7 +71,8 @@ int64_t SgdBody(const SgdConsts& c, float* w, float* m, const float* g, uint16_t
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 wi = _mm256_loadu_ps(w + i);
-    const __m256 gi = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(g + i), scale), _mm256_mul_ps(wd, wi));
+    const __m256 gi =
+        _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(g + i), scale), _mm256_mul_ps(wd, wi));
     __m256 u = gi;
     if (m) {
       const __m256 mi = _mm256_add_ps(_mm256_mul_ps(mu, _mm256_loadu_ps(m + i)), gi);
@@ -122,7 +126,9 @@ void AdamAvx2(const AdamConsts&, float*, float*, float*, const float*, uint16_t*
 void SgdAvx2(const SgdConsts&, float*, float*, const float*, uint16_t*, int64_t) {
   STRATA_CHECK(false) << "no AVX2 path in this build";
 }
-void ToBF16Avx2(const float*, uint16_t*, int64_t) { STRATA_CHECK(false) << "no AVX2 path in this build"; }
+void ToBF16Avx2(const float*, uint16_t*, int64_t) {
+  STRATA_CHECK(false) << "no AVX2 path in this build";
+}
 }  // namespace strata::optim::internal
 
 #endif

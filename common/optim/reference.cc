@@ -18,7 +18,8 @@ void AdamReference(const AdamHyper& h, const AdamArrays& a) {
     const double v = b2 * a.v[i] + (1 - b2) * g * g;
     a.m[i] = static_cast<float>(m);
     a.v[i] = static_cast<float>(v);
-    const double update = (m / bc1) / (std::sqrt(v / bc2) + h.eps) + static_cast<double>(h.decoupled) * w;
+    const double update =
+        (m / bc1) / (std::sqrt(v / bc2) + h.eps) + static_cast<double>(h.decoupled) * w;
     a.w[i] = static_cast<float>(w - h.lr * update);
     if (a.w_bf16) a.w_bf16[i] = FloatToBF16(a.w[i]);
   }
@@ -27,7 +28,8 @@ void AdamReference(const AdamHyper& h, const AdamArrays& a) {
 void SgdReference(const SgdHyper& h, const SgdArrays& a) {
   for (int64_t i = 0; i < a.n; ++i) {
     const double w = a.w[i];
-    const double g = static_cast<double>(a.grad[i]) * h.grad_scale + static_cast<double>(h.weight_decay) * w;
+    const double g =
+        static_cast<double>(a.grad[i]) * h.grad_scale + static_cast<double>(h.weight_decay) * w;
     double u = g;
     if (a.m) {
       const double m = static_cast<double>(h.momentum) * a.m[i] + g;

@@ -75,9 +75,10 @@ void StreamPass(Arrays& a, ThreadPool& pool) {
 }
 
 // The textbook loop, kept scalar: what the kernel is worth over not vectorising at all.
-__attribute__((optimize("no-tree-vectorize"))) void PlainRange(
-    const optim::AdamHyper& h, float c1, float c2, float* w, float* m, float* v, const float* g,
-    int64_t n) {
+__attribute__((optimize("no-tree-vectorize"))) void PlainRange(const optim::AdamHyper& h, float c1,
+                                                               float c2, float* w, float* m,
+                                                               float* v, const float* g,
+                                                               int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     m[i] = h.beta1 * m[i] + (1 - h.beta1) * g[i];
     v[i] = h.beta2 * v[i] + (1 - h.beta2) * g[i] * g[i];
@@ -86,7 +87,8 @@ __attribute__((optimize("no-tree-vectorize"))) void PlainRange(
 }
 
 void PlainPass(Arrays& a, ThreadPool& pool, const optim::AdamHyper& h) {
-  const float c1 = optim::BiasCorrection(h.beta1, h.step), c2 = optim::BiasCorrection(h.beta2, h.step);
+  const float c1 = optim::BiasCorrection(h.beta1, h.step),
+              c2 = optim::BiasCorrection(h.beta2, h.step);
   float *g = a.g.get(), *w = a.w.get(), *m = a.m.get(), *v = a.v.get();
   pool.ParallelFor(a.n, 1 << 16, [&](int64_t lo, int64_t hi) {
     PlainRange(h, c1, c2, w + lo, m + lo, v + lo, g + lo, hi - lo);
@@ -134,9 +136,12 @@ Result<Report> RunAdamBench(const Options& o) {
   const optim::Isa best = optim::BestIsa();
 
   Report report;
-  report.config = {{"sizes", o.sizes},           {"threads", threads},
-                   {"reps", o.reps},             {"best_isa", std::string(optim::IsaName(best))},
-                   {"bytes_per_param", kBytesPerParam}, {"cores", cores}};
+  report.config = {{"sizes", o.sizes},
+                   {"threads", threads},
+                   {"reps", o.reps},
+                   {"best_isa", std::string(optim::IsaName(best))},
+                   {"bytes_per_param", kBytesPerParam},
+                   {"cores", cores}};
   Table table("Adam step (fp32 g, w, m, v; AdamW, bias correction), parameters/s",
               {{"params", "params", Table::Format::kInteger},
                {"threads", "threads", Table::Format::kInteger},
@@ -217,7 +222,8 @@ BenchFn SetupAdamBench(CLI::App& app) {
   auto o = std::make_shared<Options>();
   app.add_option("--sizes", o->sizes, "parameter counts, comma-separated (1M = 2^20)")
       ->capture_default_str();
-  app.add_option("--threads", o->threads, "thread counts, comma-separated (default 1, 2, 4.. cores)");
+  app.add_option("--threads", o->threads,
+                 "thread counts, comma-separated (default 1, 2, 4.. cores)");
   app.add_option("--reps", o->reps, "timed passes per figure (the median is reported)")
       ->capture_default_str();
   return [o] { return RunAdamBench(*o); };

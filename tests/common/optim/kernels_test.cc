@@ -212,12 +212,11 @@ TEST_P(KernelTest, ThreadsGiveTheSameBits) {
   EXPECT_EQ(pooled.bf16, alone.bf16);
 }
 
-INSTANTIATE_TEST_SUITE_P(All, KernelTest, ::testing::Combine(::testing::ValuesIn(Cases()),
-                                                             ::testing::ValuesIn(kPaths)),
-                         [](const auto& info) {
-                           return std::get<0>(info.param).name + "_" +
-                                  std::string(IsaName(std::get<1>(info.param)));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    All, KernelTest, ::testing::Combine(::testing::ValuesIn(Cases()), ::testing::ValuesIn(kPaths)),
+    [](const auto& info) {
+      return std::get<0>(info.param).name + "_" + std::string(IsaName(std::get<1>(info.param)));
+    });
 
 // Hand-computed first steps: the formulas themselves, not only kernel against reference.
 TEST(OptimKernels, AdamFirstStepIsLrTimesSign) {
@@ -238,7 +237,8 @@ TEST(OptimKernels, WeightDecayForms) {
   EXPECT_FLOAT_EQ(w[0], 2.0f - 0.1f * 0.5f * 2.0f);
   EXPECT_EQ(m[0], 0.0f);
   w = {2.0f};
-  AdamStep({.lr = 0.1f, .eps = 0.0f, .l2 = 0.5f}, {w.data(), m.data(), v.data(), g.data(), nullptr, 1});
+  AdamStep({.lr = 0.1f, .eps = 0.0f, .l2 = 0.5f},
+           {w.data(), m.data(), v.data(), g.data(), nullptr, 1});
   EXPECT_FLOAT_EQ(w[0], 1.9f);
   EXPECT_FLOAT_EQ(m[0], 0.1f * 0.5f * 2.0f);
 }
@@ -253,11 +253,12 @@ TEST(OptimKernels, BiasCorrectionIsTheTrainersFloatFactor) {
 TEST(OptimKernels, SgdMomentumAndNesterov) {
   std::vector<float> w = {1.0f}, m = {1.0f}, g = {2.0f};
   SgdStep({.lr = 0.5f, .momentum = 0.5f}, {w.data(), m.data(), g.data(), nullptr, 1});
-  EXPECT_FLOAT_EQ(m[0], 2.5f);             // 0.5 * 1 + 2
-  EXPECT_FLOAT_EQ(w[0], 1.0f - 1.25f);     // lr * m
+  EXPECT_FLOAT_EQ(m[0], 2.5f);          // 0.5 * 1 + 2
+  EXPECT_FLOAT_EQ(w[0], 1.0f - 1.25f);  // lr * m
   w = {1.0f};
   m = {1.0f};
-  SgdStep({.lr = 0.5f, .momentum = 0.5f, .nesterov = true}, {w.data(), m.data(), g.data(), nullptr, 1});
+  SgdStep({.lr = 0.5f, .momentum = 0.5f, .nesterov = true},
+          {w.data(), m.data(), g.data(), nullptr, 1});
   EXPECT_FLOAT_EQ(w[0], 1.0f - 0.5f * (2.0f + 0.5f * 2.5f));
 }
 
