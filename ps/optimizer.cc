@@ -1,10 +1,13 @@
-// optimizer.cc: optimizer kernels. Compiled with -O3 -fno-math-errno (see CMakeLists.txt) so the
-// loops vectorise; target_clones adds an AVX2+FMA version picked at run time.
+// optimizer.cc: the server-side optimizers on one record. SGD and Adam/AdamW run the shared
+// CPU kernels (common/optim/kernels.h, the trainer's too); Adagrad, which only servers offer,
+// is a loop here, compiled with -O3 -fno-math-errno (see CMakeLists.txt) so it vectorises, and
+// target_clones adds an AVX2+FMA version picked at run time.
 #include "ps/optimizer.h"
 
 #include <cmath>
 
 #include "common/check.h"
+#include "common/optim/kernels.h"
 
 namespace strata {
 namespace {
@@ -26,40 +29,12 @@ Real ClipScale(const float* g, int n, float scale, float clip) {
 #endif
 
 STRATA_VECTOR_CLONES
-void Sgd(float* __restrict w, float* __restrict m, const float* __restrict g, int n, float s,
-         float lr, float mu, float wd) {
-  if (m) {
-    for (int i = 0; i < n; ++i) {
-      const float gi = g[i] * s + wd * w[i];
-      m[i] = mu * m[i] + gi;
-      w[i] -= lr * m[i];
-    }
-  } else {
-    for (int i = 0; i < n; ++i) w[i] -= lr * (g[i] * s + wd * w[i]);
-  }
-}
-
-STRATA_VECTOR_CLONES
 void Adagrad(float* __restrict w, float* __restrict acc, const float* __restrict g, int n, float s,
              float lr, float eps, float wd) {
   for (int i = 0; i < n; ++i) {
     const float gi = g[i] * s + wd * w[i];
     acc[i] += gi * gi;
     w[i] -= lr * gi / (std::sqrt(acc[i]) + eps);
-  }
-}
-
-STRATA_VECTOR_CLONES
-void Adam(float* __restrict w, float* __restrict m, float* __restrict v, const float* __restrict g,
-          int n, float s, float lr, float b1, float b2, float eps, float l2, float decoupled,
-          float bc1, float bc2) {
-  for (int i = 0; i < n; ++i) {
-    const float gi = g[i] * s + l2 * w[i];
-    m[i] = b1 * m[i] + (1 - b1) * gi;
-    v[i] = b2 * v[i] + (1 - b2) * gi * gi;
-    const float mhat = m[i] / bc1;
-    const float vhat = v[i] / bc2;
-    w[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + decoupled * w[i]);
   }
 }
 
@@ -77,16 +52,23 @@ void ApplyUpdate(const OptimizerSpec& o, int state_slots, std::span<float> recor
   const float scale = grad_scale * ClipScale<float>(grad, n, grad_scale, o.clip_norm);
   switch (o.kind) {
     case OptimizerKind::kSgd:
-      return Sgd(w, o.momentum > 0 ? s0 : nullptr, grad, n, scale, o.lr, o.momentum, o.weight_decay);
+      return optim::SgdStep(
+          {.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay, .grad_scale = scale},
+          {.w = w, .m = o.momentum > 0 ? s0 : nullptr, .grad = grad, .n = n});
     case OptimizerKind::kAdagrad:
       return Adagrad(w, s0, grad, n, scale, o.lr, o.eps, o.weight_decay);
     case OptimizerKind::kAdam:
     case OptimizerKind::kAdamW: {
       const bool decoupled = o.kind == OptimizerKind::kAdamW;
-      const float bc1 = 1 - std::pow(o.beta1, static_cast<float>(step));
-      const float bc2 = 1 - std::pow(o.beta2, static_cast<float>(step));
-      return Adam(w, s0, s1, grad, n, scale, o.lr, o.beta1, o.beta2, o.eps,
-                  decoupled ? 0.0f : o.weight_decay, decoupled ? o.weight_decay : 0.0f, bc1, bc2);
+      return optim::AdamStep({.lr = o.lr,
+                              .beta1 = o.beta1,
+                              .beta2 = o.beta2,
+                              .eps = o.eps,
+                              .l2 = decoupled ? 0.0f : o.weight_decay,
+                              .decoupled = decoupled ? o.weight_decay : 0.0f,
+                              .grad_scale = scale,
+                              .step = step},
+                             {.w = w, .m = s0, .v = s1, .grad = grad, .n = n});
     }
   }
 }

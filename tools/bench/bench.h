@@ -42,6 +42,10 @@ BenchFn SetupPipelineBench(CLI::App& app);
 // bytes per step measured beside theory, communication hidden behind backward, memory.
 BenchFn SetupZeroBench(CLI::App& app);
 
+// adam_bench.cc: the fused CPU Adam kernel in parameters/s beside the memory-bandwidth bound
+// measured in the same run, each instruction-set path, and a plain scalar loop.
+BenchFn SetupAdamBench(CLI::App& app);
+
 // Shared by the subcommands that run real jobs (defined in pipeline_bench.cc).
 // Runs strata-launch with `args` (args[0]: its path) and OPENBLAS_NUM_THREADS=1, its output to
 // `log`; fails with the log's tail when it exits non-zero.

@@ -28,6 +28,8 @@ const strata::bench::Subcommand kSubcommands[] = {
      strata::bench::SetupPipelineBench},
     {"zero", "ZeRO stages 0-3 on dp trainers: step time, dp bytes vs theory, hidden comm, memory",
      strata::bench::SetupZeroBench},
+    {"adam", "fused CPU Adam kernel: parameters/s beside the memory-bandwidth bound and a scalar loop",
+     strata::bench::SetupAdamBench},
 };
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <vector>
 
+#include "common/optim/kernels.h"
 #include "trainer/ops/op_helpers.h"
 #include "trainer/ops/parallel.h"
 #include "trainer/ops/rng.h"
@@ -623,22 +624,18 @@ void DropoutBackward(const Exec& ex, const Tensor& dy, float p, uint64_t seed, c
 
 // --- Optimizers
 
+// Both run the shared CPU kernels (common/optim/kernels.h) on the ops' pool: the same kernels
+// the parameter servers apply, with the formulas these ops always had (the CUDA kernels in
+// cuda_ops.cu compute the same ones).
 void SgdUpdate(const Exec& ex, const Tensor& w, const Tensor& g, const Tensor& v, float lr,
                float momentum, float weight_decay, bool nesterov) {
   CheckF32(w, "sgd w");
   CheckSame(w, g, "sgd");
   CheckSame(w, v, "sgd");
   STRATA_DISPATCH(w, SgdUpdate(ex, w, g, v, lr, momentum, weight_decay, nesterov));
-  const int64_t n = w.numel();
-  float *pw = W(w), *pv = W(v);
-  const float* pg = F(g);
-  ParallelFor(n, kParallelGrain, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) {
-      const float gi = pg[i] + weight_decay * pw[i];
-      pv[i] = momentum * pv[i] + gi;
-      pw[i] -= lr * (nesterov ? gi + momentum * pv[i] : pv[i]);
-    }
-  });
+  optim::SgdStep({.lr = lr, .momentum = momentum, .weight_decay = weight_decay, .nesterov = nesterov},
+                 {.w = W(w), .m = W(v), .grad = F(g), .n = w.numel()},
+                 {.pool = &OpsThreadPool(), .grain = kParallelGrain});
 }
 
 void AdamWUpdate(const Exec& ex, const Tensor& w, const Tensor& g, const Tensor& m,
@@ -650,19 +647,9 @@ void AdamWUpdate(const Exec& ex, const Tensor& w, const Tensor& g, const Tensor&
   CheckSame(w, v, "adamw");
   STRATA_CHECK(t >= 1) << "adamw step " << t;
   STRATA_DISPATCH(w, AdamWUpdate(ex, w, g, m, v, lr, beta1, beta2, eps, weight_decay, t));
-  const int64_t n = w.numel();
-  const float c1 = 1.0f / (1.0f - static_cast<float>(std::pow(beta1, t)));
-  const float c2 = 1.0f / (1.0f - static_cast<float>(std::pow(beta2, t)));
-  float *pw = W(w), *pm = W(m), *pv = W(v);
-  const float* pg = F(g);
-  ParallelFor(n, kParallelGrain, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) {
-      pm[i] = beta1 * pm[i] + (1.0f - beta1) * pg[i];
-      pv[i] = beta2 * pv[i] + (1.0f - beta2) * pg[i] * pg[i];
-      const float mhat = pm[i] * c1, vhat = pv[i] * c2;
-      pw[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + weight_decay * pw[i]);
-    }
-  });
+  optim::AdamStep({.lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps, .decoupled = weight_decay, .step = t},
+                  {.w = W(w), .m = W(m), .v = W(v), .grad = F(g), .n = w.numel()},
+                  {.pool = &OpsThreadPool(), .grain = kParallelGrain});
 }
 
 // --- Casts

@@ -1,13 +1,14 @@
 // parallel.h: ParallelFor, the CPU ops' thread pool for elementwise loops and reductions
-// outside GEMM (optimizer updates, activations, bias and norm sums). Workers sleep on a
-// condition variable between jobs (no spinning, unlike an OpenMP runtime's default), so they
-// leave the cores to OpenBLAS's own threads when GEMM runs. Work is cut into chunks of a fixed
-// size, so a reduction that sums per-chunk partials in chunk order gives the same bits with any
-// number of threads.
+// outside GEMM (optimizer updates, activations, bias and norm sums): one ThreadPool
+// (common/thread_pool.h) whose sleeping workers leave the cores to OpenBLAS's own threads when
+// GEMM runs. Work is cut into chunks of a fixed size, so a reduction that sums per-chunk
+// partials in chunk order gives the same bits with any number of threads.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+
+#include "common/thread_pool.h"
 
 namespace strata::ops {
 
@@ -16,6 +17,10 @@ namespace strata::ops {
 // pool has one thread. fn must be safe to call concurrently on disjoint ranges. Not reentrant:
 // fn must not call ParallelFor.
 void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+// The pool ParallelFor runs on (made on first use, ParallelThreads() threads), for kernels that
+// take a pool (common/optim).
+ThreadPool& OpsThreadPool();
 
 // Threads ParallelFor uses: OPENBLAS_NUM_THREADS if set (the launcher sets it to each trainer's
 // share of the cores), else the number of cores.
