@@ -45,11 +45,11 @@ class CommAccountingTest : public testing::LaunchFixture {
   // mid-run evaluation, which must not count as training traffic); returns every rank's "comm"
   // metrics object, by rank.
   std::vector<nlohmann::json> Run(const std::string& tag, int trainers,
-                                  std::vector<std::string> sets, const char* job = kGpt) {
+                                  std::vector<std::string> sets, const char* job = kGpt, int servers = 0) {
     std::string log;
     sets.insert(sets.end(), {"sync.bucket_mb=0.01", "train.eval_every=2",
                              "train.metrics_path=" + Metrics(tag)});
-    EXPECT_EQ(Launch(Job(tag, job), 0, trainers, sets, &log), 0) << log;
+    EXPECT_EQ(Launch(Job(tag, job), servers, trainers, sets, &log), 0) << log;
     EXPECT_NE(log.find("communication per step"), std::string::npos) << log;
     EXPECT_NE(log.find("measured bytes equal the model's for every op"), std::string::npos) << log;
     std::vector<nlohmann::json> out;
@@ -157,6 +157,22 @@ TEST_F(CommAccountingTest, Dp2GptZero3UnderGpipeAnd1f1bBytesPerStepEqualTheModel
     ++i;
   }
   EXPECT_EQ(gathered[0], gathered[1]);
+}
+
+// Hybrid ctr: the embedding tables live on the servers (each step's rows in compact local
+// tables); the replicas all-reduce only the dense part.
+TEST_F(CommAccountingTest, HybridCtrDp2BytesPerStepEqualTheModel) {
+  const char* ctr =
+      "model: {kind: ctr}\n"
+      "data: {kind: click_log, eval_samples: 256}\n"
+      "optimizer: {kind: sgd, lr: 0.05}\n"
+      "train: {steps: 5, batch_size: 64, log_every: 1, progress: false}\n"
+      "sync: {mode: hybrid}\n";
+  const auto ranks = Run("hybrid-ctr", 2, {"optimizer.clip_norm=0"}, ctr, /*servers=*/1);
+  ExpectMatchesModel(ranks, "hybrid-ctr");
+  const nlohmann::json dp = Group(ranks[0], "dp");
+  ASSERT_TRUE(dp.is_object());
+  EXPECT_GT(dp["ops"]["all_reduce"]["bytes"].get<int64_t>(), 0);
 }
 
 TEST_F(CommAccountingTest, Dp2TimesPp2GptBytesPerStepEqualTheModel) {

@@ -74,7 +74,9 @@ class CtrModel final : public Model {
  public:
   CtrModel(const ModelOptions& o, const ops::Exec& ex, const UnitSelection& build)
       : Model(ex, o.seed, nn::LossKind::kBceWithLogits) {
-    const int64_t rows = o.fields * o.field_vocab;
+    // The tables' rows as built here: the compact per-step tables under ps and hybrid
+    // (sparse_rows), as gpt's token embedding counts them, so the spec is what this rank holds.
+    const int64_t rows = o.sparse_rows ? o.sparse_rows : o.fields * o.field_vocab;
     const int64_t params = rows * o.embed_dim + rows + o.fields * o.embed_dim * o.ctr_hidden +
                            o.ctr_hidden + o.dense * o.ctr_hidden + o.ctr_hidden + 1;
     AddUnit({"ctr", params, 1}, build, [&] {
