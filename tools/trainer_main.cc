@@ -31,7 +31,7 @@ void PrintSummary(const TrainJob& job, const Trainer& trainer, const TrainSummar
   if (e.auc >= 0) line += fmt::format(", auc {:.4f} (oracle {:.4f})", e.auc, e.oracle_auc);
   auto hidden = [](double total, double exposed) { return 100.0 * std::max(0.0, 1.0 - exposed / total); };
   if (s.gather_seconds > 0) {
-    line += fmt::format(", ZeRO-3 all-gathers {:.2f}s of which {:.0f}% hidden behind compute", s.gather_seconds,
+    line += fmt::format(", parameter all-gathers {:.2f}s of which {:.0f}% hidden behind compute", s.gather_seconds,
                         hidden(s.gather_seconds, s.exposed_gather_seconds));
   }
   if (s.comm_seconds > 0) {

@@ -282,8 +282,11 @@ void BucketAllReducer::Run() {
       const size_t b = gather_order_[gather_next_];
       const bool failed = !gather_error_.ok();
       lock.unlock();
+      const auto start = std::chrono::steady_clock::now();
       Status s = failed ? Status::OK() : GatherBucket(b);
+      const double secs = Seconds(start);
       lock.lock();
+      gather_seconds_ += secs;
       if (!s.ok() && gather_error_.ok()) gather_error_ = s.WithContext("all-gather of bucket " + std::to_string(b));
       gathered_[b] = true;
       ++gather_next_;

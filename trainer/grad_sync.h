@@ -123,6 +123,10 @@ class BucketAllReducer final : public GradSync, public ShardedBuckets, public Un
   // Finish() waited for it (the part backward did not hide).
   double comm_seconds() const { return comm_seconds_; }
   double exposed_seconds() const { return exposed_seconds_; }
+  // ZeRO's parameter all-gathers: seconds the communication thread spent in them, and seconds
+  // the training thread waited for them (the synchronous gather counts whole in both).
+  double gather_seconds() const { return gather_seconds_; }
+  double gather_exposed_seconds() const { return gather_exposed_; }
 
  private:
   struct Sync {                  // a bucket's state this step
@@ -180,6 +184,7 @@ class BucketAllReducer final : public GradSync, public ShardedBuckets, public Un
   bool rebuilt_ = false;
   std::vector<size_t> reported_order_;  // first step: parameter indices as reported
   double comm_seconds_ = 0, exposed_seconds_ = 0;
+  double gather_seconds_ = 0, gather_exposed_ = 0;
   std::thread thread_;
 };
 

@@ -2,6 +2,7 @@
 // values after the optimizer step, queued on the communication thread and waited for unit by
 // unit in the next forward (UnitHooks), and ZeRO-2's gradient buffers made per unit.
 #include <algorithm>
+#include <chrono>
 
 #include "trainer/grad_sync.h"
 #include "trainer/nn/tp_group.h"
@@ -38,7 +39,9 @@ void BucketAllReducer::BeforeUnit(int unit, Pass pass, UnitRange /*walk*/, const
   };
   if (!ready()) {
     Trace::Scope scope(trace_, "wait for all-gather", "comm", 0, step_);
+    const auto start = std::chrono::steady_clock::now();
     cv_.wait(lock, ready);
+    gather_exposed_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   if (!gather_error_.ok()) throw nn::CollectiveFailed(gather_error_);
 }
@@ -51,7 +54,9 @@ Status BucketAllReducer::GatherBucket(size_t i) {
 
 Status BucketAllReducer::WaitAllParams() {
   std::unique_lock lock(mu_);
+  const auto start = std::chrono::steady_clock::now();
   cv_.wait(lock, [&] { return gather_next_ >= gather_order_.size(); });
+  gather_exposed_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return gather_error_;
 }
 
@@ -85,6 +90,16 @@ Status BucketAllReducer::AllGatherParams() {
     cv_.notify_all();
     return Status::OK();
   }
+  const auto start = std::chrono::steady_clock::now();
+  struct Count {  // the synchronous gather is exposed whole
+    BucketAllReducer* r;
+    std::chrono::steady_clock::time_point start;
+    ~Count() {
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      r->gather_seconds_ += secs;
+      r->gather_exposed_ += secs;
+    }
+  } count{this, start};
   CommWaitsForCompute(start_event_);
   for (size_t i = 0; i < buckets_.size(); ++i) {
     const GradBucket& b = buckets_[i];

@@ -523,6 +523,8 @@ Result<TrainSummary> Trainer::RunSteps() {
   if (reducer_) {
     summary.comm_seconds = reducer_->comm_seconds();
     summary.exposed_comm_seconds = reducer_->exposed_seconds();
+    summary.gather_seconds = reducer_->gather_seconds();
+    summary.exposed_gather_seconds = reducer_->gather_exposed_seconds();
   }
   if (zero3_) {
     summary.comm_seconds = zero3_->reduce_seconds();
@@ -539,11 +541,10 @@ Result<TrainSummary> Trainer::RunSteps() {
     if (reducer_ || zero3_) {
       end["grad_sync"] = {{"comm_seconds", summary.comm_seconds}, {"exposed_seconds", summary.exposed_comm_seconds}};
     }
-    if (zero3_) {
-      // The all-gathers alone: how much of them the prefetch hid behind compute.
-      end["grad_sync"]["gather_seconds"] = zero3_->gather_seconds();
-      end["grad_sync"]["gather_exposed_seconds"] = zero3_->gather_exposed_seconds();
-      end["grad_sync"]["gathers"] = zero3_->gathers();
+    if (summary.gather_seconds > 0) {
+      // ZeRO's parameter all-gathers alone: how much of them ran behind compute.
+      end["grad_sync"]["gather_seconds"] = summary.gather_seconds;
+      end["grad_sync"]["gather_exposed_seconds"] = summary.exposed_gather_seconds;
     }
     progress_->Metrics(end.dump());
   }

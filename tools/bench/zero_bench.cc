@@ -282,11 +282,12 @@ Result<Report> RunZeroBench(const Options& o) {
       "group (scalar host all-reduces and the first step's broadcast too), totals over the run, "
       "measured beside the trainer's own traffic model; = model: equal on every rank.",
       "hidden %: 1 - exposed / total seconds of the gradient sync's bucket collectives "
-      "(all-reduce, or reduce-scatter under ZeRO), summed over ranks; the ZeRO-1/2 parameter "
-      "all-gather after the optimizer step is not in it (it does not overlap yet). gathers "
-      "hidden %: ZeRO-3's per-unit all-gathers, 1 - the seconds forward and backward waited "
-      "for them / the seconds the communication thread spent in them (the rest ran behind the "
-      "previous unit's compute, prefetched).",
+      "(all-reduce, or reduce-scatter under ZeRO), summed over ranks. gathers hidden %: the "
+      "parameter all-gathers, 1 - the seconds the training thread waited for them / the "
+      "seconds the communication thread spent in them, summed over ranks: ZeRO-1/2's after the "
+      "optimizer step, queued and waited for unit by unit by the next forward; ZeRO-3's per "
+      "unit in forward and backward, the next unit's prefetched behind the current one's "
+      "compute.",
       "memory (rank 0, after the second step): bytes per parameter of parameters, gradients "
       "during a step and between steps, optimizer state; formula: ZeRO's paper for fp32 AdamW; "
       "peak: the allocator's high-water mark during a step (activations included).",
