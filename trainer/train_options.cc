@@ -113,6 +113,27 @@ void Bind(config::Binder& b, ParallelOptions& o) {
             "ZeRO-3 needs a schedule whose backward is whole (gpipe or 1f1b), not " + o.schedule);
 }
 
+void Bind(config::Binder& b, InferOptions& o) {
+  using M = InferOptions::Mode;
+  b.Enum("mode", o.mode, {{"off", M::kOff}, {"eval", M::kEval}, {"generate", M::kGenerate}},
+         "off (train), eval (the held-out set's loss and AUC) or generate (gpt, from prompts)");
+  b.Field("checkpoint", o.checkpoint, "a checkpoint step directory, or a checkpoint_dir (its latest step)");
+  b.Field("prompts", o.prompts, "generate: prompts (each byte a token)");
+  b.Field("max_new_tokens", o.max_new_tokens, "generate: tokens after each prompt, at most").Range(1, 1 << 20);
+  b.Field("stop", o.stop, "generate: a token ending a sequence (-1: none)").Range(-1, 1 << 24);
+  b.Field("greedy", o.greedy, "generate: argmax (else sample with temperature, top_k, top_p)");
+  b.Field("temperature", o.temperature, "sampling temperature").Range(1e-6, 100.0);
+  b.Field("top_k", o.top_k, "sample among the k likeliest tokens (0: all)").Range(0, 1 << 24);
+  b.Field("top_p", o.top_p, "sample within the smallest set reaching this probability").Range(1e-6, 1.0);
+  b.Field("seed", o.seed, "sampling seed (the same draws on any layout)");
+  b.Field("output_path", o.output_path, "JSON lines of results ({rank} replaced)");
+  b.Field("save_logits", o.save_logits, "generate: write each step's full logits");
+  b.Require(o.mode == InferOptions::Mode::kOff || !o.checkpoint.empty(), "checkpoint",
+            "inference needs a checkpoint to load");
+  b.Require(o.mode != InferOptions::Mode::kGenerate || !o.prompts.empty(), "prompts",
+            "generate needs at least one prompt");
+}
+
 void Bind(config::Binder& b, TrainJob& o) {
   b.Section("model", o.model, "model");
   b.Section("optimizer", o.optimizer, "optimizer");
@@ -120,6 +141,7 @@ void Bind(config::Binder& b, TrainJob& o) {
   b.Section("data", o.data, "data");
   b.Section("sync", o.sync, "how trainers synchronise");
   b.Section("parallel", o.parallel, "how the trainers cut the model: dp x tp x pp");
+  b.Section("infer", o.infer, "inference from a checkpoint instead of training");
 }
 
 }  // namespace strata

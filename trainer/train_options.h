@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/config.h"
 #include "common/logging.h"
@@ -122,6 +123,27 @@ struct ParallelOptions {
 };
 void Bind(config::Binder& b, ParallelOptions& o);
 
+// Inference instead of training (the job's `infer` section; trainer/infer.h): the trainers load
+// a checkpoint's parameters into their own plan (any tp, pp and replicas; no optimizer state)
+// and evaluate the data's held-out set, or (gpt) generate from prompts with a KV cache.
+struct InferOptions {
+  enum class Mode { kOff, kEval, kGenerate };
+  Mode mode = Mode::kOff;
+  std::string checkpoint;          // a step directory, or a checkpoint_dir (its latest step)
+  std::vector<std::string> prompts;  // generate: the prompts (bytes are tokens)
+  int64_t max_new_tokens = 32;     // generate: tokens after each prompt, at most
+  int64_t stop = -1;               // generate: a token (byte) that ends a sequence (-1: none)
+  bool greedy = true;              // generate: argmax; else sample (temperature, top_k, top_p)
+  double temperature = 1.0;
+  int64_t top_k = 0;               // 0: every token
+  double top_p = 1.0;              // nucleus: the smallest set whose probability reaches top_p
+  uint64_t seed = 1;               // sampling: the same seed draws the same tokens on any layout
+  std::string output_path;         // JSON lines ("{rank}" replaced): one per prompt, or the eval
+  bool save_logits = false;        // generate: each step's full logits in the output (tests)
+  bool enabled() const { return mode != Mode::kOff; }
+};
+void Bind(config::Binder& b, InferOptions& o);
+
 // Its sections sit at the top level of the job file, beside the cluster's (JobConfig binds them
 // in place).
 struct TrainJob {
@@ -131,6 +153,7 @@ struct TrainJob {
   DataOptions data;
   SyncOptions sync;
   ParallelOptions parallel;
+  InferOptions infer;
 };
 void Bind(config::Binder& b, TrainJob& o);
 

@@ -93,6 +93,9 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainJob& job, Node* node
 }
 
 Result<TrainSummary> Trainer::Run() {
+  if (job_.infer.enabled()) {
+    return CatchOutOfMemory([] { return "inference"; }, [this] { return RunInference(); });
+  }
   return CatchOutOfMemory([this] { return "training, step " + std::to_string(step_ + 1); },
                           [this] { return RunSteps(); });
 }
@@ -119,6 +122,10 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
     return Status::InvalidArgument(std::string("parallel.zero ") + std::to_string(job.parallel.zero) +
                                    " shards the optimizer over the all-reduce replicas: it needs sync.mode "
                                    "allreduce (sync.mode is " + ModeName(sync.mode) + ")");
+  }
+  if (job.infer.enabled() && (sync.mode == SyncOptions::Mode::kPs || sync.mode == SyncOptions::Mode::kHybrid)) {
+    return Status::InvalidArgument(std::string("infer.mode with sync.mode ") + ModeName(sync.mode) +
+                                   ": inference from the servers' tables is not built yet (sync.mode local or allreduce)");
   }
   STRATA_ASSIGN_OR_RETURN(t->plan_, ResolvePlan(job, t->world_));
   if (!cluster && t->plan_.pp > 1) {
@@ -161,9 +168,10 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
     }
   }
   if (cluster) STRATA_RETURN_IF_ERROR(t->Connect());
-  ShardedBuckets* shards = t->zero3_ ? static_cast<ShardedBuckets*>(t->zero3_.get())
-                         : t->reducer_ && t->reducer_->zero() > 0 ? t->reducer_.get() : nullptr;
-  if (shards) {
+  if (job.infer.enabled()) {
+    // No optimizer and no gradient synchronisation: parameters come from the checkpoint.
+  } else if (ShardedBuckets* shards = t->zero3_ ? static_cast<ShardedBuckets*>(t->zero3_.get())
+                         : t->reducer_ && t->reducer_->zero() > 0 ? t->reducer_.get() : nullptr) {
     auto sharded = std::make_unique<ShardedOptimizer>(job.optimizer, *shards);
     t->sharded_ = sharded.get();
     t->optimizer_ = std::move(sharded);
@@ -259,6 +267,7 @@ Status Trainer::Connect() {
     STRATA_ASSIGN_OR_RETURN(ps_, PsSync::Create(*client_, reg, job_, o, trace_.get()));
     syncs_.push_back(ps_.get());
   }
+  if (job_.infer.enabled()) return Status::OK();  // nothing to synchronise
   if ((sync.mode == SyncOptions::Mode::kAllReduce || sync.mode == SyncOptions::Mode::kHybrid) && groups_.dp) {
     Communicator& dp = *groups_.dp;
 #if STRATA_HAVE_CUDA

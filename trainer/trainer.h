@@ -120,6 +120,11 @@ class Trainer {
   Result<std::vector<double>> SharedUnitCosts();
   Status Connect();
   Result<TrainSummary> RunSteps();
+  // Inference (job.infer, trainer_infer.cc): the checkpoint's parameters (a step directory, or
+  // a checkpoint_dir's latest) into this plan, then evaluation or generation.
+  Status LoadParameters(const std::string& where);
+  Result<TrainSummary> RunInference();
+  Status Generate();
   std::vector<Batch> NextBatches();
   Result<double> TrainStep();
   // Sums `v` over the pipeline, then averages it over the replicas when they all-reduce (a

@@ -41,6 +41,16 @@ class GptEmbedding final : public nn::Layer {
     STRATA_CHECK_LE(ids.size(1), context_) << "sequence longer than the context";
     Tensor x = tok_->Forward(ids, ctx);  // [N, T, C], or [N, T/tp, C] (sequence-parallel)
     const int64_t n = x.size(0), t = x.size(1), c = width_;
+    if (const nn::DecodeState* d = ctx.decode()) {
+      // Generation: row r's tokens sit at positions starts[r] ...
+      for (int64_t r = 0; r < n; ++r) {
+        const int64_t first = d->starts.at(static_cast<size_t>(r));
+        STRATA_CHECK_LE(first + t, context_) << "generation past the context (" << context_ << " positions)";
+        ops::AddBias(ctx.exec(), Reshaped(x.Narrow(0, r, 1), {1, t * c}),
+                     Reshaped(pos_->value.Narrow(0, first, t), {t * c}));
+      }
+      return x;  // no dropout in inference
+    }
     ops::AddBias(ctx.exec(), Reshaped(x, {n, t * c}), Reshaped(pos_->value.Narrow(0, FirstPosition(t), t), {t * c}));
     return drop_.Forward(x, ctx);
   }

@@ -309,6 +309,21 @@ Tensor CausalSelfAttention::DoForward(const Tensor& x, Context& ctx) {
   const Shape hs{b, heads_, t, hd};
   Tensor q = ops::NewTensor(ex, hs), k = ops::NewTensor(ex, hs), v = ops::NewTensor(ex, hs);
   ops::SplitHeads(ex, qkv, b, heads_, q, k, v);
+  if (DecodeState* d = ctx.decode()) {
+    // Generation: this call's keys and values join the cache; the queries attend over each
+    // row's prefix (nothing is saved: no backward).
+    auto& [kc, vc] = d->kv[this];
+    if (!kc.defined()) {
+      kc = ops::NewZeros(ex, {b, heads_, d->capacity, hd});
+      vc = ops::NewZeros(ex, {b, heads_, d->capacity, hd});
+    }
+    ops::KvAppend(ex, k, v, kc, vc, d->starts);
+    Tensor y = ops::NewTensor(ex, hs);
+    ops::CachedAttention(ex, q, kc, vc, d->starts, y);
+    Tensor merged = ops::NewTensor(ex, {b * t, local_});
+    ops::MergeHeads(ex, y, merged);
+    return proj_.Forward(Reshaped(merged, {b, t, local_}), ctx);
+  }
   Tensor att = ops::NewTensor(ex, {b, heads_, t, t}), y = ops::NewTensor(ex, hs);
   ops::CausalAttention(ex, q, k, v, att, y);
   Tensor merged = ops::NewTensor(ex, {b * t, local_});

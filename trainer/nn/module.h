@@ -79,6 +79,17 @@ class ParameterRegistry {
   std::map<std::string, Parameter*, std::less<>> by_name_;
 };
 
+// Incremental decoding (generation with a KV cache): the batch's new tokens of row b sit at
+// positions starts[b], starts[b] + 1, ... of its sequence, and each attention layer keeps its
+// keys and values for every position so far here, between forwards ([B, H, capacity, hd] per
+// layer, H this rank's heads). Positions past a row's own tokens hold anything: attention reads
+// keys up to each query's position only.
+struct DecodeState {
+  std::vector<int64_t> starts;  // by batch row
+  int64_t capacity = 0;         // positions the caches hold
+  std::map<const void*, std::pair<Tensor, Tensor>> kv;  // by attention layer: keys, values
+};
+
 // What forward saved for one micro-batch, keyed by (layer, name). Several contexts may be in
 // flight at once (pipelining); a context is used by one thread at a time.
 class Context {
@@ -114,6 +125,11 @@ class Context {
   using GradReadyFn = std::function<void(Parameter&)>;
   void set_grad_ready(GradReadyFn fn) { grad_ready_ = std::move(fn); }
   const GradReadyFn& grad_ready() const { return grad_ready_; }
+
+  // Generation: forwards of this context extend the sequences in `d` (not owned; null: whole
+  // sequences from position 0, no cache).
+  void set_decode(DecodeState* d) { decode_ = d; }
+  DecodeState* decode() const { return decode_; }
   void GradReady(Parameter& p) const {
     if (grad_ready_) grad_ready_(p);
   }
@@ -123,6 +139,7 @@ class Context {
   bool training_;
   uint64_t seed_;
   GradReadyFn grad_ready_;
+  DecodeState* decode_ = nullptr;
   std::map<std::pair<const void*, std::string>, Tensor> saved_;
   std::map<const void*, std::unique_ptr<Context>> scratch_;
 };

@@ -43,5 +43,8 @@ inline int64_t Cols(const Tensor& t) { return t.dim() == 0 ? 1 : t.size(t.dim() 
 inline int64_t IdAt(const Tensor& ids, int64_t i) {
   return ids.dtype() == DType::kI64 ? ids.data_as<int64_t>()[i] : ids.data_as<int32_t>()[i];
 }
+// y = softmax(x) over n entries (a fast exp, summed in double, as every CPU softmax here);
+// returns log(sum(exp(x))).
+double SoftmaxRow(const float* x, float* y, int64_t n);
 
 }  // namespace strata::ops::internal

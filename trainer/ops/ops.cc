@@ -17,6 +17,7 @@
 
 namespace strata::ops {
 
+using internal::SoftmaxRow;
 using internal::CheckF32;
 using internal::CheckSame;
 using internal::Cols;
@@ -326,8 +327,10 @@ inline float FastExp(float x) {
   return er * scale;
 }
 
+}  // namespace
+
 // y = softmax(x) over n entries; returns log(sum(exp(x))) (the row's log-partition).
-double SoftmaxRow(const float* x, float* y, int64_t n) {
+double internal::SoftmaxRow(const float* x, float* y, int64_t n) {
   float mx = -INFINITY;
   for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
   for (int64_t i = 0; i < n; ++i) y[i] = FastExp(x[i] - mx);
@@ -337,6 +340,8 @@ double SoftmaxRow(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] *= inv;
   return std::log(s) + mx;
 }
+
+namespace {
 void SoftmaxBackwardRow(const float* y, const float* dy, float* dx, int64_t n) {
   double dot = 0;
   for (int64_t i = 0; i < n; ++i) dot += static_cast<double>(y[i]) * dy[i];

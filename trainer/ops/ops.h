@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "common/tensor.h"
 #include "trainer/ops/exec.h"
@@ -101,6 +102,16 @@ struct SparseRows {
   Tensor rows;
 };
 SparseRows EmbeddingSparseGrad(const Tensor& drows, const Tensor& ids);
+
+// --- Generation (decode_ops.cc; CPU only): a KV cache [B, H, capacity, hd] per attention layer.
+// Writes k and v [B, H, n, hd] into the caches at positions starts[b] .. starts[b] + n - 1 of
+// each row b.
+void KvAppend(const Exec& ex, const Tensor& k, const Tensor& v, const Tensor& kcache, const Tensor& vcache,
+              const std::vector<int64_t>& starts);
+// out [B, H, n, hd]: the n new queries of row b (at positions starts[b] + i) attend causally
+// over the row's cached keys and values 0 .. starts[b] + i.
+void CachedAttention(const Exec& ex, const Tensor& q, const Tensor& kcache, const Tensor& vcache,
+                     const std::vector<int64_t>& starts, const Tensor& out);
 
 // --- Tensor parallelism: a vocabulary split over ranks, each holding rows [first, first + V')
 // of the table or columns [first, first + V') of the logits.
