@@ -21,6 +21,17 @@ namespace {
 
 void PrintSummary(const TrainJob& job, const Trainer& trainer, const TrainSummary& s) {
   const EvalMetrics& e = s.eval;
+  if (job.infer.enabled()) {
+    // Inference: what was computed, not training figures.
+    std::string line = fmt::format("inference done ({}, checkpoint step {}, {})",
+                                   job.infer.mode == InferOptions::Mode::kEval ? "eval" : "generate", s.first_step,
+                                   trainer.plan().ToString());
+    if (job.infer.mode == InferOptions::Mode::kEval) line += fmt::format(": eval loss {:.5f}", e.loss);
+    if (e.auc >= 0) line += fmt::format(", auc {:.4f}", e.auc);
+    if (!job.infer.output_path.empty()) line += ", results in " + job.infer.output_path;
+    spdlog::info("{}", line);
+    return;
+  }
   std::string line = fmt::format("done: {} steps in {:.1f}s, {:.0f} samples/s", s.losses.size(),
                                  s.seconds, s.samples_per_second);
   if (job.model.kind == ModelOptions::Kind::kGpt) {
@@ -77,7 +88,7 @@ int Train(const JobConfig& config, Node* node, bool launched) {
 int main(int argc, char** argv) {
   using namespace strata;
   TuneHostMallocForLargeBuffers();  // before any thread starts
-  CLI::App app{"strata-trainer: trains a model (mlp, gpt, ctr) alone or as one trainer of a cluster"};
+  CLI::App app{"strata-trainer: trains a model (mlp, gpt, ctr) alone or as one trainer of a cluster, or serves a checkpoint (infer.mode eval or generate)"};
   JobFlags flags;
   AddJobFlags(app, flags);
   NodeFlags node_flags;
