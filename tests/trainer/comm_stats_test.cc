@@ -96,17 +96,47 @@ TEST_F(CommStatsTest, GlooCountsEveryOperationsPayload) {
   for (auto& t : threads) t.join();
 }
 
+// All-to-all transposes blocks across the group and counts its input.
+TEST_F(CommStatsTest, GlooAllToAllTransposesBlocksAndCountsItsInput) {
+  constexpr size_t kBlock = 3;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      auto made = MakeGlooCommunicator(*nodes_[r], "trainers/tp/0", r, kRanks);
+      ASSERT_TRUE(made.ok()) << made.status().ToString();
+      Communicator& c = **made;
+      // Element i of block j on rank r is 100 r + 10 j + i.
+      std::vector<float> in(kRanks * kBlock), out(kRanks * kBlock, -1.0f);
+      for (int j = 0; j < kRanks; ++j) {
+        for (size_t i = 0; i < kBlock; ++i) in[j * kBlock + i] = 100.0f * r + 10.0f * j + i;
+      }
+      ASSERT_TRUE(c.AllToAll(in.data(), out.data(), kBlock).ok());
+      for (int j = 0; j < kRanks; ++j) {
+        for (size_t i = 0; i < kBlock; ++i) {
+          EXPECT_EQ(out[j * kBlock + i], 100.0f * j + 10.0f * r + i) << "rank " << r << " block " << j;
+        }
+      }
+      ASSERT_TRUE(c.AllToAll(in.data(), out.data(), 0).ok());
+      EXPECT_EQ(c.stats()[CommOp::kAllToAll], (CommOpStats{2, kRanks * kBlock * 4}));
+      EXPECT_EQ(c.stats().total_calls(), 2u);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
 TEST(CommStats, RingWireBytesPerRank) {
   EXPECT_DOUBLE_EQ(RingWireBytesPerRank(CommOp::kAllReduce, 400, 4), 600);  // 2 (n-1)/n
   EXPECT_DOUBLE_EQ(RingWireBytesPerRank(CommOp::kHostAllReduce, 8, 2), 8);
   EXPECT_DOUBLE_EQ(RingWireBytesPerRank(CommOp::kReduceScatter, 400, 4), 300);  // (n-1)/n
   EXPECT_DOUBLE_EQ(RingWireBytesPerRank(CommOp::kAllGather, 400, 4), 300);
+  EXPECT_DOUBLE_EQ(RingWireBytesPerRank(CommOp::kAllToAll, 400, 4), 300);
   EXPECT_DOUBLE_EQ(RingWireBytesPerRank(CommOp::kBroadcast, 400, 4), 400);
   EXPECT_DOUBLE_EQ(RingWireBytesPerRank(CommOp::kSend, 400, 4), 400);
   EXPECT_DOUBLE_EQ(RingWireBytesPerRank(CommOp::kRecv, 400, 4), 0);
   EXPECT_DOUBLE_EQ(RingWireBytesPerRank(CommOp::kAllReduce, 400, 1), 0);
   EXPECT_EQ(CommOpName(CommOp::kHostBroadcast), "host_broadcast");
   EXPECT_EQ(CommOpName(CommOp::kAllReduce), "all_reduce");
+  EXPECT_EQ(CommOpName(CommOp::kAllToAll), "all_to_all");
 }
 
 }  // namespace

@@ -23,6 +23,8 @@ std::string_view CommOpName(CommOp op) {
       return "host_all_reduce";
     case CommOp::kHostBroadcast:
       return "host_broadcast";
+    case CommOp::kAllToAll:
+      return "all_to_all";
   }
   return "?";
 }
@@ -65,6 +67,7 @@ double RingWireBytesPerRank(CommOp op, double bytes, int n) {
       return 2 * share * bytes;
     case CommOp::kReduceScatter:
     case CommOp::kAllGather:
+    case CommOp::kAllToAll:  // keeps its own block, sends the other n-1
       return share * bytes;
     case CommOp::kBroadcast:
     case CommOp::kHostBroadcast:

@@ -23,10 +23,11 @@ enum class CommOp : uint8_t {
   kBarrier,
   kHostAllReduce,
   kHostBroadcast,
+  kAllToAll,
 };
-inline constexpr size_t kNumCommOps = 9;
+inline constexpr size_t kNumCommOps = 10;
 
-std::string_view CommOpName(CommOp op);  // "all_reduce", ..., "host_all_reduce", "host_broadcast"
+std::string_view CommOpName(CommOp op);  // "all_reduce", ..., "host_broadcast", "all_to_all"
 
 // Calls and bytes of one kind of operation.
 struct CommOpStats {
@@ -44,6 +45,7 @@ struct CommOpStats {
 //   all-reduce, broadcast, host ops:  count * size
 //   reduce-scatter:                   the input, size() * count_per_rank * 4
 //   all-gather:                       the output, size() * count * 4
+//   all-to-all:                       the input, size() * count_per_rank * 4
 //   send, recv:                       count * 4
 //   barrier:                          0
 // An operation is counted when it was issued successfully (complete on Gloo, enqueued on NCCL,
@@ -69,7 +71,7 @@ struct CommStats {
 // Bytes each rank sends for one call of `op` with `bytes` of payload (as CommStats counts it)
 // in a group of `n` ranks, when the collective runs as a ring (as NCCL's and Gloo's large
 // collectives do; nccl-tests' "busbw" is this over the time):
-//   all-reduce: 2 (n-1)/n * bytes     reduce-scatter, all-gather: (n-1)/n * bytes
+//   all-reduce: 2 (n-1)/n * bytes     reduce-scatter, all-gather, all-to-all: (n-1)/n * bytes
 //   broadcast:  bytes (a pipelined chain forwards the whole buffer)
 //   send: bytes; recv, barrier: 0 (what the rank receives is its peer's send)
 // Linear in `bytes`, so it applies to a sum of calls as well. 0 when n < 2.

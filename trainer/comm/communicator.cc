@@ -29,6 +29,11 @@ Status Communicator::AllGather(const float* in, float* out, size_t count) {
                static_cast<uint64_t>(size()) * count * kFloat);
 }
 
+Status Communicator::AllToAll(const float* in, float* out, size_t count_per_rank) {
+  return Count(DoAllToAll(in, out, count_per_rank), CommOp::kAllToAll,
+               static_cast<uint64_t>(size()) * count_per_rank * kFloat);
+}
+
 Status Communicator::Broadcast(float* data, size_t count, int root) {
   return Count(DoBroadcast(data, count, root), CommOp::kBroadcast, count * kFloat);
 }

@@ -1,6 +1,6 @@
 // communicator.h: Communicator, the collectives and point-to-point transfers trainers use when
 // they do not go through the parameter servers: all-reduce, reduce-scatter, all-gather,
-// broadcast, barrier, send and recv over a group of ranks. Backends: Gloo over TCP for host
+// all-to-all, broadcast, barrier, send and recv over a group of ranks. Backends: Gloo over TCP for host
 // memory (gloo_communicator.h) and NCCL for device memory (nccl_communicator.h, CUDA builds).
 // Every backend is bootstrapped through the scheduler's key-value store, so no extra rendezvous
 // service is needed. Every communicator counts what it moves (CommStats, comm_stats.h).
@@ -61,6 +61,10 @@ class Communicator {
   Status ReduceScatter(const float* in, float* out, size_t count_per_rank, ReduceOp op);
   // `out` (size() * count floats) gets every rank's `in` (count floats), in rank order.
   Status AllGather(const float* in, float* out, size_t count);
+  // `in` holds size() blocks of `count_per_rank` floats; block j goes to rank j, and rank r's
+  // `out` (size() blocks of the same size) gets rank j's block r as its block j (a transpose of
+  // blocks across the group: MPI_Alltoall). `out` must not overlap `in`.
+  Status AllToAll(const float* in, float* out, size_t count_per_rank);
   // Every rank ends with `root`'s `data`.
   Status Broadcast(float* data, size_t count, int root);
   Status Barrier();
@@ -106,6 +110,7 @@ class Communicator {
   virtual Status DoAllReduce(float* data, size_t count, ReduceOp op) = 0;
   virtual Status DoReduceScatter(const float* in, float* out, size_t count_per_rank, ReduceOp op) = 0;
   virtual Status DoAllGather(const float* in, float* out, size_t count) = 0;
+  virtual Status DoAllToAll(const float* in, float* out, size_t count_per_rank) = 0;
   virtual Status DoBroadcast(float* data, size_t count, int root) = 0;
   virtual Status DoBarrier() = 0;
   virtual Status DoSend(const float* data, size_t count, int peer, uint32_t tag) = 0;

@@ -1,11 +1,12 @@
-// gloo_communicator.cc: GlooCommunicator (Gloo's own all-reduce, all-gather, broadcast and
-// barrier; a ring reduce-scatter and send/recv over Gloo's unbound buffers) and the kv-store
-// rendezvous adapter. Gloo reports failures by throwing; they become Statuses here, at the
+// gloo_communicator.cc: GlooCommunicator (Gloo's own all-reduce, all-gather, all-to-all,
+// broadcast and barrier; a ring reduce-scatter and send/recv over Gloo's unbound buffers) and
+// the kv-store rendezvous adapter. Gloo reports failures by throwing; they become Statuses here, at the
 // boundary.
 #include "trainer/comm/gloo_communicator.h"
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -129,6 +130,17 @@ class GlooCommunicator final : public Communicator {
       opts.setOutput(out, count * size());
       opts.setTag(next_tag_++);
       gloo::allgather(opts);
+    });
+  }
+
+  Status DoAllToAll(const float* in, float* out, size_t count_per_rank) override {
+    if (count_per_rank == 0) return Status::OK();
+    return Run("all-to-all", [&] {
+      gloo::AlltoallOptions opts(context_);
+      opts.setInput(const_cast<float*>(in), count_per_rank * size());
+      opts.setOutput(out, count_per_rank * size());
+      opts.setTag(next_tag_++);
+      gloo::alltoall(opts);
     });
   }
 

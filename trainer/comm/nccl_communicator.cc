@@ -120,6 +120,25 @@ class NcclCommunicatorImpl final : public NcclCommunicator {
                    [&] { return ncclAllGather(in, out, count, ncclFloat, comm_, stream_); });
   }
 
+  // NCCL has no all-to-all: one grouped send and receive per peer (its own block is copied on
+  // the stream). The group is closed even when a call inside it failed, as NCCL requires.
+  Status DoAllToAll(const float* in, float* out, size_t count_per_rank) override {
+    if (count_per_rank == 0) return Status::OK();
+    return Enqueue("all-to-all", [&] {
+      ncclResult_t first = ncclGroupStart();
+      if (first != ncclSuccess) return first;
+      for (int peer = 0; peer < size_; ++peer) {
+        const float* send = in + static_cast<size_t>(peer) * count_per_rank;
+        float* recv = out + static_cast<size_t>(peer) * count_per_rank;
+        ncclResult_t r = ncclSend(send, count_per_rank, ncclFloat, peer, comm_, stream_);
+        if (r == ncclSuccess) r = ncclRecv(recv, count_per_rank, ncclFloat, peer, comm_, stream_);
+        if (first == ncclSuccess) first = r;
+      }
+      const ncclResult_t end = ncclGroupEnd();
+      return first != ncclSuccess ? first : end;
+    });
+  }
+
   Status DoBroadcast(float* data, size_t count, int root) override {
     if (root < 0 || root >= size_) {
       return Status::InvalidArgument("broadcast root " + std::to_string(root) +
