@@ -5,6 +5,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "trainer/auto/auto_plan.h"
+
 namespace strata {
 
 void Bind(config::Binder& b, JobConfig& o) {
@@ -30,7 +32,13 @@ Result<JobConfig> LoadJobConfig(const std::string& path,
     if (!s.ok()) errors += (errors.empty() ? "" : "\n") + s.message();
   }
   if (!errors.empty()) return Status::InvalidArgument(errors);
-  return config::Parse<JobConfig>(root, path.empty() ? "(no job file)" : path, overrides);
+  Result<JobConfig> job =
+      config::Parse<JobConfig>(root, path.empty() ? "(no job file)" : path, overrides);
+  // An `auto` section derives parallel.dp and parallel.tp from placements (auto_plan.h).
+  if (job.ok() && job->trainer.auto_parallel.enabled()) {
+    STRATA_RETURN_IF_ERROR(ApplyAutoPlan(job->trainer));
+  }
+  return job;
 }
 
 void AddJobFlags(CLI::App& app, JobFlags& flags) {

@@ -14,6 +14,7 @@
 #include "tools/job_config.h"
 #include "tools/placement_env.h"
 #include "tools/signals.h"
+#include "trainer/auto/auto_plan.h"
 #include "trainer/trainer.h"
 
 namespace strata {
@@ -65,6 +66,13 @@ void PrintSummary(const TrainJob& job, const Trainer& trainer, const TrainSummar
 
 int Train(const JobConfig& config, Node* node, bool launched) {
   const TrainJob& job = config.trainer;
+  if (job.auto_parallel.enabled()) {
+    const int trainers = job.sync.mode == SyncOptions::Mode::kLocal ? 1 : config.cluster.trainers;
+    if (Status s = CheckAutoWorld(job, trainers); !s.ok()) {
+      spdlog::error("{}", s.ToString());
+      return 2;
+    }
+  }
   auto trainer = Trainer::Create(job, node, launched);
   if (!trainer.ok()) {
     spdlog::error("{}", trainer.status().ToString());
@@ -72,6 +80,12 @@ int Train(const JobConfig& config, Node* node, bool launched) {
   }
   if ((*trainer)->rank() == 0) {
     spdlog::info("model has {} parameters", (*trainer)->model().params().NumElements());
+    if (job.auto_parallel.enabled()) {
+      // The job loaded, so the plan derives; print what it derived.
+      if (Result<AutoPlan> plan = DeriveAutoPlan(job); plan.ok()) {
+        for (const std::string& line : plan->Explain()) spdlog::info("{}", line);
+      }
+    }
   }
   auto summary = (*trainer)->Run();
   if (!summary.ok()) {

@@ -134,6 +134,13 @@ void Bind(config::Binder& b, InferOptions& o) {
             "generate needs at least one prompt");
 }
 
+void Bind(config::Binder& b, AutoOptions& o) {
+  b.Field("mesh", o.mesh, "process mesh, slowest dimension first: \"x=2\" or \"x=2,y=2\" (empty: off)");
+  b.Field("placements", o.placements,
+          "\"tensor=P,...\", one placement per mesh dimension: R, S(axis) or P(sum) (mlp: input, "
+          "w0 or mlp.fc1.weight, mlp.fc1.bias, w1 or mlp.fc2.weight, mlp.fc2.bias)");
+}
+
 void Bind(config::Binder& b, TrainJob& o) {
   b.Section("model", o.model, "model");
   b.Section("optimizer", o.optimizer, "optimizer");
@@ -142,6 +149,7 @@ void Bind(config::Binder& b, TrainJob& o) {
   b.Section("sync", o.sync, "how trainers synchronise");
   b.Section("parallel", o.parallel, "how the trainers cut the model: dp x tp x pp");
   b.Section("infer", o.infer, "inference from a checkpoint instead of training");
+  b.Section("auto", o.auto_parallel, "parallelism derived from placements (docs/auto_parallel.md)");
 }
 
 }  // namespace strata

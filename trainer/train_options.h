@@ -144,6 +144,20 @@ struct InferOptions {
 };
 void Bind(config::Binder& b, InferOptions& o);
 
+// Automatic parallelism from placements (the job's `auto` section; docs/auto_parallel.md): a
+// process mesh and the placements of a few tensors, as the seeds write them. The trainer's
+// parallel.dp and parallel.tp are derived from them (trainer/auto/auto_plan.h) through the
+// sharding rules, and the trainer runs that plan.
+struct AutoOptions {
+  // Mesh dimensions, slowest first: "x=2" or "x=2,y=2". Empty: off.
+  std::string mesh;
+  // "tensor=P" (one P per mesh dimension, comma-separated): R, S(axis) or P(sum), e.g.
+  // "input=S(0)" or "w0=S(1)". Unnamed tensors start replicated.
+  std::vector<std::string> placements;
+  bool enabled() const { return !mesh.empty(); }
+};
+void Bind(config::Binder& b, AutoOptions& o);
+
 // Its sections sit at the top level of the job file, beside the cluster's (JobConfig binds them
 // in place).
 struct TrainJob {
@@ -154,6 +168,7 @@ struct TrainJob {
   SyncOptions sync;
   ParallelOptions parallel;
   InferOptions infer;
+  AutoOptions auto_parallel;  // the `auto` section
 };
 void Bind(config::Binder& b, TrainJob& o);
 

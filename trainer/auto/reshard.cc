@@ -246,6 +246,50 @@ Result<std::vector<ReshardStep>> PlanReshard(const std::string& name, const Shap
   return steps;
 }
 
+Result<uint64_t> ReshardBytes(const std::string& name, const Shape& shape, const ProcessMesh& mesh,
+                              const std::vector<Placement>& from, const std::vector<Placement>& to,
+                              const std::vector<int>& coords) {
+  STRATA_ASSIGN_OR_RETURN(std::vector<ReshardStep> steps, PlanReshard(name, shape, mesh, from, to));
+  std::vector<Placement> now = from;
+  uint64_t bytes = 0;
+  for (const ReshardStep& step : steps) {
+    const int d = step.mesh_dim, parts = mesh.dim_size(d);
+    std::vector<Placement> whole = now;
+    whole[d] = Replicate{};
+    STRATA_ASSIGN_OR_RETURN(Shape local, LocalShape(shape, mesh, now, coords));
+    STRATA_ASSIGN_OR_RETURN(Shape level, LocalShape(shape, mesh, whole, coords));
+    now[d] = step.to;
+    if (parts == 1) continue;
+    auto largest = [&](int axis) { return EvenChunk(level[axis], parts, 0).length; };
+    int64_t floats = 0;
+    switch (step.kind) {
+      case ReshardKind::kAllReduce:
+        floats = Product(local, -1);
+        break;
+      case ReshardKind::kReduceScatter: {
+        const int b = std::get<Shard>(step.to).axis;
+        floats = parts * largest(b) * Product(level, b);
+        break;
+      }
+      case ReshardKind::kAllGather: {
+        const int a = std::get<Shard>(step.from).axis;
+        floats = parts * largest(a) * Product(level, a);
+        break;
+      }
+      case ReshardKind::kAllToAll: {
+        const int a = std::get<Shard>(step.from).axis, b = std::get<Shard>(step.to).axis;
+        floats = parts * largest(a) * largest(b) * Product(level, a, b);
+        break;
+      }
+      case ReshardKind::kSlice:
+      case ReshardKind::kPartialize:
+        break;
+    }
+    bytes += static_cast<uint64_t>(floats) * sizeof(float);
+  }
+  return bytes;
+}
+
 Result<DistTensor> Reshard(const DistTensor& tensor, const std::vector<Placement>& to,
                            MeshComms& comms) {
   const ProcessMesh& mesh = tensor.mesh();

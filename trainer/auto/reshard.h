@@ -47,6 +47,12 @@ Result<std::vector<ReshardStep>> PlanReshard(const std::string& name, const Shap
                                              const std::vector<Placement>& from,
                                              const std::vector<Placement>& to);
 
+// The bytes the rank at `coords` counts (CommStats payloads, ragged pieces padded as Reshard
+// pads them) for taking a tensor of `shape` from `from` to `to` on `mesh`.
+Result<uint64_t> ReshardBytes(const std::string& name, const Shape& shape, const ProcessMesh& mesh,
+                              const std::vector<Placement>& from, const std::vector<Placement>& to,
+                              const std::vector<int>& coords);
+
 // `tensor` with `to` placements on the same mesh, running PlanReshard's steps over `comms` (the
 // calling rank's groups on tensor.mesh()). Every rank of the mesh calls it with the same
 // arguments but its own piece (the collectives must match). Ragged pieces (a mesh dimension
