@@ -238,6 +238,8 @@ class ReshardTest : public InprocTrainersTest {
         now[step.mesh_dim] = step.to;
       }
       EXPECT_EQ(bytes[r], expected) << what << " rank " << r << ": " << ToString(steps, mesh);
+      // ReshardBytes (what auto plans report) agrees with what was measured.
+      EXPECT_EQ(*ReshardBytes("t", c.shape, mesh, c.from, c.to, coords), bytes[r]) << what;
     }
   }
 };
