@@ -136,8 +136,9 @@ void Bind(config::Binder& b, InferOptions& o) {
 
 void Bind(config::Binder& b, AutoOptions& o) {
   b.Field("mesh", o.mesh, "process mesh, slowest dimension first: \"x=2\" or \"x=2,y=2\" (empty: off)");
+  b.Field("meshes", o.meshes, "meshes of that shape on consecutive ranks, a pipeline stage each").Range(1, 2);
   b.Field("placements", o.placements,
-          "\"tensor=P,...\", one placement per mesh dimension: R, S(axis) or P(sum) (mlp: input, "
+          "\"tensor[@mesh]=P,...\", one placement per mesh dimension: R, S(axis) or P(sum) (mlp: input, "
           "w0 or mlp.fc1.weight, mlp.fc1.bias, w1 or mlp.fc2.weight, mlp.fc2.bias)");
 }
 

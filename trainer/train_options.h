@@ -151,8 +151,12 @@ void Bind(config::Binder& b, InferOptions& o);
 struct AutoOptions {
   // Mesh dimensions, slowest first: "x=2" or "x=2,y=2". Empty: off.
   std::string mesh;
+  // How many meshes of that shape, on consecutive ranks (mesh k holds ranks k * size ..): the
+  // seeds' pipeline puts w0 on mesh 0 and w1 on mesh 1, each a pipeline stage.
+  int64_t meshes = 1;
   // "tensor=P" (one P per mesh dimension, comma-separated): R, S(axis) or P(sum), e.g.
-  // "input=S(0)" or "w0=S(1)". Unnamed tensors start replicated.
+  // "input=S(0)" or "w0=S(1)"; "tensor@k=..." places it on mesh k (default 0). Unnamed tensors
+  // start replicated (biases on their weight's mesh).
   std::vector<std::string> placements;
   bool enabled() const { return !mesh.empty(); }
 };

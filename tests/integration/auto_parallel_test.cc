@@ -5,6 +5,7 @@
 // all-reduce bytes the trainer's communicators measured (its communication report).
 #include <gtest/gtest.h>
 
+#include <map>
 #include <regex>
 #include <utility>
 #include <string>
@@ -22,28 +23,44 @@ std::string Example(const std::string& name) {
   return std::string(STRATA_SOURCE_DIR) + "/examples/auto/" + name;
 }
 
-// The all-reduce bytes per step of rank 0's `group` ("dp" or "tp") in the communication report
-// (0 when there is no such group).
-uint64_t MeasuredAllReduceBytes(const std::string& log, const std::string& group) {
-  const std::regex row(R"(\[trainer 0\].*trainers/)" + group +
-                       R"(/\d+ \(\d+\)\s+all_reduce\s+\d+\s+(\d+))");
+// The bytes per step of `op` on rank 0's `group` ("dp", "tp", "pp") in the communication report
+// (0 when there is no such row).
+uint64_t Measured(const std::string& log, const std::string& group, const std::string& op) {
+  const std::regex row(R"(\[trainer 0\].*trainers/)" + group + R"(/\d+ \(\d+\)\s+)" + op +
+                       R"(\s+\d+\s+(\d+))");
   std::smatch m;
   return std::regex_search(log, m, row) ? std::stoull(m[1]) : 0;
 }
 
-// What the derived plan says rank 0 moves: per micro-batch (activations: the tensor-parallel
-// all-reduce) and per step (gradients: the data-parallel all-reduce). -1s when not logged.
-std::pair<int64_t, int64_t> DerivedBytes(const std::string& log) {
-  static const std::regex line(R"(auto: rank 0 moves (\d+) bytes per micro-batch and (\d+) per step)");
+// What the derived plan says rank 0 moves, by operation: per micro-batch (activations) and per
+// step (gradients), from its "auto: rank 0 moves ..." line.
+struct Derived {
+  bool logged = false;
+  std::map<std::string, uint64_t> per_micro_batch, per_step;
+};
+Derived DerivedBytes(const std::string& log) {
+  static const std::regex line(R"(auto: rank 0 moves per micro-batch: ([^;]*); per step: (.*))");
+  static const std::regex item(R"((\w+) (\d+))");
+  Derived d;
   std::smatch m;
-  if (!std::regex_search(log, m, line)) return {-1, -1};
-  return {std::stoll(m[1]), std::stoll(m[2])};
+  if (!std::regex_search(log, m, line)) return d;
+  d.logged = true;
+  auto parse = [&](const std::string& text, std::map<std::string, uint64_t>& out) {
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), item);
+         it != std::sregex_iterator(); ++it) {
+      out[(*it)[1]] = std::stoull((*it)[2]);
+    }
+  };
+  parse(m[1], d.per_micro_batch);
+  parse(m[2], d.per_step);
+  return d;
 }
 
 class AutoParallelTest : public testing::EquivalenceTest {
  protected:
+  // `micro_batches`: the example's train.micro_batches.
   void ExpectMatchesOneProcess(const std::string& example, const std::string& tag, int trainers,
-                               const std::string& roles) {
+                               const std::string& roles, uint64_t micro_batches = 1) {
     const std::string job = Example(example);
     std::string log;
     ASSERT_EQ(RunLocal(job, {"auto.mesh=''", "sync.mode=local", "train.steps=20",
@@ -62,11 +79,20 @@ class AutoParallelTest : public testing::EquivalenceTest {
     ASSERT_EQ(losses.size(), base.size()) << log;
     EXPECT_LT(MaxRelativeDifference(base, losses), 1e-5) << tag << "\n" << log;
     EXPECT_NE(log.find(roles), std::string::npos) << log;
-    // One micro-batch a step: the rules' bytes are the groups' measured bytes per step.
-    const auto [per_micro_batch, per_step] = DerivedBytes(log);
-    EXPECT_EQ(per_micro_batch, static_cast<int64_t>(MeasuredAllReduceBytes(log, "tp"))) << log;
-    EXPECT_EQ(per_step, static_cast<int64_t>(MeasuredAllReduceBytes(log, "dp"))) << log;
-    EXPECT_GT(per_micro_batch + per_step, 0) << log;
+    // The rules' bytes beside the trainer's measured ones, per group: activations' all-reduces
+    // on tp and hand-offs on pp once per micro-batch, gradients' all-reduces on dp once a step.
+    Derived d = DerivedBytes(log);
+    ASSERT_TRUE(d.logged) << log;
+    EXPECT_EQ(micro_batches * d.per_micro_batch["all_reduce"], Measured(log, "tp", "all_reduce")) << log;
+    EXPECT_EQ(micro_batches * d.per_micro_batch["send"], Measured(log, "pp", "send")) << log;
+    EXPECT_EQ(micro_batches * d.per_micro_batch["recv"], Measured(log, "pp", "recv")) << log;
+    EXPECT_EQ(d.per_step["all_reduce"], Measured(log, "dp", "all_reduce")) << log;
+    EXPECT_EQ(d.per_micro_batch.size() + d.per_step.size(),
+              static_cast<size_t>((d.per_micro_batch.count("all_reduce") > 0) +
+                                  (d.per_micro_batch.count("send") > 0) +
+                                  (d.per_micro_batch.count("recv") > 0) +
+                                  (d.per_step.count("all_reduce") > 0)))
+        << "an operation the comparison does not cover\n" << log;
   }
 };
 
@@ -86,6 +112,12 @@ TEST_F(AutoParallelTest, SeedsMlpTensorParallelMatchesOneProcess) {
 TEST_F(AutoParallelTest, SeedsMlpHybridMatchesOneProcess) {
   ExpectMatchesOneProcess("mlp_dp_tp.yaml", "auto-dp-tp", 4,
                           "x dp y tp -> parallel.dp 2 x parallel.tp 2");
+}
+
+// w0 on mesh 0, w1 on mesh 1: two pipeline stages (one rank each), the activation handed on.
+TEST_F(AutoParallelTest, SeedsMlpPipelineMatchesOneProcess) {
+  ExpectMatchesOneProcess("mlp_pp.yaml", "auto-pp", 2,
+                          "-> parallel.dp 1 x parallel.tp 1 x parallel.pp 2", 2);
 }
 
 // Placements the trainer has no plan for are refused before anything runs, naming them.

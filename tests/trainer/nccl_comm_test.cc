@@ -95,6 +95,19 @@ class NcclCommTest : public InprocTrainersTest {
       }
     }
 
+    // All-to-all: rank r's block k goes to rank k, whose block r it becomes (grouped sends and
+    // receives, a rank's own block included).
+    constexpr size_t kBlock = 5;
+    std::vector<float> blocks(n * kBlock);
+    for (size_t j = 0; j < blocks.size(); ++j) blocks[j] = Input(r, j);
+    DeviceFloats a2a_in(blocks), a2a_out(n * kBlock);
+    ASSERT_TRUE(c.AllToAll(a2a_in.get(), a2a_out.get(), kBlock).ok());
+    ASSERT_TRUE(c.Synchronize().ok());
+    const std::vector<float> swapped = a2a_out.Download();
+    for (int k = 0; k < n; ++k) {
+      for (size_t i = 0; i < kBlock; ++i) EXPECT_EQ(swapped[k * kBlock + i], Input(k, r * kBlock + i));
+    }
+
     std::vector<float> own = {static_cast<float>(r), static_cast<float>(-r), 0.5f};
     DeviceFloats in(own), all(3 * n);
     ASSERT_TRUE(c.AllGather(in.get(), all.get(), 3).ok());

@@ -6,6 +6,7 @@
 
 #include <map>
 
+#include "trainer/auto/cross_mesh.h"
 #include "trainer/auto/dist_tensor.h"
 #include "trainer/auto/placement_text.h"
 #include "trainer/auto/reshard.h"
@@ -50,14 +51,44 @@ class Walk {
     if (from == to) return Status::OK();
     STRATA_ASSIGN_OR_RETURN(std::vector<ReshardStep> steps,
                             PlanReshard(what, shape, plan_.mesh, from, to));
-    STRATA_ASSIGN_OR_RETURN(uint64_t bytes,
-                            ReshardBytes(what, shape, plan_.mesh, from, to, coords_));
+    STRATA_ASSIGN_OR_RETURN(std::vector<uint64_t> bytes,
+                            ReshardStepBytes(what, shape, plan_.mesh, from, to, coords_));
+    uint64_t total = 0;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      total += bytes[i];
+      if (bytes[i] > 0) Count(std::string(ReshardKindName(steps[i].kind)), bytes[i], per_step);
+    }
     plan_.reshards.push_back(
-        {what, shape, from, to, ToString(steps, plan_.mesh), bytes, per_step});
+        {what, shape, from, to, ToString(steps, plan_.mesh), total, per_step});
+    return Status::OK();
+  }
+
+  // A pipeline hand-off between mesh 0 and mesh 1 (same shape, disjoint ranks): rank 0, on mesh
+  // 0, sends its blocks forward and receives the gradient's backward.
+  Status Handoff(const std::string& what, const Shape& shape, const Placements& from,
+                 const Placements& to, bool forward) {
+    STRATA_ASSIGN_OR_RETURN(std::vector<BlockTransfer> transfers,
+                            PlanCrossMesh(what, shape, plan_.mesh, from, plan_.mesh, to));
+    uint64_t bytes = 0;
+    for (const BlockTransfer& t : transfers) {
+      if ((forward ? t.from : t.to) != 0) continue;
+      uint64_t n = sizeof(float);
+      for (int64_t e : t.shape) n *= static_cast<uint64_t>(e);
+      bytes += n;
+    }
+    Count(forward ? "send" : "recv", bytes, false);
+    plan_.reshards.push_back({what, shape, from, to,
+                              forward ? "point-to-point, mesh 0 -> mesh 1"
+                                      : "point-to-point, mesh 1 -> mesh 0",
+                              bytes, false});
     return Status::OK();
   }
 
  private:
+  void Count(const std::string& op, uint64_t bytes, bool per_step) {
+    (per_step ? plan_.per_step : plan_.per_micro_batch)[op] += bytes;
+  }
+
   AutoPlan& plan_;
   const std::vector<int> coords_;
 };
@@ -80,23 +111,51 @@ Result<AutoPlan> DeriveAutoPlan(const TrainJob& job) {
                                                {kB0, {hidden}},      {kW1, {hidden, out}},
                                                {kB1, {out}}};
   std::map<std::string, Placements> given;
+  std::map<std::string, int> mesh_of;  // which of the auto.meshes a tensor is on
   for (const std::string& text : o.placements) {
     const Result<NamedPlacements> named = ParseTensorPlacements(text, mesh);
     if (!named.ok()) return named.status().WithContext("auto.placements");
-    const std::string name = Canonical(named->name);
+    std::string written = named->name;
+    int on = 0;
+    if (const size_t at = written.find('@'); at != std::string::npos) {
+      const std::string k = written.substr(at + 1);
+      written.resize(at);
+      if (k.size() != 1 || k[0] < '0' || k[0] - '0' >= o.meshes) {
+        return Status::InvalidArgument("auto.placements: tensor '" + written + "' on mesh '" + k +
+                                       "', but auto.meshes is " + std::to_string(o.meshes));
+      }
+      on = k[0] - '0';
+    }
+    const std::string name = Canonical(written);
     auto shape = shapes.find(name);
     if (shape == shapes.end()) {
-      return Status::InvalidArgument("auto.placements: no tensor '" + named->name +
+      return Status::InvalidArgument("auto.placements: no tensor '" + written +
                                      "' in the mlp (input, w0 or mlp.fc1.weight, mlp.fc1.bias, "
                                      "w1 or mlp.fc2.weight, mlp.fc2.bias)");
     }
     STRATA_RETURN_IF_ERROR(CheckPlacements(name, shape->second, mesh, named->placements));
     given[name] = named->placements;
+    mesh_of[name] = on;
   }
   auto get = [&](const std::string& name) {
     auto it = given.find(name);
     return it == given.end() ? Placements(mesh.ndim(), Replicate{}) : it->second;
   };
+  auto on = [&](const std::string& name, const std::string& owner) {
+    auto it = mesh_of.find(name);
+    return it != mesh_of.end() ? it->second : (owner.empty() ? 0 : mesh_of[owner]);
+  };
+  // The first stage reads the batch; fc1 (with its bias and the ReLU) is on mesh 0, fc2 on the
+  // last mesh: every mesh a stage.
+  const int last = static_cast<int>(o.meshes) - 1;
+  if (on("input", "") != 0 || on(kW0, "") != 0 || on(kB0, kW0) != 0 || on(kW1, "") != last ||
+      on(kB1, kW1) != last) {
+    return Status::InvalidArgument(
+        "auto: with auto.meshes " + std::to_string(o.meshes) +
+        " the input, w0 and its bias go on mesh 0 and w1 and its bias on mesh " +
+        std::to_string(last) + " (one stage per mesh)");
+  }
+  plan.pp = static_cast<int>(o.meshes);
   const Placements x = get("input"), w0 = get(kW0), b0 = get(kB0), w1 = get(kW1), b1 = get(kB1);
   Walk walk(plan);
   const Shape bh = {B, hidden}, bo = {B, out};
@@ -118,6 +177,10 @@ Result<AutoPlan> DeriveAutoPlan(const TrainJob& job) {
                           ElementwiseRule(ElementwiseKind::kNonlinear, {bh}, {add0.outputs[0]}));
   STRATA_RETURN_IF_ERROR(walk.Reshard("mlp.fc1 output", bh, add0.outputs[0], act.inputs[0]));
   walk.Tensor("mlp.act output", bh, act.outputs[0]);
+  // Across stages the activation keeps its placements on the next mesh (the seeds' reshard).
+  if (plan.pp > 1) {
+    STRATA_RETURN_IF_ERROR(walk.Handoff("mlp.act output", bh, act.outputs[0], act.outputs[0], true));
+  }
   STRATA_ASSIGN_OR_RETURN(OpSharding mm1, MatmulRule(act.outputs[0], w1, false, false));
   STRATA_RETURN_IF_ERROR(walk.Reshard("mlp.act output", bh, act.outputs[0], mm1.inputs[0]));
   STRATA_RETURN_IF_ERROR(walk.Reshard(kW1, shapes.at(kW1), w1, mm1.inputs[1]));
@@ -161,6 +224,10 @@ Result<AutoPlan> DeriveAutoPlan(const TrainJob& job) {
   STRATA_RETURN_IF_ERROR(walk.Reshard(std::string(kW1) + " grad", shapes.at(kW1),
                                       dmm1[1].outputs[0], Stored(mm1.inputs[1]), true));
   walk.Tensor("d mlp.act output", bh, dmm1[0].outputs[0]);
+  if (plan.pp > 1) {
+    STRATA_RETURN_IF_ERROR(walk.Handoff("d mlp.act output", bh, dmm1[0].outputs[0],
+                                        dmm1[0].outputs[0], false));
+  }
   STRATA_ASSIGN_OR_RETURN(OpSharding dact,
                           ElementwiseBackwardRule(ElementwiseKind::kNonlinear, {bh}, act.inputs,
                                                   dmm1[0].outputs[0]));
@@ -220,28 +287,34 @@ std::vector<std::string> AutoPlan::Explain() const {
     roles_line += " " + mesh.dims()[d].name + " " +
                   (roles[d].empty() ? std::string("(size 1)") : roles[d]);
   }
-  lines.push_back(roles_line + fmt::format(" -> parallel.dp {} x parallel.tp {}", dp, tp));
+  lines.push_back(roles_line + fmt::format(" -> parallel.dp {} x parallel.tp {} x parallel.pp {}",
+                                           dp, tp, pp));
   for (const DerivedTensor& t : tensors) {
     lines.push_back(fmt::format("auto:   {:<20} {:<12} {}", t.name, ShapeToString(t.shape),
                                 ToString(t.placements)));
   }
-  uint64_t per_micro = 0, per_step = 0;
   for (const DerivedReshard& r : reshards) {
     lines.push_back(fmt::format("auto:   reshard {} {} -> {}: {} ({} bytes per {})", r.what,
                                 ToString(r.from), ToString(r.to), r.steps, r.bytes,
                                 r.per_step ? "step" : "micro-batch"));
-    (r.per_step ? per_step : per_micro) += r.bytes;
   }
-  lines.push_back(fmt::format("auto: rank 0 moves {} bytes per micro-batch and {} per step", per_micro,
-                              per_step));
+  auto list = [](const std::map<std::string, uint64_t>& bytes) {
+    std::string s;
+    for (const auto& [op, n] : bytes) s += fmt::format("{}{} {}", s.empty() ? "" : ", ", op, n);
+    return s.empty() ? std::string("nothing") : s;
+  };
+  lines.push_back("auto: rank 0 moves per micro-batch: " + list(per_micro_batch) +
+                  "; per step: " + list(per_step));
   return lines;
 }
 
 Status CheckAutoWorld(const TrainJob& job, int trainers) {
   STRATA_ASSIGN_OR_RETURN(ProcessMesh mesh, ParseMesh(job.auto_parallel.mesh));
-  if (trainers != mesh.size()) {
-    return Status::InvalidArgument(fmt::format("auto.mesh {} has {} ranks but the job has {} trainers",
-                                               mesh.ToString(), mesh.size(), trainers));
+  const int64_t ranks = mesh.size() * job.auto_parallel.meshes;
+  if (trainers != ranks) {
+    return Status::InvalidArgument(fmt::format(
+        "auto.mesh {} x auto.meshes {} has {} ranks but the job has {} trainers", mesh.ToString(),
+        job.auto_parallel.meshes, ranks, trainers));
   }
   return Status::OK();
 }
@@ -249,14 +322,18 @@ Status CheckAutoWorld(const TrainJob& job, int trainers) {
 Status ApplyAutoPlan(TrainJob& job) {
   STRATA_ASSIGN_OR_RETURN(AutoPlan plan, DeriveAutoPlan(job));
   ParallelOptions& p = job.parallel;
-  if ((p.dp != 0 && p.dp != plan.dp) || (p.tp != 1 && p.tp != plan.tp) || p.pp != 1) {
+  if ((p.dp != 0 && p.dp != plan.dp) || (p.tp != 1 && p.tp != plan.tp) ||
+      (p.pp != 1 && p.pp != plan.pp)) {
     return Status::InvalidArgument(fmt::format(
-        "auto: the placements derive parallel.dp {} and parallel.tp {} (pp 1), but the job sets "
-        "dp {}, tp {}, pp {}: leave them unset with an auto section",
-        plan.dp, plan.tp, p.dp, p.tp, p.pp));
+        "auto: the placements derive parallel.dp {}, tp {}, pp {}, but the job sets dp {}, tp {}, "
+        "pp {}: leave them unset with an auto section",
+        plan.dp, plan.tp, plan.pp, p.dp, p.tp, p.pp));
   }
   p.dp = plan.dp;
   p.tp = plan.tp;
+  p.pp = plan.pp;
+  // The second stage starts at fc2 (unit 2: fc1, act, fc2), where w1's mesh begins.
+  if (plan.pp == 2) p.partition = "2";
   return Status::OK();
 }
 

@@ -5,6 +5,7 @@
 // parallel), whose parallel.dp and parallel.tp the job then gets. One trainer, not a second.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -33,12 +34,16 @@ struct DerivedReshard {
 };
 
 struct AutoPlan {
-  ProcessMesh mesh = *ProcessMesh::Make({{"x", 1}});
+  ProcessMesh mesh = *ProcessMesh::Make({{"x", 1}});  // the shape of every mesh (auto.meshes)
   // Per mesh dimension: "dp", "tp", or "" for a dimension of size 1.
   std::vector<std::string> roles;
   int dp = 1, tp = 1;
+  int pp = 1;  // w0 and w1 on two meshes: two pipeline stages, fc2 starting the second
   std::vector<DerivedTensor> tensors;   // forward, then backward, in op order
   std::vector<DerivedReshard> reshards;
+  // What rank 0 (coordinate 0 of mesh 0) moves, by operation ("all_reduce", "send", "recv";
+  // CommOpName's words): per micro-batch (activations) and per step (gradients).
+  std::map<std::string, uint64_t> per_micro_batch, per_step;
 
   // What strata-trainer logs: the mesh's roles, each tensor's placement, each reshard with its
   // bytes (the `--explain` of issue #19, for the ops the seeds' MLP has).
@@ -52,7 +57,7 @@ struct AutoPlan {
 // parallel, one dimension each).
 Result<AutoPlan> DeriveAutoPlan(const TrainJob& job);
 
-// Derives the plan and writes its parallel.dp and parallel.tp into `job`. InvalidArgument when
+// Derives the plan and writes its parallel.dp, tp, pp (and the partition) into `job`. InvalidArgument when
 // the job also set them to something else. Run where the job is loaded (the number of trainers
 // may still come from the environment then).
 Status ApplyAutoPlan(TrainJob& job);

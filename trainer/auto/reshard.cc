@@ -246,12 +246,14 @@ Result<std::vector<ReshardStep>> PlanReshard(const std::string& name, const Shap
   return steps;
 }
 
-Result<uint64_t> ReshardBytes(const std::string& name, const Shape& shape, const ProcessMesh& mesh,
-                              const std::vector<Placement>& from, const std::vector<Placement>& to,
-                              const std::vector<int>& coords) {
+Result<std::vector<uint64_t>> ReshardStepBytes(const std::string& name, const Shape& shape,
+                                               const ProcessMesh& mesh,
+                                               const std::vector<Placement>& from,
+                                               const std::vector<Placement>& to,
+                                               const std::vector<int>& coords) {
   STRATA_ASSIGN_OR_RETURN(std::vector<ReshardStep> steps, PlanReshard(name, shape, mesh, from, to));
   std::vector<Placement> now = from;
-  uint64_t bytes = 0;
+  std::vector<uint64_t> bytes;
   for (const ReshardStep& step : steps) {
     const int d = step.mesh_dim, parts = mesh.dim_size(d);
     std::vector<Placement> whole = now;
@@ -259,6 +261,7 @@ Result<uint64_t> ReshardBytes(const std::string& name, const Shape& shape, const
     STRATA_ASSIGN_OR_RETURN(Shape local, LocalShape(shape, mesh, now, coords));
     STRATA_ASSIGN_OR_RETURN(Shape level, LocalShape(shape, mesh, whole, coords));
     now[d] = step.to;
+    bytes.push_back(0);
     if (parts == 1) continue;
     auto largest = [&](int axis) { return EvenChunk(level[axis], parts, 0).length; };
     int64_t floats = 0;
@@ -285,8 +288,18 @@ Result<uint64_t> ReshardBytes(const std::string& name, const Shape& shape, const
       case ReshardKind::kPartialize:
         break;
     }
-    bytes += static_cast<uint64_t>(floats) * sizeof(float);
+    bytes.back() = static_cast<uint64_t>(floats) * sizeof(float);
   }
+  return bytes;
+}
+
+Result<uint64_t> ReshardBytes(const std::string& name, const Shape& shape, const ProcessMesh& mesh,
+                              const std::vector<Placement>& from, const std::vector<Placement>& to,
+                              const std::vector<int>& coords) {
+  STRATA_ASSIGN_OR_RETURN(std::vector<uint64_t> steps,
+                          ReshardStepBytes(name, shape, mesh, from, to, coords));
+  uint64_t bytes = 0;
+  for (uint64_t b : steps) bytes += b;
   return bytes;
 }
 

@@ -48,7 +48,13 @@ Result<std::vector<ReshardStep>> PlanReshard(const std::string& name, const Shap
                                              const std::vector<Placement>& to);
 
 // The bytes the rank at `coords` counts (CommStats payloads, ragged pieces padded as Reshard
-// pads them) for taking a tensor of `shape` from `from` to `to` on `mesh`.
+// pads them) for taking a tensor of `shape` from `from` to `to` on `mesh`: per step of
+// PlanReshard's plan, and in all.
+Result<std::vector<uint64_t>> ReshardStepBytes(const std::string& name, const Shape& shape,
+                                               const ProcessMesh& mesh,
+                                               const std::vector<Placement>& from,
+                                               const std::vector<Placement>& to,
+                                               const std::vector<int>& coords);
 Result<uint64_t> ReshardBytes(const std::string& name, const Shape& shape, const ProcessMesh& mesh,
                               const std::vector<Placement>& from, const std::vector<Placement>& to,
                               const std::vector<int>& coords);

@@ -97,6 +97,44 @@ TEST(AutoPlan, HybridOnTwoDimensions) {
   EXPECT_NE(lines[0].find("x dp y tp"), std::string::npos) << lines[0];
 }
 
+// The seeds' pipeline: w0 on mesh 0, w1 on mesh 1. Mesh 0's rank sends its activation [B, hidden]
+// forward and receives its gradient, once per micro-batch; with the input sharded over x, its
+// share of the rows.
+TEST(AutoPlan, TwoMeshesArePipelineStages) {
+  TrainJob job = Mlp("x=1", {"w0@0=R", "w1@1=R"});
+  job.auto_parallel.meshes = 2;
+  Result<AutoPlan> plan = DeriveAutoPlan(job);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->pp, 2);
+  EXPECT_EQ(plan->per_micro_batch.at("send"), static_cast<uint64_t>(kB * kHidden * 4));
+  EXPECT_EQ(plan->per_micro_batch.at("recv"), static_cast<uint64_t>(kB * kHidden * 4));
+  EXPECT_TRUE(plan->per_step.empty());
+  ASSERT_TRUE(ApplyAutoPlan(job).ok());
+  EXPECT_EQ(job.parallel.pp, 2);
+  EXPECT_EQ(job.parallel.partition, "2");
+  EXPECT_TRUE(CheckAutoWorld(job, 2).ok());
+  EXPECT_FALSE(CheckAutoWorld(job, 1).ok());
+
+  job = Mlp("x=2", {"input=S(0)", "w1@1=R"});
+  job.auto_parallel.meshes = 2;
+  plan = DeriveAutoPlan(job);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->dp, 2);
+  EXPECT_EQ(plan->pp, 2);
+  EXPECT_EQ(plan->per_micro_batch.at("send"), static_cast<uint64_t>(kB / 2 * kHidden * 4));
+  EXPECT_EQ(plan->per_step.at("all_reduce"), static_cast<uint64_t>(kIn * kHidden + kHidden + kHidden * kOut + kOut) * 4);
+
+  // w1 must be on the last mesh, and a mesh index must exist.
+  job = Mlp("x=1", {"w0=R"});
+  job.auto_parallel.meshes = 2;
+  EXPECT_FALSE(DeriveAutoPlan(job).ok());
+  job = Mlp("x=1", {"w1@2=R"});
+  job.auto_parallel.meshes = 2;
+  auto bad = DeriveAutoPlan(job);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("on mesh '2'"), std::string::npos) << bad.status().ToString();
+}
+
 TEST(AutoPlan, RefusesWhatTheTrainerDoesNotRun) {
   auto bad = DeriveAutoPlan(Mlp("x=2", {"input=S(1)"}));
   ASSERT_FALSE(bad.ok());
