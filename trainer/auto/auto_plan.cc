@@ -59,7 +59,7 @@ class Walk {
       if (bytes[i] > 0) Count(std::string(ReshardKindName(steps[i].kind)), bytes[i], per_step);
     }
     plan_.reshards.push_back(
-        {what, shape, from, to, ToString(steps, plan_.mesh), total, per_step});
+        {what, shape, from, to, ToString(steps, plan_.mesh), total, per_step, stage_});
     return Status::OK();
   }
 
@@ -76,21 +76,25 @@ class Walk {
       for (int64_t e : t.shape) n *= static_cast<uint64_t>(e);
       bytes += n;
     }
+    stage_ = 0;  // counted on mesh 0, whose rank sends forward and receives backward
     Count(forward ? "send" : "recv", bytes, false);
     plan_.reshards.push_back({what, shape, from, to,
                               forward ? "point-to-point, mesh 0 -> mesh 1"
                                       : "point-to-point, mesh 1 -> mesh 0",
-                              bytes, false});
+                              bytes, false, 0});
+    stage_ = forward ? 1 : 0;  // what follows runs on the mesh the tensor reached
     return Status::OK();
   }
 
  private:
+  // Rank 0's totals: only what happens on mesh 0.
   void Count(const std::string& op, uint64_t bytes, bool per_step) {
-    (per_step ? plan_.per_step : plan_.per_micro_batch)[op] += bytes;
+    if (stage_ == 0) (per_step ? plan_.per_step : plan_.per_micro_batch)[op] += bytes;
   }
 
   AutoPlan& plan_;
   const std::vector<int> coords_;
+  int stage_ = 0;  // the mesh the walk is on
 };
 
 }  // namespace
@@ -294,9 +298,10 @@ std::vector<std::string> AutoPlan::Explain() const {
                                 ToString(t.placements)));
   }
   for (const DerivedReshard& r : reshards) {
-    lines.push_back(fmt::format("auto:   reshard {} {} -> {}: {} ({} bytes per {})", r.what,
+    lines.push_back(fmt::format("auto:   reshard {} {} -> {}: {} ({} bytes per {}{})", r.what,
                                 ToString(r.from), ToString(r.to), r.steps, r.bytes,
-                                r.per_step ? "step" : "micro-batch"));
+                                r.per_step ? "step" : "micro-batch",
+                                pp > 1 ? fmt::format(", mesh {}", r.mesh) : std::string()));
   }
   auto list = [](const std::map<std::string, uint64_t>& bytes) {
     std::string s;

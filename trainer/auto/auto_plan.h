@@ -21,9 +21,10 @@ struct DerivedTensor {
   std::vector<Placement> placements;
 };
 
-// One reshard the rules asked for: `what` it moves, from which placements to which, the steps
-// (reshard.h) and the bytes mesh rank 0's communicators count for it. Activations' reshards
-// happen once per micro-batch, gradient synchronisations once per step.
+// One reshard the rules asked for: `what` it moves, from which placements to which, on which
+// mesh (stage), the steps (reshard.h) and the bytes the rank at coordinate 0 of that mesh counts
+// for it. Activations' reshards happen once per micro-batch, gradient synchronisations once per
+// step. A hand-off between meshes is on the mesh it leaves (forward) or reaches (backward).
 struct DerivedReshard {
   std::string what;
   Shape shape;
@@ -31,6 +32,7 @@ struct DerivedReshard {
   std::string steps;
   uint64_t bytes = 0;
   bool per_step = false;  // a gradient's synchronisation (else per micro-batch)
+  int mesh = 0;
 };
 
 struct AutoPlan {
@@ -41,7 +43,7 @@ struct AutoPlan {
   int pp = 1;  // w0 and w1 on two meshes: two pipeline stages, fc2 starting the second
   std::vector<DerivedTensor> tensors;   // forward, then backward, in op order
   std::vector<DerivedReshard> reshards;
-  // What rank 0 (coordinate 0 of mesh 0) moves, by operation ("all_reduce", "send", "recv";
+  // What rank 0 (coordinate 0 of mesh 0, the first stage) moves, by operation ("all_reduce", "send", "recv";
   // CommOpName's words): per micro-batch (activations) and per step (gradients).
   std::map<std::string, uint64_t> per_micro_batch, per_step;
 
