@@ -20,6 +20,7 @@ packages=(
   libbenchmark-dev
   clang
   docker-compose
+  python3-numpy
 )
 
 missing=()

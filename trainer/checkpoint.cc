@@ -163,9 +163,6 @@ Status LoadShards(const CheckpointReader& reader, const std::vector<ShardTensor>
   return Status::OK();
 }
 
-namespace {
-
-// Every tensor of the checkpoint, whole, on the host.
 Result<std::vector<ShardTensor>> ReadWhole(const CheckpointReader& reader) {
   std::vector<ShardTensor> out;
   for (const auto& [name, info] : reader.tensors()) {
@@ -180,7 +177,6 @@ Result<std::vector<ShardTensor>> ReadWhole(const CheckpointReader& reader) {
   return out;
 }
 
-}  // namespace
 
 Status ToFullModel(const CheckpointReader& reader, const std::string& path) {
   STRATA_ASSIGN_OR_RETURN(const std::vector<ShardTensor> tensors, ReadWhole(reader));

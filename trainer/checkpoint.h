@@ -76,6 +76,9 @@ class CheckpointReader {
 // an error no target was written.
 Status LoadShards(const CheckpointReader& reader, const std::vector<ShardTensor>& targets);
 
+// Every tensor of the checkpoint, whole, on the host (checksums checked).
+Result<std::vector<ShardTensor>> ReadWhole(const CheckpointReader& reader);
+
 // strata-ckpt's conversions. ToFullModel writes every tensor of the checkpoint unsplit into one
 // file at `path` (the manifest, less its files, as the file's meta). FromFullModel writes such
 // a file into `<dir>/step-<N>/` as a checkpoint of one shard and points `<dir>/latest` at it;
