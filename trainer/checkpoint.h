@@ -76,6 +76,10 @@ class CheckpointReader {
 // an error no target was written.
 Status LoadShards(const CheckpointReader& reader, const std::vector<ShardTensor>& targets);
 
+// Writes whole `tensors` as `<dir>/step-<m.step>/` (one shard file, the manifest `m` as of one
+// process) and points `latest` at it; returns the step directory.
+Result<std::string> WriteWholeCheckpoint(const std::string& dir, CheckpointManifest m,
+                                         const std::vector<ShardTensor>& tensors);
 // Every tensor of the checkpoint, whole, on the host (checksums checked).
 Result<std::vector<ShardTensor>> ReadWhole(const CheckpointReader& reader);
 

@@ -191,15 +191,7 @@ Result<std::string> ImportSafetensors(const std::string& path, const std::string
                        Tensor::FromBlob(storage->data(), shape, DType::kF32, Device::CPU(), storage)});
   }
   m.plan = "import " + fs::path(path).filename().string();
-  const std::string step_dir = CheckpointStepDir(dir, m.step);
-  fs::create_directories(step_dir, ec);
-  if (ec) return Status::IOError("cannot create " + step_dir + ": " + ec.message());
-  const std::string file = ShardFileName(0, 0);
-  STRATA_ASSIGN_OR_RETURN(const FileDigest digest,
-                          WriteShardFile(step_dir + "/" + file, nlohmann::json{{"step", m.step}}.dump(), tensors));
-  m.files = {{file, digest}};
-  STRATA_RETURN_IF_ERROR(PublishCheckpoint(dir, m));
-  return step_dir;
+  return WriteWholeCheckpoint(dir, std::move(m), tensors);
 }
 
 }  // namespace strata
