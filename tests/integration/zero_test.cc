@@ -28,7 +28,7 @@ using testing::MaxRelativeDifference;
 
 // 4 heads and a vocabulary of 256: both split over 2; 2 blocks: 4 units, enough for pp 2.
 // Weight decay: the buckets' slices cross decayed and undecayed parameters. The text is the
-// test's own (Corpus below), not a file of the repository that changes: the reduce-scatter sums
+// test's own (testing::WordCorpus), not a file of the repository that changes: the reduce-scatter sums
 // 4 replicas' gradients in another order than Gloo's all-reduce (a few ulps), and AdamW
 // magnifies ulps on a token row whose gradient is nearly zero, so which bytes the text holds
 // decides whether the final weights agree to 1e-4 (the losses agree to 1e-5 either way).
@@ -39,20 +39,6 @@ const char* kGpt =
     "train: {steps: 20, batch_size: 8, micro_batches: 2, log_every: 1, progress: false}\n"
     "sync: {mode: allreduce}\n";
 
-// 16 KiB of lower-case words and punctuation drawn by a fixed linear congruential generator.
-std::string Corpus() {
-  static const char* kWords[] = {"the", "model", "shards", "its", "state", "over", "replicas", "and", "each",
-                                 "rank", "updates", "a", "slice", "of", "every", "bucket", "then", "gathers",
-                                 "parameters", "gradients", "are", "reduced", "while", "backward", "runs"};
-  std::string text;
-  uint64_t x = 12345;
-  while (text.size() < 16384) {
-    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-    text += kWords[(x >> 33) % (sizeof(kWords) / sizeof(kWords[0]))];
-    text += (x >> 20) % 9 == 0 ? ".\n" : " ";
-  }
-  return text;
-}
 
 // Sizes that do not divide by 4 (81 + 9 + ...): the buckets are padded.
 const char* kMlp =
@@ -67,7 +53,7 @@ class ZeroTest : public testing::EquivalenceTest {
   // The gpt job over the test's own text.
   std::string GptJob() {
     const std::string corpus = dir_.File("corpus.txt");
-    testing::WriteFile(corpus, Corpus());
+    testing::WriteFile(corpus, testing::WordCorpus());
     std::string text = kGpt;
     text.replace(text.find("CORPUS"), 6, corpus);
     return Job("gpt", text);
