@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 
 const char* kGpt =
     "model: {kind: gpt, layers: 2, heads: 4, width: 32, context: 32}\n"
-    "data: {kind: text, path: " STRATA_SOURCE_DIR "/README.md, eval_samples: 256}\n"
+    "data: {kind: text, path: " STRATA_SOURCE_DIR "/tests/data/corpus.txt, eval_samples: 256}\n"
     "optimizer: {kind: adamw, lr: 0.003}\n"
     "train: {steps: 12, batch_size: 8, log_every: 4, progress: false}\n"
     "sync: {mode: allreduce}\n";
