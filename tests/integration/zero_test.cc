@@ -173,6 +173,40 @@ TEST_F(ZeroTest, CheckpointOfZero2Dp2ResumesUnderOneProcessZero1Dp4AndZero3Dp4) 
   }
 }
 
+// ZeRO-3 writes its checkpoint by gathering every unit's parameters (and the optimizer state)
+// on every replica for the first to write: the file resumes under one process and under ZeRO-1
+// on 4 replicas, continuing the losses.
+TEST_F(ZeroTest, CheckpointOfZero3Dp2ResumesUnderOneProcessAndZero1Dp4) {
+  const std::string job = GptJob();
+  std::string log;
+  ASSERT_EQ(Launch(job, 0, 2, {"parallel.zero=3", "train.metrics_path=" + Metrics("z3"),
+                               "train.checkpoint_dir=" + dir_.File("z3"), "train.checkpoint_every=10"}, &log), 0)
+      << log;
+  const std::vector<double> base = Losses(Rank("z3", 0));
+  ASSERT_EQ(base.size(), 20u) << log;
+  const std::vector<double> after(base.begin() + 10, base.end());
+  const std::string step10 = dir_.File("z3/step-10");
+  ASSERT_TRUE(fs::exists(step10)) << log;
+  for (const auto& [tag, plan] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"z3-local", {"sync.mode=local"}}, {"z3-zero1-dp4", {"parallel.zero=1"}}}) {
+    const std::string dir = dir_.File("resume-" + tag);
+    fs::create_directories(dir);
+    fs::copy(step10, dir + "/step-10", fs::copy_options::recursive);
+    testing::WriteFile(dir + "/latest", "step-10\n");
+    std::vector<std::string> sets = plan;
+    sets.insert(sets.end(), {"train.metrics_path=" + Metrics(tag), "train.checkpoint_dir=" + dir});
+    if (tag == "z3-local") {
+      ASSERT_EQ(RunLocal(job, sets, &log), 0) << log;
+    } else {
+      ASSERT_EQ(Launch(job, 0, 4, sets, &log), 0) << log;
+    }
+    EXPECT_NE(log.find("resumed from"), std::string::npos) << tag << "\n" << log;
+    const auto losses = Losses(Rank(tag, 0));
+    ASSERT_EQ(losses.size(), after.size()) << tag << "\n" << log;
+    EXPECT_LT(MaxRelativeDifference(after, losses), 1e-5) << tag << "\n" << log;
+  }
+}
+
 // As for the all-reduce (TrainTest.AllReduceOverlapsBackwardInTheTimeline): backward hands
 // buckets over before it ends, and the communication thread reduce-scatters while it runs.
 TEST_F(ZeroTest, ReduceScatterOverlapsBackwardInTheTimeline) {
