@@ -299,15 +299,19 @@ TEST_F(ZeroTest, Zero3TrainsOnFourRanksUnderABudgetZero0AndZero2DoNotFit) {
 }
 
 TEST_F(ZeroTest, MemoryLinesFollowTheSeedsArithmetic) {
-  // gpt with AdamW. ZeRO-2 on 2 replicas holds 4 psi of parameters, the gradient shards (2 psi)
-  // and the optimizer state's half (4 psi) between steps, within padding of the formula
-  // 4 + 12/2 = 10 psi; ZeRO-3 holds 16/dp psi: 8 on 2 replicas, 4 on 4.
+  // gpt with AdamW. ZeRO-1 holds the parameters and gradients whole and 8/dp psi of state (the
+  // reduced gradient slice is its own slice of the gradient buffer): 12 on 2 replicas, 10 on 4.
+  // ZeRO-2 on 2 replicas holds 4 psi of parameters, the gradient shards (2 psi) and the
+  // optimizer state's half (4 psi) between steps, within padding of the formula 4 + 12/2 = 10
+  // psi; ZeRO-3 holds 16/dp psi: 8 on 2 replicas, 4 on 4.
   struct Case {
     const char* tag;
     int zero, dp;
     double formula, state;
   };
-  for (const Case& c : {Case{"mem-z2", 2, 2, 10.0, 4.0}, Case{"mem-z3", 3, 2, 8.0, 4.0}, Case{"mem-z3-dp4", 3, 4, 4.0, 2.0}}) {
+  for (const Case& c : {Case{"mem-z1", 1, 2, 12.0, 4.0}, Case{"mem-z1-dp4", 1, 4, 10.0, 2.0},
+                        Case{"mem-z2", 2, 2, 10.0, 4.0}, Case{"mem-z3", 3, 2, 8.0, 4.0},
+                        Case{"mem-z3-dp4", 3, 4, 4.0, 2.0}}) {
     std::string log;
     const std::string job = GptJob();
     ASSERT_EQ(Launch(job, 0, c.dp, {"parallel.zero=" + std::to_string(c.zero), "train.steps=2",
