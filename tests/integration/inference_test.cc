@@ -96,6 +96,19 @@ TEST_F(InferenceTest, GptCheckpointOf2x2x2ServedUnderEveryLayoutGeneratesTheSame
   const auto one = Results("one");
   ASSERT_EQ(one.size(), 4u) << log;
   for (const auto& [i, r] : one) EXPECT_EQ(r["tokens"].size(), 8u) << i;
+  // A stop token ends each sequence at its first occurrence (and is kept); the others run on.
+  const int64_t stop = one.at(0)["tokens"][0].get<int64_t>();
+  ASSERT_EQ(RunLocal(job_, [&] {
+              auto s = Generate("stop", true);
+              s.insert(s.end(), {"sync.mode=local", "infer.stop=" + std::to_string(stop)});
+              return s;
+            }(), &log), 0) << log;
+  for (const auto& [i, r] : Results("stop")) {
+    const auto all = one.at(i)["tokens"].get<std::vector<int64_t>>();
+    const auto at = std::find(all.begin(), all.end(), stop);
+    const std::vector<int64_t> want(all.begin(), at == all.end() ? all.end() : at + 1);
+    EXPECT_EQ(r["tokens"].get<std::vector<int64_t>>(), want) << "prompt " << i;
+  }
   struct Layout {
     const char* tag;
     int dp, tp, pp;
