@@ -168,5 +168,43 @@ TEST_F(InferenceTest, EvaluationGivesTheSameLossUnderTp2Pp2AndATpThatDoesNotSpli
   EXPECT_NE(log.find("model.heads 4 does not split over parallel.tp 3"), std::string::npos) << log;
 }
 
+// ctr trained on 2 all-reduce replicas evaluates its held-out set to the same AUC and loss on
+// one process from the checkpoint (the training run's own final evaluation is the reference).
+class CtrInferenceTest : public testing::LaunchFixture {
+ protected:
+  void SetUp() override { setenv("OPENBLAS_NUM_THREADS", "1", 1); }
+};
+
+TEST_F(CtrInferenceTest, CtrOfTwoReplicasEvaluatesToTheSameAucOnOneProcess) {
+  const std::string job = Job("ctr",
+      "model: {kind: ctr, fields: 8, field_vocab: 300, embed_dim: 8, ctr_hidden: 32}\n"
+      "data: {kind: click_log, eval_samples: 4000}\n"
+      "optimizer: {kind: adamw, lr: 0.01}\n"
+      "train: {steps: 40, batch_size: 64, log_every: 20, progress: false}\n"
+      "sync: {mode: allreduce}\n");
+  const std::string ckpt = dir_.File("ckpt");
+  std::string log;
+  ASSERT_EQ(Launch(job, 0, 2, {"train.checkpoint_dir=" + ckpt, "train.checkpoint_every=40",
+                               "train.metrics_path=" + Metrics("train")}, &log), 0) << log;
+  nlohmann::json trained;
+  {
+    std::ifstream in(Rank("train", 0));
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_object() && j.contains("auc")) trained = j;
+    }
+  }
+  ASSERT_TRUE(trained.is_object()) << log;
+  ASSERT_EQ(RunLocal(job, {"sync.mode=local", "infer.mode=eval", "infer.checkpoint=" + ckpt,
+                           "infer.output_path=" + dir_.File("eval.jsonl")}, &log), 0) << log;
+  std::ifstream in(dir_.File("eval.jsonl"));
+  std::string line;
+  std::getline(in, line);
+  const auto got = nlohmann::json::parse(line);
+  EXPECT_GT(trained["auc"].get<double>(), 0.6);
+  EXPECT_NEAR(got["auc"].get<double>(), trained["auc"].get<double>(), 1e-6) << line;
+  EXPECT_NEAR(got["eval_loss"].get<double>(), trained["eval_loss"].get<double>(), 1e-6) << line;
+}
+
 }  // namespace
 }  // namespace strata
