@@ -4,10 +4,12 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +17,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+
+#include <spdlog/fmt/fmt.h>
 
 #include "tools/placement_env.h"
 #include "tools/signals.h"
@@ -29,6 +33,21 @@ using Clock = std::chrono::steady_clock;
 std::string Code(int exit_code) {
   if (exit_code >= 128) return "signal " + std::to_string(exit_code - 128);
   return "code " + std::to_string(exit_code);
+}
+
+// A child's log line "[2026-01-02 03:04:05.678] [trainer:0] [info] text" split into its level
+// and text; false when the line is not in that form (raw stderr, a CHECK failure).
+bool SplitLogLine(const std::string& line, std::string* level, std::string* text) {
+  if (line.size() < 2 || line[0] != '[' || !std::isdigit(static_cast<unsigned char>(line[1]))) return false;
+  size_t at = 0;
+  for (int field = 0; field < 3; ++field) {  // time, identity, level
+    const size_t close = line.find("] ", at);
+    if (close == std::string::npos || line[at] != '[') return false;
+    if (field == 2) *level = line.substr(at + 1, close - at - 1);
+    at = close + 2;
+  }
+  *text = line.substr(at);
+  return true;
 }
 
 }  // namespace
@@ -91,6 +110,7 @@ Status Launcher::Spawn(const std::string& name, std::vector<std::string> argv) {
   child->name = name;
   child->pid = pid;
   child->running = true;
+  child->started = Clock::now();
   const int fd = fds[0];
   child->reader = std::thread([this, fd, prefix = "[" + name + "] "] {
     FILE* in = fdopen(fd, "r");
@@ -107,7 +127,11 @@ Status Launcher::Spawn(const std::string& name, std::vector<std::string> argv) {
 
 void Launcher::OnLine(const std::string& prefix, const std::string& line) {
   std::lock_guard lock(out_mu_);
-  static const std::string kMark = "@progress ";
+  static const std::string kMark = "@progress ", kSummary = "@summary ";
+  if (line.compare(0, kSummary.size(), kSummary) == 0 && prefix == "[trainer 0] ") {
+    job_report_ = ParseJobReport(line.substr(kSummary.size()));
+    if (job_report_) return;
+  }
   if (line.compare(0, kMark.size(), kMark) == 0) {
     auto j = nlohmann::json::parse(line.substr(kMark.size()), nullptr, /*allow_exceptions=*/false);
     if (j.is_object() && j.contains("rank") && j["rank"].is_number_integer()) {
@@ -125,12 +149,50 @@ void Launcher::OnLine(const std::string& prefix, const std::string& line) {
       }
     }
   }
+  std::string shown = line;
+  if (log_) {
+    std::fputs(prefix.c_str(), log_);
+    std::fputs(line.c_str(), log_);
+    if (!line.empty() && line.back() != '\n') std::fputc('\n', log_);
+    std::fflush(log_);
+    if (!ForScreen(prefix, line)) return;
+    // On the screen without the time and identity: "[server 1] warning: ...".
+    std::string level, text;
+    if (SplitLogLine(line, &level, &text)) shown = level == "info" ? text : level + ": " + text;
+  }
   if (progress_shown_) std::fputs("\r\033[K", stdout);  // the log line goes above the progress line
   std::fputs(prefix.c_str(), stdout);
-  std::fputs(line.c_str(), stdout);
-  if (!line.empty() && line.back() != '\n') std::fputc('\n', stdout);
+  std::fputs(shown.c_str(), stdout);
+  if (!shown.empty() && shown.back() != '\n') std::fputc('\n', stdout);
   progress_shown_ = false;
   if (tty_ && !progress_.empty()) ShowProgressLocked(true);
+  std::fflush(stdout);
+}
+
+bool Launcher::ForScreen(const std::string& prefix, const std::string& line) {
+  if (prefix.empty()) return line.rfind("strata-launch: started ", 0) != 0;  // Run() sums those up
+  std::string level, text;
+  if (!SplitLogLine(line, &level, &text)) return true;  // not a log line: a crash's words
+  if (level != "info" && level != "debug" && level != "trace") return true;
+  // The few set-up lines people want: the model, the plan, what was written.
+  if (prefix == "[trainer 0] ") {
+    for (const char* start : {"model has ", "parallel plan: ", "wrote ", "plot: "}) {
+      if (text.rfind(start, 0) == 0) return true;
+    }
+  }
+  return prefix == "[scheduler] " && text.find("cluster complete") != std::string::npos;
+}
+
+void Launcher::PrintReport() {
+  std::vector<ProcessReport> rows;
+  for (const auto& c : children_) {
+    rows.push_back({c->name, c->running ? -1 : c->exit_code, c->wall_seconds, c->peak_rss_kib});
+  }
+  std::lock_guard lock(out_mu_);
+  for (const std::string& row : FormatReport(rows, job_report_)) {
+    std::printf("%s\n", row.c_str());
+    if (log_) std::fprintf(log_, "%s\n", row.c_str());
+  }
   std::fflush(stdout);
 }
 
@@ -194,10 +256,13 @@ Result<std::string> Launcher::WaitForSchedulerAddress(const std::string& path) {
 void Launcher::Reap() {
   int status = 0;
   pid_t pid;
-  while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+  struct rusage usage {};
+  while ((pid = wait4(-1, &status, WNOHANG, &usage)) > 0) {
     for (auto& c : children_) {
       if (c->pid != pid) continue;
       c->running = false;
+      c->wall_seconds = std::chrono::duration<double>(Clock::now() - c->started).count();
+      c->peak_rss_kib = usage.ru_maxrss;  // KiB on Linux
       c->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     }
   }
@@ -239,6 +304,21 @@ void Launcher::StopAll() {
 int Launcher::Run() {
   const auto start = Clock::now();
   tty_ = isatty(STDOUT_FILENO);
+  if (!options_.log_path.empty()) {
+    log_ = std::fopen(options_.log_path.c_str(), "w");
+    if (!log_) {
+      std::fprintf(stderr, "strata-launch: cannot write the log file %s (--log): %s\n", options_.log_path.c_str(),
+                   strerror(errno));
+      return 1;
+    }
+  }
+  struct CloseLog {
+    FILE*& f;
+    ~CloseLog() {
+      if (f) std::fclose(f);
+      f = nullptr;
+    }
+  } close_log{log_};
   InstallStopSignals();
   auto common_args = [&] {
     std::vector<std::string> args;
@@ -250,7 +330,15 @@ int Launcher::Run() {
   };
   auto fail = [&](const Status& s) {
     std::fprintf(stderr, "strata-launch: %s\n", s.ToString().c_str());
+    if (log_) std::fprintf(log_, "strata-launch: %s\n", s.ToString().c_str());
     StopAll();
+    {
+      std::lock_guard lock(out_mu_);
+      if (progress_shown_) std::fputs("\n", stdout);
+      progress_shown_ = false;
+    }
+    PrintReport();
+    if (log_) std::fprintf(stderr, "strata-launch: every process's output is in %s\n", options_.log_path.c_str());
     return 1;
   };
 
@@ -271,6 +359,11 @@ int Launcher::Run() {
       const std::string name = std::string(role == 0 ? "server " : "trainer ") + std::to_string(rank);
       if (Status s = Spawn(name, argv); !s.ok()) return fail(s);
     }
+  }
+  if (log_) {
+    OnLine("", "strata-launch: started the scheduler at " + *address + ", " + std::to_string(options_.servers) +
+                   " servers and " + std::to_string(options_.trainers) + " trainers; their output: " +
+                   options_.log_path + "\n");
   }
 
   // Supervise: the job succeeds when every process exited 0; the first failure stops it
@@ -294,6 +387,7 @@ int Launcher::Run() {
     if (StopRequested()) {
       std::fprintf(stderr, "strata-launch: interrupted; stopping the cluster\n");
       StopAll();
+      PrintReport();
       return 130;
     }
     if (options_.timeout_s > 0 && Clock::now() - start > std::chrono::seconds(options_.timeout_s)) {
@@ -307,14 +401,16 @@ int Launcher::Run() {
     std::lock_guard lock(out_mu_);
     if (!progress_.empty()) ShowProgressLocked(true);  // where the trainers ended
     if (progress_shown_) std::fputs("\n", stdout);
+    progress_shown_ = false;
   }
+  PrintReport();
   if (!lost.empty()) {
     std::fprintf(stderr, "strata-launch: the job finished without %zu lost trainer(s): %s\n", lost.size(), lost[0].c_str());
     return 1;
   }
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  std::printf("strata-launch: scheduler, %d servers and %d trainers all exited cleanly in %.1f s\n",
-              options_.servers, options_.trainers, secs);
+  OnLine("", fmt::format("strata-launch: scheduler, {} servers and {} trainers all exited cleanly in {:.1f} s\n",
+                         options_.servers, options_.trainers, secs));
   return 0;
 }
 

@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
   while (!node.WaitForShutdown(Millis(100))) {
     if (StopRequested()) break;
   }
-  spdlog::info("final stats: {}", server.StatsJson());
+  spdlog::info("final stats: {}", server.StatsLine());
   if (Status s = node.Leave(); !s.ok()) {
     spdlog::error("{}", s.ToString());
     return 1;

@@ -56,6 +56,12 @@ void Progress::Step(int64_t step, double loss, double lr, double grad_norm, doub
 }
 
 void Progress::Metrics(const std::string& json_line) {
+  if (json_line.find("\"eval_loss\"") != std::string::npos) {
+    auto j = nlohmann::json::parse(json_line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object()) {
+      evals_.push_back({j.value("step", int64_t{0}), j.value("eval_loss", 0.0), j.value("auc", -1.0)});
+    }
+  }
   if (metrics_.is_open()) {
     metrics_ << json_line << "\n";
     metrics_.flush();

@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
+#include "trainer/plot.h"
 #include "trainer/train_options.h"
 
 namespace strata {
@@ -23,7 +25,10 @@ class Progress {
 
   // After step `step` (1-based) of train.steps.
   void Step(int64_t step, double loss, double lr, double grad_norm, double step_seconds, double elapsed);
+  // A metrics line; the evaluations among them (they carry "eval_loss") are also kept.
   void Metrics(const std::string& json_line);
+  // Every evaluation this rank reported, in order (train.plot_path draws them).
+  const std::vector<TrainingCurves::Eval>& evals() const { return evals_; }
   // Ends the progress line (a terminal's \r line) before other output.
   void Done();
 
@@ -32,6 +37,7 @@ class Progress {
   const int rank_, trainers_;
   const bool launched_;
   std::ofstream metrics_;
+  std::vector<TrainingCurves::Eval> evals_;
 };
 
 // "{rank}" in `path` becomes the rank.

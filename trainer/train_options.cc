@@ -62,6 +62,9 @@ void Bind(config::Binder& b, TrainOptions& o) {
   b.Field("checkpoint_dir", o.checkpoint_dir, "checkpoint directory");
   b.Field("resume", o.resume, "resume from checkpoint_dir/latest when present");
   b.Field("metrics_path", o.metrics_path, "JSON-lines metrics file (empty: none)");
+  b.Field("plot_path", o.plot_path,
+          "PNG of the loss (and AUC) curve, written by trainer 0 at the end with gnuplot (empty: none; "
+          "without gnuplot: a one-line note)");
   b.Field("progress", o.progress, "print the progress line");
   b.Require(o.checkpoint_every == 0 || !o.checkpoint_dir.empty(), "checkpoint_every",
             "needs checkpoint_dir");

@@ -70,6 +70,9 @@ struct TrainOptions {
   std::string checkpoint_dir;   // where ckpt-<step>.bin and `latest` go
   bool resume = true;           // continue from checkpoint_dir/latest when present
   std::string metrics_path;     // JSON lines; empty: none
+  // Trainer 0 draws the loss (and AUC) curve here as a PNG at the end, with gnuplot; where
+  // gnuplot is absent the run notes it in one line and succeeds. Empty: no picture.
+  std::string plot_path;
   bool progress = true;         // the progress line on stderr
   // Most MiB the trainer's tensors (parameters, gradients, optimizer state, activations) may
   // hold on its device; past it an allocation fails with ResourceExhausted naming this field.

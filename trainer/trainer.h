@@ -111,6 +111,8 @@ class Trainer {
   int pp_rank() const { return groups_.pp_rank; }
   // Text data: the byte-unigram entropy of the file in nats (0 otherwise).
   double unigram_entropy() const { return unigram_entropy_; }
+  // What this rank reported while it ran (the evaluations, for train.plot_path).
+  const Progress& progress() const { return *progress_; }
 
  private:
   explicit Trainer(const TrainJob& job);
