@@ -165,7 +165,7 @@ void Launcher::OnLine(const std::string& prefix, const std::string& line) {
   std::fputs(shown.c_str(), stdout);
   if (!shown.empty() && shown.back() != '\n') std::fputc('\n', stdout);
   progress_shown_ = false;
-  if (tty_ && !progress_.empty()) ShowProgressLocked(true);
+  if (tty_ && !progress_.empty() && !finished_) ShowProgressLocked(true);
   std::fflush(stdout);
 }
 
@@ -262,8 +262,22 @@ void Launcher::Reap() {
       if (c->pid != pid) continue;
       c->running = false;
       c->wall_seconds = std::chrono::duration<double>(Clock::now() - c->started).count();
-      c->peak_rss_kib = usage.ru_maxrss;  // KiB on Linux
+      // ru_maxrss counts the launcher's own pages copied at fork; the sampled VmHWM does not.
+      if (c->peak_rss_kib == 0) c->peak_rss_kib = usage.ru_maxrss;
       c->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+  }
+}
+
+void Launcher::SampleMemory() {
+  for (auto& c : children_) {
+    if (!c->running) continue;
+    std::ifstream status("/proc/" + std::to_string(c->pid) + "/status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("VmHWM:", 0) == 0) {
+        c->peak_rss_kib = std::max(c->peak_rss_kib, std::atol(line.c_str() + 6));
+        break;
+      }
     }
   }
 }
@@ -336,6 +350,7 @@ int Launcher::Run() {
       std::lock_guard lock(out_mu_);
       if (progress_shown_) std::fputs("\n", stdout);
       progress_shown_ = false;
+      finished_ = true;
     }
     PrintReport();
     if (log_) std::fprintf(stderr, "strata-launch: every process's output is in %s\n", options_.log_path.c_str());
@@ -361,15 +376,20 @@ int Launcher::Run() {
     }
   }
   if (log_) {
-    OnLine("", "strata-launch: started the scheduler at " + *address + ", " + std::to_string(options_.servers) +
-                   " servers and " + std::to_string(options_.trainers) + " trainers; their output: " +
+    OnLine("", "strata-launch: scheduler at " + *address + ", " + std::to_string(options_.servers) +
+                   " servers and " + std::to_string(options_.trainers) + " trainers running; all their output: " +
                    options_.log_path + "\n");
   }
 
   // Supervise: the job succeeds when every process exited 0; the first failure stops it
   // (unless it is a trainer and the job goes on without lost trainers).
   std::vector<std::string> lost;
+  auto sampled = Clock::now();
   while (true) {
+    if (Clock::now() - sampled > std::chrono::milliseconds(200)) {
+      SampleMemory();
+      sampled = Clock::now();
+    }
     Reap();
     for (const auto& c : children_) {
       if (c->running || c->exit_code == 0) continue;
@@ -402,6 +422,7 @@ int Launcher::Run() {
     if (!progress_.empty()) ShowProgressLocked(true);  // where the trainers ended
     if (progress_shown_) std::fputs("\n", stdout);
     progress_shown_ = false;
+    finished_ = true;
   }
   PrintReport();
   if (!lost.empty()) {

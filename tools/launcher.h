@@ -60,7 +60,7 @@ class Launcher {
     bool running = false;
     std::chrono::steady_clock::time_point started;
     double wall_seconds = 0;
-    long peak_rss_kib = 0;
+    long peak_rss_kib = 0;  // VmHWM sampled from /proc while it runs (wait4's as a fallback)
     std::thread reader;
   };
 
@@ -75,6 +75,7 @@ class Launcher {
   void Reap();  // collects exit codes of finished children
   void StopAll();
   bool AnyRunning() const;
+  void SampleMemory();  // each running child's VmHWM into peak_rss_kib
 
   const LaunchOptions options_;
   std::string work_dir_;
@@ -89,6 +90,7 @@ class Launcher {
   std::optional<JobReport> job_report_;  // trainer 0's @summary
   FILE* log_ = nullptr;                  // options_.log_path, open during Run()
   bool tty_ = false;
+  bool finished_ = false;        // the job ended: the progress line is not drawn again
   bool progress_shown_ = false;  // a progress line is on the terminal (tty) and must be cleared
   std::chrono::steady_clock::time_point last_progress_{};
 };
