@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
     }
     if (job->trainer.train.batch_size % plan->dp != 0) {
       std::cerr << "strata-launch: train.batch_size " << job->trainer.train.batch_size
-                << " (the global batch) must be divisible by the " << plan->dp
+                << " (the global micro-batch) must be divisible by the " << plan->dp
                 << " data-parallel replicas\n";
       return 2;
     }

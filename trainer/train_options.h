@@ -62,7 +62,9 @@ void Bind(config::Binder& b, DataOptions& o);
 struct TrainOptions {
   std::string device = "cpu";   // "cpu" or "cuda[:N]"
   int64_t steps = 1000;
-  int64_t batch_size = 64;      // samples (sequences for gpt) per micro-batch
+  // The global micro-batch: samples (sequences for gpt) per micro-batch over all data-parallel
+  // replicas, each reading batch_size / dp of it; a step reads batch_size x micro_batches.
+  int64_t batch_size = 64;
   int64_t micro_batches = 1;    // micro-batches per step; gradients accumulate (the pipeline's m)
   int64_t log_every = 10;       // progress line and metrics every N steps
   int64_t eval_every = 0;       // 0: only at the end
