@@ -559,7 +559,7 @@ std::string PsServer::StatsJson() const {
     for (const auto& [id, t] : tables_) {
       const RowStoreStats s = t->store->stats();
       tables.push_back({{"id", id}, {"name", t->spec.name}, {"records", s.records},
-                        {"bytes_in_memory", s.bytes_in_memory}});
+                        {"bytes_in_memory", s.bytes_in_memory}, {"hits", s.hits}, {"misses", s.misses}});
     }
   }
   j["tables"] = tables;

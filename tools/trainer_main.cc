@@ -13,6 +13,7 @@
 #include "common/logging.h"
 #include "tools/job_config.h"
 #include "tools/launch_report.h"
+#include "tools/metrics_endpoint.h"
 #include "tools/placement_env.h"
 #include "tools/signals.h"
 #include "trainer/plot.h"
@@ -103,6 +104,14 @@ int Train(const JobConfig& config, Node* node, bool launched) {
     spdlog::error("{}", trainer.status().ToString());
     return 1;
   }
+  // cluster.metrics_port: this trainer's /metrics, fed by its progress reports.
+  MetricsRegistry metrics;
+  MetricsEndpoint metrics_endpoint("trainer", (*trainer)->rank(), &metrics);
+  if (!StartMetricsIfAsked(metrics_endpoint, config.cluster.metrics_port, Role::kTrainer, (*trainer)->rank(),
+                           config.cluster.servers)) {
+    return 1;
+  }
+  (*trainer)->SetMetrics(&metrics);
   if ((*trainer)->rank() == 0) {
     spdlog::info("model has {} parameters", (*trainer)->model().params().NumElements());
   }

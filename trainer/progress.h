@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/metrics.h"
 #include "common/status.h"
 #include "trainer/plot.h"
 #include "trainer/train_options.h"
@@ -29,6 +30,9 @@ class Progress {
   void Metrics(const std::string& json_line);
   // Every evaluation this rank reported, in order (train.plot_path draws them).
   const std::vector<TrainingCurves::Eval>& evals() const { return evals_; }
+  // Where Step, the evaluations and the end-of-run communication figures are also published
+  // (docs/metrics.md); nullptr: nowhere.
+  void SetMetrics(MetricsRegistry* registry) { registry_ = registry; }
   // Ends the progress line (a terminal's \r line) before other output.
   void Done();
 
@@ -38,6 +42,7 @@ class Progress {
   const bool launched_;
   std::ofstream metrics_;
   std::vector<TrainingCurves::Eval> evals_;
+  MetricsRegistry* registry_ = nullptr;
 };
 
 // "{rank}" in `path` becomes the rank.
