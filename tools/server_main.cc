@@ -58,7 +58,7 @@ void CollectServerMetrics(const std::string& stats_json, MetricsRegistry& m) {
   using T = MetricsRegistry::Type;
   const auto j = nlohmann::json::parse(stats_json, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return;
-  auto counter = [&](const char* name, const char* key, const char* help, double scale = 1) {
+  auto counter = [&](const char* name, const char* help, const char* key, double scale = 1) {
     m.Set(name, help, T::kCounter, j.value(key, 0.0) * scale);
   };
   counter("strata_server_requests_total", "requests received", "requests");
