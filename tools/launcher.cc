@@ -112,11 +112,11 @@ Status Launcher::Spawn(const std::string& name, std::vector<std::string> argv) {
   child->running = true;
   child->started = Clock::now();
   const int fd = fds[0];
-  child->reader = std::thread([this, fd, prefix = "[" + name + "] "] {
+  child->reader = std::thread([this, fd, from = child.get(), prefix = "[" + name + "] "] {
     FILE* in = fdopen(fd, "r");
     char* line = nullptr;
     size_t cap = 0;
-    while (getline(&line, &cap, in) > 0) OnLine(prefix, line);
+    while (getline(&line, &cap, in) > 0) OnLine(prefix, line, from);
     free(line);
     fclose(in);
   });
@@ -125,8 +125,12 @@ Status Launcher::Spawn(const std::string& name, std::vector<std::string> argv) {
   return Status::OK();
 }
 
-void Launcher::OnLine(const std::string& prefix, const std::string& line) {
+void Launcher::OnLine(const std::string& prefix, const std::string& line, Child* from) {
   std::lock_guard lock(out_mu_);
+  if (from && line.rfind("@progress ", 0) != 0) {
+    from->tail.push_back(line);
+    if (from->tail.size() > kTailLines) from->tail.pop_front();
+  }
   static const std::string kMark = "@progress ", kSummary = "@summary ";
   if (line.compare(0, kSummary.size(), kSummary) == 0 && prefix == "[trainer 0] ") {
     job_report_ = ParseJobReport(line.substr(kSummary.size()));
@@ -181,6 +185,21 @@ bool Launcher::ForScreen(const std::string& prefix, const std::string& line) {
     }
   }
   return prefix == "[scheduler] " && text.find("cluster complete") != std::string::npos;
+}
+
+void Launcher::ShowTail(Child& child) {
+  if (!log_) return;  // without a log file every line is on the screen already
+  if (child.reader.joinable()) child.reader.join();  // its last words are read once it exited
+  std::lock_guard lock(out_mu_);
+  if (progress_shown_) std::fputs("\r\033[K", stdout);
+  progress_shown_ = false;
+  std::fprintf(stdout, "---- the last lines of %s (all of them in %s):\n", child.name.c_str(), options_.log_path.c_str());
+  for (const std::string& line : child.tail) {
+    std::fputs(line.c_str(), stdout);
+    if (!line.empty() && line.back() != '\n') std::fputc('\n', stdout);
+  }
+  std::fputs("----\n", stdout);
+  std::fflush(stdout);
 }
 
 void Launcher::PrintReport() {
@@ -376,9 +395,9 @@ int Launcher::Run() {
     }
   }
   if (log_) {
-    OnLine("", "strata-launch: scheduler at " + *address + ", " + std::to_string(options_.servers) +
-                   " servers and " + std::to_string(options_.trainers) + " trainers running; all their output: " +
-                   options_.log_path + "\n");
+    OnLine("", fmt::format("strata-launch: scheduler at {}, {} server{} and {} trainer{} running; all their output: {}\n",
+                           *address, options_.servers, options_.servers == 1 ? "" : "s", options_.trainers,
+                           options_.trainers == 1 ? "" : "s", options_.log_path));
   }
 
   // Supervise: the job succeeds when every process exited 0; the first failure stops it
@@ -401,6 +420,7 @@ int Launcher::Run() {
         }
         continue;
       }
+      ShowTail(*c);
       return fail(Status::Aborted(what + "; stopped the cluster"));
     }
     if (!AnyRunning()) break;

@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -61,11 +62,16 @@ class Launcher {
     std::chrono::steady_clock::time_point started;
     double wall_seconds = 0;
     long peak_rss_kib = 0;  // VmHWM sampled from /proc while it runs (wait4's as a fallback)
+    std::deque<std::string> tail;  // its last kTailLines lines (under out_mu_), shown if it fails
     std::thread reader;
   };
 
   Status Spawn(const std::string& name, std::vector<std::string> argv);
-  void OnLine(const std::string& prefix, const std::string& line);  // from a child
+  static constexpr size_t kTailLines = 15;
+  // A line from `from` (nullptr: the launcher's own).
+  void OnLine(const std::string& prefix, const std::string& line, Child* from = nullptr);
+  // With a log file: the failed child's last lines on the screen (the log has them all).
+  void ShowTail(Child& child);
   // Whether a child's line goes to the screen too when there is a log file.
   static bool ForScreen(const std::string& prefix, const std::string& line);
   void PrintReport();

@@ -42,5 +42,22 @@ TEST_F(LaunchScreenTest, CtrHybridScreenLogAndPlot) {
   EXPECT_GT(height, 0u);
 }
 
+TEST_F(LaunchScreenTest, AFailedProcessShowsItsLastLinesAndTheLog) {
+  const std::string log_path = dir_.File("run.log");
+  // A "trainer" that fails at once with an error message (strata-ckpt refuses the arguments).
+  Subprocess launch({BinPath("strata-launch"), "--servers", "1", "--trainers", "1",
+                     std::string(STRATA_SOURCE_DIR) + "/examples/smoke.yaml", "--timeout", "60", "--grace-ms", "1000",
+                     "--log", log_path, "--server-command", "strata-node --role server", "--trainer-command",
+                     "strata-ckpt inspect /nonexistent/ckpt"},
+                    dir_.File("screen.txt"));
+  EXPECT_EQ(launch.Wait(Millis(90000)), 1) << launch.Log();
+  const std::string screen = launch.Log();
+  for (const char* want : {"---- the last lines of trainer 0 (all of them in ", "not expected", "trainer       0  code 2",
+                           "every process's output is in "}) {
+    EXPECT_NE(screen.find(want), std::string::npos) << "screen lacks \"" << want << "\":\n" << screen;
+  }
+  EXPECT_NE(ReadFile(log_path).find("[trainer 0] strata-ckpt: "), std::string::npos) << ReadFile(log_path);
+}
+
 }  // namespace
 }  // namespace strata::testing
