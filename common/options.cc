@@ -35,6 +35,10 @@ void Bind(config::Binder& b, ClusterOptions& o) {
           "how long a node retries reaching the scheduler's host and port before failing with "
           "an error naming them (covers a scheduler that starts after its nodes)")
       .Range(1, kMaxMs);
+  b.Field("metrics_port", o.metrics_port,
+          "Prometheus /metrics: the scheduler's port; server r takes port+1+r, trainer r "
+          "port+1+servers+r (docs/metrics.md); 0: off")
+      .Range(0, 65535);
   // A timeout at or below the interval would declare healthy nodes dead between two beats.
   b.Require(o.heartbeat_timeout_ms > o.heartbeat_interval_ms, "heartbeat_timeout_ms",
             "must exceed heartbeat_interval_ms");

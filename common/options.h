@@ -29,6 +29,9 @@ struct ClusterOptions {
   // fails naming its host and port. Covers a scheduler started a little after its nodes (one
   // srun, one indexed job); shorter fails a wrong address sooner.
   int connect_timeout_ms = 30000;
+  // Prometheus /metrics (docs/metrics.md): the scheduler listens on this port, server r on
+  // port + 1 + r, trainer r on port + 1 + servers + r. 0 (the default): no endpoint.
+  int metrics_port = 0;
 };
 
 // Fault injection: a knob, not a fork (ps-lite's PS_DROP_MSG). Applies to messages this

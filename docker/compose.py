@@ -64,6 +64,11 @@ def main():
     services = {}
     built = False
 
+    def healthcheck(port):
+        # Up and listening on its messaging port (bash's /dev/tcp: the image needs no curl).
+        return {"test": ["CMD", "bash", "-c", f"exec 3<>/dev/tcp/127.0.0.1/{port}"],
+                "interval": "10s", "timeout": "3s", "retries": 3, "start_period": "60s"}
+
     def service(env, command, extra=None):
         nonlocal built
         s = dict(base)
@@ -78,7 +83,8 @@ def main():
 
     if "scheduler" in roles:
         services["scheduler"] = service(
-            {}, f"exec strata-scheduler -c $$STRATA_JOB --bind tcp://0.0.0.0:{SCHEDULER_PORT}")
+            {}, f"exec strata-scheduler -c $$STRATA_JOB --bind tcp://0.0.0.0:{SCHEDULER_PORT}",
+            {"healthcheck": healthcheck(SCHEDULER_PORT)})
     member_extra = {} if "scheduler" not in roles or host else {"depends_on": ["scheduler"]}
     volumes = {}
     for role, count, port in (("server", a.servers, SERVER_PORT), ("trainer", a.trainers, TRAINER_PORT)):
@@ -95,6 +101,7 @@ def main():
             }
             command = f"exec strata-{role} -c $$STRATA_JOB --bind tcp://0.0.0.0:{bind_port}"
             extra = dict(member_extra)
+            extra["healthcheck"] = healthcheck(bind_port)
             if role == "server":
                 command += " --set server.store.path=/var/lib/strata"
                 volumes[f"strata-nvme-{r}"] = {}

@@ -559,7 +559,7 @@ std::string PsServer::StatsJson() const {
     for (const auto& [id, t] : tables_) {
       const RowStoreStats s = t->store->stats();
       tables.push_back({{"id", id}, {"name", t->spec.name}, {"records", s.records},
-                        {"bytes_in_memory", s.bytes_in_memory}});
+                        {"bytes_in_memory", s.bytes_in_memory}, {"hits", s.hits}, {"misses", s.misses}});
     }
   }
   j["tables"] = tables;
@@ -573,6 +573,24 @@ std::string PsServer::StatsJson() const {
   return j.dump();
 }
 
-void PsServer::LogStats() { spdlog::info("server stats: {}", StatsJson()); }
+std::string PsServer::StatsLine() const {
+  const double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  const double requests = static_cast<double>(requests_.load());
+  std::string line = fmt::format(
+      "{} pulls, {} pushes ({:.0f} requests/s), keys {} pulled / {} pushed, {:.1f} MiB in / {:.1f} MiB out, "
+      "apply {:.1f} s, queue {}, errors {}",
+      pulls_.load(), pushes_.load(), up > 0 ? requests / up : 0.0, keys_pulled_.load(), keys_pushed_.load(),
+      bytes_in_.load() / 1048576.0, bytes_out_.load() / 1048576.0, apply_ns_.load() / 1e9, queued_.load(),
+      errors_.load());
+  std::shared_lock lock(tables_mu_);
+  for (const auto& [id, t] : tables_) {
+    const RowStoreStats st = t->store->stats();
+    line += fmt::format("; {}: {} rows, {:.1f} MiB in DRAM", t->spec.name, st.records, st.bytes_in_memory / 1048576.0);
+  }
+  return line;
+}
+
+// Periodic statistics are for whoever turned log.level to debug; the JSON stays on getStats.
+void PsServer::LogStats() { spdlog::debug("server stats: {}", StatsLine()); }
 
 }  // namespace strata

@@ -37,7 +37,7 @@ struct ServerStoreOptions {
 struct ServerOptions {
   // Threads applying pushes and answering pulls. Requests of one sender go to one thread.
   int workers = 2;
-  // How often statistics are logged (0: never).
+  // How often statistics are logged, at debug level (0: never); the final ones at info.
   int stats_interval_ms = 10000;
   // The stores behind the tables; read by whoever makes the server's StoreFactory
   // (strata-server), not by PsServer itself.

@@ -2,7 +2,10 @@
 # setup.sh: installs exactly the Debian packages strata's build needs; skips what is present.
 # Idempotent. Uses sudo when not root. CUDA (nvcc, cuBLAS, NCCL) is not installed here: it is
 # picked up from /usr/local/cuda when present (see STRATA_CUDA in CMakeLists.txt).
+# apt's output goes to files under $STRATA_LOG_DIR (default /tmp/strata-logs); on failure their
+# tail and path are shown.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/stages.sh"
 
 packages=(
   build-essential cmake ninja-build pkg-config ccache git
@@ -20,6 +23,9 @@ packages=(
   libbenchmark-dev
   clang
   docker-compose
+  python3-numpy
+  gnuplot-nox
+  libcpp-httplib-dev
 )
 
 missing=()
@@ -30,7 +36,7 @@ for p in "${packages[@]}"; do
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "setup: all ${#packages[@]} packages present"
+  stage "all ${#packages[@]} Debian packages present"
   exit 0
 fi
 
@@ -39,7 +45,11 @@ if [ "$(id -u)" -ne 0 ]; then
   command -v sudo >/dev/null || { echo "setup: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
   sudo="sudo"
 fi
-echo "setup: installing ${missing[*]}"
+logs="${STRATA_LOG_DIR:-/tmp/strata-logs}"
+stage "installing ${#missing[@]} of ${#packages[@]} Debian packages: ${missing[*]}"
+stage "  apt-get update (log: $logs/apt-update.log)"
 export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+logged "$logs/apt-update.log" $sudo apt-get update
+stage "  apt-get install (log: $logs/apt-install.log)"
+logged "$logs/apt-install.log" $sudo apt-get install -y --no-install-recommends "${missing[@]}"
+stage "installed ${#missing[@]} packages"

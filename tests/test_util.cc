@@ -35,6 +35,20 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
+std::string WordCorpus() {
+  static const char* kWords[] = {"the", "model", "shards", "its", "state", "over", "replicas", "and", "each",
+                                 "rank", "updates", "a", "slice", "of", "every", "bucket", "then", "gathers",
+                                 "parameters", "gradients", "are", "reduced", "while", "backward", "runs"};
+  std::string text;
+  uint64_t x = 12345;
+  while (text.size() < 16384) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    text += kWords[(x >> 33) % (sizeof(kWords) / sizeof(kWords[0]))];
+    text += (x >> 20) % 9 == 0 ? ".\n" : " ";
+  }
+  return text;
+}
+
 void WriteFile(const std::string& path, const std::string& text) {
   std::ofstream out(path);
   out << text;

@@ -28,6 +28,10 @@ class TempDir {
 };
 
 std::string ReadFile(const std::string& path);
+// 16 KiB of lower-case words and punctuation drawn by a fixed generator: training text for
+// equivalence tests that does not change when the repository's files do (an edit to a README
+// moves a trajectory, and AdamW magnifies ulps on near-zero gradients).
+std::string WordCorpus();
 void WriteFile(const std::string& path, const std::string& text);
 
 // Polls `cond` every few milliseconds until it holds or `timeout` passes.

@@ -2,6 +2,8 @@
 //   strata-ckpt inspect <checkpoint>            plan, step, tensors, their shards, checksums
 //   strata-ckpt to-full <checkpoint> <file>     one file of unsplit tensors
 //   strata-ckpt from-full <file> <checkpoint_dir>  back into a checkpoint any plan resumes from
+//   strata-ckpt export --format safetensors <checkpoint> <file>  the parameters, PyTorch names
+//   strata-ckpt import <file.safetensors> <checkpoint_dir>  parameters any plan serves
 // <checkpoint> is a step directory, a checkpoint_dir (its `latest`) or a full-model file.
 // Exit codes: 0 done, 1 the checkpoint is damaged or a write failed, 2 bad usage.
 #include <CLI/CLI.hpp>
@@ -13,6 +15,7 @@
 #include <string>
 
 #include "trainer/checkpoint.h"
+#include "trainer/safetensors.h"
 
 namespace strata {
 namespace {
@@ -128,7 +131,7 @@ int Inspect(const std::string& path) {
 }
 
 int Run(int argc, char** argv) {
-  CLI::App app{"strata-ckpt: inspects trainer checkpoints and converts them to and from one full-model file"};
+  CLI::App app{"strata-ckpt: inspects trainer checkpoints, converts them to and from one full-model file, exports and imports safetensors"};
   app.require_subcommand(1);
   std::string in, out;
   CLI::App* inspect = app.add_subcommand("inspect", "the plan that wrote a checkpoint, its step, every tensor's global "
@@ -141,6 +144,16 @@ int Run(int argc, char** argv) {
                                                         "(and points latest at it): any plan resumes from it");
   from_full->add_option("file", in, "a full-model file (strata-ckpt to-full)")->required();
   from_full->add_option("checkpoint_dir", out, "the checkpoint directory to write into")->required();
+  std::string format = "safetensors";
+  CLI::App* exp = app.add_subcommand("export", "writes a checkpoint's parameters (no optimizer state) whole into one "
+                                               "file under PyTorch-style names (gpt: GPT-2's)");
+  exp->add_option("--format", format, "safetensors")->check(CLI::IsMember({"safetensors"}))->capture_default_str();
+  exp->add_option("checkpoint", in, "step directory, checkpoint_dir or full-model file")->required();
+  exp->add_option("file", out, "the file to write")->required();
+  CLI::App* imp = app.add_subcommand("import", "writes a safetensors file's parameters as checkpoint_dir/step-<N>/: "
+                                               "inference (infer.checkpoint) loads it into any plan");
+  imp->add_option("file", in, "a safetensors file of F32 tensors")->required();
+  imp->add_option("checkpoint_dir", out, "the checkpoint directory to write into")->required();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -158,7 +171,14 @@ int Run(int argc, char** argv) {
               << out << "\n";
     return 0;
   }
-  auto dir = FromFullModel(in, out);
+  if (exp->parsed()) {
+    auto reader = CheckpointReader::Open(in);
+    if (!reader.ok()) return Fail(reader.status());
+    if (Status s = ExportSafetensors(*reader, out); !s.ok()) return Fail(s);
+    std::cout << "wrote the parameters of step " << reader->manifest().step << " to " << out << "\n";
+    return 0;
+  }
+  auto dir = imp->parsed() ? ImportSafetensors(in, out) : FromFullModel(in, out);
   if (!dir.ok()) return Fail(dir.status());
   std::cout << "wrote " << *dir << " (latest)\n";
   return 0;

@@ -24,6 +24,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 600000));
   app.add_option("--timeout", o.timeout_s, "stop the job after this many seconds (0: never)")
       ->check(CLI::Range(0, 1 << 30));
+  app.add_option("--log", o.log_path,
+                 "write every process's output to this file; the screen keeps the set-up lines, "
+                 "warnings and errors, the progress line and the summary table");
   app.add_option("--server-command", o.server_command, "server program and its arguments (one string is split at spaces)");
   app.add_option("--trainer-command", o.trainer_command, "trainer program and its arguments (one string is split at spaces)");
   app.add_flag("--keep-going", o.keep_going,
@@ -64,7 +67,7 @@ int main(int argc, char** argv) {
     }
     if (job->trainer.train.batch_size % plan->dp != 0) {
       std::cerr << "strata-launch: train.batch_size " << job->trainer.train.batch_size
-                << " (the global batch) must be divisible by the " << plan->dp
+                << " (the global micro-batch) must be divisible by the " << plan->dp
                 << " data-parallel replicas\n";
       return 2;
     }

@@ -4,10 +4,12 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +17,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+
+#include <spdlog/fmt/fmt.h>
 
 #include "tools/placement_env.h"
 #include "tools/signals.h"
@@ -29,6 +33,21 @@ using Clock = std::chrono::steady_clock;
 std::string Code(int exit_code) {
   if (exit_code >= 128) return "signal " + std::to_string(exit_code - 128);
   return "code " + std::to_string(exit_code);
+}
+
+// A child's log line "[2026-01-02 03:04:05.678] [trainer:0] [info] text" split into its level
+// and text; false when the line is not in that form (raw stderr, a CHECK failure).
+bool SplitLogLine(const std::string& line, std::string* level, std::string* text) {
+  if (line.size() < 2 || line[0] != '[' || !std::isdigit(static_cast<unsigned char>(line[1]))) return false;
+  size_t at = 0;
+  for (int field = 0; field < 3; ++field) {  // time, identity, level
+    const size_t close = line.find("] ", at);
+    if (close == std::string::npos || line[at] != '[') return false;
+    if (field == 2) *level = line.substr(at + 1, close - at - 1);
+    at = close + 2;
+  }
+  *text = line.substr(at);
+  return true;
 }
 
 }  // namespace
@@ -91,12 +110,13 @@ Status Launcher::Spawn(const std::string& name, std::vector<std::string> argv) {
   child->name = name;
   child->pid = pid;
   child->running = true;
+  child->started = Clock::now();
   const int fd = fds[0];
-  child->reader = std::thread([this, fd, prefix = "[" + name + "] "] {
+  child->reader = std::thread([this, fd, from = child.get(), prefix = "[" + name + "] "] {
     FILE* in = fdopen(fd, "r");
     char* line = nullptr;
     size_t cap = 0;
-    while (getline(&line, &cap, in) > 0) OnLine(prefix, line);
+    while (getline(&line, &cap, in) > 0) OnLine(prefix, line, from);
     free(line);
     fclose(in);
   });
@@ -105,9 +125,17 @@ Status Launcher::Spawn(const std::string& name, std::vector<std::string> argv) {
   return Status::OK();
 }
 
-void Launcher::OnLine(const std::string& prefix, const std::string& line) {
+void Launcher::OnLine(const std::string& prefix, const std::string& line, Child* from) {
   std::lock_guard lock(out_mu_);
-  static const std::string kMark = "@progress ";
+  if (from && line.rfind("@progress ", 0) != 0) {
+    from->tail.push_back(line);
+    if (from->tail.size() > kTailLines) from->tail.pop_front();
+  }
+  static const std::string kMark = "@progress ", kSummary = "@summary ";
+  if (line.compare(0, kSummary.size(), kSummary) == 0 && prefix == "[trainer 0] ") {
+    job_report_ = ParseJobReport(line.substr(kSummary.size()));
+    if (job_report_) return;
+  }
   if (line.compare(0, kMark.size(), kMark) == 0) {
     auto j = nlohmann::json::parse(line.substr(kMark.size()), nullptr, /*allow_exceptions=*/false);
     if (j.is_object() && j.contains("rank") && j["rank"].is_number_integer()) {
@@ -125,12 +153,65 @@ void Launcher::OnLine(const std::string& prefix, const std::string& line) {
       }
     }
   }
+  std::string shown = line;
+  if (log_) {
+    std::fputs(prefix.c_str(), log_);
+    std::fputs(line.c_str(), log_);
+    if (!line.empty() && line.back() != '\n') std::fputc('\n', log_);
+    std::fflush(log_);
+    if (!ForScreen(prefix, line)) return;
+    // On the screen without the time and identity: "[server 1] warning: ...".
+    std::string level, text;
+    if (SplitLogLine(line, &level, &text)) shown = level == "info" ? text : level + ": " + text;
+  }
   if (progress_shown_) std::fputs("\r\033[K", stdout);  // the log line goes above the progress line
   std::fputs(prefix.c_str(), stdout);
-  std::fputs(line.c_str(), stdout);
-  if (!line.empty() && line.back() != '\n') std::fputc('\n', stdout);
+  std::fputs(shown.c_str(), stdout);
+  if (!shown.empty() && shown.back() != '\n') std::fputc('\n', stdout);
   progress_shown_ = false;
-  if (tty_ && !progress_.empty()) ShowProgressLocked(true);
+  if (tty_ && !progress_.empty() && !finished_) ShowProgressLocked(true);
+  std::fflush(stdout);
+}
+
+bool Launcher::ForScreen(const std::string& prefix, const std::string& line) {
+  if (prefix.empty()) return line.rfind("strata-launch: started ", 0) != 0;  // Run() sums those up
+  std::string level, text;
+  if (!SplitLogLine(line, &level, &text)) return true;  // not a log line: a crash's words
+  if (level != "info" && level != "debug" && level != "trace") return true;
+  // The few set-up lines people want: the model, the plan, what was written.
+  if (prefix == "[trainer 0] ") {
+    for (const char* start : {"model has ", "parallel plan: ", "wrote ", "plot: "}) {
+      if (text.rfind(start, 0) == 0) return true;
+    }
+  }
+  return prefix == "[scheduler] " && text.find("cluster complete") != std::string::npos;
+}
+
+void Launcher::ShowTail(Child& child) {
+  if (!log_) return;  // without a log file every line is on the screen already
+  if (child.reader.joinable()) child.reader.join();  // its last words are read once it exited
+  std::lock_guard lock(out_mu_);
+  if (progress_shown_) std::fputs("\r\033[K", stdout);
+  progress_shown_ = false;
+  std::fprintf(stdout, "---- the last lines of %s (all of them in %s):\n", child.name.c_str(), options_.log_path.c_str());
+  for (const std::string& line : child.tail) {
+    std::fputs(line.c_str(), stdout);
+    if (!line.empty() && line.back() != '\n') std::fputc('\n', stdout);
+  }
+  std::fputs("----\n", stdout);
+  std::fflush(stdout);
+}
+
+void Launcher::PrintReport() {
+  std::vector<ProcessReport> rows;
+  for (const auto& c : children_) {
+    rows.push_back({c->name, c->running ? -1 : c->exit_code, c->wall_seconds, c->peak_rss_kib});
+  }
+  std::lock_guard lock(out_mu_);
+  for (const std::string& row : FormatReport(rows, job_report_)) {
+    std::printf("%s\n", row.c_str());
+    if (log_) std::fprintf(log_, "%s\n", row.c_str());
+  }
   std::fflush(stdout);
 }
 
@@ -194,11 +275,28 @@ Result<std::string> Launcher::WaitForSchedulerAddress(const std::string& path) {
 void Launcher::Reap() {
   int status = 0;
   pid_t pid;
-  while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+  struct rusage usage {};
+  while ((pid = wait4(-1, &status, WNOHANG, &usage)) > 0) {
     for (auto& c : children_) {
       if (c->pid != pid) continue;
       c->running = false;
+      c->wall_seconds = std::chrono::duration<double>(Clock::now() - c->started).count();
+      // ru_maxrss counts the launcher's own pages copied at fork; the sampled VmHWM does not.
+      if (c->peak_rss_kib == 0) c->peak_rss_kib = usage.ru_maxrss;
       c->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+  }
+}
+
+void Launcher::SampleMemory() {
+  for (auto& c : children_) {
+    if (!c->running) continue;
+    std::ifstream status("/proc/" + std::to_string(c->pid) + "/status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("VmHWM:", 0) == 0) {
+        c->peak_rss_kib = std::max(c->peak_rss_kib, std::atol(line.c_str() + 6));
+        break;
+      }
     }
   }
 }
@@ -239,6 +337,21 @@ void Launcher::StopAll() {
 int Launcher::Run() {
   const auto start = Clock::now();
   tty_ = isatty(STDOUT_FILENO);
+  if (!options_.log_path.empty()) {
+    log_ = std::fopen(options_.log_path.c_str(), "w");
+    if (!log_) {
+      std::fprintf(stderr, "strata-launch: cannot write the log file %s (--log): %s\n", options_.log_path.c_str(),
+                   strerror(errno));
+      return 1;
+    }
+  }
+  struct CloseLog {
+    FILE*& f;
+    ~CloseLog() {
+      if (f) std::fclose(f);
+      f = nullptr;
+    }
+  } close_log{log_};
   InstallStopSignals();
   auto common_args = [&] {
     std::vector<std::string> args;
@@ -250,7 +363,16 @@ int Launcher::Run() {
   };
   auto fail = [&](const Status& s) {
     std::fprintf(stderr, "strata-launch: %s\n", s.ToString().c_str());
+    if (log_) std::fprintf(log_, "strata-launch: %s\n", s.ToString().c_str());
     StopAll();
+    {
+      std::lock_guard lock(out_mu_);
+      if (progress_shown_) std::fputs("\n", stdout);
+      progress_shown_ = false;
+      finished_ = true;
+    }
+    PrintReport();
+    if (log_) std::fprintf(stderr, "strata-launch: every process's output is in %s\n", options_.log_path.c_str());
     return 1;
   };
 
@@ -272,11 +394,21 @@ int Launcher::Run() {
       if (Status s = Spawn(name, argv); !s.ok()) return fail(s);
     }
   }
+  if (log_) {
+    OnLine("", fmt::format("strata-launch: scheduler at {}, {} server{} and {} trainer{} running; all their output: {}\n",
+                           *address, options_.servers, options_.servers == 1 ? "" : "s", options_.trainers,
+                           options_.trainers == 1 ? "" : "s", options_.log_path));
+  }
 
   // Supervise: the job succeeds when every process exited 0; the first failure stops it
   // (unless it is a trainer and the job goes on without lost trainers).
   std::vector<std::string> lost;
+  auto sampled = Clock::now();
   while (true) {
+    if (Clock::now() - sampled > std::chrono::milliseconds(200)) {
+      SampleMemory();
+      sampled = Clock::now();
+    }
     Reap();
     for (const auto& c : children_) {
       if (c->running || c->exit_code == 0) continue;
@@ -288,12 +420,14 @@ int Launcher::Run() {
         }
         continue;
       }
+      ShowTail(*c);
       return fail(Status::Aborted(what + "; stopped the cluster"));
     }
     if (!AnyRunning()) break;
     if (StopRequested()) {
       std::fprintf(stderr, "strata-launch: interrupted; stopping the cluster\n");
       StopAll();
+      PrintReport();
       return 130;
     }
     if (options_.timeout_s > 0 && Clock::now() - start > std::chrono::seconds(options_.timeout_s)) {
@@ -307,14 +441,17 @@ int Launcher::Run() {
     std::lock_guard lock(out_mu_);
     if (!progress_.empty()) ShowProgressLocked(true);  // where the trainers ended
     if (progress_shown_) std::fputs("\n", stdout);
+    progress_shown_ = false;
+    finished_ = true;
   }
+  PrintReport();
   if (!lost.empty()) {
     std::fprintf(stderr, "strata-launch: the job finished without %zu lost trainer(s): %s\n", lost.size(), lost[0].c_str());
     return 1;
   }
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  std::printf("strata-launch: scheduler, %d servers and %d trainers all exited cleanly in %.1f s\n",
-              options_.servers, options_.trainers, secs);
+  OnLine("", fmt::format("strata-launch: scheduler, {} servers and {} trainers all exited cleanly in {:.1f} s\n",
+                         options_.servers, options_.trainers, secs));
   return 0;
 }
 

@@ -6,18 +6,25 @@
 // children also die with the launcher (PDEATHSIG), so no process is left behind. The one
 // exception is asynchronous training (sync.mode ps, consistency asp, or --keep-going): a lost
 // trainer is reported and the others finish without it; the job still exits non-zero.
+// At the end it prints a table of its processes and trainer 0's figures (launch_report.h).
+// With a log file, every line goes there and the screen keeps what people read: its own set-up
+// lines, the children's warnings and errors, a few of trainer 0's set-up lines, the progress
+// line and the table.
 #pragma once
 
 #include <sys/types.h>
 
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/status.h"
+#include "tools/launch_report.h"
 
 namespace strata {
 
@@ -32,6 +39,8 @@ struct LaunchOptions {
   bool keep_going = false;  // a failed trainer does not stop the others (set for ASP jobs)
   int grace_ms = 3000;    // between SIGTERM and SIGKILL when stopping
   int timeout_s = 0;      // stop the job after this long; 0: no limit
+  // Every process's output, in full; empty: it all goes to the screen.
+  std::string log_path;
 };
 
 // Not thread-safe: one thread calls Run().
@@ -50,17 +59,29 @@ class Launcher {
     pid_t pid = -1;
     int exit_code = -1;  // exit status, or 128 + signal
     bool running = false;
+    std::chrono::steady_clock::time_point started;
+    double wall_seconds = 0;
+    long peak_rss_kib = 0;  // VmHWM sampled from /proc while it runs (wait4's as a fallback)
+    std::deque<std::string> tail;  // its last kTailLines lines (under out_mu_), shown if it fails
     std::thread reader;
   };
 
   Status Spawn(const std::string& name, std::vector<std::string> argv);
-  void OnLine(const std::string& prefix, const std::string& line);  // from a child
+  static constexpr size_t kTailLines = 15;
+  // A line from `from` (nullptr: the launcher's own).
+  void OnLine(const std::string& prefix, const std::string& line, Child* from = nullptr);
+  // With a log file: the failed child's last lines on the screen (the log has them all).
+  void ShowTail(Child& child);
+  // Whether a child's line goes to the screen too when there is a log file.
+  static bool ForScreen(const std::string& prefix, const std::string& line);
+  void PrintReport();
   void ShowProgressLocked(bool force);
   std::string ProgressLineLocked() const;
   Result<std::string> WaitForSchedulerAddress(const std::string& path);
   void Reap();  // collects exit codes of finished children
   void StopAll();
   bool AnyRunning() const;
+  void SampleMemory();  // each running child's VmHWM into peak_rss_kib
 
   const LaunchOptions options_;
   std::string work_dir_;
@@ -72,7 +93,10 @@ class Launcher {
     double loss = 0, samples_per_s = 0, eta_s = 0;
   };
   std::vector<Progress> progress_;
+  std::optional<JobReport> job_report_;  // trainer 0's @summary
+  FILE* log_ = nullptr;                  // options_.log_path, open during Run()
   bool tty_ = false;
+  bool finished_ = false;        // the job ended: the progress line is not drawn again
   bool progress_shown_ = false;  // a progress line is on the terminal (tty) and must be cleared
   std::chrono::steady_clock::time_point last_progress_{};
 };

@@ -14,6 +14,7 @@
 #include "common/logging.h"
 #include "common/transport.h"
 #include "tools/job_config.h"
+#include "tools/metrics_endpoint.h"
 #include "tools/placement_env.h"
 #include "tools/signals.h"
 
@@ -66,6 +67,18 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  MetricsRegistry metrics;
+  MetricsEndpoint metrics_endpoint("scheduler", 0, &metrics, [&scheduler](MetricsRegistry& m) {
+    using T = MetricsRegistry::Type;
+    const ClusterView view = scheduler.view();
+    m.Set("strata_scheduler_view_epoch", "the cluster view's epoch (bumps at every membership change)", T::kGauge,
+          static_cast<double>(view.epoch));
+    for (auto [role, name] : {std::pair{Role::kServer, "server"}, std::pair{Role::kTrainer, "trainer"}}) {
+      m.Set("strata_scheduler_nodes", "nodes in the cluster view, by role", T::kGauge,
+            static_cast<double>(view.WithRole(role).size()), MetricLabel("role", name));
+    }
+  });
+  if (!StartMetricsIfAsked(metrics_endpoint, job->cluster.metrics_port, Role::kScheduler, 0, job->cluster.servers)) return 1;
   while (!scheduler.WaitDone(Millis(100))) {
     if (StopRequested()) {
       spdlog::info("signal received: telling every node to shut down");

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include <unistd.h>  // environ
 
@@ -16,6 +17,7 @@
 #include "offload/tiered_row_store.h"
 #include "ps/server.h"
 #include "tools/job_config.h"
+#include "tools/metrics_endpoint.h"
 #include "tools/placement_env.h"
 #include "tools/signals.h"
 
@@ -49,6 +51,38 @@ StoreFactory MakeStoreFactory(const ServerStoreOptions& c, const std::string& di
     STRATA_ASSIGN_OR_RETURN(auto store, TieredRowStore::Open(o, width));
     return std::unique_ptr<RowStore>(std::move(store));
   };
+}
+
+// The server's statistics (PsServer::StatsJson) as the metrics docs/metrics.md names.
+void CollectServerMetrics(const std::string& stats_json, MetricsRegistry& m) {
+  using T = MetricsRegistry::Type;
+  const auto j = nlohmann::json::parse(stats_json, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return;
+  auto counter = [&](const char* name, const char* help, const char* key, double scale = 1) {
+    m.Set(name, help, T::kCounter, j.value(key, 0.0) * scale);
+  };
+  counter("strata_server_requests_total", "requests received", "requests");
+  counter("strata_server_pulls_total", "pull requests answered", "pulls");
+  counter("strata_server_pushes_total", "push requests applied", "pushes");
+  counter("strata_server_keys_pulled_total", "rows (or dense slices) sent by pulls", "keys_pulled");
+  counter("strata_server_keys_pushed_total", "rows (or dense slices) received by pushes", "keys_pushed");
+  counter("strata_server_received_bytes_total", "request bytes received", "bytes_in");
+  counter("strata_server_sent_bytes_total", "reply bytes sent", "bytes_out");
+  counter("strata_server_apply_seconds_total", "seconds spent applying pushes (optimizer updates)", "apply_ms", 1e-3);
+  counter("strata_server_errors_total", "requests answered with an error", "errors");
+  m.Set("strata_server_queue_depth", "requests waiting for a worker", T::kGauge, j.value("queue_depth", 0.0));
+  m.Set("strata_server_parked_pulls", "pulls waiting for their clock (bsp, ssp)", T::kGauge, j.value("parked_pulls", 0.0));
+  if (!j.contains("tables") || !j["tables"].is_array()) return;
+  m.Set("strata_server_tables", "tables this server holds a shard of", T::kGauge, static_cast<double>(j["tables"].size()));
+  for (const auto& t : j["tables"]) {
+    const std::string table = MetricLabel("table", t.value("name", std::string()));
+    m.Set("strata_table_rows", "records of the table's shard, all tiers", T::kGauge, t.value("records", 0.0), table);
+    m.Set("strata_table_dram_bytes", "bytes of the table's shard resident in DRAM", T::kGauge,
+          t.value("bytes_in_memory", 0.0), table);
+    m.Set("strata_table_hits_total", "lookups served from DRAM", T::kCounter, t.value("hits", 0.0), table);
+    m.Set("strata_table_misses_total", "lookups that went to a lower tier or created a row", T::kCounter,
+          t.value("misses", 0.0), table);
+  }
 }
 
 }  // namespace
@@ -126,10 +160,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   SetLogIdentity("server", node.rank());
+  MetricsRegistry metrics;
+  MetricsEndpoint metrics_endpoint("server", node.rank(), &metrics,
+                           [&server](MetricsRegistry& m) { CollectServerMetrics(server.StatsJson(), m); });
+  if (!StartMetricsIfAsked(metrics_endpoint, job.cluster.metrics_port, Role::kServer, node.rank(), job.cluster.servers)) {
+    return 1;
+  }
   while (!node.WaitForShutdown(Millis(100))) {
     if (StopRequested()) break;
   }
-  spdlog::info("final stats: {}", server.StatsJson());
+  spdlog::info("final stats: {}", server.StatsLine());
   if (Status s = node.Leave(); !s.ok()) {
     spdlog::error("{}", s.ToString());
     return 1;

@@ -12,15 +12,40 @@
 #include "common/allocator.h"
 #include "common/logging.h"
 #include "tools/job_config.h"
+#include "tools/launch_report.h"
+#include "tools/metrics_endpoint.h"
 #include "tools/placement_env.h"
 #include "tools/signals.h"
 #include "trainer/auto/auto_plan.h"
+#include "trainer/plot.h"
+#include "trainer/progress.h"
 #include "trainer/trainer.h"
 
 namespace strata {
 namespace {
 
-void PrintSummary(const TrainJob& job, const Trainer& trainer, const TrainSummary& s) {
+// train.plot_path: the loss (and AUC) curve as a PNG. Returns the path written, or empty (a
+// missing gnuplot is a one-line note, not a failure of the run).
+std::string Plot(const TrainJob& job, const Trainer& trainer, const TrainSummary& s) {
+  if (job.train.plot_path.empty() || s.losses.empty()) return "";
+  TrainingCurves curves;
+  static constexpr const char* kModels[] = {"mlp", "gpt", "ctr"};
+  static constexpr const char* kModes[] = {"local", "allreduce", "ps", "hybrid"};
+  curves.title = fmt::format("{}, {}, {} trainer(s)", kModels[static_cast<int>(job.model.kind)],
+                             kModes[static_cast<int>(job.sync.mode)], trainer.world());
+  curves.first_step = s.first_step;
+  curves.losses = s.losses;
+  curves.evals = trainer.progress().evals();
+  curves.oracle_auc = s.eval.oracle_auc;
+  if (Status st = WritePlot(curves, job.train.plot_path); !st.ok()) {
+    spdlog::warn("no plot: {}", st.ToString());
+    return "";
+  }
+  spdlog::info("plot: wrote {}", job.train.plot_path);
+  return job.train.plot_path;
+}
+
+void PrintSummary(const TrainJob& job, const Trainer& trainer, const TrainSummary& s, bool launched) {
   const EvalMetrics& e = s.eval;
   if (job.infer.enabled()) {
     // Inference: what was computed, not training figures.
@@ -62,6 +87,26 @@ void PrintSummary(const TrainJob& job, const Trainer& trainer, const TrainSummar
   }
   spdlog::info("{}", line);
   for (const std::string& row : FormatCommReport(s.comm)) spdlog::info("{}", row);
+  const std::string plot = Plot(job, trainer, s);
+  if (launched) {
+    // strata-launch's summary table takes these figures.
+    JobReport r;
+    r.steps = static_cast<long>(s.losses.size());
+    r.seconds = s.seconds;
+    r.samples_per_second = s.samples_per_second;
+    r.loss = s.losses.empty() ? 0 : s.losses.back();
+    r.eval_loss = e.loss;
+    r.auc = e.auc;
+    r.oracle_auc = e.auc >= 0 ? e.oracle_auc : -1;
+    if (s.comm_seconds > 0) {
+      r.comm_name = job.parallel.zero > 0 ? "reduce-scatter" : "all-reduce";
+      r.comm_seconds = s.comm_seconds;
+      r.comm_hidden_percent = hidden(s.comm_seconds, s.exposed_comm_seconds);
+    }
+    r.plot_path = plot;
+    std::printf("@summary %s\n", JobReportJson(r).c_str());
+    std::fflush(stdout);
+  }
 }
 
 int Train(const JobConfig& config, Node* node, bool launched) {
@@ -78,6 +123,14 @@ int Train(const JobConfig& config, Node* node, bool launched) {
     spdlog::error("{}", trainer.status().ToString());
     return 1;
   }
+  // cluster.metrics_port: this trainer's /metrics, fed by its progress reports.
+  MetricsRegistry metrics;
+  MetricsEndpoint metrics_endpoint("trainer", (*trainer)->rank(), &metrics);
+  if (!StartMetricsIfAsked(metrics_endpoint, config.cluster.metrics_port, Role::kTrainer, (*trainer)->rank(),
+                           config.cluster.servers)) {
+    return 1;
+  }
+  (*trainer)->SetMetrics(&metrics);
   if ((*trainer)->rank() == 0) {
     spdlog::info("model has {} parameters", (*trainer)->model().params().NumElements());
     if (job.auto_parallel.enabled()) {
@@ -92,7 +145,7 @@ int Train(const JobConfig& config, Node* node, bool launched) {
     spdlog::error("{}", summary.status().ToString());
     return 1;
   }
-  if ((*trainer)->rank() == 0) PrintSummary(job, **trainer, *summary);
+  if ((*trainer)->rank() == 0) PrintSummary(job, **trainer, *summary, launched);
   return 0;
 }
 

@@ -163,9 +163,6 @@ Status LoadShards(const CheckpointReader& reader, const std::vector<ShardTensor>
   return Status::OK();
 }
 
-namespace {
-
-// Every tensor of the checkpoint, whole, on the host.
 Result<std::vector<ShardTensor>> ReadWhole(const CheckpointReader& reader) {
   std::vector<ShardTensor> out;
   for (const auto& [name, info] : reader.tensors()) {
@@ -180,7 +177,6 @@ Result<std::vector<ShardTensor>> ReadWhole(const CheckpointReader& reader) {
   return out;
 }
 
-}  // namespace
 
 Status ToFullModel(const CheckpointReader& reader, const std::string& path) {
   STRATA_ASSIGN_OR_RETURN(const std::vector<ShardTensor> tensors, ReadWhole(reader));
@@ -200,9 +196,15 @@ Result<std::string> FromFullModel(const std::string& full_path, const std::strin
   }
   STRATA_ASSIGN_OR_RETURN(const std::vector<ShardTensor> tensors, ReadWhole(reader));
   CheckpointManifest m = reader.manifest();
-  m.dp = m.tp = m.pp = m.vpp = 1;
   m.plan = "from-full " + fs::path(full_path).filename().string();
+  return WriteWholeCheckpoint(dir, std::move(m), tensors);
+}
+
+Result<std::string> WriteWholeCheckpoint(const std::string& dir, CheckpointManifest m,
+                                         const std::vector<ShardTensor>& tensors) {
+  m.dp = m.tp = m.pp = m.vpp = 1;
   const std::string step_dir = CheckpointStepDir(dir, m.step);
+  std::error_code ec;
   fs::create_directories(step_dir, ec);
   if (ec) return Status::IOError("cannot create " + step_dir + ": " + ec.message());
   const std::string name = ShardFileName(0, 0);

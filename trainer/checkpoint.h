@@ -76,6 +76,13 @@ class CheckpointReader {
 // an error no target was written.
 Status LoadShards(const CheckpointReader& reader, const std::vector<ShardTensor>& targets);
 
+// Writes whole `tensors` as `<dir>/step-<m.step>/` (one shard file, the manifest `m` as of one
+// process) and points `latest` at it; returns the step directory.
+Result<std::string> WriteWholeCheckpoint(const std::string& dir, CheckpointManifest m,
+                                         const std::vector<ShardTensor>& tensors);
+// Every tensor of the checkpoint, whole, on the host (checksums checked).
+Result<std::vector<ShardTensor>> ReadWhole(const CheckpointReader& reader);
+
 // strata-ckpt's conversions. ToFullModel writes every tensor of the checkpoint unsplit into one
 // file at `path` (the manifest, less its files, as the file's meta). FromFullModel writes such
 // a file into `<dir>/step-<N>/` as a checkpoint of one shard and points `<dir>/latest` at it;

@@ -348,7 +348,7 @@ Result<std::unique_ptr<DataSource>> CreateDataSource(const DataOptions& data,
   }
   if (batch_size % shard.count != 0) {
     return Status::InvalidArgument("train.batch_size " + std::to_string(batch_size) +
-                                   " (the global batch) must be divisible by the " +
+                                   " (the global micro-batch) must be divisible by the " +
                                    std::to_string(shard.count) + " data-parallel trainers");
   }
   switch (data.kind) {

@@ -69,11 +69,23 @@ BucketAllReducer::BucketAllReducer(Communicator& comm, std::vector<nn::Parameter
 
 void BucketAllReducer::Layout(const std::vector<size_t>& order) {
   FreeEvents();
+  // The shards go first: under ZeRO-1 they are views that would keep the old buffers alive
+  // through the re-layout (Rebuild reduces again into the new ones).
+  grad_shards_.clear();
   buckets_.Layout(order);
   sync_.assign(buckets_.size(), Sync{});
   grad_shards_.clear();
+  // ZeRO-1 with host gradients: the full buffers live on, so a rank's reduced slice lives in
+  // its own slice of them (reduce-scattered and the values all-gathered in place): 4 + 4 + 8/N
+  // bytes a parameter for AdamW, the seeds' figure, not 4/N more.
+  shards_in_buckets_ = zero_ == 1 && !comm_stream_ && exec_.device.is_cpu();
   for (size_t i = 0; i < buckets_.size(); ++i) {
-    if (zero_ > 0) grad_shards_.push_back(ops::NewZeros(exec_, {buckets_[i].shard}));
+    const GradBucket& b = buckets_[i];
+    if (shards_in_buckets_) {
+      grad_shards_.push_back(b.grad.Narrow(0, comm_.rank() * b.shard, b.shard));
+    } else if (zero_ > 0) {
+      grad_shards_.push_back(ops::NewZeros(exec_, {b.shard}));
+    }
 #if STRATA_HAVE_CUDA
     if (comm_stream_) {
       cudaEvent_t e;
@@ -86,6 +98,7 @@ void BucketAllReducer::Layout(const std::vector<size_t>& order) {
 }
 
 int64_t BucketAllReducer::grad_shard_bytes() const {
+  if (shards_in_buckets_) return 0;  // the shards are views of the buckets
   int64_t n = 0;
   for (const Tensor& t : grad_shards_) n += static_cast<int64_t>(t.nbytes());
   return n;
@@ -323,6 +336,12 @@ Status BucketAllReducer::Reduce(size_t i) {
     // In place on the bucket (host memory for Gloo, device memory on NCCL's stream).
     float* g = b.grad.data_as<float>();
     if (zero_ == 0) return comm_.AllReduce(g, static_cast<size_t>(b.floats), ReduceOp::kAvg);
+    if (shards_in_buckets_ && overlap_ && !rebuilt_) {
+      // The first step's layout: Rebuild reduces this rank's own sums again in the new one, so
+      // they stay (the result goes to a transient buffer).
+      std::vector<float> discard(static_cast<size_t>(b.shard));
+      return comm_.ReduceScatter(g, discard.data(), discard.size(), ReduceOp::kAvg);
+    }
     return comm_.ReduceScatter(g, grad_shards_[i].data_as<float>(), static_cast<size_t>(b.shard), ReduceOp::kAvg);
   }
   // Device gradients over a host communicator: staged through the host.

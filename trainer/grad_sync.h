@@ -143,6 +143,7 @@ class BucketAllReducer final : public GradSync, public ShardedBuckets, public Un
   Status Rebuild();
   Status Reduce(size_t i);
   Status GatherBucket(size_t i);  // on the communication thread
+  Status GatherValues(size_t i);  // the collective itself (either thread)
   // Device mode: the communicator's stream waits for the compute stream (or `event` on it).
   void CommWaitsForCompute(void* event);
   void ComputeWaitsForComm();
@@ -151,7 +152,8 @@ class BucketAllReducer final : public GradSync, public ShardedBuckets, public Un
   const ops::Exec exec_;
   const int zero_;
   GradBuckets buckets_;
-  std::vector<Tensor> grad_shards_;  // ZeRO: by bucket
+  std::vector<Tensor> grad_shards_;  // ZeRO: by bucket (ZeRO-1 on the host: views of the buckets)
+  bool shards_in_buckets_ = false;
   int64_t first_padded_floats_ = 0;
   std::unordered_map<const nn::Parameter*, size_t> index_;
   std::vector<Sync> sync_;           // by bucket

@@ -48,7 +48,15 @@ void BucketAllReducer::BeforeUnit(int unit, Pass pass, UnitRange /*walk*/, const
 
 Status BucketAllReducer::GatherBucket(size_t i) {
   Trace::Scope scope(trace_, "all-gather bucket " + std::to_string(i), "comm", 1, step_);
+  return GatherValues(i);
+}
+
+Status BucketAllReducer::GatherValues(size_t i) {
   const GradBucket& b = buckets_[i];
+  if (shards_in_buckets_) {  // in place: the updated slice is this rank's block of the values
+    return comm_.AllGather(b.value.data_as<float>() + comm_.rank() * b.shard, b.value.data_as<float>(),
+                           static_cast<size_t>(b.shard));
+  }
   return comm_.AllGather(grad_shards_[i].data_as<float>(), b.value.data_as<float>(), static_cast<size_t>(b.shard));
 }
 
@@ -76,7 +84,7 @@ Status BucketAllReducer::AllGatherParams() {
   const int64_t rank = comm_.rank();
   // The updated slice goes through the gradient shard (no longer needed this step): Gloo's
   // all-gather wants an input apart from its output.
-  for (size_t i = 0; i < buckets_.size(); ++i) {
+  for (size_t i = 0; i < buckets_.size() && !shards_in_buckets_; ++i) {
     const GradBucket& b = buckets_[i];
     ops::Copy(exec_, b.value.Narrow(0, rank * b.shard, b.shard), grad_shards_[i]);
   }
@@ -104,9 +112,7 @@ Status BucketAllReducer::AllGatherParams() {
   for (size_t i = 0; i < buckets_.size(); ++i) {
     const GradBucket& b = buckets_[i];
     if (b.value.is_cpu() || comm_stream_) {
-      STRATA_RETURN_IF_ERROR(comm_.AllGather(grad_shards_[i].data_as<float>(), b.value.data_as<float>(),
-                                             static_cast<size_t>(b.shard))
-                                 .WithContext("all-gather of bucket " + std::to_string(i)));
+      STRATA_RETURN_IF_ERROR(GatherValues(i).WithContext("all-gather of bucket " + std::to_string(i)));
       continue;
     }
     std::vector<float> shard(static_cast<size_t>(b.shard)), all(static_cast<size_t>(b.padded));

@@ -17,7 +17,9 @@ void Bind(config::Binder& b, OptimizerOptions& o) {
   b.Field("beta2", o.beta2, "AdamW second-moment decay (0.95 steadier for transformers)")
       .Range(0.0, 1.0);
   b.Field("eps", o.eps, "AdamW denominator epsilon").Range(0.0, 1.0);
-  b.Field("weight_decay", o.weight_decay, "decoupled (AdamW) or L2 (SGD); not on biases/norms")
+  b.Field("weight_decay", o.weight_decay,
+          "decoupled (AdamW) or L2 (SGD), default 0 (PyTorch's AdamW: 0.01); only linear layers' weight "
+          "matrices decay, never biases, norms or embedding tables")
       .Range(0.0, 1.0);
   b.Field("clip_norm", o.clip_norm, "clip the global gradient norm to this; 0 disables")
       .Range(0.0, 1e9);

@@ -23,7 +23,9 @@ struct OptimizerOptions {
   double beta1 = 0.9;          // AdamW
   double beta2 = 0.999;        // AdamW; 0.95 is steadier for transformers
   double eps = 1e-8;           // AdamW
-  double weight_decay = 0.0;   // decoupled for AdamW, L2 for SGD; never on biases and norms
+  // Decoupled for AdamW, L2 for SGD. 0 by default (PyTorch's AdamW: 0.01). Only linear layers'
+  // weight matrices decay: never biases, norms or embedding tables (nn::Parameter::weight_decay).
+  double weight_decay = 0.0;
   double clip_norm = 0.0;      // clip the global gradient norm to this; 0 disables
   Schedule schedule = Schedule::kConstant;
   int64_t warmup_steps = 0;    // linear warm-up from 0 (both schedules)

@@ -52,10 +52,48 @@ void Progress::Step(int64_t step, double loss, double lr, double grad_norm, doub
                  e % 60, isatty(STDERR_FILENO) ? "   " : "\n");
     std::fflush(stderr);
   }
+  if (registry_) {
+    using T = MetricsRegistry::Type;
+    registry_->Set("strata_trainer_step", "steps done", T::kGauge, static_cast<double>(step));
+    registry_->Set("strata_trainer_steps", "steps the job runs (train.steps)", T::kGauge, static_cast<double>(to.steps));
+    registry_->Set("strata_trainer_loss", "training loss at the last reported step", T::kGauge, loss);
+    registry_->Set("strata_trainer_learning_rate", "learning rate at the last reported step", T::kGauge, lr);
+    registry_->Set("strata_trainer_grad_norm", "global gradient norm at the last reported step", T::kGauge, grad_norm);
+    registry_->Set("strata_trainer_step_seconds", "mean step time over the last train.log_every steps", T::kGauge,
+                  step_seconds);
+    registry_->Set("strata_trainer_samples_per_second", "this trainer's share of the job's samples per second",
+                  T::kGauge, sps / trainers_);
+  }
   Metrics(j.dump());
 }
 
 void Progress::Metrics(const std::string& json_line) {
+  if (json_line.find("\"eval_loss\"") != std::string::npos) {
+    auto j = nlohmann::json::parse(json_line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object()) {
+      evals_.push_back({j.value("step", int64_t{0}), j.value("eval_loss", 0.0), j.value("auc", -1.0)});
+      if (registry_) {
+        using T = MetricsRegistry::Type;
+        registry_->Set("strata_trainer_eval_loss", "loss on the held-out set at the last evaluation", T::kGauge,
+                      evals_.back().loss);
+        if (evals_.back().auc >= 0) {
+          registry_->Set("strata_trainer_auc", "AUC on the held-out set at the last evaluation (ctr)", T::kGauge,
+                        evals_.back().auc);
+        }
+      }
+    }
+  }
+  if (registry_ && json_line.find("\"grad_sync\"") != std::string::npos) {
+    auto j = nlohmann::json::parse(json_line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j["grad_sync"].is_object()) {
+      using T = MetricsRegistry::Type;
+      registry_->Set("strata_trainer_comm_seconds", "gradient collectives' seconds over the run (at its end)",
+                    T::kGauge, j["grad_sync"].value("comm_seconds", 0.0));
+      registry_->Set("strata_trainer_comm_exposed_seconds",
+                    "the part of them compute did not hide (at the run's end)", T::kGauge,
+                    j["grad_sync"].value("exposed_seconds", 0.0));
+    }
+  }
   if (metrics_.is_open()) {
     metrics_ << json_line << "\n";
     metrics_.flush();

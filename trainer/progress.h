@@ -6,8 +6,11 @@
 #include <cstdint>
 #include <fstream>
 #include <string>
+#include <vector>
 
+#include "common/metrics.h"
 #include "common/status.h"
+#include "trainer/plot.h"
 #include "trainer/train_options.h"
 
 namespace strata {
@@ -23,7 +26,13 @@ class Progress {
 
   // After step `step` (1-based) of train.steps.
   void Step(int64_t step, double loss, double lr, double grad_norm, double step_seconds, double elapsed);
+  // A metrics line; the evaluations among them (they carry "eval_loss") are also kept.
   void Metrics(const std::string& json_line);
+  // Every evaluation this rank reported, in order (train.plot_path draws them).
+  const std::vector<TrainingCurves::Eval>& evals() const { return evals_; }
+  // Where Step, the evaluations and the end-of-run communication figures are also published
+  // (docs/metrics.md); nullptr: nowhere.
+  void SetMetrics(MetricsRegistry* registry) { registry_ = registry; }
   // Ends the progress line (a terminal's \r line) before other output.
   void Done();
 
@@ -32,6 +41,8 @@ class Progress {
   const int rank_, trainers_;
   const bool launched_;
   std::ofstream metrics_;
+  std::vector<TrainingCurves::Eval> evals_;
+  MetricsRegistry* registry_ = nullptr;
 };
 
 // "{rank}" in `path` becomes the rank.

@@ -50,7 +50,9 @@ void Bind(config::Binder& b, DataOptions& o) {
 void Bind(config::Binder& b, TrainOptions& o) {
   b.Field("device", o.device, "cpu, cuda (a cluster's trainer takes device rank % devices) or cuda:N");
   b.Field("steps", o.steps, "optimizer steps").Range(1, INT64_MAX);
-  b.Field("batch_size", o.batch_size, "samples per micro-batch").Range(1, 1 << 24);
+  b.Field("batch_size", o.batch_size,
+          "the global micro-batch: samples per micro-batch over all data-parallel replicas (each reads "
+          "batch_size/dp of it); a step reads batch_size x micro_batches samples").Range(1, 1 << 24);
   b.Field("micro_batches", o.micro_batches, "micro-batches per step").Range(1, 1 << 16);
   b.Field("log_every", o.log_every, "progress and metrics every N steps").Range(1, INT64_MAX);
   b.Field("eval_every", o.eval_every, "evaluate every N steps (0: at the end)").Range(0, INT64_MAX);
@@ -62,6 +64,9 @@ void Bind(config::Binder& b, TrainOptions& o) {
   b.Field("checkpoint_dir", o.checkpoint_dir, "checkpoint directory");
   b.Field("resume", o.resume, "resume from checkpoint_dir/latest when present");
   b.Field("metrics_path", o.metrics_path, "JSON-lines metrics file (empty: none)");
+  b.Field("plot_path", o.plot_path,
+          "PNG of the loss (and AUC) curve, written by trainer 0 at the end with gnuplot (empty: none; "
+          "without gnuplot: a one-line note)");
   b.Field("progress", o.progress, "print the progress line");
   b.Require(o.checkpoint_every == 0 || !o.checkpoint_dir.empty(), "checkpoint_every",
             "needs checkpoint_dir");

@@ -62,7 +62,9 @@ void Bind(config::Binder& b, DataOptions& o);
 struct TrainOptions {
   std::string device = "cpu";   // "cpu" or "cuda[:N]"
   int64_t steps = 1000;
-  int64_t batch_size = 64;      // samples (sequences for gpt) per micro-batch
+  // The global micro-batch: samples (sequences for gpt) per micro-batch over all data-parallel
+  // replicas, each reading batch_size / dp of it; a step reads batch_size x micro_batches.
+  int64_t batch_size = 64;
   int64_t micro_batches = 1;    // micro-batches per step; gradients accumulate (the pipeline's m)
   int64_t log_every = 10;       // progress line and metrics every N steps
   int64_t eval_every = 0;       // 0: only at the end
@@ -70,6 +72,9 @@ struct TrainOptions {
   std::string checkpoint_dir;   // where ckpt-<step>.bin and `latest` go
   bool resume = true;           // continue from checkpoint_dir/latest when present
   std::string metrics_path;     // JSON lines; empty: none
+  // Trainer 0 draws the loss (and AUC) curve here as a PNG at the end, with gnuplot; where
+  // gnuplot is absent the run notes it in one line and succeeds. Empty: no picture.
+  std::string plot_path;
   bool progress = true;         // the progress line on stderr
   // Most MiB the trainer's tensors (parameters, gradients, optimizer state, activations) may
   // hold on its device; past it an allocation fails with ResourceExhausted naming this field.

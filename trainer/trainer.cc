@@ -134,7 +134,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
   }
   if (job.train.batch_size % t->plan_.dp != 0) {
     return Status::InvalidArgument("train.batch_size " + std::to_string(job.train.batch_size) +
-                                   " (the global batch) must be divisible by the " +
+                                   " (the global micro-batch) must be divisible by the " +
                                    std::to_string(t->plan_.dp) + " data-parallel replicas");
   }
   STRATA_ASSIGN_OR_RETURN(t->device_, ComputeDevice::Open(job.train.device, cluster, t->rank_, job.train.memory_limit_mb));

@@ -58,6 +58,7 @@ struct TrainSummary {
 };
 
 class Node;
+class MetricsRegistry;
 struct ShardTensor;
 class PsClient;
 class PsSync;
@@ -111,6 +112,11 @@ class Trainer {
   int pp_rank() const { return groups_.pp_rank; }
   // Text data: the byte-unigram entropy of the file in nats (0 otherwise).
   double unigram_entropy() const { return unigram_entropy_; }
+  // What this rank reported while it ran (the evaluations, for train.plot_path).
+  const Progress& progress() const { return *progress_; }
+  // Progress also sets the trainer's metrics (docs/metrics.md) in `registry` (not owned; it
+  // must outlive Run). Call before Run.
+  void SetMetrics(MetricsRegistry* registry);
 
  private:
   explicit Trainer(const TrainJob& job);

@@ -3,6 +3,7 @@
 // generated from prompts with a KV cache through the same model, tensor-parallel layers and
 // pipeline stages that train.
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -145,7 +146,14 @@ Status Trainer::Generate() {
     }
   }
   std::vector<float> full(static_cast<size_t>(rows * vocab)), next(static_cast<size_t>(rows));
+  const auto start = std::chrono::steady_clock::now();
+  auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+  };
+  double prefill_ms = 0;
+  int64_t steps = 0;
   for (int64_t step = 0; step < o.max_new_tokens; ++step) {
+    ++steps;
     const auto tag = static_cast<uint32_t>(step);
     STRATA_ASSIGN_OR_RETURN(Tensor out, ForwardStage(walk, ToDevice(ids, model_->exec()), decode, tag));
     if (last_stage) {
@@ -192,6 +200,7 @@ Status Trainer::Generate() {
       // last one in place; its output is not used).
       decode.starts[static_cast<size_t>(r)] = std::min<int64_t>(static_cast<int64_t>(t.size()) - 1, m.context - 1);
     }
+    if (step == 0) prefill_ms = since(start);
     if (all_done) break;
     ids = ops::NewTensor(ops::Exec::Cpu(), {rows, 1}, DType::kI32);
     for (int64_t r = 0; r < rows; ++r) {
@@ -199,6 +208,13 @@ Status Trainer::Generate() {
       ids.data_as<int32_t>()[r] = static_cast<int32_t>(t[static_cast<size_t>(decode.starts[static_cast<size_t>(r)])]);
     }
   }
+  // Timing: the prefill (and the first token), then each decode step (a token for every row).
+  const double total_ms = since(start);
+  progress_->Metrics(nlohmann::json{{"generate", {{"rank", rank_}, {"rows", rows}, {"steps", steps},
+                                                  {"prefill_ms", prefill_ms}, {"total_ms", total_ms},
+                                                  {"decode_ms_per_step", steps > 1 ? (total_ms - prefill_ms) / static_cast<double>(steps - 1) : 0.0},
+                                                  {"tokens_per_s", 1e3 * static_cast<double>(rows * steps) / total_ms}}}}
+                         .dump());
   if (!last_stage || groups_.tp_rank != 0 || o.output_path.empty()) return Status::OK();
   const std::string path = ForRank(o.output_path, rank_);
   std::ofstream out(path);

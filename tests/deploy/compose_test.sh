@@ -23,6 +23,8 @@ for r in 0 1 2; do
   grep -q "strata-nvme-$r:/var/lib/strata:rw" "$tmp/one.resolved" ||
     { echo "FAIL: server$r has no volume of its own"; fail=1; }
 done
+[ "$(grep -c 'healthcheck:' "$tmp/one.resolved")" = 8 ] ||
+  { echo "FAIL: every service needs a health check"; fail=1; }
 [ "$(grep -c 'STRATA_RANK' "$tmp/one.resolved")" = 7 ] ||
   { echo "FAIL: every server and trainer needs STRATA_RANK"; fail=1; }
 

@@ -27,7 +27,7 @@ using testing::MaxRelativeDifference;
 // 2 blocks: 4 units, enough for 2 stages; a global batch of 8 splits over 4 replicas.
 const char* kGpt =
     "model: {kind: gpt, layers: 2, heads: 2, width: 32, context: 16}\n"
-    "data: {kind: text, path: " STRATA_SOURCE_DIR "/README.md, eval_samples: 64}\n"
+    "data: {kind: text, path: " STRATA_SOURCE_DIR "/tests/data/corpus.txt, eval_samples: 64}\n"
     "optimizer: {kind: adamw, lr: 0.003, clip_norm: 1.0}\n"
     "train: {steps: 10, batch_size: 8, micro_batches: 2, log_every: 1, progress: false}\n"
     "sync: {mode: allreduce}\n";
@@ -35,7 +35,7 @@ const char* kGpt =
 // The same with 4 heads (2 per tensor-parallel rank); the vocabulary (256) splits into 2.
 const char* kGptTp =
     "model: {kind: gpt, layers: 2, heads: 4, width: 32, context: 16, vocab: 256, dropout: 0}\n"
-    "data: {kind: text, path: " STRATA_SOURCE_DIR "/README.md, eval_samples: 64}\n"
+    "data: {kind: text, path: " STRATA_SOURCE_DIR "/tests/data/corpus.txt, eval_samples: 64}\n"
     "optimizer: {kind: adamw, lr: 0.003, clip_norm: 1.0}\n"
     "train: {steps: 10, batch_size: 8, micro_batches: 2, log_every: 1, progress: false}\n"
     "sync: {mode: allreduce}\n";

@@ -24,7 +24,7 @@ constexpr int kSteps = 5;
 const char* kGpt =
     "model: {kind: gpt, layers: 2, heads: 2, width: 32, context: 16}\n"
     "data: {kind: text, path: " STRATA_SOURCE_DIR
-    "/README.md, eval_samples: 64}\n"
+    "/tests/data/corpus.txt, eval_samples: 64}\n"
     "optimizer: {kind: adamw, lr: 0.003, clip_norm: 1.0}\n"
     "train: {steps: 5, batch_size: 8, micro_batches: 4, log_every: 1, progress: false}\n"
     "sync: {mode: allreduce}\n";

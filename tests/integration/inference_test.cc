@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 
 const char* kGpt =
     "model: {kind: gpt, layers: 2, heads: 4, width: 32, context: 32}\n"
-    "data: {kind: text, path: " STRATA_SOURCE_DIR "/README.md, eval_samples: 256}\n"
+    "data: {kind: text, path: " STRATA_SOURCE_DIR "/tests/data/corpus.txt, eval_samples: 256}\n"
     "optimizer: {kind: adamw, lr: 0.003}\n"
     "train: {steps: 12, batch_size: 8, log_every: 4, progress: false}\n"
     "sync: {mode: allreduce}\n";
@@ -96,6 +96,19 @@ TEST_F(InferenceTest, GptCheckpointOf2x2x2ServedUnderEveryLayoutGeneratesTheSame
   const auto one = Results("one");
   ASSERT_EQ(one.size(), 4u) << log;
   for (const auto& [i, r] : one) EXPECT_EQ(r["tokens"].size(), 8u) << i;
+  // A stop token ends each sequence at its first occurrence (and is kept); the others run on.
+  const int64_t stop = one.at(0)["tokens"][0].get<int64_t>();
+  ASSERT_EQ(RunLocal(job_, [&] {
+              auto s = Generate("stop", true);
+              s.insert(s.end(), {"sync.mode=local", "infer.stop=" + std::to_string(stop)});
+              return s;
+            }(), &log), 0) << log;
+  for (const auto& [i, r] : Results("stop")) {
+    const auto all = one.at(i)["tokens"].get<std::vector<int64_t>>();
+    const auto at = std::find(all.begin(), all.end(), stop);
+    const std::vector<int64_t> want(all.begin(), at == all.end() ? all.end() : at + 1);
+    EXPECT_EQ(r["tokens"].get<std::vector<int64_t>>(), want) << "prompt " << i;
+  }
   struct Layout {
     const char* tag;
     int dp, tp, pp;
@@ -153,6 +166,44 @@ TEST_F(InferenceTest, EvaluationGivesTheSameLossUnderTp2Pp2AndATpThatDoesNotSpli
   bad.push_back("parallel.tp=3");
   EXPECT_NE(Launch(job_, 0, 3, bad, &log), 0);
   EXPECT_NE(log.find("model.heads 4 does not split over parallel.tp 3"), std::string::npos) << log;
+}
+
+// ctr trained on 2 all-reduce replicas evaluates its held-out set to the same AUC and loss on
+// one process from the checkpoint (the training run's own final evaluation is the reference).
+class CtrInferenceTest : public testing::LaunchFixture {
+ protected:
+  void SetUp() override { setenv("OPENBLAS_NUM_THREADS", "1", 1); }
+};
+
+TEST_F(CtrInferenceTest, CtrOfTwoReplicasEvaluatesToTheSameAucOnOneProcess) {
+  const std::string job = Job("ctr",
+      "model: {kind: ctr, fields: 8, field_vocab: 300, embed_dim: 8, ctr_hidden: 32}\n"
+      "data: {kind: click_log, eval_samples: 4000}\n"
+      "optimizer: {kind: adamw, lr: 0.01}\n"
+      "train: {steps: 40, batch_size: 64, log_every: 20, progress: false}\n"
+      "sync: {mode: allreduce}\n");
+  const std::string ckpt = dir_.File("ckpt");
+  std::string log;
+  ASSERT_EQ(Launch(job, 0, 2, {"train.checkpoint_dir=" + ckpt, "train.checkpoint_every=40",
+                               "train.metrics_path=" + Metrics("train")}, &log), 0) << log;
+  nlohmann::json trained;
+  {
+    std::ifstream in(Rank("train", 0));
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_object() && j.contains("auc")) trained = j;
+    }
+  }
+  ASSERT_TRUE(trained.is_object()) << log;
+  ASSERT_EQ(RunLocal(job, {"sync.mode=local", "infer.mode=eval", "infer.checkpoint=" + ckpt,
+                           "infer.output_path=" + dir_.File("eval.jsonl")}, &log), 0) << log;
+  std::ifstream in(dir_.File("eval.jsonl"));
+  std::string line;
+  std::getline(in, line);
+  const auto got = nlohmann::json::parse(line);
+  EXPECT_GT(trained["auc"].get<double>(), 0.6);
+  EXPECT_NEAR(got["auc"].get<double>(), trained["auc"].get<double>(), 1e-6) << line;
+  EXPECT_NEAR(got["eval_loss"].get<double>(), trained["eval_loss"].get<double>(), 1e-6) << line;
 }
 
 }  // namespace

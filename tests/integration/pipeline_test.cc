@@ -27,7 +27,7 @@ using testing::ReadFile;
 // 6 blocks: 8 units (embedding, blocks, head), enough for pp 4 x vpp 2.
 const char* kGpt =
     "model: {kind: gpt, layers: 6, heads: 2, width: 32, context: 16}\n"
-    "data: {kind: text, path: " STRATA_SOURCE_DIR "/README.md, eval_samples: 512}\n"
+    "data: {kind: text, path: " STRATA_SOURCE_DIR "/tests/data/corpus.txt, eval_samples: 512}\n"
     "optimizer: {kind: adamw, lr: 0.003, clip_norm: 1.0}\n"
     "train: {steps: 20, batch_size: 8, micro_batches: 4, log_every: 1, progress: false}\n"
     "sync: {mode: allreduce}\n";
@@ -119,7 +119,7 @@ TEST_F(PipelineTest, Dp2TimesPp2HandsGradientsToTheAllReduceDuringThePipelinesTa
 TEST_F(PipelineTest, GptDp2TimesPp2OnTheServersMatchesDp2) {
   const std::string job = Job("gpt-sgd",
       "model: {kind: gpt, layers: 2, heads: 2, width: 32, context: 16}\n"
-      "data: {kind: text, path: " STRATA_SOURCE_DIR "/README.md, eval_samples: 512}\n"
+      "data: {kind: text, path: " STRATA_SOURCE_DIR "/tests/data/corpus.txt, eval_samples: 512}\n"
       "optimizer: {kind: sgd, lr: 0.05, momentum: 0.9}\n"
       "train: {steps: 20, batch_size: 8, micro_batches: 4, log_every: 1, progress: false}\n"
       "sync: {mode: ps, consistency: bsp}\n");

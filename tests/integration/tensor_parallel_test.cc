@@ -23,7 +23,7 @@ using testing::MaxRelativeDifference;
 // 4 heads and a vocabulary of 256: both split over 2; 2 blocks: 4 units, enough for pp 2.
 const char* kGpt =
     "model: {kind: gpt, layers: 2, heads: 4, width: 32, context: 16}\n"
-    "data: {kind: text, path: " STRATA_SOURCE_DIR "/README.md, eval_samples: 512}\n"
+    "data: {kind: text, path: " STRATA_SOURCE_DIR "/tests/data/corpus.txt, eval_samples: 512}\n"
     "optimizer: {kind: adamw, lr: 0.003, clip_norm: 1.0}\n"
     "train: {steps: 20, batch_size: 8, micro_batches: 4, log_every: 1, progress: false}\n"
     "sync: {mode: allreduce}\n";
@@ -74,7 +74,7 @@ TEST_F(TensorParallelTest, SeedsMlpTp2AndDp2Tp2MatchOneProcess) {
 TEST_F(TensorParallelTest, OnTheServersTp2MatchesOneProcess) {
   const std::string job = Job("ps",
       "model: {kind: gpt, layers: 2, heads: 4, width: 32, context: 16}\n"
-      "data: {kind: text, path: " STRATA_SOURCE_DIR "/README.md, eval_samples: 512}\n"
+      "data: {kind: text, path: " STRATA_SOURCE_DIR "/tests/data/corpus.txt, eval_samples: 512}\n"
       "optimizer: {kind: sgd, lr: 0.1, momentum: 0.9}\n"
       "train: {steps: 20, batch_size: 8, micro_batches: 2, log_every: 1, progress: false}\n"
       "sync: {mode: ps, consistency: bsp}\n");

@@ -28,7 +28,7 @@ using testing::MaxRelativeDifference;
 
 // 4 heads and a vocabulary of 256: both split over 2; 2 blocks: 4 units, enough for pp 2.
 // Weight decay: the buckets' slices cross decayed and undecayed parameters. The text is the
-// test's own (Corpus below), not a file of the repository that changes: the reduce-scatter sums
+// test's own (testing::WordCorpus), not a file of the repository that changes: the reduce-scatter sums
 // 4 replicas' gradients in another order than Gloo's all-reduce (a few ulps), and AdamW
 // magnifies ulps on a token row whose gradient is nearly zero, so which bytes the text holds
 // decides whether the final weights agree to 1e-4 (the losses agree to 1e-5 either way).
@@ -39,20 +39,6 @@ const char* kGpt =
     "train: {steps: 20, batch_size: 8, micro_batches: 2, log_every: 1, progress: false}\n"
     "sync: {mode: allreduce}\n";
 
-// 16 KiB of lower-case words and punctuation drawn by a fixed linear congruential generator.
-std::string Corpus() {
-  static const char* kWords[] = {"the", "model", "shards", "its", "state", "over", "replicas", "and", "each",
-                                 "rank", "updates", "a", "slice", "of", "every", "bucket", "then", "gathers",
-                                 "parameters", "gradients", "are", "reduced", "while", "backward", "runs"};
-  std::string text;
-  uint64_t x = 12345;
-  while (text.size() < 16384) {
-    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-    text += kWords[(x >> 33) % (sizeof(kWords) / sizeof(kWords[0]))];
-    text += (x >> 20) % 9 == 0 ? ".\n" : " ";
-  }
-  return text;
-}
 
 // Sizes that do not divide by 4 (81 + 9 + ...): the buckets are padded.
 const char* kMlp =
@@ -67,7 +53,7 @@ class ZeroTest : public testing::EquivalenceTest {
   // The gpt job over the test's own text.
   std::string GptJob() {
     const std::string corpus = dir_.File("corpus.txt");
-    testing::WriteFile(corpus, Corpus());
+    testing::WriteFile(corpus, testing::WordCorpus());
     std::string text = kGpt;
     text.replace(text.find("CORPUS"), 6, corpus);
     return Job("gpt", text);
@@ -187,6 +173,40 @@ TEST_F(ZeroTest, CheckpointOfZero2Dp2ResumesUnderOneProcessZero1Dp4AndZero3Dp4) 
   }
 }
 
+// ZeRO-3 writes its checkpoint by gathering every unit's parameters (and the optimizer state)
+// on every replica for the first to write: the file resumes under one process and under ZeRO-1
+// on 4 replicas, continuing the losses.
+TEST_F(ZeroTest, CheckpointOfZero3Dp2ResumesUnderOneProcessAndZero1Dp4) {
+  const std::string job = GptJob();
+  std::string log;
+  ASSERT_EQ(Launch(job, 0, 2, {"parallel.zero=3", "train.metrics_path=" + Metrics("z3"),
+                               "train.checkpoint_dir=" + dir_.File("z3"), "train.checkpoint_every=10"}, &log), 0)
+      << log;
+  const std::vector<double> base = Losses(Rank("z3", 0));
+  ASSERT_EQ(base.size(), 20u) << log;
+  const std::vector<double> after(base.begin() + 10, base.end());
+  const std::string step10 = dir_.File("z3/step-10");
+  ASSERT_TRUE(fs::exists(step10)) << log;
+  for (const auto& [tag, plan] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"z3-local", {"sync.mode=local"}}, {"z3-zero1-dp4", {"parallel.zero=1"}}}) {
+    const std::string dir = dir_.File("resume-" + tag);
+    fs::create_directories(dir);
+    fs::copy(step10, dir + "/step-10", fs::copy_options::recursive);
+    testing::WriteFile(dir + "/latest", "step-10\n");
+    std::vector<std::string> sets = plan;
+    sets.insert(sets.end(), {"train.metrics_path=" + Metrics(tag), "train.checkpoint_dir=" + dir});
+    if (tag == "z3-local") {
+      ASSERT_EQ(RunLocal(job, sets, &log), 0) << log;
+    } else {
+      ASSERT_EQ(Launch(job, 0, 4, sets, &log), 0) << log;
+    }
+    EXPECT_NE(log.find("resumed from"), std::string::npos) << tag << "\n" << log;
+    const auto losses = Losses(Rank(tag, 0));
+    ASSERT_EQ(losses.size(), after.size()) << tag << "\n" << log;
+    EXPECT_LT(MaxRelativeDifference(after, losses), 1e-5) << tag << "\n" << log;
+  }
+}
+
 // As for the all-reduce (TrainTest.AllReduceOverlapsBackwardInTheTimeline): backward hands
 // buckets over before it ends, and the communication thread reduce-scatters while it runs.
 TEST_F(ZeroTest, ReduceScatterOverlapsBackwardInTheTimeline) {
@@ -279,15 +299,19 @@ TEST_F(ZeroTest, Zero3TrainsOnFourRanksUnderABudgetZero0AndZero2DoNotFit) {
 }
 
 TEST_F(ZeroTest, MemoryLinesFollowTheSeedsArithmetic) {
-  // gpt with AdamW. ZeRO-2 on 2 replicas holds 4 psi of parameters, the gradient shards (2 psi)
-  // and the optimizer state's half (4 psi) between steps, within padding of the formula
-  // 4 + 12/2 = 10 psi; ZeRO-3 holds 16/dp psi: 8 on 2 replicas, 4 on 4.
+  // gpt with AdamW. ZeRO-1 holds the parameters and gradients whole and 8/dp psi of state (the
+  // reduced gradient slice is its own slice of the gradient buffer): 12 on 2 replicas, 10 on 4.
+  // ZeRO-2 on 2 replicas holds 4 psi of parameters, the gradient shards (2 psi) and the
+  // optimizer state's half (4 psi) between steps, within padding of the formula 4 + 12/2 = 10
+  // psi; ZeRO-3 holds 16/dp psi: 8 on 2 replicas, 4 on 4.
   struct Case {
     const char* tag;
     int zero, dp;
     double formula, state;
   };
-  for (const Case& c : {Case{"mem-z2", 2, 2, 10.0, 4.0}, Case{"mem-z3", 3, 2, 8.0, 4.0}, Case{"mem-z3-dp4", 3, 4, 4.0, 2.0}}) {
+  for (const Case& c : {Case{"mem-z1", 1, 2, 12.0, 4.0}, Case{"mem-z1-dp4", 1, 4, 10.0, 2.0},
+                        Case{"mem-z2", 2, 2, 10.0, 4.0}, Case{"mem-z3", 3, 2, 8.0, 4.0},
+                        Case{"mem-z3-dp4", 3, 4, 4.0, 2.0}}) {
     std::string log;
     const std::string job = GptJob();
     ASSERT_EQ(Launch(job, 0, c.dp, {"parallel.zero=" + std::to_string(c.zero), "train.steps=2",

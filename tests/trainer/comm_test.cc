@@ -145,6 +145,37 @@ TEST_P(CommSizesTest, ReduceScatterMatchesACpuReference) {
   });
 }
 
+// In place, as ZeRO-1 runs them on its gradient and value buckets: the reduction lands in this
+// rank's block of the input, and the gather takes its input from this rank's block of the
+// output; both give the out-of-place results.
+TEST_P(CommSizesTest, ReduceScatterAndAllGatherInPlace) {
+  const int n = GetParam();
+  OnRanks(n, [&](int r) {
+    auto comm = Make(r, "inplace");
+    ASSERT_NE(comm, nullptr);
+    for (size_t count : {size_t{1}, size_t{7}, size_t{100003}}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+        std::vector<float> buf(n * count);
+        for (size_t j = 0; j < buf.size(); ++j) buf[j] = Input(r, j);
+        ASSERT_TRUE(comm->ReduceScatter(buf.data(), buf.data() + r * count, count, op).ok());
+        for (size_t i = 0; i < count; ++i) {
+          const size_t j = r * count + i;
+          ASSERT_EQ(buf[j], ReferenceReduce(op, n, [j](int k) { return Input(k, j); }))
+              << ReduceOpName(op) << " count " << count << " at " << i;
+        }
+      }
+      std::vector<float> all(n * count, -1.0f);
+      for (size_t i = 0; i < count; ++i) all[r * count + i] = static_cast<float>(r * 1000 + i % 1000);
+      ASSERT_TRUE(comm->AllGather(all.data() + r * count, all.data(), count).ok());
+      for (int k = 0; k < n; ++k) {
+        for (size_t i = 0; i < count; ++i) {
+          ASSERT_EQ(all[k * count + i], static_cast<float>(k * 1000 + i % 1000)) << "block " << k << " at " << i;
+        }
+      }
+    }
+  });
+}
+
 TEST_P(CommSizesTest, SendRecvRingExchange) {
   const int n = GetParam();
   OnRanks(n, [&](int r) {

@@ -322,7 +322,7 @@ TEST(DataTest, ShardsOfEveryBatchTileTheSingleTrainerBatch) {
   DataOptions regression, clicks, text;
   clicks.kind = DataOptions::Kind::kClickLog;
   text.kind = DataOptions::Kind::kText;
-  text.path = std::string(STRATA_SOURCE_DIR) + "/README.md";
+  text.path = std::string(STRATA_SOURCE_DIR) + "/tests/data/corpus.txt";
   text.eval_samples = 256;
   struct Case {
     DataOptions d;

@@ -46,6 +46,10 @@ BenchFn SetupZeroBench(CLI::App& app);
 // measured in the same run, each instruction-set path, and a plain scalar loop.
 BenchFn SetupAdamBench(CLI::App& app);
 
+// infer_bench.cc: gpt generation with a KV cache, tokens/s beside PyTorch eager on the same
+// exported weights.
+BenchFn SetupInferBench(CLI::App& app);
+
 // Shared by the subcommands that run real jobs (defined in pipeline_bench.cc).
 // Runs strata-launch with `args` (args[0]: its path) and OPENBLAS_NUM_THREADS=1, its output to
 // `log`; fails with the log's tail when it exits non-zero.

@@ -26,6 +26,8 @@ const strata::bench::Subcommand kSubcommands[] = {
      strata::bench::SetupAllreduceBench},
     {"pipeline", "pipeline schedules on trainer processes: measured vs simulated bubble, activations",
      strata::bench::SetupPipelineBench},
+    {"infer", "gpt generation with a KV cache: tokens/s and ms per step at tp 1 and 2, beside PyTorch eager",
+     strata::bench::SetupInferBench},
     {"zero", "ZeRO stages 0-3 on dp trainers: step time, dp bytes vs theory, hidden comm, memory",
      strata::bench::SetupZeroBench},
     {"adam", "fused CPU Adam kernel: parameters/s beside the memory-bandwidth bound and a scalar loop",

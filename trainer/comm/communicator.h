@@ -56,10 +56,11 @@ class Communicator {
   // kAvg divides the sum by size().
   Status AllReduce(float* data, size_t count, ReduceOp op);
   // `in` holds size() blocks of `count_per_rank` floats; rank r's `out` (count_per_rank floats)
-  // gets the element-wise reduction of block r over every rank. `in` is not modified; `out`
-  // must not overlap it.
+  // gets the element-wise reduction of block r over every rank. `out` is apart from `in` (then
+  // `in` is not modified) or, in place, exactly block r of `in` (as NCCL allows).
   Status ReduceScatter(const float* in, float* out, size_t count_per_rank, ReduceOp op);
-  // `out` (size() * count floats) gets every rank's `in` (count floats), in rank order.
+  // `out` (size() * count floats) gets every rank's `in` (count floats), in rank order. `in`
+  // is apart from `out` or, in place, exactly rank r's block of it.
   Status AllGather(const float* in, float* out, size_t count);
   // `in` holds size() blocks of `count_per_rank` floats; block j goes to rank j, and rank r's
   // `out` (size() blocks of the same size) gets rank j's block r as its block j (a transpose of

@@ -126,6 +126,12 @@ class GlooCommunicator final : public Communicator {
   Status DoAllGather(const float* in, float* out, size_t count) override {
     return Run("all-gather", [&] {
       gloo::AllgatherOptions opts(context_);
+      // In place (`in` is this rank's block of `out`): gloo wants its input apart.
+      std::vector<float> own;
+      if (in == out + static_cast<size_t>(rank()) * count) {
+        own.assign(in, in + count);
+        in = own.data();
+      }
       opts.setInput(const_cast<float*>(in), count);
       opts.setOutput(out, count * size());
       opts.setTag(next_tag_++);
@@ -288,9 +294,11 @@ class GlooCommunicator final : public Communicator {
     const int n = size(), r = rank();
     const size_t bytes = count * sizeof(float);
     if (n == 1 || count == 0) {
-      if (count) std::memcpy(out, in, bytes);
+      if (count && out != in) std::memcpy(out, in, bytes);
       return;
     }
+    // In place (`out` is this rank's block of `in`) is safe: the own block is read only by the
+    // last step's element-wise reduction into `out`.
     if (scratch_.size() < 2 * count) scratch_.resize(2 * count);
     auto mine = context_->createUnboundBuffer(const_cast<float*>(in), n * bytes);
     // Two halves, each its own buffer: one is sent while the other receives.

@@ -1,0 +1,90 @@
+// metrics_test.cc: cluster.metrics_port end to end: during a launch (ctr, hybrid, 2 servers, 2
+// trainers) the scheduler, every server and every trainer answer GET /metrics with every name
+// docs/metrics.md marks `live` for their role, and the servers count real traffic.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <unistd.h>
+
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "tests/integration/launch_fixture.h"
+
+namespace strata::testing {
+namespace {
+
+// The documented names marked live, by process ("all" expanded to every role).
+std::map<std::string, std::set<std::string>> LiveNames() {
+  std::map<std::string, std::set<std::string>> names;
+  std::istringstream doc(ReadFile(std::string(STRATA_SOURCE_DIR) + "/docs/metrics.md"));
+  const std::regex row(R"(^\| `(strata_[a-z_]+)` \| [a-z]+ \| ([a-z]+) \| ([a-z]+) \|)");
+  for (std::string line; std::getline(doc, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, row) || m[3] != "live") continue;
+    for (const char* role : {"scheduler", "server", "trainer"}) {
+      if (m[2] == "all" || m[2] == role) names[role].insert(m[1]);
+    }
+  }
+  return names;
+}
+
+// The value of the first series of `name` in an exposition text; -1 when absent.
+double Value(const std::string& text, const std::string& name) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(name, 0) == 0 && (line[name.size()] == ' ' || line[name.size()] == '{')) {
+      return std::stod(line.substr(line.rfind(' ') + 1));
+    }
+  }
+  return -1;
+}
+
+class MetricsTest : public LaunchFixture {};
+
+TEST_F(MetricsTest, EveryProcessAnswersWithTheDocumentedNames) {
+  const auto live = LiveNames();
+  ASSERT_GE(live.at("server").size(), 10u) << "docs/metrics.md's table did not parse";
+  const int base = 20000 + static_cast<int>(getpid() % 2000) * 10;
+  Subprocess launch({BinPath("strata-launch"), "--servers", "2", "--trainers", "2",
+                     std::string(STRATA_SOURCE_DIR) + "/examples/ctr.yaml", "--timeout", "200", "--set",
+                     "sync.mode=hybrid", "--set", "train.steps=100000", "--set", "train.metrics_path=\"\"", "--set",
+                     "server.store.path=" + dir_.File("store"), "--set", "cluster.metrics_port=" + std::to_string(base)},
+                    dir_.File("launch.log"));
+  // port, role, rank
+  const std::vector<std::tuple<int, std::string, int>> processes = {
+      {base, "scheduler", 0}, {base + 1, "server", 0}, {base + 2, "server", 1},
+      {base + 3, "trainer", 0}, {base + 4, "trainer", 1}};
+  std::map<int, std::string> texts;
+  // Until every trainer has reported a step and the servers have answered pulls.
+  const bool all = WaitFor([&] {
+    for (const auto& [port, role, rank] : processes) {
+      httplib::Client client("127.0.0.1", port);
+      client.set_connection_timeout(1);
+      auto res = client.Get("/metrics");
+      if (!res || res->status != 200) return false;
+      texts[port] = res->body;
+    }
+    return Value(texts[base + 3], "strata_trainer_step") > 0 && Value(texts[base + 4], "strata_trainer_step") > 0 &&
+           Value(texts[base + 1], "strata_server_pulls_total") > 0;
+  }, Millis(120000));
+  launch.Signal(SIGINT);
+  launch.Wait(Millis(30000));
+  ASSERT_TRUE(all) << launch.Log();
+  for (const auto& [port, role, rank] : processes) {
+    const std::string& text = texts[port];
+    for (const std::string& name : live.at(role)) {
+      EXPECT_NE(text.find("\n" + name), std::string::npos) << role << " " << rank << " lacks " << name << ":\n" << text;
+      EXPECT_NE(text.find("# TYPE " + name + " "), std::string::npos) << name;
+    }
+    EXPECT_NE(text.find("strata_up{role=\"" + role + "\",rank=\"" + std::to_string(rank) + "\"} 1"), std::string::npos)
+        << text;
+  }
+  EXPECT_EQ(Value(texts[base], "strata_scheduler_view_epoch"), 1) << texts[base];
+  EXPECT_GT(Value(texts[base + 2], "strata_server_received_bytes_total"), 0) << texts[base + 2];
+  EXPECT_GT(Value(texts[base + 1], "strata_table_hits_total"), 0) << texts[base + 1];
+}
+
+}  // namespace
+}  // namespace strata::testing
