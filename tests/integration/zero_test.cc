@@ -59,6 +59,36 @@ class ZeroTest : public testing::EquivalenceTest {
     return Job("gpt", text);
   }
 
+  // The gpt job on 2 replicas under `plan` with a checkpoint at step 10; then each resume (a
+  // local tag resumes in one process, the others on 4 replicas) continues its losses from there.
+  void ExpectCheckpointResumes(const std::string& tag, std::vector<std::string> plan,
+                               const std::vector<std::pair<std::string, std::vector<std::string>>>& resumes) {
+    const std::string job = GptJob();
+    std::string log;
+    plan.insert(plan.end(), {"train.metrics_path=" + Metrics(tag), "train.checkpoint_dir=" + dir_.File(tag),
+                             "train.checkpoint_every=10"});
+    ASSERT_EQ(Launch(job, 0, 2, plan, &log), 0) << log;
+    const std::vector<double> base = Losses(Rank(tag, 0));
+    ASSERT_EQ(base.size(), 20u) << log;
+    const std::vector<double> after(base.begin() + 10, base.end());
+    const std::string step10 = dir_.File(tag + "/step-10");
+    ASSERT_TRUE(fs::exists(step10)) << log;
+    for (const auto& [resume, sets_of] : resumes) {
+      const std::string dir = dir_.File("resume-" + resume);
+      fs::create_directories(dir);
+      fs::copy(step10, dir + "/step-10", fs::copy_options::recursive);
+      testing::WriteFile(dir + "/latest", "step-10\n");
+      std::vector<std::string> sets = sets_of;
+      sets.insert(sets.end(), {"train.metrics_path=" + Metrics(resume), "train.checkpoint_dir=" + dir});
+      const bool local = resume.ends_with("local");
+      ASSERT_EQ(local ? RunLocal(job, sets, &log) : Launch(job, 0, 4, sets, &log), 0) << log;
+      EXPECT_NE(log.find("resumed from"), std::string::npos) << resume << "\n" << log;
+      const auto losses = Losses(Rank(resume, 0));
+      ASSERT_EQ(losses.size(), after.size()) << resume << "\n" << log;
+      EXPECT_LT(MaxRelativeDifference(after, losses), 1e-5) << resume << "\n" << log;
+    }
+  }
+
   // The ZeRO-0 run on `trainers` is the reference for the weights; zero 1 and 2 must match it.
   void ExpectStagesMatchZero0(const std::string& job, const std::string& tag, int trainers,
                               std::vector<std::string> sets, std::vector<int> stages = {1, 2, 3}) {
@@ -141,70 +171,15 @@ TEST_F(ZeroTest, GptZeroUnderDp2Tp2Pp2MatchesZero0) {
 }
 
 TEST_F(ZeroTest, CheckpointOfZero2Dp2ResumesUnderOneProcessZero1Dp4AndZero3Dp4) {
-  const std::string job = GptJob();
-  std::string log;
-  // Uninterrupted, with a checkpoint at step 10.
-  ASSERT_EQ(Launch(job, 0, 2, {"parallel.zero=2", "train.metrics_path=" + Metrics("z2"),
-                               "train.checkpoint_dir=" + dir_.File("z2"), "train.checkpoint_every=10"}, &log), 0)
-      << log;
-  const std::vector<double> base = Losses(Rank("z2", 0));
-  ASSERT_EQ(base.size(), 20u) << log;
-  const std::vector<double> after(base.begin() + 10, base.end());
-  const std::string step10 = dir_.File("z2/step-10");
-  ASSERT_TRUE(fs::exists(step10)) << log;
-  const std::vector<std::pair<std::string, std::vector<std::string>>> resumes = {
-      {"local", {"sync.mode=local"}}, {"zero1-dp4", {"parallel.zero=1"}}, {"zero3-dp4", {"parallel.zero=3"}}};
-  for (const auto& [tag, plan] : resumes) {
-    const std::string dir = dir_.File("resume-" + tag);
-    fs::create_directories(dir);
-    fs::copy(step10, dir + "/step-10", fs::copy_options::recursive);
-    testing::WriteFile(dir + "/latest", "step-10\n");
-    std::vector<std::string> sets = plan;
-    sets.insert(sets.end(), {"train.metrics_path=" + Metrics(tag), "train.checkpoint_dir=" + dir});
-    if (tag == "local") {
-      ASSERT_EQ(RunLocal(job, sets, &log), 0) << log;
-    } else {
-      ASSERT_EQ(Launch(job, 0, 4, sets, &log), 0) << log;
-    }
-    EXPECT_NE(log.find("resumed from"), std::string::npos) << tag << "\n" << log;
-    const auto losses = Losses(Rank(tag, 0));
-    ASSERT_EQ(losses.size(), after.size()) << tag << "\n" << log;
-    EXPECT_LT(MaxRelativeDifference(after, losses), 1e-5) << tag << "\n" << log;
-  }
+  ExpectCheckpointResumes("z2", {"parallel.zero=2"},
+                          {{"local", {"sync.mode=local"}}, {"zero1-dp4", {"parallel.zero=1"}}, {"zero3-dp4", {"parallel.zero=3"}}});
 }
 
 // ZeRO-3 writes its checkpoint by gathering every unit's parameters (and the optimizer state)
 // on every replica for the first to write: the file resumes under one process and under ZeRO-1
 // on 4 replicas, continuing the losses.
 TEST_F(ZeroTest, CheckpointOfZero3Dp2ResumesUnderOneProcessAndZero1Dp4) {
-  const std::string job = GptJob();
-  std::string log;
-  ASSERT_EQ(Launch(job, 0, 2, {"parallel.zero=3", "train.metrics_path=" + Metrics("z3"),
-                               "train.checkpoint_dir=" + dir_.File("z3"), "train.checkpoint_every=10"}, &log), 0)
-      << log;
-  const std::vector<double> base = Losses(Rank("z3", 0));
-  ASSERT_EQ(base.size(), 20u) << log;
-  const std::vector<double> after(base.begin() + 10, base.end());
-  const std::string step10 = dir_.File("z3/step-10");
-  ASSERT_TRUE(fs::exists(step10)) << log;
-  for (const auto& [tag, plan] : std::vector<std::pair<std::string, std::vector<std::string>>>{
-           {"z3-local", {"sync.mode=local"}}, {"z3-zero1-dp4", {"parallel.zero=1"}}}) {
-    const std::string dir = dir_.File("resume-" + tag);
-    fs::create_directories(dir);
-    fs::copy(step10, dir + "/step-10", fs::copy_options::recursive);
-    testing::WriteFile(dir + "/latest", "step-10\n");
-    std::vector<std::string> sets = plan;
-    sets.insert(sets.end(), {"train.metrics_path=" + Metrics(tag), "train.checkpoint_dir=" + dir});
-    if (tag == "z3-local") {
-      ASSERT_EQ(RunLocal(job, sets, &log), 0) << log;
-    } else {
-      ASSERT_EQ(Launch(job, 0, 4, sets, &log), 0) << log;
-    }
-    EXPECT_NE(log.find("resumed from"), std::string::npos) << tag << "\n" << log;
-    const auto losses = Losses(Rank(tag, 0));
-    ASSERT_EQ(losses.size(), after.size()) << tag << "\n" << log;
-    EXPECT_LT(MaxRelativeDifference(after, losses), 1e-5) << tag << "\n" << log;
-  }
+  ExpectCheckpointResumes("z3", {"parallel.zero=3"}, {{"z3-local", {"sync.mode=local"}}, {"z3-zero1-dp4", {"parallel.zero=1"}}});
 }
 
 // As for the all-reduce (TrainTest.AllReduceOverlapsBackwardInTheTimeline): backward hands
