@@ -18,10 +18,6 @@
 namespace strata {
 namespace {
 
-double Seconds(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
-}
-
 // A host view of `floats` floats at `data`, shaped like `like` (for Tensor::CopyFrom).
 Tensor HostView(float* data, const Tensor& like) {
   return Tensor::FromBlob(data, like.shape(), DType::kF32, Device::CPU(), nullptr);
@@ -259,7 +255,7 @@ Status BucketAllReducer::Finish(int64_t /*step*/) {
   }
   cv_.wait(lock, [&] { return done_ == buckets_.size(); });
   active_ = false;
-  exposed_seconds_ += Seconds(start);
+  exposed_seconds_ += SecondsSince(start);
   if (!error_.ok()) return error_;
   ComputeWaitsForComm();
   if (!rebuilt_ && overlap_) {
@@ -297,7 +293,7 @@ void BucketAllReducer::Run() {
       lock.unlock();
       const auto start = std::chrono::steady_clock::now();
       Status s = failed ? Status::OK() : GatherBucket(b);
-      const double secs = Seconds(start);
+      const double secs = SecondsSince(start);
       lock.lock();
       gather_seconds_ += secs;
       if (!s.ok() && gather_error_.ok()) gather_error_ = s.WithContext("all-gather of bucket " + std::to_string(b));
@@ -316,7 +312,7 @@ void BucketAllReducer::Run() {
     }
 #endif
     Status s = Reduce(i);
-    const double secs = Seconds(start);
+    const double secs = SecondsSince(start);
     lock.lock();
     comm_seconds_ += secs;
     ++next_;

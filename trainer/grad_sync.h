@@ -144,6 +144,7 @@ class BucketAllReducer final : public GradSync, public ShardedBuckets, public Un
   Status Reduce(size_t i);
   Status GatherBucket(size_t i);  // on the communication thread
   Status GatherValues(size_t i);  // the collective itself (either thread)
+  Status GatherAllNow();          // every bucket, on the calling thread
   // Device mode: the communicator's stream waits for the compute stream (or `event` on it).
   void CommWaitsForCompute(void* event);
   void ComputeWaitsForComm();

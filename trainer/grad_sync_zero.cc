@@ -41,7 +41,7 @@ void BucketAllReducer::BeforeUnit(int unit, Pass pass, UnitRange /*walk*/, const
     Trace::Scope scope(trace_, "wait for all-gather", "comm", 0, step_);
     const auto start = std::chrono::steady_clock::now();
     cv_.wait(lock, ready);
-    gather_exposed_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    gather_exposed_ += SecondsSince(start);
   }
   if (!gather_error_.ok()) throw nn::CollectiveFailed(gather_error_);
 }
@@ -64,7 +64,7 @@ Status BucketAllReducer::WaitAllParams() {
   std::unique_lock lock(mu_);
   const auto start = std::chrono::steady_clock::now();
   cv_.wait(lock, [&] { return gather_next_ >= gather_order_.size(); });
-  gather_exposed_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  gather_exposed_ += SecondsSince(start);
   return gather_error_;
 }
 
@@ -98,16 +98,15 @@ Status BucketAllReducer::AllGatherParams() {
     cv_.notify_all();
     return Status::OK();
   }
+  // The synchronous gather is exposed whole.
   const auto start = std::chrono::steady_clock::now();
-  struct Count {  // the synchronous gather is exposed whole
-    BucketAllReducer* r;
-    std::chrono::steady_clock::time_point start;
-    ~Count() {
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      r->gather_seconds_ += secs;
-      r->gather_exposed_ += secs;
-    }
-  } count{this, start};
+  const Status s = GatherAllNow();
+  gather_seconds_ += SecondsSince(start);
+  gather_exposed_ += SecondsSince(start);
+  return s;
+}
+
+Status BucketAllReducer::GatherAllNow() {
   CommWaitsForCompute(start_event_);
   for (size_t i = 0; i < buckets_.size(); ++i) {
     const GradBucket& b = buckets_[i];

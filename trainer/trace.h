@@ -12,6 +12,11 @@
 
 namespace strata {
 
+// Seconds from `since` to now on the steady clock (the communication threads' accounting).
+inline double SecondsSince(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
 // Thread-safe. A disabled trace records nothing and costs a branch.
 class Trace {
  public:

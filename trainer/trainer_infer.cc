@@ -122,11 +122,8 @@ Status Trainer::Generate() {
     for (unsigned char c : text) tokens[r].push_back(c);
     longest = std::max<int64_t>(longest, static_cast<int64_t>(text.size()));
   }
-  const std::vector<size_t> prompt_len = [&] {
-    std::vector<size_t> l;
-    for (const auto& t : tokens) l.push_back(t.size());
-    return l;
-  }();
+  std::vector<size_t> prompt_len;
+  for (const auto& t : tokens) prompt_len.push_back(t.size());
   const std::vector<int> stages = pipeline::StagesOfRank(plan_.schedule, plan_.shape(), groups_.pp_rank);
   const StageWalk walk{*model_, plan_.stages.at(static_cast<size_t>(stages.at(0))), groups_.pp.get(),
                        groups_.pp_rank, plan_.pp};

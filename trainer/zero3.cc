@@ -17,10 +17,6 @@
 namespace strata {
 namespace {
 
-double Seconds(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
-}
-
 // Parameters of the built units, units from last to first (backward's order), each unit's in
 // reverse creation order; `cut_before` starts a bucket at each unit's first.
 std::vector<nn::Parameter*> BackwardOrder(const Model& model, std::vector<bool>* cut_before = nullptr,
@@ -163,7 +159,7 @@ void Zero3Sync::Run() {
     const auto start = std::chrono::steady_clock::now();
     // After a failure the communicator is unusable: later ops complete without running.
     Status s = failed ? Status::OK() : Execute(op);
-    const double secs = Seconds(start);
+    const double secs = SecondsSince(start);
     lock.lock();
     (op.kind == Kind::kGather ? gather_seconds_ : reduce_seconds_) += secs;
     if (!s.ok() && error_.ok()) {
@@ -217,7 +213,7 @@ Status Zero3Sync::Wait(uint64_t seq, void* done_event, double* exposed) {
 #else
   (void)done_event;
 #endif
-  if (exposed) *exposed += Seconds(start);
+  if (exposed) *exposed += SecondsSince(start);
   return Status::OK();
 }
 
