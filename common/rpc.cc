@@ -16,6 +16,7 @@ struct CallState {
   std::condition_variable cv;
   std::optional<Result<Message>> result;
   bool taken = false;
+  Clock::time_point completed{};  // when the result arrived (set with it)
   RpcEndpoint::Callback callback;
 
   // Called exactly once: whoever removes the call from RpcCore::pending completes it.
@@ -25,6 +26,7 @@ struct CallState {
       std::unique_lock lock(mu);
       if (!callback) {
         result.emplace(std::move(r));
+        completed = Clock::now();
         lock.unlock();
         // After unlocking: a waiter woken under the lock would block on it straight away.
         cv.notify_all();
@@ -202,6 +204,13 @@ Result<Message> Ticket::Wait(Millis timeout) {
   Result<Message> r = std::move(*state_->result);
   state_->result.reset();
   return r;
+}
+
+std::optional<std::chrono::steady_clock::time_point> Ticket::completed_at() const {
+  if (!state_) return std::nullopt;
+  std::lock_guard lock(state_->mu);
+  if (!state_->result.has_value() && !state_->taken) return std::nullopt;
+  return state_->completed;
 }
 
 bool Ticket::done() const {

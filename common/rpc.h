@@ -66,6 +66,8 @@ class Ticket {
   // A reply carrying an error Status is returned as that Status.
   Result<Message> Wait(Millis timeout);
   bool done() const;
+  // When the reply (or the error) arrived; nullopt while it has not.
+  std::optional<std::chrono::steady_clock::time_point> completed_at() const;
 
  private:
   std::shared_ptr<internal::CallState> state_;

@@ -296,11 +296,17 @@ Status PsClient::Wait(PsTicket& ticket, std::optional<Millis> timeout) {
     const auto left = std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
     auto r = part.ticket.Wait(std::max(left, Millis(0)));
     if (!r.ok() && Retryable(r.status())) r = Retry(part, std::move(r));
+    if (auto t = part.ticket.completed_at()) ticket.completed_ = std::max(ticket.completed_, *t);
     Status s = r.ok() ? (part.on_reply ? part.on_reply(*r) : Status::OK()) : r.status();
     if (!s.ok() && first.ok()) first = s.WithContext("server " + std::to_string(part.server));
   }
   ticket.parts_.clear();
   return first;
+}
+
+std::optional<std::chrono::steady_clock::time_point> PsClient::CompletedAt(const PsTicket& ticket) {
+  if (!ticket.parts_.empty() || ticket.completed_ == std::chrono::steady_clock::time_point{}) return std::nullopt;
+  return ticket.completed_;
 }
 
 Status PsClient::Clock() {

@@ -13,6 +13,7 @@
 // is applied again by the retry. Pulls, clocks and createTable are idempotent.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <optional>
@@ -37,6 +38,7 @@ class PsTicket {
   };
   std::vector<Part> parts_;
   Status early_;  // an error found before anything was sent
+  std::chrono::steady_clock::time_point completed_{};  // Wait: the last part's reply
 };
 
 // Not thread-safe: one trainer thread uses it (the Node underneath is).
@@ -61,6 +63,9 @@ class PsClient {
   // DeadlineExceeded/Unavailable is retried (after `timeout`, default the client's
   // timeout + 1 s) for up to the client's timeout, so an outage may take about twice that.
   Status Wait(PsTicket& ticket, std::optional<Millis> timeout = std::nullopt);
+
+  // After Wait: when the last of the ticket's parts got its reply (nullopt before, or if none did).
+  static std::optional<std::chrono::steady_clock::time_point> CompletedAt(const PsTicket& ticket);
 
   // This trainer finished its current clock: tells every server (after the pushes sent before
   // it, which ZeroMQ keeps in order), then advances. Pushes and pulls carry the current clock.

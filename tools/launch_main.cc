@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
   const bool real_trainers = o.trainer_command == LaunchOptions().trainer_command;
   if (real_trainers && mode == SyncOptions::Mode::kLocal) {
     std::cerr << "strata-launch: sync.mode is local (one trainer, no cluster); set sync.mode to "
-                 "allreduce, ps or hybrid (e.g. --set sync.mode=allreduce), or run strata-trainer "
+                 "allreduce, ps, hybrid or offload (e.g. --set sync.mode=allreduce), or run strata-trainer "
                  "alone\n";
     return 2;
   }
@@ -72,13 +72,12 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const bool uses_servers = mode == SyncOptions::Mode::kPs || mode == SyncOptions::Mode::kHybrid;
-  if (real_trainers && uses_servers && o.servers == 0) {
-    std::cerr << "strata-launch: sync.mode " << (mode == SyncOptions::Mode::kPs ? "ps" : "hybrid")
+  if (real_trainers && UsesServers(mode) && o.servers == 0) {
+    std::cerr << "strata-launch: sync.mode " << ModeName(mode)
               << " needs at least one server (--servers)\n";
     return 2;
   }
-  if (uses_servers && job->trainer.sync.consistency == Consistency::kAsp) o.keep_going = true;
+  if (UsesServers(mode) && job->trainer.sync.consistency == Consistency::kAsp) o.keep_going = true;
   o.bin_dir = std::filesystem::canonical("/proc/self/exe").parent_path().string();
   return Launcher(o).Run();
 }

@@ -76,6 +76,11 @@ void PrintSummary(const TrainJob& job, const Trainer& trainer, const TrainSummar
                         job.parallel.zero > 0 ? "reduce-scatter" : "all-reduce", s.comm_seconds,
                         hidden(s.comm_seconds, s.exposed_comm_seconds));
   }
+  if (s.push_seconds > 0) {
+    line += fmt::format(", pushes {:.2f}s and pulls {:.2f}s in flight, {:.0f}% and {:.0f}% hidden behind compute",
+                        s.push_seconds, s.pull_seconds, hidden(s.push_seconds, s.exposed_push_seconds),
+                        hidden(s.pull_seconds, s.exposed_pull_seconds));
+  }
   if (trainer.plan().pp > 1) {
     line += fmt::format(", pipeline bubble {:.1f}% (measured), peak activations {:.1f} MiB",
                         100.0 * s.pipeline.bubble(), s.pipeline.peak_saved_bytes / 1048576.0);
@@ -102,6 +107,11 @@ void PrintSummary(const TrainJob& job, const Trainer& trainer, const TrainSummar
       r.comm_name = job.parallel.zero > 0 ? "reduce-scatter" : "all-reduce";
       r.comm_seconds = s.comm_seconds;
       r.comm_hidden_percent = hidden(s.comm_seconds, s.exposed_comm_seconds);
+    }
+    if (s.push_seconds > 0) {
+      r.comm_name = "push + pull";
+      r.comm_seconds = s.push_seconds + s.pull_seconds;
+      r.comm_hidden_percent = hidden(r.comm_seconds, s.exposed_push_seconds + s.exposed_pull_seconds);
     }
     r.plot_path = plot;
     std::printf("@summary %s\n", JobReportJson(r).c_str());

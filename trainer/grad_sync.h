@@ -2,10 +2,6 @@
 //   BucketAllReducer: gradients in contiguous buckets (in backward order, like PyTorch DDP)
 //     all-reduced (ZeRO: reduce-scattered) on a communication thread as soon as backward has
 //     finished every gradient in the bucket, so communication hides behind the rest of backward.
-//   PsSync: parameters held by the servers: dense ones in dense tables, embeddings in sparse
-//     tables of which a step pulls only the rows its batch touches (remapped into a compact
-//     local table), gradients pushed back, the optimizer applied on the servers; the next
-//     step's pull is issued early (prefetch) where the consistency model allows.
 #pragma once
 
 #include <condition_variable>
@@ -17,7 +13,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "ps/client.h"
 #include "trainer/comm/communicator.h"
 #include "trainer/data.h"
 #include "trainer/grad_buckets.h"
@@ -30,7 +25,7 @@
 namespace strata {
 
 // How the data-parallel replicas of one model shard agree on its gradients: all-reduce
-// (BucketAllReducer) or the parameter servers (PsSync); hybrid runs both, each over its own
+// (BucketAllReducer, Zero3Sync) or the parameter servers (PsSync, ps_sync.h); hybrid runs both, each over its own
 // parameters. The step calls BeginStep before any backward, GradReady as backward (or W)
 // finishes each gradient of the step's last micro-batch, and Finish after the last one.
 class GradSync {
@@ -189,69 +184,6 @@ class BucketAllReducer final : public GradSync, public ShardedBuckets, public Un
   double comm_seconds_ = 0, exposed_seconds_ = 0;
   double gather_seconds_ = 0, gather_exposed_ = 0;
   std::thread thread_;
-};
-
-struct PsSyncOptions {
-  int trainers = 1;             // every trainer of the job (they all clock)
-  int replicas = 1;             // the data-parallel replicas that push this rank's tables
-  uint32_t first_table_id = 0;  // tables get ids from here (pipeline ranks' ids differ)
-  // Appended to every table's name: a tensor-parallel shard's tables ("#tp0/2") are its own,
-  // whole parameters included (each tp rank keeps its copy on its own tables).
-  std::string table_suffix;
-};
-
-// Used by one training thread.
-class PsSync final : public GradSync {
- public:
-  // Creates one table per parameter that lives on the servers (every parameter in ps mode;
-  // the sparse ones in hybrid) and marks them remote. Fails if the optimizer cannot run on the
-  // servers as configured.
-  static Result<std::unique_ptr<PsSync>> Create(PsClient& client, nn::ParameterRegistry& reg,
-                                                const TrainJob& job, const PsSyncOptions& options,
-                                                Trace* trace);
-
-  // Makes parameters ready for computing on `batches` (a step's micro-batches, or one eval
-  // batch): takes the prefetched pull if it was for these batches, else pulls now; writes the
-  // values into the parameters and rewrites each batch's ids into the compact sparse rows.
-  Status Prepare(std::vector<Batch>& batches, int64_t step);
-  // Issues the pull for `batches` (the next step) without waiting.
-  void Prefetch(const std::vector<Batch>& batches);
-  void BeginStep(int64_t /*step*/) override {}
-  void GradReady(nn::Parameter& /*p*/) override {}
-  // Pushes every remote gradient (the compact rows of sparse ones), waits for the servers and
-  // finishes the clock.
-  Status Finish(int64_t step) override;
-
-  // Whether a pull issued before this step's push may be used for the next step: ASP, or SSP
-  // with staleness >= 1. (BSP must pull after the clock.)
-  bool prefetch_before_compute() const { return early_prefetch_; }
-  bool has_sparse() const { return !sparse_.empty(); }
-
- private:
-  struct Remote {
-    nn::Parameter* param;
-    uint32_t table;
-    uint32_t dim;  // sparse: floats per row
-  };
-  struct Pull {  // one pull in flight
-    std::vector<uint64_t> keys;  // sorted unique ids of the batches
-    std::vector<std::vector<float>> dense;   // by dense_ index
-    std::vector<std::vector<float>> sparse;  // by sparse_ index: keys.size() * dim
-    std::vector<PsTicket> tickets;
-  };
-  PsSync(PsClient& client, Trace* trace) : client_(client), trace_(trace) {}
-  static std::vector<uint64_t> Keys(const std::vector<Batch>& batches);
-  std::unique_ptr<Pull> StartPull(std::vector<uint64_t> keys);
-
-  PsClient& client_;
-  Trace* trace_;
-  std::vector<Remote> dense_, sparse_;
-  int64_t capacity_ = 0;  // rows of each compact sparse table
-  bool early_prefetch_ = false;
-  float push_scale_ = 1.0f;   // gradients are scaled by this before a push (see Create)
-  ops::Exec exec_;            // the parameters' device
-  std::unique_ptr<Pull> prefetched_;
-  std::vector<uint64_t> keys_;  // of the current step (what PushAndClock pushes)
 };
 
 }  // namespace strata

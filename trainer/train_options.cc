@@ -72,22 +72,44 @@ void Bind(config::Binder& b, TrainOptions& o) {
             "needs checkpoint_dir");
 }
 
+const char* ModeName(SyncOptions::Mode m) {
+  switch (m) {
+    case SyncOptions::Mode::kLocal: return "local";
+    case SyncOptions::Mode::kAllReduce: return "allreduce";
+    case SyncOptions::Mode::kPs: return "ps";
+    case SyncOptions::Mode::kHybrid: return "hybrid";
+    case SyncOptions::Mode::kOffload: return "offload";
+  }
+  return "?";
+}
+
 void Bind(config::Binder& b, SyncOptions& o) {
   using M = SyncOptions::Mode;
   b.Enum("mode", o.mode,
-         {{"local", M::kLocal}, {"allreduce", M::kAllReduce}, {"ps", M::kPs}, {"hybrid", M::kHybrid}},
-         "local (one trainer), allreduce, ps (parameter servers) or hybrid (dense by all-reduce, "
-         "embeddings on the servers)");
+         {{"local", M::kLocal}, {"allreduce", M::kAllReduce}, {"ps", M::kPs}, {"hybrid", M::kHybrid},
+          {"offload", M::kOffload}},
+         "local (one trainer), allreduce, ps (parameter servers), hybrid (dense by all-reduce, "
+         "embeddings on the servers) or offload (as ps, with pushes during backward and pulls "
+         "unit by unit ahead of forward)");
   b.Enum("consistency", o.consistency,
          {{"bsp", Consistency::kBsp}, {"asp", Consistency::kAsp}, {"ssp", Consistency::kSsp}},
          "ps/hybrid: bsp (synchronous), asp (asynchronous) or ssp (bounded staleness)");
   b.Field("staleness", o.staleness, "ssp: clocks a trainer may run ahead of the slowest").Range(0, 1 << 20);
   b.Field("bucket_mb", o.bucket_mb, "allreduce: gradient bucket size in MiB").Range(0.001, 4096.0);
-  b.Field("overlap", o.overlap, "allreduce: reduce buckets while backward runs");
+  b.Field("overlap", o.overlap,
+          "allreduce: reduce buckets while backward runs; offload: push during backward and pull "
+          "unit by unit (false: everything before and after the step, as ps)");
+  b.Field("delayed_update", o.delayed_update,
+          "offload: each step computes on the weights one update behind, while the servers apply "
+          "the last one (DeepSpeed's delayed parameter update)");
+  b.Field("delayed_warmup", o.delayed_warmup, "offload: steps run undelayed before delayed_update starts")
+      .Range(0, INT64_MAX);
   b.Field("prefetch", o.prefetch, "ps: pull the next step's parameters during this step");
   b.Field("timeout_ms", o.timeout_ms, "rendezvous, collectives and server calls").Range(100, 86400000);
   b.Field("trace_path", o.trace_path, "Chrome-trace timeline per rank; {rank} is replaced (empty: none)");
   b.Require(o.consistency == Consistency::kSsp || o.staleness == 0, "staleness", "is only for consistency: ssp");
+  b.Require(!o.delayed_update || o.mode == M::kOffload, "delayed_update", "is only for mode: offload");
+  b.Require(!o.delayed_update || o.overlap, "delayed_update", "needs overlap: true (the unit pipeline)");
 }
 
 void Bind(config::Binder& b, ParallelOptions& o) {

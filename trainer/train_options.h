@@ -85,21 +85,31 @@ void Bind(config::Binder& b, TrainOptions& o);
 
 // How the trainers of a job keep their parameters in step (the job's `sync` section).
 struct SyncOptions {
-  enum class Mode { kLocal, kAllReduce, kPs, kHybrid };
+  enum class Mode { kLocal, kAllReduce, kPs, kHybrid, kOffload };
   // local: one trainer, no cluster. allreduce: every trainer holds a replica, gradients are
   // all-reduced in buckets during backward, the optimizer runs locally. ps: parameters live on
   // the servers (dense tensors in dense tables, embeddings in sparse tables), the optimizer
   // runs there. hybrid: dense parameters by all-reduce, embeddings through the servers.
+  // offload: as ps (the servers hold the fp32 masters and the optimizer state), pipelined: a
+  // gradient is pushed as backward finishes it, parameters are pulled unit by unit ahead of
+  // the forward that needs them (trainer/ps_sync.h).
   Mode mode = Mode::kLocal;
   Consistency consistency = Consistency::kBsp;  // of the servers' tables (ps, hybrid)
   int64_t staleness = 0;       // ssp: a pull at clock c waits for the slowest trainer's c - s
   double bucket_mb = 25;       // all-reduce bucket size
   bool overlap = true;         // all-reduce buckets while backward still runs
   bool prefetch = true;        // pull the next step's parameters while this one computes
+  bool delayed_update = false; // offload: compute on the weights one update behind (DPU)
+  int64_t delayed_warmup = 10; // offload: undelayed steps before that
   int64_t timeout_ms = 120000; // rendezvous and every collective or server call
   std::string trace_path;      // a Chrome-trace JSON timeline per rank ("{rank}" is replaced)
 };
 void Bind(config::Binder& b, SyncOptions& o);
+const char* ModeName(SyncOptions::Mode m);  // as the job spells it
+// Whether trainers of this mode talk to parameter servers (ps, hybrid, offload).
+inline bool UsesServers(SyncOptions::Mode m) {
+  return m == SyncOptions::Mode::kPs || m == SyncOptions::Mode::kHybrid || m == SyncOptions::Mode::kOffload;
+}
 
 // How the world of trainers is cut (the job's `parallel` section; see docs/architecture.md).
 // Ranks are laid out Megatron's way: tp fastest, then dp, then pp. The world must be
@@ -180,5 +190,14 @@ struct TrainJob {
   AutoOptions auto_parallel;  // the `auto` section
 };
 void Bind(config::Binder& b, TrainJob& o);
+// Whether the model's embeddings live in sparse tables on the servers, a step pulling only the
+// rows its batch touches and the optimizer updating only those (lazy Adam): ps and hybrid, and
+// ctr's hashed tables under offload. offload holds gpt's vocabulary embedding as a dense table
+// instead, every row updated every step as on a trainer (what makes it equal to allreduce).
+inline bool SparseOnServers(const TrainJob& job) {
+  const SyncOptions::Mode m = job.sync.mode;
+  if (m == SyncOptions::Mode::kOffload) return job.model.kind == ModelOptions::Kind::kCtr;
+  return m == SyncOptions::Mode::kPs || m == SyncOptions::Mode::kHybrid;
+}
 
 }  // namespace strata

@@ -12,6 +12,7 @@
 #include "trainer/comm/gloo_communicator.h"
 #include "trainer/device.h"
 #include "trainer/grad_sync.h"
+#include "trainer/ps_sync.h"
 #include "trainer/ops/ops.h"
 #include "trainer/ops/rng.h"
 #include "trainer/pipeline/executor.h"
@@ -76,16 +77,6 @@ auto CatchOutOfMemory(Doing&& doing, F&& f) -> decltype(f()) {
   }
 }
 
-const char* ModeName(SyncOptions::Mode m) {
-  switch (m) {
-    case SyncOptions::Mode::kLocal: return "local";
-    case SyncOptions::Mode::kAllReduce: return "allreduce";
-    case SyncOptions::Mode::kPs: return "ps";
-    case SyncOptions::Mode::kHybrid: return "hybrid";
-  }
-  return "?";
-}
-
 }  // namespace
 
 Result<std::unique_ptr<Trainer>> Trainer::Create(const TrainJob& job, Node* node, bool launched) {
@@ -123,7 +114,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
                                    " shards the optimizer over the all-reduce replicas: it needs sync.mode "
                                    "allreduce (sync.mode is " + ModeName(sync.mode) + ")");
   }
-  if (job.infer.enabled() && (sync.mode == SyncOptions::Mode::kPs || sync.mode == SyncOptions::Mode::kHybrid)) {
+  if (job.infer.enabled() && UsesServers(sync.mode)) {
     return Status::InvalidArgument(std::string("infer.mode with sync.mode ") + ModeName(sync.mode) +
                                    ": inference from the servers' tables is not built yet (sync.mode local or allreduce)");
   }
@@ -156,9 +147,8 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
     }
   }
   const int64_t local_batch = job.train.batch_size / t->plan_.dp;
-  const bool servers = sync.mode == SyncOptions::Mode::kPs || sync.mode == SyncOptions::Mode::kHybrid;
   ModelOptions model = job.model;
-  if (servers) model.sparse_rows = local_batch * t->plan_.micro_batches * IdsPerSample(job.model);
+  if (SparseOnServers(job)) model.sparse_rows = local_batch * t->plan_.micro_batches * IdsPerSample(job.model);
   model.recompute_attention_core = job.parallel.recompute == ParallelOptions::Recompute::kSelective;
   STRATA_ASSIGN_OR_RETURN(t->model_, CreateModel(model, exec, mine,
                                                  nn::TpGroup{t->groups_.tp.get(), job.parallel.sequence_parallel}));
@@ -247,7 +237,10 @@ Status Trainer::MakeGroups() {
   };
   // Replicas all-reduce (allreduce, hybrid) or meet only on the servers (ps), where they may
   // be asynchronous: then they share no group, and each reports its own loss.
-  const bool dp_group = job_.sync.mode != SyncOptions::Mode::kPs;
+  // offload under BSP keeps the group for the loss: its replicas step together.
+  const SyncOptions& sync = job_.sync;
+  const bool dp_group = sync.mode == SyncOptions::Mode::kOffload ? sync.consistency == Consistency::kBsp
+                                                                 : sync.mode != SyncOptions::Mode::kPs;
   STRATA_ASSIGN_OR_RETURN(groups_, MakeParallelGroups(plan_, rank_, make, dp_group));
   return Status::OK();
 }
@@ -256,7 +249,7 @@ Status Trainer::Connect() {
   const SyncOptions& sync = job_.sync;
   const Millis timeout(sync.timeout_ms);
   nn::ParameterRegistry& reg = model_->params();
-  if (sync.mode == SyncOptions::Mode::kPs || sync.mode == SyncOptions::Mode::kHybrid) {
+  if (UsesServers(sync.mode)) {
     client_ = std::make_unique<PsClient>(*node_, timeout);
     PsSyncOptions o;
     o.trainers = world_;
@@ -266,6 +259,15 @@ Status Trainer::Connect() {
     if (plan_.tp > 1) o.table_suffix = "#tp" + std::to_string(groups_.tp_rank) + "/" + std::to_string(plan_.tp);
     STRATA_ASSIGN_OR_RETURN(ps_, PsSync::Create(*client_, reg, job_, o, trace_.get()));
     syncs_.push_back(ps_.get());
+    if (sync.mode == SyncOptions::Mode::kOffload && sync.overlap && !job_.infer.enabled()) {
+      ps_->SetUnits(*model_, sync.delayed_update ? sync.delayed_warmup : -1);
+      model_->set_unit_hooks(ps_.get());
+      if (rank_ == 0) {
+        spdlog::info("offload: optimizer state on the servers; gradients pushed as backward finishes them, "
+                     "parameters pulled unit by unit ahead of the forward{}",
+                     sync.delayed_update ? fmt::format(", delayed update from step {}", sync.delayed_warmup + 1) : "");
+      }
+    }
   }
   if (job_.infer.enabled()) return Status::OK();  // nothing to synchronise
   if ((sync.mode == SyncOptions::Mode::kAllReduce || sync.mode == SyncOptions::Mode::kHybrid) && groups_.dp) {
@@ -541,6 +543,13 @@ Result<TrainSummary> Trainer::RunSteps() {
     summary.gather_seconds = zero3_->gather_seconds();
     summary.exposed_gather_seconds = zero3_->gather_exposed_seconds();
   }
+  if (ps_ && job_.sync.mode == SyncOptions::Mode::kOffload) {
+    const PsOverlap o = ps_->overlap();
+    summary.push_seconds = o.push_seconds;
+    summary.exposed_push_seconds = o.push_exposed_seconds;
+    summary.pull_seconds = o.pull_seconds;
+    summary.exposed_pull_seconds = o.pull_exposed_seconds;
+  }
   summary.pipeline = pipeline_;
   summary.comm = comm_.Report(ModelCommTraffic(Layout()));
   if (summary.comm.steps > 0 && !summary.comm.groups.empty()) {
@@ -549,6 +558,10 @@ Result<TrainSummary> Trainer::RunSteps() {
     // (strata-bench zero reads them).
     if (reducer_ || zero3_) {
       end["grad_sync"] = {{"comm_seconds", summary.comm_seconds}, {"exposed_seconds", summary.exposed_comm_seconds}};
+    }
+    if (summary.push_seconds > 0) {
+      end["offload"] = {{"push_seconds", summary.push_seconds}, {"push_exposed_seconds", summary.exposed_push_seconds},
+                        {"pull_seconds", summary.pull_seconds}, {"pull_exposed_seconds", summary.exposed_pull_seconds}};
     }
     if (summary.gather_seconds > 0) {
       // ZeRO's parameter all-gathers alone: how much of them ran behind compute.
@@ -628,7 +641,7 @@ Result<EvalMetrics> Trainer::Evaluate() {
     std::vector<Batch> one = {held};
     if (ps_) {
       // The servers hold the parameters: pull them (and this batch's rows) first.
-      STRATA_RETURN_IF_ERROR(ps_->Prepare(one, step_).WithContext("evaluation"));
+      STRATA_RETURN_IF_ERROR(ps_->Prepare(one, step_, /*training=*/false).WithContext("evaluation"));
     }
     const Batch& b = one[0];
     Tensor out;

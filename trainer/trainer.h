@@ -51,6 +51,10 @@ struct TrainSummary {
   // waited for (the rest the prefetch hid behind compute). comm_seconds: its reduce-scatters.
   double gather_seconds = 0;
   double exposed_gather_seconds = 0;
+  // sync.mode offload: pushes' and pulls' time in flight (the union of their intervals) and
+  // the part the training thread waited for; the rest ran behind compute.
+  double push_seconds = 0, exposed_push_seconds = 0;
+  double pull_seconds = 0, exposed_pull_seconds = 0;
   PipelineSummary pipeline;
   // What each of this trainer's groups moved during the training steps, beside the
   // analytical count for the layout (a cluster run).

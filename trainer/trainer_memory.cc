@@ -4,6 +4,7 @@
 
 #include "common/logging.h"
 #include "trainer/grad_sync.h"
+#include "trainer/ps_sync.h"
 #include "trainer/progress.h"
 #include "trainer/sharded_optim.h"
 #include "trainer/trainer.h"
@@ -48,19 +49,28 @@ void Trainer::LogMemory(int64_t step_peak) {
   } else {
     for (auto& [name, t] : optimizer_->State()) state += static_cast<int64_t>(t.nbytes());
   }
+  // offload: the servers hold the masters and the optimizer state; the delayed update keeps a
+  // second copy of the weights (the next step's, arriving).
+  const bool offload = job_.sync.mode == SyncOptions::Mode::kOffload;
+  const int64_t staging = offload && ps_ ? ps_->staging_bytes() : 0;
+  params += staging;
   const int zero = sharded_ ? job_.parallel.zero : 0;
   const double n = plan_.dp, per = psi > 0 ? static_cast<double>(psi) : 1.0;
   // The paper's fp32 AdamW (K = 8: the parameters are the master copy) per parameter.
   const bool adam = job_.optimizer.kind == OptimizerOptions::Kind::kAdamW;
   const double k = adam ? 8 : 4;
-  const double formula = zero == 0 ? 8 + k : zero == 1 ? 8 + k / n : zero == 2 ? 4 + (4 + k) / n : (8 + k) / n;
+  double formula = zero == 0 ? 8 + k : zero == 1 ? 8 + k / n : zero == 2 ? 4 + (4 + k) / n : (8 + k) / n;
+  if (offload) formula = job_.sync.delayed_update ? 12 : 8;
   const auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
-  const std::string who = "rank " + std::to_string(rank_) + " memory (ZeRO-" + std::to_string(zero) + ", dp " +
+  const std::string who = "rank " + std::to_string(rank_) + " memory (" +
+                          (offload ? std::string("offload") : "ZeRO-" + std::to_string(zero)) + ", dp " +
                           std::to_string(plan_.dp) + ", psi " + std::to_string(psi) + " parameters): ";
   spdlog::info("{}parameters {:.3f} MiB ({:.2f} psi)", who, mib(params), params / per);
   spdlog::info("{}gradients {:.3f} MiB during a step ({:.2f} psi), {:.3f} MiB between steps ({:.2f} psi)", who,
                mib(grads_step), grads_step / per, mib(grads_between), grads_between / per);
-  spdlog::info("{}optimizer state {:.3f} MiB ({:.2f} psi)", who, mib(state), state / per);
+  spdlog::info("{}optimizer state {:.3f} MiB ({:.2f} psi){}", who, mib(state), state / per,
+               offload ? ", the masters and the optimizer state on the servers" : "");
+  if (staging > 0) spdlog::info("{}of the parameters, {:.3f} MiB receive the delayed update's pulls", who, mib(staging));
   spdlog::info("{}total {:.2f} psi between steps, {:.2f} psi during a step; the seeds' fp32 {} arithmetic: {:.2f} psi",
                who, (params + grads_between + state) / per, (params + grads_step + state) / per,
                adam ? "Adam" : "SGD-momentum", formula);
@@ -72,6 +82,7 @@ void Trainer::LogMemory(int64_t step_peak) {
                                     {"memory", {{"rank", rank_}, {"zero", zero}, {"dp", plan_.dp}, {"psi", psi},
                                                 {"param_bytes", params}, {"grad_bytes_step", grads_step},
                                                 {"grad_bytes_between", grads_between}, {"state_bytes", state},
+                                                {"offload", offload}, {"staging_bytes", staging},
                                                 {"formula_bytes_per_param", formula},
                                                 {"step_peak_bytes", step_peak}}}}
                          .dump());

@@ -1,0 +1,361 @@
+// ps_sync.cc: PsSync, whole-model pulls and pushes (ps, hybrid) and the unit pipeline of
+// offload.
+#include "trainer/ps_sync.h"
+
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+#include "trainer/nn/tp_group.h"
+#include "trainer/ops/ops.h"
+
+namespace strata {
+namespace {
+
+// A host view of `floats` floats at `data`, shaped like `like` (for Tensor::CopyFrom).
+Tensor HostView(float* data, const Tensor& like) {
+  return Tensor::FromBlob(data, like.shape(), DType::kF32, Device::CPU(), nullptr);
+}
+
+// Seconds covered by the union of `spans`.
+double UnionSeconds(std::vector<std::pair<std::chrono::steady_clock::time_point, std::chrono::steady_clock::time_point>> spans) {
+  std::sort(spans.begin(), spans.end());
+  double total = 0;
+  for (size_t i = 0; i < spans.size();) {
+    auto [start, end] = spans[i];
+    for (++i; i < spans.size() && spans[i].first <= end; ++i) end = std::max(end, spans[i].second);
+    total += std::chrono::duration<double>(end - start).count();
+  }
+  return total;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<PsSync>> PsSync::Create(PsClient& client, nn::ParameterRegistry& reg,
+                                               const TrainJob& job, const PsSyncOptions& options,
+                                               Trace* trace) {
+  const SyncOptions& sync = job.sync;
+  const OptimizerOptions& o = job.optimizer;
+  const bool all = sync.mode == SyncOptions::Mode::kPs || sync.mode == SyncOptions::Mode::kOffload;
+  // The servers apply a fixed learning rate per table and clip per row or chunk.
+  const std::string where = sync.mode == SyncOptions::Mode::kOffload ? "sync.mode: offload"
+                            : all ? "sync.mode: ps" : "sync.mode: hybrid (embeddings on the servers)";
+  if (o.nesterov) return Status::InvalidArgument("optimizer.nesterov is not available with " + where);
+  if (all && (o.schedule != OptimizerOptions::Schedule::kConstant || o.warmup_steps > 0)) {
+    return Status::InvalidArgument("optimizer.schedule must be constant and optimizer.warmup_steps 0 with " + where +
+                                   " (the servers apply a fixed learning rate)");
+  }
+  if (all && o.clip_norm > 0) {
+    return Status::InvalidArgument("optimizer.clip_norm (global) is not available with " + where +
+                                   ": the servers see one table at a time");
+  }
+  auto sync_ptr = std::unique_ptr<PsSync>(new PsSync(client, trace));
+  PsSync& ps = *sync_ptr;
+  ps.early_prefetch_ = sync.prefetch && sync.consistency == Consistency::kAsp;
+  // A BSP clock's pushes are averaged over every live trainer; a table here is pushed by this
+  // stage's replicas only.
+  if (sync.consistency == Consistency::kBsp) ps.push_scale_ = static_cast<float>(options.trainers) / options.replicas;
+  ps.exec_ = reg.exec();
+  uint32_t next_id = options.first_table_id;
+  const bool sparse_tables = SparseOnServers(job);
+  for (auto& p : reg.params()) {
+    if (!all && !p->sparse) continue;
+    const bool sparse = p->sparse && sparse_tables;
+    TableSpec spec;
+    spec.id = next_id++;
+    spec.name = p->name + options.table_suffix;
+    spec.init = p->init;
+    spec.consistency = sync.consistency;
+    spec.staleness = static_cast<uint32_t>(sync.staleness);
+    spec.aggregate = Aggregate::kMean;
+    OptimizerSpec& os = spec.optimizer;
+    os.lr = static_cast<float>(o.lr);
+    os.weight_decay = p->weight_decay ? static_cast<float>(o.weight_decay) : 0.0f;
+    if (o.kind == OptimizerOptions::Kind::kSgd) {
+      os.kind = OptimizerKind::kSgd;
+      os.momentum = static_cast<float>(o.momentum);
+    } else {
+      os.kind = OptimizerKind::kAdamW;
+      os.beta1 = static_cast<float>(o.beta1);
+      os.beta2 = static_cast<float>(o.beta2);
+      os.eps = static_cast<float>(o.eps);
+    }
+    if (sparse) {
+      spec.kind = TableKind::kSparse;
+      spec.dim = static_cast<uint32_t>(p->value.size(1));
+      ps.sparse_.push_back({p.get(), spec.id, spec.dim});
+      ps.capacity_ = p->value.size(0);
+    } else {
+      spec.kind = TableKind::kDense;
+      spec.numel = static_cast<uint64_t>(p->value.numel());
+      // An embedding held dense starts as its sparse table would: keyed by rows.
+      if (p->sparse) spec.init.row_dim = static_cast<uint32_t>(p->value.size(1));
+      ps.dense_index_[p.get()] = ps.dense_.size();
+      ps.dense_.push_back({p.get(), spec.id, 0});
+    }
+    STRATA_RETURN_IF_ERROR(client.CreateTable(spec).WithContext("creating table " + spec.name));
+    p->remote = true;
+  }
+  return sync_ptr;
+}
+
+std::vector<uint64_t> PsSync::Keys(const std::vector<Batch>& batches) {
+  std::vector<uint64_t> keys;
+  for (const Batch& b : batches) {
+    const int32_t* ids = b.ids.data_as<int32_t>();
+    for (int64_t i = 0; i < b.ids.numel(); ++i) keys.push_back(static_cast<uint64_t>(ids[i]));
+  }
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  return keys;
+}
+
+std::unique_ptr<PsSync::Pull> PsSync::StartPull(std::vector<uint64_t> keys) {
+  auto pull = std::make_unique<Pull>();
+  pull->keys = std::move(keys);
+  for (const Remote& r : offload() ? std::vector<Remote>() : dense_) {
+    pull->dense.emplace_back(static_cast<size_t>(r.param->value.numel()));
+    pull->tickets.push_back(client_.PullDense(r.table, pull->dense.back().data()));
+  }
+  for (const Remote& r : sparse_) {
+    pull->sparse.emplace_back(pull->keys.size() * r.dim);
+    pull->tickets.push_back(client_.Pull(r.table, pull->keys, pull->sparse.back().data()));
+  }
+  return pull;
+}
+
+void PsSync::Prefetch(const std::vector<Batch>& batches) {
+  prefetched_ = StartPull(sparse_.empty() ? std::vector<uint64_t>() : Keys(batches));
+}
+
+Status PsSync::Prepare(std::vector<Batch>& batches, int64_t step, bool training) {
+  Trace::Scope scope(trace_, "pull", "ps", 0, step);
+  const auto started = Clock::now();
+  if (offload() && training) {
+    step_ = step;
+    const bool delayed = delayed_from_ >= 0 && step >= delayed_from_;
+    // Delayed: the pulls issued a step ago serve this step (at the first delayed step, those
+    // issued after the last undelayed clock do).
+    if (delayed && !ahead_.empty()) next_ = std::move(ahead_);
+    if (next_.empty()) IssueUnitPulls(next_, /*staged=*/exec_.is_cuda());  // the first step
+    // The step after this one runs on what the servers hold before this trainer's clock.
+    if (delayed) IssueUnitPulls(ahead_, /*staged=*/true);
+  }
+  if (offload() && sparse_.empty()) return Status::OK();
+  std::vector<uint64_t> keys = sparse_.empty() ? std::vector<uint64_t>() : Keys(batches);
+  if (static_cast<int64_t>(keys.size()) > capacity_ && !sparse_.empty()) {
+    return Status::Internal("a step touches " + std::to_string(keys.size()) + " ids, more than the " +
+                            std::to_string(capacity_) + " rows kept locally");
+  }
+  std::unique_ptr<Pull> pull;
+  if (prefetched_ && prefetched_->keys == keys) {
+    pull = std::move(prefetched_);
+  } else {
+    prefetched_.reset();  // for other batches (an evaluation came between): pull afresh
+    pull = StartPull(keys);
+  }
+  for (PsTicket& t : pull->tickets) STRATA_RETURN_IF_ERROR(client_.Wait(t));
+  pull_exposed_ += SecondsSince(started);
+  for (size_t i = 0; i < pull->dense.size(); ++i) {
+    Tensor& v = dense_[i].param->value;
+    STRATA_RETURN_IF_ERROR(v.CopyFrom(HostView(pull->dense[i].data(), v)));
+  }
+  const int64_t n = static_cast<int64_t>(pull->keys.size());
+  for (size_t i = 0; i < sparse_.size() && n > 0; ++i) {
+    Tensor rows = sparse_[i].param->value.Narrow(0, 0, n);
+    STRATA_RETURN_IF_ERROR(rows.CopyFrom(HostView(pull->sparse[i].data(), rows)));
+  }
+  if (!sparse_.empty()) {
+    // Ids become rows of the compact tables: the position of the id among the step's keys.
+    for (Batch& b : batches) {
+      Tensor local = ops::NewTensor(ops::Exec::Cpu(), b.ids.shape(), DType::kI32);
+      const int32_t* ids = b.ids.data_as<int32_t>();
+      int32_t* out = local.data_as<int32_t>();
+      for (int64_t j = 0; j < b.ids.numel(); ++j) {
+        out[j] = static_cast<int32_t>(std::lower_bound(pull->keys.begin(), pull->keys.end(),
+                                                       static_cast<uint64_t>(ids[j])) - pull->keys.begin());
+      }
+      b.ids = local;
+    }
+  }
+  keys_ = std::move(pull->keys);
+  return Status::OK();
+}
+
+Status PsSync::Finish(int64_t step) {
+  Trace::Scope scope(trace_, "push + clock", "ps", 0, step);
+  if (offload()) {
+    const auto started = Clock::now();
+    for (const Remote& r : dense_) {
+      if (!pushed_[dense_index_[r.param]]) PushDense(r);  // backward did not report it
+    }
+    const int64_t n = static_cast<int64_t>(keys_.size());
+    for (const Remote& r : sparse_) {
+      if (n == 0) break;
+      Tensor g = r.param->grad.Narrow(0, 0, n);
+      if (push_scale_ != 1.0f) ops::Scale(exec_, g, push_scale_);
+      push_staged_.emplace_back(static_cast<size_t>(g.numel()));
+      STRATA_RETURN_IF_ERROR(HostView(push_staged_.back().data(), g).CopyFrom(g));
+      pushes_.push_back({client_.Push(r.table, keys_, push_staged_.back().data()), Clock::now()});
+    }
+    Status status;
+    for (InFlight& f : pushes_) {
+      if (Status s = WaitRecorded(f, /*pull=*/false, "push"); !s.ok() && status.ok()) status = s;
+    }
+    pushes_.clear();
+    push_staged_.clear();
+    std::fill(pushed_.begin(), pushed_.end(), false);
+    STRATA_RETURN_IF_ERROR(status);
+    STRATA_RETURN_IF_ERROR(client_.Clock());
+    push_exposed_ += SecondsSince(started);
+    // Undelayed: the next step's pulls now, answered once the servers applied this clock.
+    const bool next_delayed = delayed_from_ >= 0 && step + 1 >= delayed_from_;
+    if (!next_delayed) IssueUnitPulls(next_, /*staged=*/exec_.is_cuda());
+    return Status::OK();
+  }
+  std::vector<PsTicket> tickets;
+  std::vector<std::vector<float>> staged;  // host copies of device gradients
+  auto host_floats = [&](const Tensor& g) -> const float* {
+    if (g.is_cpu() && g.is_contiguous()) return g.data_as<float>();
+    staged.emplace_back(static_cast<size_t>(g.numel()));
+    STRATA_CHECK_OK(HostView(staged.back().data(), g).CopyFrom(g));
+    return staged.back().data();
+  };
+  staged.reserve(dense_.size() + sparse_.size());
+  if (push_scale_ != 1.0f) {
+    for (const Remote& r : dense_) ops::Scale(exec_, r.param->grad, push_scale_);
+    for (const Remote& r : sparse_) ops::Scale(exec_, r.param->grad, push_scale_);
+  }
+  for (const Remote& r : dense_) tickets.push_back(client_.PushDense(r.table, host_floats(r.param->grad)));
+  const int64_t n = static_cast<int64_t>(keys_.size());
+  for (const Remote& r : sparse_) {
+    if (n == 0) break;
+    tickets.push_back(client_.Push(r.table, keys_, host_floats(r.param->grad.Narrow(0, 0, n))));
+  }
+  for (PsTicket& t : tickets) STRATA_RETURN_IF_ERROR(client_.Wait(t));
+  return client_.Clock();
+}
+
+// ---------------------------------------------------------------------------------------------
+// offload: the unit pipeline
+
+PsSync::~PsSync() {
+  // Pulls may still be in flight (the delayed update's, an unused prefetch): their replies
+  // land in buffers this object owns, written only at Wait, which nobody calls now.
+}
+
+void PsSync::SetUnits(const Model& model, int64_t delayed_from) {
+  delayed_from_ = delayed_from;
+  units_.assign(static_cast<size_t>(model.num_units()), {});
+  for (int u = 0; u < model.num_units(); ++u) {
+    for (nn::Parameter* p : model.UnitParameters(u)) {
+      if (auto it = dense_index_.find(p); it != dense_index_.end()) units_[static_cast<size_t>(u)].push_back(it->second);
+    }
+  }
+  pushed_.assign(dense_.size(), false);
+}
+
+void PsSync::IssueUnitPulls(std::vector<UnitPull>& into, bool staged) {
+  into.assign(units_.size(), {});
+  const auto now = Clock::now();
+  for (size_t u = 0; u < units_.size(); ++u) {
+    UnitPull& up = into[u];
+    for (size_t i : units_[u]) {
+      Tensor& v = dense_[i].param->value;
+      float* out = v.data_as<float>();
+      if (staged) {
+        up.staged.emplace_back(static_cast<size_t>(v.numel()));
+        out = up.staged.back().data();
+      }
+      up.pulls.push_back({client_.PullDense(dense_[i].table, out), now});
+    }
+    up.pending = !units_[u].empty();
+  }
+}
+
+Status PsSync::WaitRecorded(InFlight& f, bool pull, const char* name) {
+  Status s = client_.Wait(f.ticket);
+  const Clock::time_point done = PsClient::CompletedAt(f.ticket).value_or(Clock::now());
+  (pull ? pull_spans_ : push_spans_).emplace_back(f.issued, std::max(done, f.issued));
+  if (trace_ && trace_->enabled()) {
+    // On the communication row: the request's life from issue to reply, beside the compute.
+    const double end_us = trace_->NowUs() - std::chrono::duration<double, std::micro>(Clock::now() - done).count();
+    const double dur_us = std::chrono::duration<double, std::micro>(std::max(done, f.issued) - f.issued).count();
+    trace_->Add({name, "ps", 1, end_us - dur_us, dur_us, step_});
+  }
+  return s;
+}
+
+Status PsSync::WaitUnit(int unit) {
+  if (unit < 0 || static_cast<size_t>(unit) >= next_.size()) return Status::OK();
+  UnitPull& up = next_[static_cast<size_t>(unit)];
+  if (!up.pending) return Status::OK();
+  up.pending = false;
+  const auto started = Clock::now();
+  Status status;
+  for (InFlight& f : up.pulls) {
+    if (Status s = WaitRecorded(f, /*pull=*/true, "pull"); !s.ok() && status.ok()) status = s;
+  }
+  const std::vector<size_t>& idx = units_[static_cast<size_t>(unit)];
+  for (size_t k = 0; k < up.staged.size() && status.ok(); ++k) {
+    Tensor& v = dense_[idx[k]].param->value;
+    status = v.CopyFrom(HostView(up.staged[k].data(), v));
+  }
+  up.pulls.clear();
+  up.staged.clear();
+  pull_exposed_ += SecondsSince(started);
+  return status.WithContext("pulling unit " + std::to_string(unit) + "'s parameters");
+}
+
+void PsSync::BeforeUnit(int unit, Pass pass, UnitRange /*walk*/, const nn::Context& /*ctx*/) {
+  if (pass != Pass::kForward) return;
+  if (Status s = WaitUnit(unit); !s.ok()) throw nn::CollectiveFailed(s);
+}
+
+void PsSync::PushDense(const Remote& r) {
+  pushed_[dense_index_[r.param]] = true;
+  Tensor& g = r.param->grad;
+  if (push_scale_ != 1.0f) ops::Scale(exec_, g, push_scale_);
+  const float* data = nullptr;
+  if (g.is_cpu() && g.is_contiguous()) {
+    data = g.data_as<float>();  // zero-copy: unchanged until Finish waits for the push
+  } else {
+    push_staged_.emplace_back(static_cast<size_t>(g.numel()));
+    STRATA_CHECK_OK(HostView(push_staged_.back().data(), g).CopyFrom(g));
+    data = push_staged_.back().data();
+  }
+  pushes_.push_back({client_.PushDense(r.table, data), Clock::now()});
+}
+
+void PsSync::GradReady(nn::Parameter& p) {
+  if (!offload()) return;
+  auto it = dense_index_.find(&p);
+  if (it == dense_index_.end()) return;  // sparse: its compact rows go at Finish
+  if (pushed_[it->second]) {
+    // A second report means the gradient changed after its push (a shared weight).
+    throw nn::CollectiveFailed(Status::FailedPrecondition(
+        "parameter " + p.name + " reported ready twice in one step: sync.mode offload pushes it at the first"));
+  }
+  PushDense(dense_[it->second]);
+}
+
+int64_t PsSync::staging_bytes() const {
+  int64_t floats = 0;
+  for (const std::vector<UnitPull>* set : {&next_, &ahead_}) {
+    for (const UnitPull& up : *set) {
+      for (const auto& v : up.staged) floats += static_cast<int64_t>(v.size());
+    }
+  }
+  return floats * static_cast<int64_t>(sizeof(float));
+}
+
+PsOverlap PsSync::overlap() const {
+  PsOverlap o;
+  o.push_seconds = UnionSeconds(push_spans_);
+  o.pull_seconds = UnionSeconds(pull_spans_);
+  o.push_exposed_seconds = push_exposed_;
+  o.pull_exposed_seconds = pull_exposed_;
+  return o;
+}
+
+}  // namespace strata

@@ -1,0 +1,163 @@
+// ps_sync.h: PsSync, a trainer whose parameters the servers hold (sync.mode ps, hybrid and
+// offload). Dense parameters live in dense tables and embeddings in sparse tables, of which a
+// step pulls only the rows its batch touches (remapped into a compact local table); gradients
+// are pushed back and the optimizer runs on the servers, so the trainer keeps no optimizer
+// state.
+//
+// ps and hybrid pull every parameter before the step and push every gradient after it (the
+// next step's pull issued early where the consistency model allows). offload (SetUnits)
+// pipelines both through the model's units, as ZeRO-Offload does through the CPU:
+//  - a dense gradient is pushed as soon as backward finished it (GradReady), so pushes and the
+//    servers' per-chunk applies run behind the rest of backward;
+//  - after the clock, every unit's pull is issued in forward order, and each unit's forward
+//    waits only for its own (UnitHooks): the first units compute while the last ones arrive;
+//  - with the delayed update (DeepSpeed's DPU) the pull for step n + 1 is issued at the start of
+//    step n, before this trainer's step-n clock, so it returns the weights after step n - 1's
+//    update (the server cannot apply step n before this trainer's clock): deterministic, one
+//    step stale, and the servers' apply of step n - 1 runs behind step n's compute.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ps/client.h"
+#include "trainer/data.h"
+#include "trainer/grad_sync.h"
+#include "trainer/models/model.h"
+#include "trainer/nn/module.h"
+#include "trainer/trace.h"
+#include "trainer/train_options.h"
+
+namespace strata {
+
+struct PsSyncOptions {
+  int trainers = 1;             // every trainer of the job (they all clock)
+  int replicas = 1;             // the data-parallel replicas that push this rank's tables
+  uint32_t first_table_id = 0;  // tables get ids from here (pipeline ranks' ids differ)
+  // Appended to every table's name: a tensor-parallel shard's tables ("#tp0/2") are its own,
+  // whole parameters included (each tp rank keeps its copy on its own tables).
+  std::string table_suffix;
+};
+
+// How long pushes and pulls were in flight (the union of their intervals, from issue to the
+// reply's arrival) and how long the training thread waited for them: the rest ran behind
+// compute.
+struct PsOverlap {
+  double push_seconds = 0, push_exposed_seconds = 0;
+  double pull_seconds = 0, pull_exposed_seconds = 0;
+  static double Hidden(double total, double exposed) { return total > 0 ? std::max(0.0, 1.0 - exposed / total) : 0; }
+};
+
+// Used by one training thread.
+class PsSync final : public GradSync, public UnitHooks {
+ public:
+  // Creates one table per parameter that lives on the servers (every parameter in ps and
+  // offload mode; the sparse ones in hybrid) and marks them remote. Fails if the optimizer
+  // cannot run on the servers as configured.
+  static Result<std::unique_ptr<PsSync>> Create(PsClient& client, nn::ParameterRegistry& reg,
+                                                const TrainJob& job, const PsSyncOptions& options,
+                                                Trace* trace);
+  ~PsSync() override;
+  PsSync(const PsSync&) = delete;
+  PsSync& operator=(const PsSync&) = delete;
+
+  // offload: dense parameters pulled per unit of `model` (install this object as its UnitHooks)
+  // and pushed as backward finishes them; `delayed_from`: the first step that runs on the
+  // weights one update behind (-1: never).
+  void SetUnits(const Model& model, int64_t delayed_from);
+
+  // Makes parameters ready for computing on `batches` (a step's micro-batches, or one eval
+  // batch): takes the prefetched pull if it was for these batches, else pulls now; writes the
+  // values into the parameters and rewrites each batch's ids into the compact sparse rows.
+  // offload: dense values arrive unit by unit in the forward (BeforeUnit); `training` false (an
+  // evaluation between steps) computes on what the next step would (the delayed update: what
+  // the last one did).
+  Status Prepare(std::vector<Batch>& batches, int64_t step, bool training = true);
+  // Issues the pull for `batches` (the next step) without waiting.
+  void Prefetch(const std::vector<Batch>& batches);
+  void BeginStep(int64_t /*step*/) override {}
+  // offload: pushes a dense gradient now.
+  void GradReady(nn::Parameter& p) override;
+  // Pushes every remote gradient not pushed yet (the compact rows of sparse ones), waits for
+  // the servers and finishes the clock. offload: then issues the next step's unit pulls.
+  Status Finish(int64_t step) override;
+
+  // offload: a unit's forward waits for its parameters' pull.
+  void BeforeUnit(int unit, Pass pass, UnitRange walk, const nn::Context& ctx) override;
+  void AfterUnit(int /*unit*/, Pass /*pass*/, const nn::Context& /*ctx*/) override {}
+
+  // Whether a pull issued before this step's push may be used for the next step: ASP, or SSP
+  // with staleness >= 1. (BSP must pull after the clock.)
+  bool prefetch_before_compute() const { return early_prefetch_; }
+  bool has_sparse() const { return !sparse_.empty(); }
+  bool offload() const { return !units_.empty(); }
+  // Host floats held to receive delayed pulls (the second copy of the weights DPU needs).
+  int64_t staging_bytes() const;
+  // Totals since construction.
+  PsOverlap overlap() const;
+
+ private:
+  struct Remote {
+    nn::Parameter* param;
+    uint32_t table;
+    uint32_t dim;  // sparse: floats per row
+  };
+  struct Pull {  // one pull in flight
+    std::vector<uint64_t> keys;  // sorted unique ids of the batches
+    std::vector<std::vector<float>> dense;   // by dense_ index
+    std::vector<std::vector<float>> sparse;  // by sparse_ index: keys.size() * dim
+    std::vector<PsTicket> tickets;
+  };
+  using Clock = std::chrono::steady_clock;
+  struct InFlight {  // a ticket and when it was issued
+    PsTicket ticket;
+    Clock::time_point issued;
+  };
+  // offload: one unit's dense pulls. The values land in the parameters themselves, or (delayed
+  // update: the parameters are still in use when the pull is issued; device tensors) in
+  // `staged`, copied in once the unit's forward needs them.
+  struct UnitPull {
+    std::vector<InFlight> pulls;            // by the unit's dense parameters
+    std::vector<std::vector<float>> staged;  // likewise; empty when pulled in place
+    bool pending = false;                    // issued and not yet waited for
+  };
+  PsSync(PsClient& client, Trace* trace) : client_(client), trace_(trace) {}
+  static std::vector<uint64_t> Keys(const std::vector<Batch>& batches);
+  std::unique_ptr<Pull> StartPull(std::vector<uint64_t> keys);
+  // offload: issues every unit's pulls, in forward order, into `into` (by unit).
+  void IssueUnitPulls(std::vector<UnitPull>& into, bool staged);
+  Status WaitUnit(int unit);
+  // Waits for `f` and records its interval (for overlap()) and its trace event.
+  Status WaitRecorded(InFlight& f, bool pull, const char* name);
+  void PushDense(const Remote& r);
+
+  PsClient& client_;
+  Trace* trace_;
+  std::vector<Remote> dense_, sparse_;
+  int64_t capacity_ = 0;  // rows of each compact sparse table
+  bool early_prefetch_ = false;
+  float push_scale_ = 1.0f;   // gradients are scaled by this before a push (see Create)
+  ops::Exec exec_;            // the parameters' device
+  std::unique_ptr<Pull> prefetched_;
+  std::vector<uint64_t> keys_;  // of the current step (what PushAndClock pushes)
+
+  // offload (SetUnits)
+  std::vector<std::vector<size_t>> units_;  // by unit: indices into dense_
+  std::unordered_map<const nn::Parameter*, size_t> dense_index_;  // into dense_
+  int64_t delayed_from_ = -1;
+  int64_t step_ = 0;
+  std::vector<UnitPull> next_;   // the pulls the next forward waits for
+  std::vector<UnitPull> ahead_;  // delayed update: the pulls for the step after that
+  std::vector<bool> pushed_;     // by dense_ index, this step
+  std::vector<InFlight> pushes_;  // this step's
+  std::vector<std::vector<float>> push_staged_;  // host copies of device gradients in flight
+  // Overlap accounting: every push's and pull's [issue, reply) and the waits.
+  std::vector<std::pair<Clock::time_point, Clock::time_point>> push_spans_, pull_spans_;
+  double push_exposed_ = 0, pull_exposed_ = 0;
+};
+
+}  // namespace strata
