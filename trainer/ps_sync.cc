@@ -209,8 +209,8 @@ Status PsSync::Finish(int64_t step) {
     STRATA_RETURN_IF_ERROR(client_.Clock());
     push_exposed_ += SecondsSince(started);
     // Undelayed: the next step's pulls now, answered once the servers applied this clock.
-    const bool next_delayed = delayed_from_ >= 0 && step + 1 >= delayed_from_;
-    if (!next_delayed) IssueUnitPulls(next_, /*staged=*/exec_.is_cuda());
+    // (Delayed, they were issued at this step's start.)
+    if (ahead_.empty()) IssueUnitPulls(next_, /*staged=*/exec_.is_cuda());
     return Status::OK();
   }
   std::vector<PsTicket> tickets;

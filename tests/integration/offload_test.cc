@@ -1,0 +1,160 @@
+// offload_test.cc: sync.mode offload through strata-launch (a scheduler, strata-server and
+// strata-trainer processes on loopback): the servers hold the fp32 masters and AdamW's state,
+// the trainers none. Under BSP it is the same computation as all-reduce + local AdamW (losses
+// at every step and the final evaluation); with dp x pp too; the delayed update runs one update
+// behind after its warm-up and still learns; ctr keeps its sparse tables; bad settings are
+// refused naming the field.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "tests/integration/launch_fixture.h"
+#include "tests/test_util.h"
+
+namespace strata {
+namespace {
+
+using testing::Losses;
+using testing::MaxRelativeDifference;
+
+// AdamW with weight decay at a constant learning rate (the servers apply a fixed one).
+const char* kMlp =
+    "model: {kind: mlp, mlp_in: 64, mlp_hidden: 128, mlp_out: 16}\n"
+    "data: {kind: regression, eval_samples: 256}\n"
+    "optimizer: {kind: adamw, lr: 0.003, weight_decay: 0.01}\n"
+    "train: {steps: 20, batch_size: 64, log_every: 1, progress: false}\n";
+
+const char* kGpt =
+    "model: {kind: gpt, layers: 2, heads: 2, width: 32, context: 16}\n"
+    "data: {kind: text, path: CORPUS, eval_samples: 512}\n"
+    "optimizer: {kind: adamw, lr: 0.003, beta2: 0.95, weight_decay: 0.01}\n"
+    "train: {steps: 20, batch_size: 16, log_every: 1, progress: false}\n";
+
+const char* kCtr =
+    "model: {kind: ctr, fields: 8, field_vocab: 300, embed_dim: 8, ctr_hidden: 32}\n"
+    "data: {kind: click_log, eval_samples: 20000}\n"
+    "optimizer: {kind: adamw, lr: 0.01}\n"
+    "train: {steps: 300, batch_size: 256, log_every: 50, progress: false}\n";
+
+double Number(const std::string& log, const std::string& pattern) {
+  std::smatch m;
+  if (!std::regex_search(log, m, std::regex(pattern))) return -1;
+  return std::stod(m[1]);
+}
+
+class OffloadTest : public testing::LaunchFixture {
+ protected:
+  std::string GptJob() {
+    std::string text = kGpt;
+    text.replace(text.find("CORPUS"), 6, dir_.File("corpus.txt"));
+    testing::WriteFile(dir_.File("corpus.txt"), testing::WordCorpus());
+    return Job("gpt", text);
+  }
+
+  // all-reduce on `trainers` against offload on the same trainers and 2 servers, same plan.
+  void ExpectOffloadMatchesAllReduce(const std::string& job, const std::string& tag, int trainers,
+                                     const std::vector<std::string>& plan) {
+    std::string ar_log, off_log;
+    std::vector<std::string> ar = plan, off = plan;
+    ar.insert(ar.end(), {"sync.mode=allreduce", "train.metrics_path=" + Metrics(tag + "-ar")});
+    off.insert(off.end(), {"sync.mode=offload", "train.metrics_path=" + Metrics(tag + "-off")});
+    ASSERT_EQ(Launch(job, 0, trainers, ar, &ar_log), 0) << ar_log;
+    ASSERT_EQ(Launch(job, 2, trainers, off, &off_log), 0) << off_log;
+    const std::vector<double> a = Losses(Rank(tag + "-ar", 0)), o = Losses(Rank(tag + "-off", 0));
+    ASSERT_EQ(a.size(), 20u) << ar_log;
+    ASSERT_EQ(o.size(), 20u) << off_log;
+    EXPECT_LT(MaxRelativeDifference(a, o), 1e-5) << off_log;
+    // The final evaluation reads every weight.
+    const double ar_eval = Number(ar_log, "eval loss ([0-9.]+)"), off_eval = Number(off_log, "eval loss ([0-9.]+)");
+    ASSERT_GT(ar_eval, 0) << ar_log;
+    EXPECT_NEAR(off_eval, ar_eval, 1e-5 * ar_eval) << off_log;
+    // No optimizer state on the trainers, and the pipeline's figures in the summary.
+    EXPECT_NE(off_log.find("optimizer state 0.000 MiB (0.00 psi), the masters and the optimizer state on the servers"),
+              std::string::npos) << off_log;
+    EXPECT_GT(Number(off_log, "pushes ([0-9.]+)s and pulls [0-9.]+s in flight"), 0) << off_log;
+    EXPECT_GT(Number(off_log, "pushes [0-9.]+s and pulls ([0-9.]+)s in flight"), 0) << off_log;
+  }
+};
+
+TEST_F(OffloadTest, MlpMatchesAllReduceAdamW) {
+  ExpectOffloadMatchesAllReduce(Job("mlp", kMlp), "mlp", 2, {});
+}
+
+TEST_F(OffloadTest, GptMatchesAllReduceAdamW) {
+  ExpectOffloadMatchesAllReduce(GptJob(), "gpt", 2, {});
+}
+
+// Each pipeline stage's parameters are its own tables, pushed by its dp replicas.
+TEST_F(OffloadTest, GptDp2Pp2MatchesAllReduce) {
+  ExpectOffloadMatchesAllReduce(GptJob(), "gpt-pp", 4, {"parallel.pp=2", "train.micro_batches=2"});
+}
+
+// The delayed update: the same steps as undelayed through its warm-up (and the one after, which
+// runs on the weights of the last undelayed pull), different from then on, and still learning.
+TEST_F(OffloadTest, DelayedUpdateRunsOneUpdateBehindAndStillLearns) {
+  const std::string job = GptJob();
+  std::string log;
+  const std::vector<std::string> common = {"sync.mode=offload", "train.steps=60"};
+  auto sets = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), common.begin(), common.end());
+    return more;
+  };
+  ASSERT_EQ(Launch(job, 2, 2, sets({"train.metrics_path=" + Metrics("now")}), &log), 0) << log;
+  ASSERT_EQ(Launch(job, 2, 2,
+                   sets({"sync.delayed_update=true", "sync.delayed_warmup=10", "train.metrics_path=" + Metrics("dpu")}),
+                   &log),
+            0) << log;
+  EXPECT_NE(log.find("delayed update from step 11"), std::string::npos) << log;
+  const std::vector<double> now = Losses(Rank("now", 0)), dpu = Losses(Rank("dpu", 0));
+  ASSERT_EQ(now.size(), 60u);
+  ASSERT_EQ(dpu.size(), 60u);
+  for (size_t i = 0; i < 11; ++i) EXPECT_EQ(dpu[i], now[i]) << "step " << i + 1;
+  EXPECT_NE(dpu[11], now[11]);  // step 12 runs on the weights before step 11's update
+  // Learning: the last ten steps' mean well below the first step's loss, and near undelayed.
+  // Runs are deterministic (BSP); this one measured 8.7% above undelayed after 60 steps of a
+  // small model at a high learning rate. The 2% goal is for examples/gpt_offload.yaml's run
+  // (strata-bench offload reports it).
+  auto tail = [](const std::vector<double>& l) {
+    double s = 0;
+    for (size_t i = l.size() - 10; i < l.size(); ++i) s += l[i];
+    return s / 10;
+  };
+  EXPECT_LT(tail(dpu), 0.8 * dpu[0]);
+  EXPECT_LT(tail(dpu), 1.15 * tail(now));
+  // The second copy of the weights that receives the pulls is counted (memory is logged after
+  // the second step: delayed from the second here).
+  ASSERT_EQ(Launch(job, 2, 2, sets({"sync.delayed_update=true", "sync.delayed_warmup=1", "train.steps=3"}), &log), 0)
+      << log;
+  EXPECT_NE(log.find("MiB receive the delayed update's pulls"), std::string::npos) << log;
+}
+
+// ctr's hashed embeddings stay sparse tables (rows pulled by the batch), its MLP dense ones in
+// the unit pipeline: it learns the planted model as ps mode does.
+TEST_F(OffloadTest, CtrKeepsSparseTablesAndReachesThePsAuc) {
+  const std::string job = Job("ctr", kCtr);
+  std::string log;
+  ASSERT_EQ(Launch(job, 2, 2, {"sync.mode=ps", "sync.consistency=bsp"}, &log), 0) << log;
+  const double ps = Number(log, "auc ([0-9.]+) \\(oracle");
+  ASSERT_GT(ps, 0.75) << log;
+  ASSERT_EQ(Launch(job, 2, 2, {"sync.mode=offload", "sync.consistency=bsp"}, &log), 0) << log;
+  EXPECT_NEAR(Number(log, "auc ([0-9.]+) \\(oracle"), ps, 0.01) << log;
+  EXPECT_NE(log.find("(sparse"), std::string::npos) << log;  // the servers' table lines
+}
+
+TEST_F(OffloadTest, RefusesWhatTheServersCannotDo) {
+  const std::string job = Job("mlp", kMlp);
+  std::string log;
+  EXPECT_EQ(Launch(job, 2, 2, {"sync.mode=offload", "optimizer.clip_norm=1"}, &log), 1) << log;
+  EXPECT_NE(log.find("optimizer.clip_norm (global) is not available with sync.mode: offload"), std::string::npos) << log;
+  EXPECT_EQ(Launch(job, 2, 2, {"sync.mode=allreduce", "sync.delayed_update=true"}, &log), 2) << log;
+  EXPECT_NE(log.find("delayed_update"), std::string::npos) << log;
+  EXPECT_NE(log.find("is only for mode: offload"), std::string::npos) << log;
+  EXPECT_EQ(Launch(job, 0, 2, {"sync.mode=offload"}, &log), 2) << log;
+  EXPECT_NE(log.find("sync.mode offload needs at least one server"), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace strata
