@@ -115,11 +115,11 @@ std::unique_ptr<PsSync::Pull> PsSync::StartPull(std::vector<uint64_t> keys) {
   pull->keys = std::move(keys);
   for (const Remote& r : offload() ? std::vector<Remote>() : dense_) {
     pull->dense.emplace_back(static_cast<size_t>(r.param->value.numel()));
-    pull->tickets.push_back(client_.PullDense(r.table, pull->dense.back().data()));
+    pull->tickets.push_back({client_.PullDense(r.table, pull->dense.back().data()), Clock::now()});
   }
   for (const Remote& r : sparse_) {
     pull->sparse.emplace_back(pull->keys.size() * r.dim);
-    pull->tickets.push_back(client_.Pull(r.table, pull->keys, pull->sparse.back().data()));
+    pull->tickets.push_back({client_.Pull(r.table, pull->keys, pull->sparse.back().data()), Clock::now()});
   }
   return pull;
 }
@@ -154,7 +154,7 @@ Status PsSync::Prepare(std::vector<Batch>& batches, int64_t step, bool training)
     prefetched_.reset();  // for other batches (an evaluation came between): pull afresh
     pull = StartPull(keys);
   }
-  for (PsTicket& t : pull->tickets) STRATA_RETURN_IF_ERROR(client_.Wait(t));
+  for (InFlight& f : pull->tickets) STRATA_RETURN_IF_ERROR(WaitRecorded(f, /*pull=*/true, "pull"));
   pull_exposed_ += SecondsSince(started);
   for (size_t i = 0; i < pull->dense.size(); ++i) {
     Tensor& v = dense_[i].param->value;
@@ -213,7 +213,8 @@ Status PsSync::Finish(int64_t step) {
     if (ahead_.empty()) IssueUnitPulls(next_, /*staged=*/exec_.is_cuda());
     return Status::OK();
   }
-  std::vector<PsTicket> tickets;
+  const auto started = Clock::now();
+  std::vector<InFlight> tickets;
   std::vector<std::vector<float>> staged;  // host copies of device gradients
   auto host_floats = [&](const Tensor& g) -> const float* {
     if (g.is_cpu() && g.is_contiguous()) return g.data_as<float>();
@@ -226,14 +227,16 @@ Status PsSync::Finish(int64_t step) {
     for (const Remote& r : dense_) ops::Scale(exec_, r.param->grad, push_scale_);
     for (const Remote& r : sparse_) ops::Scale(exec_, r.param->grad, push_scale_);
   }
-  for (const Remote& r : dense_) tickets.push_back(client_.PushDense(r.table, host_floats(r.param->grad)));
+  for (const Remote& r : dense_) tickets.push_back({client_.PushDense(r.table, host_floats(r.param->grad)), Clock::now()});
   const int64_t n = static_cast<int64_t>(keys_.size());
   for (const Remote& r : sparse_) {
     if (n == 0) break;
-    tickets.push_back(client_.Push(r.table, keys_, host_floats(r.param->grad.Narrow(0, 0, n))));
+    tickets.push_back({client_.Push(r.table, keys_, host_floats(r.param->grad.Narrow(0, 0, n))), Clock::now()});
   }
-  for (PsTicket& t : tickets) STRATA_RETURN_IF_ERROR(client_.Wait(t));
-  return client_.Clock();
+  for (InFlight& f : tickets) STRATA_RETURN_IF_ERROR(WaitRecorded(f, /*pull=*/false, "push"));
+  STRATA_RETURN_IF_ERROR(client_.Clock());
+  push_exposed_ += SecondsSince(started);
+  return Status::OK();
 }
 
 // ---------------------------------------------------------------------------------------------

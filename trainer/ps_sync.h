@@ -106,16 +106,16 @@ class PsSync final : public GradSync, public UnitHooks {
     uint32_t table;
     uint32_t dim;  // sparse: floats per row
   };
-  struct Pull {  // one pull in flight
-    std::vector<uint64_t> keys;  // sorted unique ids of the batches
-    std::vector<std::vector<float>> dense;   // by dense_ index
-    std::vector<std::vector<float>> sparse;  // by sparse_ index: keys.size() * dim
-    std::vector<PsTicket> tickets;
-  };
   using Clock = std::chrono::steady_clock;
   struct InFlight {  // a ticket and when it was issued
     PsTicket ticket;
     Clock::time_point issued;
+  };
+  struct Pull {  // one pull in flight
+    std::vector<uint64_t> keys;  // sorted unique ids of the batches
+    std::vector<std::vector<float>> dense;   // by dense_ index
+    std::vector<std::vector<float>> sparse;  // by sparse_ index: keys.size() * dim
+    std::vector<InFlight> tickets;
   };
   // offload: one unit's dense pulls. The values land in the parameters themselves, or (delayed
   // update: the parameters are still in use when the pull is issued; device tensors) in

@@ -42,6 +42,10 @@ BenchFn SetupPipelineBench(CLI::App& app);
 // bytes per step measured beside theory, communication hidden behind backward, memory.
 BenchFn SetupZeroBench(CLI::App& app);
 
+// offload_bench.cc: gpt under allreduce, offload (serial and pipelined) and the delayed update:
+// step time, push/pull hidden behind compute, trainer memory, loss.
+BenchFn SetupOffloadBench(CLI::App& app);
+
 // adam_bench.cc: the fused CPU Adam kernel in parameters/s beside the memory-bandwidth bound
 // measured in the same run, each instruction-set path, and a plain scalar loop.
 BenchFn SetupAdamBench(CLI::App& app);

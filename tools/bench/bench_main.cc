@@ -30,6 +30,8 @@ const strata::bench::Subcommand kSubcommands[] = {
      strata::bench::SetupInferBench},
     {"zero", "ZeRO stages 0-3 on dp trainers: step time, dp bytes vs theory, hidden comm, memory",
      strata::bench::SetupZeroBench},
+    {"offload", "gpt under allreduce and offload (serial, pipelined, delayed): step time, hidden push/pull, memory",
+     strata::bench::SetupOffloadBench},
     {"adam", "fused CPU Adam kernel: parameters/s beside the memory-bandwidth bound and a scalar loop",
      strata::bench::SetupAdamBench},
 };
