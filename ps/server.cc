@@ -11,6 +11,7 @@
 #include "common/check.h"
 #include "common/file.h"
 #include "offload/memory_row_store.h"
+#include "ps/dense_snapshots.h"
 #include "ps/optimizer.h"
 #include "ps/table_file.h"
 
@@ -19,6 +20,8 @@ namespace strata {
 namespace {
 
 constexpr size_t kMaxKeysPerRequest = 1 << 24;
+// Free snapshot buffers a dense table keeps for reuse (each one chunk).
+constexpr size_t kSnapshotPoolBuffers = 8;
 
 RowStore::Init MakeInit(const TableSpec& spec) {
   return [spec](uint64_t key, std::span<float> r) {
@@ -49,23 +52,86 @@ const float* AlignedFloats(const Buffer& b, std::vector<float>* scratch) {
 }  // namespace
 
 struct PsServer::Table {
+  // BSP: one clock's summed gradients of one key (sparse) or chunk (dense), and how many pushes
+  // went into the sum. The sum runs in the order the pushes arrived: ((0 + g1) + g2) + ...
+  struct Acc {
+    std::vector<float> sum;
+    uint32_t pushes = 0;
+  };
+
   TableSpec spec;
   std::unique_ptr<RowStore> store;
   RowStore::Init init;
   int slots = 0;
+  // Dense tables: what pulls send (see dense_snapshots.h).
+  std::unique_ptr<DenseSnapshots> snapshots;
   // The last clock given to store->AdvanceClock (guarded by clock_mu_).
   uint64_t store_clock = 0;
-  // BSP: summed gradients of each clock not yet applied, by key (sparse) or chunk (dense), and
-  // how many clocks have been applied. Pushes take only bsp_mu (no server-wide lock on the hot
-  // path); AdvanceLocked takes clock_mu_ then bsp_mu. applied_clock changes under both.
+  // BSP: the accumulations of each clock not yet applied, and how many clocks have been
+  // applied. Pushes take only bsp_mu (no server-wide lock on the hot path); AdvanceLocked takes
+  // clock_mu_ then bsp_mu. applied_clock changes under both.
   std::mutex bsp_mu;
-  std::map<int64_t, std::unordered_map<uint64_t, std::vector<float>>> pending;
+  std::map<int64_t, std::unordered_map<uint64_t, Acc>> pending;
   int64_t applied_clock = 0;
+  // BSP with spec.pushers > 0 (dense): a chunk is applied as soon as its pushers have all pushed
+  // it, so chunks run ahead of applied_clock: the next clock of such a chunk, the number of this
+  // server's chunks applied early for each clock, and how many chunks this server holds (0:
+  // not yet counted).
+  std::unordered_map<uint64_t, int64_t> chunk_clock;
+  std::map<int64_t, uint64_t> early_done;
+  uint64_t my_chunks = 0;
 
   uint32_t ValueFloats(uint64_t key) const {
     return spec.kind == TableKind::kSparse ? spec.dim : spec.ChunkLength(key);
   }
+  // The clock a push of `key` must be for, at the earliest. Expects bsp_mu held.
+  int64_t NextClockLocked(uint64_t key) const {
+    if (chunk_clock.empty()) return applied_clock;
+    auto it = chunk_clock.find(key);
+    return it == chunk_clock.end() ? applied_clock : std::max(applied_clock, it->second);
+  }
+  // Applies one accumulation to the store (and makes the chunk's pull snapshot stale).
+  void ApplyAcc(uint64_t key, const Acc& acc, float scale, int64_t clock) {
+    const uint64_t keys[1] = {key};
+    Status s = store->Update(keys, init, [&](size_t, std::span<float> record) {
+      ApplyUpdate(spec.optimizer, slots, record, static_cast<int>(ValueFloats(key)), acc.sum.data(), scale);
+    });
+    if (!s.ok()) spdlog::error("server: applying clock {} of table \"{}\": {}", clock, spec.name, s.ToString());
+    if (snapshots) snapshots->Invalidate(key);
+  }
+  // pushers > 0: applies `key`'s accumulations that are complete, in clock order.
+  void ApplyCompleteLocked(uint64_t key) {
+    while (true) {
+      const int64_t c = NextClockLocked(key);
+      auto it = pending.find(c);
+      if (it == pending.end()) return;
+      auto a = it->second.find(key);
+      if (a == it->second.end() || a->second.pushes < spec.pushers) return;
+      const float scale = spec.aggregate == Aggregate::kMean ? 1.0f / static_cast<float>(spec.pushers) : 1.0f;
+      ApplyAcc(key, a->second, scale, c);
+      it->second.erase(a);
+      if (it->second.empty()) pending.erase(it);
+      chunk_clock[key] = c + 1;
+      ++early_done[c];
+    }
+  }
+  // pushers > 0: the clock every chunk of this server has been applied up to.
+  int64_t ReadyClockLocked() const {
+    int64_t c = applied_clock;
+    for (auto it = early_done.find(c); it != early_done.end() && it->second >= my_chunks; it = early_done.find(++c)) {
+    }
+    return c;
+  }
 };
+
+namespace {
+// How many chunks of dense table `spec` live on server `me` of `servers` (DenseServer).
+uint64_t ChunksOn(const TableSpec& spec, uint32_t me, uint32_t servers) {
+  const uint64_t n = spec.NumChunks();
+  const uint64_t first = (me + servers - spec.id % servers) % servers;
+  return first < n ? (n - 1 - first) / servers + 1 : 0;
+}
+}  // namespace
 
 PsServer::PsServer(Node& node, ServerOptions options, StoreFactory store_factory)
     : node_(node), options_(options), store_factory_(std::move(store_factory)) {
@@ -203,6 +269,9 @@ Result<std::unique_ptr<PsServer::Table>> PsServer::MakeTableLocked(const TableSp
   t->store_clock = t->store->clock();
   t->init = MakeInit(spec);
   t->slots = spec.StateSlots();
+  if (spec.kind == TableKind::kDense) {
+    t->snapshots = std::make_unique<DenseSnapshots>(spec.RowFloats(), kSnapshotPoolBuffers);
+  }
   return t;
 }
 
@@ -241,14 +310,15 @@ Result<PsServer::Table*> PsServer::FindTable(uint32_t id) {
 Status PsServer::ValidateKeys(const Table& t, const Message& msg, bool with_grads,
                               std::vector<uint64_t>* keys, size_t* value_floats) {
   const TableSpec& spec = t.spec;
-  const std::string where = std::string(OpName(msg.op())) + " to table \"" + spec.name + "\": ";
-  if (msg.num_payloads() < 1) return Status::InvalidArgument(where + "no keys");
+  // Built only for an error: a valid request allocates nothing here.
+  auto where = [&] { return std::string(OpName(msg.op())) + " to table \"" + spec.name + "\": "; };
+  if (msg.num_payloads() < 1) return Status::InvalidArgument(where() + "no keys");
   const PayloadInfo k = msg.payload_info(0);
   if (k.dtype != DType::kI64 || k.shape.size() != 1) {
-    return Status::InvalidArgument(where + "keys must be a 1-D i64 payload");
+    return Status::InvalidArgument(where() + "keys must be a 1-D i64 payload");
   }
   const size_t n = static_cast<size_t>(k.shape[0]);
-  if (n > kMaxKeysPerRequest) return Status::InvalidArgument(where + std::to_string(n) + " keys is too many");
+  if (n > kMaxKeysPerRequest) return Status::InvalidArgument(where() + std::to_string(n) + " keys is too many");
   keys->resize(n);
   if (n) std::memcpy(keys->data(), k.buffer->data(), n * sizeof(uint64_t));
   const uint32_t servers = static_cast<uint32_t>(node_.view().Count(Role::kServer));
@@ -257,16 +327,16 @@ Status PsServer::ValidateKeys(const Table& t, const Message& msg, bool with_grad
   for (uint64_t key : *keys) {
     if (spec.kind == TableKind::kSparse) {
       if (SparseServer(key, servers) != me) {
-        return Status::InvalidArgument(where + "key " + std::to_string(key) + " belongs to server " +
+        return Status::InvalidArgument(where() + "key " + std::to_string(key) + " belongs to server " +
                                        std::to_string(SparseServer(key, servers)) + ", not " + std::to_string(me));
       }
     } else {
       if (key >= spec.NumChunks()) {
-        return Status::InvalidArgument(where + "chunk " + std::to_string(key) + " out of range (" +
+        return Status::InvalidArgument(where() + "chunk " + std::to_string(key) + " out of range (" +
                                        std::to_string(spec.NumChunks()) + " chunks)");
       }
       if (DenseServer(spec.id, key, servers) != me) {
-        return Status::InvalidArgument(where + "chunk " + std::to_string(key) + " belongs to server " +
+        return Status::InvalidArgument(where() + "chunk " + std::to_string(key) + " belongs to server " +
                                        std::to_string(DenseServer(spec.id, key, servers)));
       }
     }
@@ -274,7 +344,7 @@ Status PsServer::ValidateKeys(const Table& t, const Message& msg, bool with_grad
   }
   const size_t want = with_grads ? (spec.kind == TableKind::kSparse ? 2 : 1 + n) : 1;
   if (msg.num_payloads() != want) {
-    return Status::InvalidArgument(where + "expected " + std::to_string(want) + " payloads, got " +
+    return Status::InvalidArgument(where() + "expected " + std::to_string(want) + " payloads, got " +
                                    std::to_string(msg.num_payloads()));
   }
   if (!with_grads) return Status::OK();
@@ -282,7 +352,7 @@ Status PsServer::ValidateKeys(const Table& t, const Message& msg, bool with_grad
     const PayloadInfo g = msg.payload_info(i);
     const size_t floats = spec.kind == TableKind::kSparse ? n * spec.dim : t.ValueFloats((*keys)[i - 1]);
     if (g.dtype != DType::kF32 || g.buffer->size() != floats * sizeof(float)) {
-      return Status::InvalidArgument(where + "gradient payload " + std::to_string(i) + " must be " +
+      return Status::InvalidArgument(where() + "gradient payload " + std::to_string(i) + " must be " +
                                      std::to_string(floats) + " f32 values, got " +
                                      std::to_string(g.buffer->size()) + " bytes of " +
                                      std::string(DTypeName(g.dtype)));
@@ -326,25 +396,49 @@ void PsServer::HandlePush(Request& request) {
   const auto start = std::chrono::steady_clock::now();
 
   if (t.spec.consistency == Consistency::kBsp) {
-    std::lock_guard lock(t.bsp_mu);
+    std::unique_lock lock(t.bsp_mu);
     const int64_t clock = push.getClock();
-    if (clock < t.applied_clock) {
-      return fail(Status::FailedPrecondition(
-          "push to BSP table \"" + t.spec.name + "\" for clock " + std::to_string(clock) +
-          " arrived after that clock was applied (node " + std::to_string(msg.sender()) + ")"));
+    for (uint64_t key : keys) {  // every key checked before anything is added
+      if (clock < t.NextClockLocked(key)) {
+        return fail(Status::FailedPrecondition(
+            "push to BSP table \"" + t.spec.name + "\" for clock " + std::to_string(clock) +
+            " arrived after that clock was applied (node " + std::to_string(msg.sender()) + ")"));
+      }
+    }
+    if (t.spec.pushers > 0) {
+      for (size_t i = 1; i < keys.size(); ++i) {
+        if (std::find(keys.begin(), keys.begin() + i, keys[i]) != keys.begin() + i) {
+          return fail(Status::InvalidArgument("push to table \"" + t.spec.name + "\": chunk " +
+                                              std::to_string(keys[i]) + " twice in one push"));
+        }
+      }
     }
     auto& acc = t.pending[clock];
     for (size_t i = 0; i < keys.size(); ++i) {
       const uint32_t len = t.ValueFloats(keys[i]);
-      auto& sum = acc[keys[i]];
-      if (sum.empty()) sum.assign(len, 0.0f);
-      for (uint32_t j = 0; j < len; ++j) sum[j] += grad[i][j];
+      Table::Acc& a = acc[keys[i]];
+      if (a.sum.empty()) a.sum.assign(len, 0.0f);
+      for (uint32_t j = 0; j < len; ++j) a.sum[j] += grad[i][j];
+      ++a.pushes;
+    }
+    if (t.spec.pushers > 0) {
+      if (t.my_chunks == 0) {
+        t.my_chunks = ChunksOn(t.spec, static_cast<uint32_t>(node_.rank()),
+                               static_cast<uint32_t>(node_.view().Count(Role::kServer)));
+      }
+      for (uint64_t key : keys) t.ApplyCompleteLocked(key);
+      const bool advanced = t.ReadyClockLocked() > t.applied_clock;
+      lock.unlock();
+      if (advanced) AdvanceEarly(t);
     }
   } else {
     const OptimizerSpec& o = t.spec.optimizer;
     Status s = t.store->Update(keys, t.init, [&](size_t i, std::span<float> record) {
       ApplyUpdate(o, t.slots, record, static_cast<int>(t.ValueFloats(keys[i])), grad[i], 1.0f);
     });
+    if (t.snapshots) {
+      for (uint64_t key : keys) t.snapshots->Invalidate(key);
+    }
     if (!s.ok()) return fail(s.WithContext("push to table \"" + t.spec.name + "\""));
   }
   apply_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
@@ -359,16 +453,13 @@ void PsServer::HandlePush(Request& request) {
 // Pull
 
 Status PsServer::AnswerPull(Table& t, Request& request, const std::vector<uint64_t>& keys, size_t floats) {
+  if (t.snapshots) return AnswerDensePull(t, request, keys, floats);
   // Uninitialised (not a std::vector's zero fill): every float is written by the read below,
-  // and the fill would be one more pass over every chunk.
+  // and the fill would be one more pass over every row.
   std::shared_ptr<float[]> values(new float[floats]);
-  std::vector<size_t> offset(keys.size());
-  for (size_t i = 0, at = 0; i < keys.size(); ++i) {
-    offset[i] = at;
-    at += t.ValueFloats(keys[i]);
-  }
+  const size_t dim = t.spec.dim;
   Status s = t.store->Read(keys, t.init, [&](size_t i, std::span<const float> record) {
-    std::memcpy(values.get() + offset[i], record.data(), t.ValueFloats(keys[i]) * sizeof(float));
+    std::memcpy(values.get() + i * dim, record.data(), dim * sizeof(float));
   });
   if (!s.ok()) return s.WithContext("pull from table \"" + t.spec.name + "\"");
   ++pulls_;
@@ -376,16 +467,49 @@ Status PsServer::AnswerPull(Table& t, Request& request, const std::vector<uint64
   bytes_out_ += floats * sizeof(float);
   Message reply = request.MakeReply();
   reply.builder().getBody().setValues();
-  if (t.spec.kind == TableKind::kSparse) {
-    const int64_t n = static_cast<int64_t>(keys.size());
-    reply.AddPayload(DType::kF32, {n, static_cast<int64_t>(t.spec.dim)},
-                     Buffer(values.get(), floats * sizeof(float), values));
-  } else {
-    // One frame per chunk, all views of the same buffer.
-    for (size_t i = 0; i < keys.size(); ++i) {
-      const int64_t len = t.ValueFloats(keys[i]);
-      reply.AddPayload(DType::kF32, {len}, Buffer(values.get() + offset[i], len * sizeof(float), values));
+  const int64_t n = static_cast<int64_t>(keys.size());
+  reply.AddPayload(DType::kF32, {n, static_cast<int64_t>(dim)}, Buffer(values.get(), floats * sizeof(float), values));
+  request.Reply(std::move(reply));
+  return Status::OK();
+}
+
+Status PsServer::AnswerDensePull(Table& t, Request& request, const std::vector<uint64_t>& keys, size_t floats) {
+  // The chunks' snapshots; the stale ones are read from the store into fresh buffers (each read
+  // visits a record under the store's lock, so it sees an update whole or not at all).
+  std::vector<std::shared_ptr<const float>> values(keys.size());
+  std::vector<uint64_t> versions(keys.size());
+  std::vector<uint64_t> stale_keys;
+  std::vector<size_t> stale_index;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    DenseSnapshots::Lookup l = t.snapshots->Get(keys[i]);
+    values[i] = std::move(l.values);
+    versions[i] = l.version;
+    if (!values[i]) {
+      stale_keys.push_back(keys[i]);
+      stale_index.push_back(i);
     }
+  }
+  if (!stale_keys.empty()) {
+    std::vector<std::shared_ptr<float>> fresh(stale_keys.size());
+    for (auto& f : fresh) f = t.snapshots->Acquire();
+    Status s = t.store->Read(stale_keys, t.init, [&](size_t j, std::span<const float> record) {
+      std::memcpy(fresh[j].get(), record.data(), t.ValueFloats(stale_keys[j]) * sizeof(float));
+    });
+    if (!s.ok()) return s.WithContext("pull from table \"" + t.spec.name + "\"");
+    for (size_t j = 0; j < stale_keys.size(); ++j) {
+      const size_t i = stale_index[j];
+      values[i] = std::move(fresh[j]);
+      t.snapshots->Publish(keys[i], versions[i], values[i]);
+    }
+  }
+  ++pulls_;
+  keys_pulled_ += keys.size();
+  bytes_out_ += floats * sizeof(float);
+  Message reply = request.MakeReply();
+  reply.builder().getBody().setValues();
+  for (size_t i = 0; i < keys.size(); ++i) {  // one frame per chunk, sent without a copy
+    const int64_t len = t.ValueFloats(keys[i]);
+    reply.AddPayload(DType::kF32, {len}, Buffer(values[i].get(), len * sizeof(float), values[i]));
   }
   request.Reply(std::move(reply));
   return Status::OK();
@@ -479,23 +603,25 @@ void PsServer::AdvanceLocked(std::vector<Parked>* ready) {
     Table& t = *tp;
     if (t.spec.consistency != Consistency::kBsp) continue;
     std::lock_guard bsp_lock(t.bsp_mu);
+    const float scale = t.spec.aggregate == Aggregate::kMean ? 1.0f / live : 1.0f;
     while (t.applied_clock < min_clock && min_clock != std::numeric_limits<int64_t>::max()) {
       if (auto it = t.pending.find(t.applied_clock); it != t.pending.end()) {
-        std::vector<uint64_t> keys;
-        std::vector<const float*> grads;
-        for (auto& [key, g] : it->second) {
-          keys.push_back(key);
-          grads.push_back(g.data());
-        }
-        const float scale = t.spec.aggregate == Aggregate::kMean ? 1.0f / live : 1.0f;
-        Status s = t.store->Update(keys, t.init, [&](size_t i, std::span<float> record) {
-          ApplyUpdate(t.spec.optimizer, t.slots, record, static_cast<int>(t.ValueFloats(keys[i])),
-                      grads[i], scale);
-        });
-        if (!s.ok()) spdlog::error("server: applying clock {} of table \"{}\": {}", t.applied_clock, t.spec.name, s.ToString());
+        for (auto& [key, acc] : it->second) t.ApplyAcc(key, acc, scale, t.applied_clock);
         t.pending.erase(it);
       }
+      t.early_done.erase(t.applied_clock);
       ++t.applied_clock;
+    }
+    if (t.spec.pushers > 0) {
+      // Chunks held back behind an incomplete clock that the clock message just applied.
+      std::vector<uint64_t> waiting;
+      for (const auto& [clock, accs] : t.pending) {
+        for (const auto& [key, acc] : accs) waiting.push_back(key);
+      }
+      for (uint64_t key : waiting) t.ApplyCompleteLocked(key);
+      t.applied_clock = t.ReadyClockLocked();
+      std::erase_if(t.chunk_clock, [&](const auto& kv) { return kv.second <= t.applied_clock; });
+      std::erase_if(t.early_done, [&](const auto& kv) { return kv.first < t.applied_clock; });
     }
   }
   // Stores act on clock boundaries (expiry, scheduled checkpoints) after BSP applied the clock.
@@ -510,6 +636,10 @@ void PsServer::AdvanceLocked(std::vector<Parked>* ready) {
       }
     }
   }
+  TakeReadyLocked(ready);
+}
+
+void PsServer::TakeReadyLocked(std::vector<Parked>* ready) {
   for (auto it = parked_.begin(); it != parked_.end();) {
     Status error;
     if (PullReadyLocked(*it->table, it->clock, &error)) {
@@ -519,6 +649,21 @@ void PsServer::AdvanceLocked(std::vector<Parked>* ready) {
       ++it;
     }
   }
+}
+
+void PsServer::AdvanceEarly(Table& t) {
+  std::vector<Parked> ready;
+  {
+    std::lock_guard lock(clock_mu_);
+    {
+      std::lock_guard bsp_lock(t.bsp_mu);
+      t.applied_clock = std::max(t.applied_clock, t.ReadyClockLocked());
+      std::erase_if(t.chunk_clock, [&](const auto& kv) { return kv.second <= t.applied_clock; });
+      std::erase_if(t.early_done, [&](const auto& kv) { return kv.first < t.applied_clock; });
+    }
+    TakeReadyLocked(&ready);
+  }
+  for (Parked& p : ready) HandlePull(p.request);
 }
 
 void PsServer::OnNodeEvent(const NodeEvent& e) {
