@@ -1,7 +1,7 @@
-// server.cc: PsServer.
+// server.cc: PsServer: workers, tables, validation, pushes and pulls (clocks in
+// server_clocks.cc, statistics in server_stats.cc).
 #include "ps/server.h"
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -11,8 +11,8 @@
 #include "common/check.h"
 #include "common/file.h"
 #include "offload/memory_row_store.h"
-#include "ps/dense_snapshots.h"
 #include "ps/optimizer.h"
+#include "ps/server_table.h"
 #include "ps/table_file.h"
 
 namespace strata {
@@ -51,87 +51,6 @@ const float* AlignedFloats(const Buffer& b, std::vector<float>* scratch) {
 
 }  // namespace
 
-struct PsServer::Table {
-  // BSP: one clock's summed gradients of one key (sparse) or chunk (dense), and how many pushes
-  // went into the sum. The sum runs in the order the pushes arrived: ((0 + g1) + g2) + ...
-  struct Acc {
-    std::vector<float> sum;
-    uint32_t pushes = 0;
-  };
-
-  TableSpec spec;
-  std::unique_ptr<RowStore> store;
-  RowStore::Init init;
-  int slots = 0;
-  // Dense tables: what pulls send (see dense_snapshots.h).
-  std::unique_ptr<DenseSnapshots> snapshots;
-  // The last clock given to store->AdvanceClock (guarded by clock_mu_).
-  uint64_t store_clock = 0;
-  // BSP: the accumulations of each clock not yet applied, and how many clocks have been
-  // applied. Pushes take only bsp_mu (no server-wide lock on the hot path); AdvanceLocked takes
-  // clock_mu_ then bsp_mu. applied_clock changes under both.
-  std::mutex bsp_mu;
-  std::map<int64_t, std::unordered_map<uint64_t, Acc>> pending;
-  int64_t applied_clock = 0;
-  // BSP with spec.pushers > 0 (dense): a chunk is applied as soon as its pushers have all pushed
-  // it, so chunks run ahead of applied_clock: the next clock of such a chunk, the number of this
-  // server's chunks applied early for each clock, and how many chunks this server holds (0:
-  // not yet counted).
-  std::unordered_map<uint64_t, int64_t> chunk_clock;
-  std::map<int64_t, uint64_t> early_done;
-  uint64_t my_chunks = 0;
-
-  uint32_t ValueFloats(uint64_t key) const {
-    return spec.kind == TableKind::kSparse ? spec.dim : spec.ChunkLength(key);
-  }
-  // The clock a push of `key` must be for, at the earliest. Expects bsp_mu held.
-  int64_t NextClockLocked(uint64_t key) const {
-    if (chunk_clock.empty()) return applied_clock;
-    auto it = chunk_clock.find(key);
-    return it == chunk_clock.end() ? applied_clock : std::max(applied_clock, it->second);
-  }
-  // Applies one accumulation to the store (and makes the chunk's pull snapshot stale).
-  void ApplyAcc(uint64_t key, const Acc& acc, float scale, int64_t clock) {
-    const uint64_t keys[1] = {key};
-    Status s = store->Update(keys, init, [&](size_t, std::span<float> record) {
-      ApplyUpdate(spec.optimizer, slots, record, static_cast<int>(ValueFloats(key)), acc.sum.data(), scale);
-    });
-    if (!s.ok()) spdlog::error("server: applying clock {} of table \"{}\": {}", clock, spec.name, s.ToString());
-    if (snapshots) snapshots->Invalidate(key);
-  }
-  // pushers > 0: applies `key`'s accumulations that are complete, in clock order.
-  void ApplyCompleteLocked(uint64_t key) {
-    while (true) {
-      const int64_t c = NextClockLocked(key);
-      auto it = pending.find(c);
-      if (it == pending.end()) return;
-      auto a = it->second.find(key);
-      if (a == it->second.end() || a->second.pushes < spec.pushers) return;
-      const float scale = spec.aggregate == Aggregate::kMean ? 1.0f / static_cast<float>(spec.pushers) : 1.0f;
-      ApplyAcc(key, a->second, scale, c);
-      it->second.erase(a);
-      if (it->second.empty()) pending.erase(it);
-      chunk_clock[key] = c + 1;
-      ++early_done[c];
-    }
-  }
-  // pushers > 0: the clock every chunk of this server has been applied up to.
-  int64_t ReadyClockLocked() const {
-    int64_t c = applied_clock;
-    for (auto it = early_done.find(c); it != early_done.end() && it->second >= my_chunks; it = early_done.find(++c)) {
-    }
-    return c;
-  }
-};
-
-namespace {
-// How many chunks of dense table `spec` live on server `me` of `servers` (DenseServer).
-uint64_t ChunksOn(const TableSpec& spec, uint32_t me, uint32_t servers) {
-  const uint64_t n = spec.NumChunks();
-  const uint64_t first = (me + servers - spec.id % servers) % servers;
-  return first < n ? (n - 1 - first) / servers + 1 : 0;
-}
-}  // namespace
 
 PsServer::PsServer(Node& node, ServerOptions options, StoreFactory store_factory)
     : node_(node), options_(options), store_factory_(std::move(store_factory)) {
@@ -515,29 +434,6 @@ Status PsServer::AnswerDensePull(Table& t, Request& request, const std::vector<u
   return Status::OK();
 }
 
-bool PsServer::PullReadyLocked(const Table& t, int64_t clock, Status* error) const {
-  switch (t.spec.consistency) {
-    case Consistency::kAsp:
-      return true;
-    case Consistency::kBsp:
-      if (!lost_trainers_.empty() && t.applied_clock < clock) {
-        *error = Status::Aborted("BSP table \"" + t.spec.name + "\" cannot reach clock " +
-                                 std::to_string(clock) + ": lost " + lost_trainers_.begin()->second);
-        return true;
-      }
-      return t.applied_clock >= clock;
-    case Consistency::kSsp:
-      return MinClockLocked() >= clock - static_cast<int64_t>(t.spec.staleness);
-  }
-  return true;
-}
-
-int64_t PsServer::MinClockLocked() const {
-  int64_t m = std::numeric_limits<int64_t>::max();
-  for (const auto& [id, c] : trainer_clock_) m = std::min(m, c);
-  return m;
-}
-
 void PsServer::HandlePull(Request& request) {
   const Message& msg = request.message();
   auto pull = msg.reader().getBody().getPull();
@@ -567,175 +463,5 @@ void PsServer::HandlePull(Request& request) {
   }
   if (Status s = AnswerPull(t, request, keys, floats); !s.ok()) fail(s);
 }
-
-// ---------------------------------------------------------------------------------------------
-// Clocks
-
-void PsServer::HandleClock(Request& request) {
-  const uint32_t sender = request.message().sender();
-  const int64_t finished = request.message().reader().getBody().getClock().getClock();
-  std::vector<Parked> ready;
-  {
-    std::lock_guard lock(clock_mu_);
-    if (trainer_clock_.empty() && lost_trainers_.empty()) {
-      for (const NodeInfo& n : node_.view().WithRole(Role::kTrainer)) {
-        if (n.alive) trainer_clock_[n.id] = 0;
-      }
-    }
-    auto it = trainer_clock_.find(sender);
-    if (it == trainer_clock_.end()) {
-      ++errors_;
-      return request.ReplyError(Status::FailedPrecondition(
-          "clock from node " + std::to_string(sender) + ", which is not a live trainer"));
-    }
-    it->second = std::max(it->second, finished + 1);
-    AdvanceLocked(&ready);
-  }
-  request.Reply(request.MakeReply());
-  for (Parked& p : ready) HandlePull(p.request);  // re-checks and answers (or re-parks)
-}
-
-void PsServer::AdvanceLocked(std::vector<Parked>* ready) {
-  const int64_t min_clock = MinClockLocked();
-  const float live = static_cast<float>(std::max<size_t>(1, trainer_clock_.size()));
-  std::shared_lock tables_lock(tables_mu_);
-  for (auto& [id, tp] : tables_) {
-    Table& t = *tp;
-    if (t.spec.consistency != Consistency::kBsp) continue;
-    std::lock_guard bsp_lock(t.bsp_mu);
-    const float scale = t.spec.aggregate == Aggregate::kMean ? 1.0f / live : 1.0f;
-    while (t.applied_clock < min_clock && min_clock != std::numeric_limits<int64_t>::max()) {
-      if (auto it = t.pending.find(t.applied_clock); it != t.pending.end()) {
-        for (auto& [key, acc] : it->second) t.ApplyAcc(key, acc, scale, t.applied_clock);
-        t.pending.erase(it);
-      }
-      t.early_done.erase(t.applied_clock);
-      ++t.applied_clock;
-    }
-    if (t.spec.pushers > 0) {
-      // Chunks held back behind an incomplete clock that the clock message just applied.
-      std::vector<uint64_t> waiting;
-      for (const auto& [clock, accs] : t.pending) {
-        for (const auto& [key, acc] : accs) waiting.push_back(key);
-      }
-      for (uint64_t key : waiting) t.ApplyCompleteLocked(key);
-      t.applied_clock = t.ReadyClockLocked();
-      std::erase_if(t.chunk_clock, [&](const auto& kv) { return kv.second <= t.applied_clock; });
-      std::erase_if(t.early_done, [&](const auto& kv) { return kv.first < t.applied_clock; });
-    }
-  }
-  // Stores act on clock boundaries (expiry, scheduled checkpoints) after BSP applied the clock.
-  if (min_clock != std::numeric_limits<int64_t>::max()) {
-    const uint64_t clock = static_cast<uint64_t>(min_clock);
-    for (auto& [id, tp] : tables_) {
-      Table& t = *tp;
-      if (clock <= t.store_clock) continue;
-      t.store_clock = clock;
-      if (Status s = t.store->AdvanceClock(clock); !s.ok()) {
-        spdlog::error("server: table \"{}\" at clock {}: {}", t.spec.name, clock, s.ToString());
-      }
-    }
-  }
-  TakeReadyLocked(ready);
-}
-
-void PsServer::TakeReadyLocked(std::vector<Parked>* ready) {
-  for (auto it = parked_.begin(); it != parked_.end();) {
-    Status error;
-    if (PullReadyLocked(*it->table, it->clock, &error)) {
-      ready->push_back(std::move(*it));
-      it = parked_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-}
-
-void PsServer::AdvanceEarly(Table& t) {
-  std::vector<Parked> ready;
-  {
-    std::lock_guard lock(clock_mu_);
-    {
-      std::lock_guard bsp_lock(t.bsp_mu);
-      t.applied_clock = std::max(t.applied_clock, t.ReadyClockLocked());
-      std::erase_if(t.chunk_clock, [&](const auto& kv) { return kv.second <= t.applied_clock; });
-      std::erase_if(t.early_done, [&](const auto& kv) { return kv.first < t.applied_clock; });
-    }
-    TakeReadyLocked(&ready);
-  }
-  for (Parked& p : ready) HandlePull(p.request);
-}
-
-void PsServer::OnNodeEvent(const NodeEvent& e) {
-  if (e.kind != NodeEvent::Kind::kDead || e.node.role != Role::kTrainer) return;
-  std::vector<Parked> ready;
-  {
-    std::lock_guard lock(clock_mu_);
-    if (trainer_clock_.empty() && lost_trainers_.empty()) {
-      for (const NodeInfo& n : e.view.WithRole(Role::kTrainer)) trainer_clock_[n.id] = 0;
-    }
-    trainer_clock_.erase(e.node.id);
-    lost_trainers_[e.node.id] = e.node.Describe();
-    AdvanceLocked(&ready);
-  }
-  // Runs on the I/O thread: answering parked pulls only reads and sends, it does not block.
-  for (Parked& p : ready) HandlePull(p.request);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Statistics
-
-std::string PsServer::StatsJson() const {
-  nlohmann::json j;
-  j["uptime_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-  j["requests"] = requests_.load();
-  j["pushes"] = pushes_.load();
-  j["pulls"] = pulls_.load();
-  j["keys_pushed"] = keys_pushed_.load();
-  j["keys_pulled"] = keys_pulled_.load();
-  j["bytes_in"] = bytes_in_.load();
-  j["bytes_out"] = bytes_out_.load();
-  j["apply_ms"] = apply_ns_.load() / 1e6;
-  j["errors"] = errors_.load();
-  j["queue_depth"] = queued_.load();
-  nlohmann::json tables = nlohmann::json::array();
-  {
-    std::shared_lock lock(tables_mu_);
-    for (const auto& [id, t] : tables_) {
-      const RowStoreStats s = t->store->stats();
-      tables.push_back({{"id", id}, {"name", t->spec.name}, {"records", s.records},
-                        {"bytes_in_memory", s.bytes_in_memory}, {"hits", s.hits}, {"misses", s.misses}});
-    }
-  }
-  j["tables"] = tables;
-  {
-    std::lock_guard lock(clock_mu_);
-    j["parked_pulls"] = parked_.size();
-    nlohmann::json clocks;
-    for (const auto& [id, c] : trainer_clock_) clocks[std::to_string(id)] = c;
-    j["trainer_clocks"] = clocks;
-  }
-  return j.dump();
-}
-
-std::string PsServer::StatsLine() const {
-  const double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-  const double requests = static_cast<double>(requests_.load());
-  std::string line = fmt::format(
-      "{} pulls, {} pushes ({:.0f} requests/s), keys {} pulled / {} pushed, {:.1f} MiB in / {:.1f} MiB out, "
-      "apply {:.1f} s, queue {}, errors {}",
-      pulls_.load(), pushes_.load(), up > 0 ? requests / up : 0.0, keys_pulled_.load(), keys_pushed_.load(),
-      bytes_in_.load() / 1048576.0, bytes_out_.load() / 1048576.0, apply_ns_.load() / 1e9, queued_.load(),
-      errors_.load());
-  std::shared_lock lock(tables_mu_);
-  for (const auto& [id, t] : tables_) {
-    const RowStoreStats st = t->store->stats();
-    line += fmt::format("; {}: {} rows, {:.1f} MiB in DRAM", t->spec.name, st.records, st.bytes_in_memory / 1048576.0);
-  }
-  return line;
-}
-
-// Periodic statistics are for whoever turned log.level to debug; the JSON stays on getStats.
-void PsServer::LogStats() { spdlog::debug("server stats: {}", StatsLine()); }
 
 }  // namespace strata
