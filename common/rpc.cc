@@ -96,10 +96,13 @@ struct RpcCore {
   }
 
   void OnReceive(std::shared_ptr<RpcCore> self, Source source, Frames frames) {
-    std::optional<uint64_t> peeked;
-    if (!source.from_peer() && !frames.empty()) peeked = PeekRequestId(frames[0]);
+    // The envelope frame outlives Decode (a shared owner, no copy), so that a request that
+    // fails validation can still be answered; valid ones are not parsed twice.
+    const Buffer envelope = frames.empty() ? Buffer() : frames[0];
     auto decoded = Decode(std::move(frames), options.limits);
     if (!decoded.ok()) {
+      std::optional<uint64_t> peeked;
+      if (!source.from_peer() && !envelope.empty()) peeked = PeekRequestId(envelope);
       spdlog::warn("rpc: rejected a message ({}): {}",
                    source.from_peer() ? "reply from peer " + std::to_string(source.peer)
                                       : std::string("request"),

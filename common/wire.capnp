@@ -131,6 +131,8 @@ struct TableSpec {
   consistency @8 :ConsistencyMode;
   staleness @9 :UInt32;          # ssp
   aggregate @10 :Aggregate;      # bsp: how the trainers' gradients of one clock combine
+  pushers @11 :UInt32;           # dense bsp: pushes of each chunk per clock that complete it
+                                 # (applied then, before the clock messages); 0: at the clock
 }
 
 # Sparse: payload 0 is the keys (i64, [n]); a push adds payload 1, the gradients (f32, [n, dim]).

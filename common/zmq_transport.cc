@@ -217,8 +217,9 @@ void ZmqTransport::Flush(Link& link) {
 
 void ZmqTransport::Drain(zmq::socket_t& socket, PeerId peer) {
   // Bounded so one busy socket cannot starve the others.
+  std::vector<zmq::message_t>& parts = parts_;  // reused: no allocation per message
   for (int n = 0; n < 256; ++n) {
-    std::vector<zmq::message_t> parts;
+    parts.clear();
     if (!zmq::recv_multipart(socket, std::back_inserter(parts), zmq::recv_flags::dontwait)) return;
     Source source;
     size_t first = 0;

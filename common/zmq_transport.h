@@ -73,6 +73,7 @@ class ZmqTransport final : public Transport {
   zmq::socket_t wake_pull_;
   Link router_;
   std::vector<Link> links_;  // indexed by PeerId
+  std::vector<zmq::message_t> parts_;  // Drain's scratch
 
   std::atomic<bool> stop_{false};
   std::thread io_thread_;

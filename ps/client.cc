@@ -4,7 +4,8 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
-#include <unordered_map>
+
+#include "ps/key_index.h"
 
 namespace strata {
 namespace {
@@ -146,26 +147,31 @@ PsTicket PsClient::Sparse(uint32_t table, std::span<const uint64_t> keys, const 
   const TableSpec& spec = **spec_or;
   const uint32_t servers = static_cast<uint32_t>(servers_.size());
   const size_t dim = spec.dim;
-  // Per server: unique keys, their summed gradients, and where each goes back in `out`.
+  // Per server: distinct keys, their summed gradients, and which of them each of the call's
+  // keys (input position, position among the distinct) reads back into `out`.
   struct Slice {
     std::vector<uint64_t> keys;
     std::vector<float> grads;
-    std::vector<std::vector<size_t>> positions;
-    std::unordered_map<uint64_t, size_t> index;
+    std::vector<std::pair<uint32_t, uint32_t>> scatter;
   };
   std::vector<Slice> slices(servers);
+  KeyIndex index(keys.size());  // a key lives on one server: one index for all of them
+  for (Slice& s : slices) {
+    s.keys.reserve(keys.size() / servers + 1);
+    if (out) s.scatter.reserve(keys.size() / servers + 1);
+  }
   for (size_t i = 0; i < keys.size(); ++i) {
     Slice& s = slices[SparseServer(keys[i], servers)];
-    auto [it, fresh] = s.index.try_emplace(keys[i], s.keys.size());
+    bool fresh = false;
+    const uint32_t at = index.FindOrInsert(keys[i], static_cast<uint32_t>(s.keys.size()), &fresh);
     if (fresh) {
       s.keys.push_back(keys[i]);
-      s.positions.emplace_back();
       if (grads) s.grads.insert(s.grads.end(), grads + i * dim, grads + (i + 1) * dim);
     } else if (grads) {
-      float* sum = s.grads.data() + it->second * dim;
+      float* sum = s.grads.data() + static_cast<size_t>(at) * dim;
       for (size_t j = 0; j < dim; ++j) sum[j] += grads[i * dim + j];
     }
-    s.positions[it->second].push_back(i);
+    if (out) s.scatter.emplace_back(static_cast<uint32_t>(i), at);
   }
   for (uint32_t sv = 0; sv < servers; ++sv) {
     Slice& s = slices[sv];
@@ -193,12 +199,10 @@ PsTicket PsClient::Sparse(uint32_t table, std::span<const uint64_t> keys, const 
                         }};
     Send(part, timeout_);
     if (out) {
-      part.on_reply = [positions = std::move(s.positions), dim, n, out](const Message& reply) {
+      part.on_reply = [scatter = std::move(s.scatter), dim, n, out](const Message& reply) {
         STRATA_RETURN_IF_ERROR(CheckValues(reply, {static_cast<size_t>(n) * dim}));
         const auto* v = reinterpret_cast<const float*>(reply.payload(0).data());
-        for (size_t k = 0; k < positions.size(); ++k) {
-          for (size_t pos : positions[k]) std::memcpy(out + pos * dim, v + k * dim, dim * sizeof(float));
-        }
+        for (const auto& [pos, at] : scatter) std::memcpy(out + pos * dim, v + at * dim, dim * sizeof(float));
         return Status::OK();
       };
     }

@@ -1,7 +1,7 @@
-// server.cc: PsServer.
+// server.cc: PsServer: workers, tables, validation, pushes and pulls (clocks in
+// server_clocks.cc, statistics in server_stats.cc).
 #include "ps/server.h"
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -12,6 +12,7 @@
 #include "common/file.h"
 #include "offload/memory_row_store.h"
 #include "ps/optimizer.h"
+#include "ps/server_table.h"
 #include "ps/table_file.h"
 
 namespace strata {
@@ -19,6 +20,8 @@ namespace strata {
 namespace {
 
 constexpr size_t kMaxKeysPerRequest = 1 << 24;
+// Free snapshot buffers a dense table keeps for reuse (each one chunk).
+constexpr size_t kSnapshotPoolBuffers = 8;
 
 RowStore::Init MakeInit(const TableSpec& spec) {
   return [spec](uint64_t key, std::span<float> r) {
@@ -48,24 +51,6 @@ const float* AlignedFloats(const Buffer& b, std::vector<float>* scratch) {
 
 }  // namespace
 
-struct PsServer::Table {
-  TableSpec spec;
-  std::unique_ptr<RowStore> store;
-  RowStore::Init init;
-  int slots = 0;
-  // The last clock given to store->AdvanceClock (guarded by clock_mu_).
-  uint64_t store_clock = 0;
-  // BSP: summed gradients of each clock not yet applied, by key (sparse) or chunk (dense), and
-  // how many clocks have been applied. Pushes take only bsp_mu (no server-wide lock on the hot
-  // path); AdvanceLocked takes clock_mu_ then bsp_mu. applied_clock changes under both.
-  std::mutex bsp_mu;
-  std::map<int64_t, std::unordered_map<uint64_t, std::vector<float>>> pending;
-  int64_t applied_clock = 0;
-
-  uint32_t ValueFloats(uint64_t key) const {
-    return spec.kind == TableKind::kSparse ? spec.dim : spec.ChunkLength(key);
-  }
-};
 
 PsServer::PsServer(Node& node, ServerOptions options, StoreFactory store_factory)
     : node_(node), options_(options), store_factory_(std::move(store_factory)) {
@@ -203,6 +188,9 @@ Result<std::unique_ptr<PsServer::Table>> PsServer::MakeTableLocked(const TableSp
   t->store_clock = t->store->clock();
   t->init = MakeInit(spec);
   t->slots = spec.StateSlots();
+  if (spec.kind == TableKind::kDense) {
+    t->snapshots = std::make_unique<DenseSnapshots>(spec.RowFloats(), kSnapshotPoolBuffers);
+  }
   return t;
 }
 
@@ -241,14 +229,15 @@ Result<PsServer::Table*> PsServer::FindTable(uint32_t id) {
 Status PsServer::ValidateKeys(const Table& t, const Message& msg, bool with_grads,
                               std::vector<uint64_t>* keys, size_t* value_floats) {
   const TableSpec& spec = t.spec;
-  const std::string where = std::string(OpName(msg.op())) + " to table \"" + spec.name + "\": ";
-  if (msg.num_payloads() < 1) return Status::InvalidArgument(where + "no keys");
+  // Built only for an error: a valid request allocates nothing here.
+  auto where = [&] { return std::string(OpName(msg.op())) + " to table \"" + spec.name + "\": "; };
+  if (msg.num_payloads() < 1) return Status::InvalidArgument(where() + "no keys");
   const PayloadInfo k = msg.payload_info(0);
   if (k.dtype != DType::kI64 || k.shape.size() != 1) {
-    return Status::InvalidArgument(where + "keys must be a 1-D i64 payload");
+    return Status::InvalidArgument(where() + "keys must be a 1-D i64 payload");
   }
   const size_t n = static_cast<size_t>(k.shape[0]);
-  if (n > kMaxKeysPerRequest) return Status::InvalidArgument(where + std::to_string(n) + " keys is too many");
+  if (n > kMaxKeysPerRequest) return Status::InvalidArgument(where() + std::to_string(n) + " keys is too many");
   keys->resize(n);
   if (n) std::memcpy(keys->data(), k.buffer->data(), n * sizeof(uint64_t));
   const uint32_t servers = static_cast<uint32_t>(node_.view().Count(Role::kServer));
@@ -257,16 +246,16 @@ Status PsServer::ValidateKeys(const Table& t, const Message& msg, bool with_grad
   for (uint64_t key : *keys) {
     if (spec.kind == TableKind::kSparse) {
       if (SparseServer(key, servers) != me) {
-        return Status::InvalidArgument(where + "key " + std::to_string(key) + " belongs to server " +
+        return Status::InvalidArgument(where() + "key " + std::to_string(key) + " belongs to server " +
                                        std::to_string(SparseServer(key, servers)) + ", not " + std::to_string(me));
       }
     } else {
       if (key >= spec.NumChunks()) {
-        return Status::InvalidArgument(where + "chunk " + std::to_string(key) + " out of range (" +
+        return Status::InvalidArgument(where() + "chunk " + std::to_string(key) + " out of range (" +
                                        std::to_string(spec.NumChunks()) + " chunks)");
       }
       if (DenseServer(spec.id, key, servers) != me) {
-        return Status::InvalidArgument(where + "chunk " + std::to_string(key) + " belongs to server " +
+        return Status::InvalidArgument(where() + "chunk " + std::to_string(key) + " belongs to server " +
                                        std::to_string(DenseServer(spec.id, key, servers)));
       }
     }
@@ -274,7 +263,7 @@ Status PsServer::ValidateKeys(const Table& t, const Message& msg, bool with_grad
   }
   const size_t want = with_grads ? (spec.kind == TableKind::kSparse ? 2 : 1 + n) : 1;
   if (msg.num_payloads() != want) {
-    return Status::InvalidArgument(where + "expected " + std::to_string(want) + " payloads, got " +
+    return Status::InvalidArgument(where() + "expected " + std::to_string(want) + " payloads, got " +
                                    std::to_string(msg.num_payloads()));
   }
   if (!with_grads) return Status::OK();
@@ -282,7 +271,7 @@ Status PsServer::ValidateKeys(const Table& t, const Message& msg, bool with_grad
     const PayloadInfo g = msg.payload_info(i);
     const size_t floats = spec.kind == TableKind::kSparse ? n * spec.dim : t.ValueFloats((*keys)[i - 1]);
     if (g.dtype != DType::kF32 || g.buffer->size() != floats * sizeof(float)) {
-      return Status::InvalidArgument(where + "gradient payload " + std::to_string(i) + " must be " +
+      return Status::InvalidArgument(where() + "gradient payload " + std::to_string(i) + " must be " +
                                      std::to_string(floats) + " f32 values, got " +
                                      std::to_string(g.buffer->size()) + " bytes of " +
                                      std::string(DTypeName(g.dtype)));
@@ -326,25 +315,49 @@ void PsServer::HandlePush(Request& request) {
   const auto start = std::chrono::steady_clock::now();
 
   if (t.spec.consistency == Consistency::kBsp) {
-    std::lock_guard lock(t.bsp_mu);
+    std::unique_lock lock(t.bsp_mu);
     const int64_t clock = push.getClock();
-    if (clock < t.applied_clock) {
-      return fail(Status::FailedPrecondition(
-          "push to BSP table \"" + t.spec.name + "\" for clock " + std::to_string(clock) +
-          " arrived after that clock was applied (node " + std::to_string(msg.sender()) + ")"));
+    for (uint64_t key : keys) {  // every key checked before anything is added
+      if (clock < t.NextClockLocked(key)) {
+        return fail(Status::FailedPrecondition(
+            "push to BSP table \"" + t.spec.name + "\" for clock " + std::to_string(clock) +
+            " arrived after that clock was applied (node " + std::to_string(msg.sender()) + ")"));
+      }
+    }
+    if (t.spec.pushers > 0) {
+      for (size_t i = 1; i < keys.size(); ++i) {
+        if (std::find(keys.begin(), keys.begin() + i, keys[i]) != keys.begin() + i) {
+          return fail(Status::InvalidArgument("push to table \"" + t.spec.name + "\": chunk " +
+                                              std::to_string(keys[i]) + " twice in one push"));
+        }
+      }
     }
     auto& acc = t.pending[clock];
     for (size_t i = 0; i < keys.size(); ++i) {
       const uint32_t len = t.ValueFloats(keys[i]);
-      auto& sum = acc[keys[i]];
-      if (sum.empty()) sum.assign(len, 0.0f);
-      for (uint32_t j = 0; j < len; ++j) sum[j] += grad[i][j];
+      Table::Acc& a = acc[keys[i]];
+      if (a.sum.empty()) a.sum.assign(len, 0.0f);
+      for (uint32_t j = 0; j < len; ++j) a.sum[j] += grad[i][j];
+      ++a.pushes;
+    }
+    if (t.spec.pushers > 0) {
+      if (t.my_chunks == 0) {
+        t.my_chunks = ChunksOn(t.spec, static_cast<uint32_t>(node_.rank()),
+                               static_cast<uint32_t>(node_.view().Count(Role::kServer)));
+      }
+      for (uint64_t key : keys) t.ApplyCompleteLocked(key);
+      const bool advanced = t.ReadyClockLocked() > t.applied_clock;
+      lock.unlock();
+      if (advanced) AdvanceEarly(t);
     }
   } else {
     const OptimizerSpec& o = t.spec.optimizer;
     Status s = t.store->Update(keys, t.init, [&](size_t i, std::span<float> record) {
       ApplyUpdate(o, t.slots, record, static_cast<int>(t.ValueFloats(keys[i])), grad[i], 1.0f);
     });
+    if (t.snapshots) {
+      for (uint64_t key : keys) t.snapshots->Invalidate(key);
+    }
     if (!s.ok()) return fail(s.WithContext("push to table \"" + t.spec.name + "\""));
   }
   apply_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
@@ -359,16 +372,13 @@ void PsServer::HandlePush(Request& request) {
 // Pull
 
 Status PsServer::AnswerPull(Table& t, Request& request, const std::vector<uint64_t>& keys, size_t floats) {
+  if (t.snapshots) return AnswerDensePull(t, request, keys, floats);
   // Uninitialised (not a std::vector's zero fill): every float is written by the read below,
-  // and the fill would be one more pass over every chunk.
+  // and the fill would be one more pass over every row.
   std::shared_ptr<float[]> values(new float[floats]);
-  std::vector<size_t> offset(keys.size());
-  for (size_t i = 0, at = 0; i < keys.size(); ++i) {
-    offset[i] = at;
-    at += t.ValueFloats(keys[i]);
-  }
+  const size_t dim = t.spec.dim;
   Status s = t.store->Read(keys, t.init, [&](size_t i, std::span<const float> record) {
-    std::memcpy(values.get() + offset[i], record.data(), t.ValueFloats(keys[i]) * sizeof(float));
+    std::memcpy(values.get() + i * dim, record.data(), dim * sizeof(float));
   });
   if (!s.ok()) return s.WithContext("pull from table \"" + t.spec.name + "\"");
   ++pulls_;
@@ -376,42 +386,52 @@ Status PsServer::AnswerPull(Table& t, Request& request, const std::vector<uint64
   bytes_out_ += floats * sizeof(float);
   Message reply = request.MakeReply();
   reply.builder().getBody().setValues();
-  if (t.spec.kind == TableKind::kSparse) {
-    const int64_t n = static_cast<int64_t>(keys.size());
-    reply.AddPayload(DType::kF32, {n, static_cast<int64_t>(t.spec.dim)},
-                     Buffer(values.get(), floats * sizeof(float), values));
-  } else {
-    // One frame per chunk, all views of the same buffer.
-    for (size_t i = 0; i < keys.size(); ++i) {
-      const int64_t len = t.ValueFloats(keys[i]);
-      reply.AddPayload(DType::kF32, {len}, Buffer(values.get() + offset[i], len * sizeof(float), values));
-    }
-  }
+  const int64_t n = static_cast<int64_t>(keys.size());
+  reply.AddPayload(DType::kF32, {n, static_cast<int64_t>(dim)}, Buffer(values.get(), floats * sizeof(float), values));
   request.Reply(std::move(reply));
   return Status::OK();
 }
 
-bool PsServer::PullReadyLocked(const Table& t, int64_t clock, Status* error) const {
-  switch (t.spec.consistency) {
-    case Consistency::kAsp:
-      return true;
-    case Consistency::kBsp:
-      if (!lost_trainers_.empty() && t.applied_clock < clock) {
-        *error = Status::Aborted("BSP table \"" + t.spec.name + "\" cannot reach clock " +
-                                 std::to_string(clock) + ": lost " + lost_trainers_.begin()->second);
-        return true;
-      }
-      return t.applied_clock >= clock;
-    case Consistency::kSsp:
-      return MinClockLocked() >= clock - static_cast<int64_t>(t.spec.staleness);
+Status PsServer::AnswerDensePull(Table& t, Request& request, const std::vector<uint64_t>& keys, size_t floats) {
+  // The chunks' snapshots; the stale ones are read from the store into fresh buffers (each read
+  // visits a record under the store's lock, so it sees an update whole or not at all).
+  std::vector<std::shared_ptr<const float>> values(keys.size());
+  std::vector<uint64_t> versions(keys.size());
+  std::vector<uint64_t> stale_keys;
+  std::vector<size_t> stale_index;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    DenseSnapshots::Lookup l = t.snapshots->Get(keys[i]);
+    values[i] = std::move(l.values);
+    versions[i] = l.version;
+    if (!values[i]) {
+      stale_keys.push_back(keys[i]);
+      stale_index.push_back(i);
+    }
   }
-  return true;
-}
-
-int64_t PsServer::MinClockLocked() const {
-  int64_t m = std::numeric_limits<int64_t>::max();
-  for (const auto& [id, c] : trainer_clock_) m = std::min(m, c);
-  return m;
+  if (!stale_keys.empty()) {
+    std::vector<std::shared_ptr<float>> fresh(stale_keys.size());
+    for (auto& f : fresh) f = t.snapshots->Acquire();
+    Status s = t.store->Read(stale_keys, t.init, [&](size_t j, std::span<const float> record) {
+      std::memcpy(fresh[j].get(), record.data(), t.ValueFloats(stale_keys[j]) * sizeof(float));
+    });
+    if (!s.ok()) return s.WithContext("pull from table \"" + t.spec.name + "\"");
+    for (size_t j = 0; j < stale_keys.size(); ++j) {
+      const size_t i = stale_index[j];
+      values[i] = std::move(fresh[j]);
+      t.snapshots->Publish(keys[i], versions[i], values[i]);
+    }
+  }
+  ++pulls_;
+  keys_pulled_ += keys.size();
+  bytes_out_ += floats * sizeof(float);
+  Message reply = request.MakeReply();
+  reply.builder().getBody().setValues();
+  for (size_t i = 0; i < keys.size(); ++i) {  // one frame per chunk, sent without a copy
+    const int64_t len = t.ValueFloats(keys[i]);
+    reply.AddPayload(DType::kF32, {len}, Buffer(values[i].get(), len * sizeof(float), values[i]));
+  }
+  request.Reply(std::move(reply));
+  return Status::OK();
 }
 
 void PsServer::HandlePull(Request& request) {
@@ -443,154 +463,5 @@ void PsServer::HandlePull(Request& request) {
   }
   if (Status s = AnswerPull(t, request, keys, floats); !s.ok()) fail(s);
 }
-
-// ---------------------------------------------------------------------------------------------
-// Clocks
-
-void PsServer::HandleClock(Request& request) {
-  const uint32_t sender = request.message().sender();
-  const int64_t finished = request.message().reader().getBody().getClock().getClock();
-  std::vector<Parked> ready;
-  {
-    std::lock_guard lock(clock_mu_);
-    if (trainer_clock_.empty() && lost_trainers_.empty()) {
-      for (const NodeInfo& n : node_.view().WithRole(Role::kTrainer)) {
-        if (n.alive) trainer_clock_[n.id] = 0;
-      }
-    }
-    auto it = trainer_clock_.find(sender);
-    if (it == trainer_clock_.end()) {
-      ++errors_;
-      return request.ReplyError(Status::FailedPrecondition(
-          "clock from node " + std::to_string(sender) + ", which is not a live trainer"));
-    }
-    it->second = std::max(it->second, finished + 1);
-    AdvanceLocked(&ready);
-  }
-  request.Reply(request.MakeReply());
-  for (Parked& p : ready) HandlePull(p.request);  // re-checks and answers (or re-parks)
-}
-
-void PsServer::AdvanceLocked(std::vector<Parked>* ready) {
-  const int64_t min_clock = MinClockLocked();
-  const float live = static_cast<float>(std::max<size_t>(1, trainer_clock_.size()));
-  std::shared_lock tables_lock(tables_mu_);
-  for (auto& [id, tp] : tables_) {
-    Table& t = *tp;
-    if (t.spec.consistency != Consistency::kBsp) continue;
-    std::lock_guard bsp_lock(t.bsp_mu);
-    while (t.applied_clock < min_clock && min_clock != std::numeric_limits<int64_t>::max()) {
-      if (auto it = t.pending.find(t.applied_clock); it != t.pending.end()) {
-        std::vector<uint64_t> keys;
-        std::vector<const float*> grads;
-        for (auto& [key, g] : it->second) {
-          keys.push_back(key);
-          grads.push_back(g.data());
-        }
-        const float scale = t.spec.aggregate == Aggregate::kMean ? 1.0f / live : 1.0f;
-        Status s = t.store->Update(keys, t.init, [&](size_t i, std::span<float> record) {
-          ApplyUpdate(t.spec.optimizer, t.slots, record, static_cast<int>(t.ValueFloats(keys[i])),
-                      grads[i], scale);
-        });
-        if (!s.ok()) spdlog::error("server: applying clock {} of table \"{}\": {}", t.applied_clock, t.spec.name, s.ToString());
-        t.pending.erase(it);
-      }
-      ++t.applied_clock;
-    }
-  }
-  // Stores act on clock boundaries (expiry, scheduled checkpoints) after BSP applied the clock.
-  if (min_clock != std::numeric_limits<int64_t>::max()) {
-    const uint64_t clock = static_cast<uint64_t>(min_clock);
-    for (auto& [id, tp] : tables_) {
-      Table& t = *tp;
-      if (clock <= t.store_clock) continue;
-      t.store_clock = clock;
-      if (Status s = t.store->AdvanceClock(clock); !s.ok()) {
-        spdlog::error("server: table \"{}\" at clock {}: {}", t.spec.name, clock, s.ToString());
-      }
-    }
-  }
-  for (auto it = parked_.begin(); it != parked_.end();) {
-    Status error;
-    if (PullReadyLocked(*it->table, it->clock, &error)) {
-      ready->push_back(std::move(*it));
-      it = parked_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-}
-
-void PsServer::OnNodeEvent(const NodeEvent& e) {
-  if (e.kind != NodeEvent::Kind::kDead || e.node.role != Role::kTrainer) return;
-  std::vector<Parked> ready;
-  {
-    std::lock_guard lock(clock_mu_);
-    if (trainer_clock_.empty() && lost_trainers_.empty()) {
-      for (const NodeInfo& n : e.view.WithRole(Role::kTrainer)) trainer_clock_[n.id] = 0;
-    }
-    trainer_clock_.erase(e.node.id);
-    lost_trainers_[e.node.id] = e.node.Describe();
-    AdvanceLocked(&ready);
-  }
-  // Runs on the I/O thread: answering parked pulls only reads and sends, it does not block.
-  for (Parked& p : ready) HandlePull(p.request);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Statistics
-
-std::string PsServer::StatsJson() const {
-  nlohmann::json j;
-  j["uptime_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-  j["requests"] = requests_.load();
-  j["pushes"] = pushes_.load();
-  j["pulls"] = pulls_.load();
-  j["keys_pushed"] = keys_pushed_.load();
-  j["keys_pulled"] = keys_pulled_.load();
-  j["bytes_in"] = bytes_in_.load();
-  j["bytes_out"] = bytes_out_.load();
-  j["apply_ms"] = apply_ns_.load() / 1e6;
-  j["errors"] = errors_.load();
-  j["queue_depth"] = queued_.load();
-  nlohmann::json tables = nlohmann::json::array();
-  {
-    std::shared_lock lock(tables_mu_);
-    for (const auto& [id, t] : tables_) {
-      const RowStoreStats s = t->store->stats();
-      tables.push_back({{"id", id}, {"name", t->spec.name}, {"records", s.records},
-                        {"bytes_in_memory", s.bytes_in_memory}, {"hits", s.hits}, {"misses", s.misses}});
-    }
-  }
-  j["tables"] = tables;
-  {
-    std::lock_guard lock(clock_mu_);
-    j["parked_pulls"] = parked_.size();
-    nlohmann::json clocks;
-    for (const auto& [id, c] : trainer_clock_) clocks[std::to_string(id)] = c;
-    j["trainer_clocks"] = clocks;
-  }
-  return j.dump();
-}
-
-std::string PsServer::StatsLine() const {
-  const double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-  const double requests = static_cast<double>(requests_.load());
-  std::string line = fmt::format(
-      "{} pulls, {} pushes ({:.0f} requests/s), keys {} pulled / {} pushed, {:.1f} MiB in / {:.1f} MiB out, "
-      "apply {:.1f} s, queue {}, errors {}",
-      pulls_.load(), pushes_.load(), up > 0 ? requests / up : 0.0, keys_pulled_.load(), keys_pushed_.load(),
-      bytes_in_.load() / 1048576.0, bytes_out_.load() / 1048576.0, apply_ns_.load() / 1e9, queued_.load(),
-      errors_.load());
-  std::shared_lock lock(tables_mu_);
-  for (const auto& [id, t] : tables_) {
-    const RowStoreStats st = t->store->stats();
-    line += fmt::format("; {}: {} rows, {:.1f} MiB in DRAM", t->spec.name, st.records, st.bytes_in_memory / 1048576.0);
-  }
-  return line;
-}
-
-// Periodic statistics are for whoever turned log.level to debug; the JSON stays on getStats.
-void PsServer::LogStats() { spdlog::debug("server stats: {}", StatsLine()); }
 
 }  // namespace strata

@@ -5,7 +5,15 @@
 //   SSP(s)  pushes apply as they arrive; a pull at clock c waits until the slowest live
 //           trainer has finished clock c - s (s = 0 waits like BSP).
 //   BSP     the trainers' pushes of clock c are combined (sum or mean) and applied once, when
-//           every trainer has finished c; a pull at clock c waits for that.
+//           every trainer has finished c; a pull at clock c waits for that. A dense table with
+//           spec.pushers > 0 applies each chunk as soon as that many pushes of it for c arrived,
+//           and its pulls at c + 1 are answered once all its chunks here are applied, without
+//           waiting for the clock messages. Either way a chunk's pushes are summed in the order
+//           they arrived, from zero, then scaled (mean: by 1/pushers, or 1/live trainers when
+//           applied at the clock), then applied once: the same floats whichever path applies it.
+//   Dense pulls are answered with reference-counted snapshots of the chunks
+//           (dense_snapshots.h): no copy for a chunk not updated since its last pull, and never a
+//           half-applied update.
 // Requests from one sender are handled in order (one worker queue per sender), so a trainer's
 // clock message is processed after its pushes. Every request is validated completely before
 // anything is applied: a bad one gets an error reply and changes nothing.
@@ -87,11 +95,15 @@ class PsServer {
   Status ValidateKeys(const Table& t, const Message& msg, bool with_grads, std::vector<uint64_t>* keys,
                       size_t* value_floats);
   Status AnswerPull(Table& t, Request& request, const std::vector<uint64_t>& keys, size_t floats);
+  Status AnswerDensePull(Table& t, Request& request, const std::vector<uint64_t>& keys, size_t floats);
   // Is a pull of `t` at `clock` allowed now? Expects clock_mu_ held. Sets *error if it never will.
   bool PullReadyLocked(const Table& t, int64_t clock, Status* error) const;
   int64_t MinClockLocked() const;
-  // Applies BSP accumulations up to the min clock and answers parked pulls that became ready.
+  // Applies BSP accumulations up to the min clock and takes the parked pulls that became ready.
   void AdvanceLocked(std::vector<Parked>* ready);
+  void TakeReadyLocked(std::vector<Parked>* ready);
+  // A BSP table with pushers finished a clock before the clock messages: answers its pulls.
+  void AdvanceEarly(Table& t);
 
   Node& node_;
   const ServerOptions options_;

@@ -38,6 +38,10 @@ Status TableSpec::Validate() const {
   if (init.kind == InitKind::kUniform && !(init.a < init.b)) return bad("init: uniform needs a < b");
   if (init.kind == InitKind::kNormal && !(init.b >= 0)) return bad("init: normal needs stddev b >= 0");
   if (consistency == Consistency::kSsp && staleness > 1000000) return bad("staleness is absurd");
+  if (pushers > 0 && (kind != TableKind::kDense || consistency != Consistency::kBsp)) {
+    return bad("pushers is for dense BSP tables only");
+  }
+  if (pushers > (1u << 20)) return bad("pushers must be at most 2^20, got " + std::to_string(pushers));
   if (!init.shard.whole()) {
     STRATA_RETURN_IF_ERROR(init.shard.Validate("table " + name + ": init shard"));
     const Shape local = init.shard.LocalShape();
@@ -102,6 +106,7 @@ void ToWire(const TableSpec& in, wire::TableSpec::Builder out) {
   out.setConsistency(static_cast<wire::ConsistencyMode>(in.consistency));
   out.setStaleness(in.staleness);
   out.setAggregate(static_cast<wire::Aggregate>(in.aggregate));
+  out.setPushers(in.pushers);
 }
 
 TableSpec FromWire(wire::TableSpec::Reader in) {
@@ -129,6 +134,7 @@ TableSpec FromWire(wire::TableSpec::Reader in) {
   t.consistency = static_cast<Consistency>(in.getConsistency());
   t.staleness = in.getStaleness();
   t.aggregate = static_cast<Aggregate>(in.getAggregate());
+  t.pushers = in.getPushers();
   return t;
 }
 

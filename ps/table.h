@@ -79,6 +79,12 @@ struct TableSpec {
   Consistency consistency = Consistency::kAsp;
   uint32_t staleness = 0;      // ssp
   Aggregate aggregate = Aggregate::kMean;
+  // Dense BSP only: how many trainers push each chunk per clock. Nonzero: a chunk's clock is
+  // applied as soon as that many pushes of it arrived (mean: divided by pushers), and pulls of
+  // the next clock are answered once every chunk is, without waiting for the clock messages
+  // (what a trainer that pulls the next step's parameters early needs). 0: applied when every
+  // live trainer finished the clock (mean: divided by the live trainers).
+  uint32_t pushers = 0;
 
   bool operator==(const TableSpec&) const = default;
 

@@ -1,11 +1,14 @@
 // ps_test.cc: parameter servers as real processes on loopback (a scheduler and 2 strata-server
 // processes; 3 trainers in this process, each with its own sockets): BSP reproduces the
 // single-process computation, ASP applies concurrent pushes exactly once, bad requests get
-// errors and change nothing, and the servers shut down cleanly at the end.
+// errors and change nothing, every dense pull under concurrent pushes is one applied version
+// (never a mix), a BSP table with pushers answers the next clock's pulls before the clock
+// messages and ends bit-identical to one without, and the servers shut down cleanly at the end.
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <future>
 #include <thread>
@@ -242,6 +245,115 @@ TEST_F(PsProcessTest, BadRequestsGetErrorsAndChangeNothing) {
   PsTicket q = clients_[0]->PullDense(1, after.data());
   ASSERT_TRUE(clients_[0]->Wait(q).ok());
   EXPECT_EQ(before, after);
+}
+
+
+TEST_F(PsProcessTest, ConcurrentDensePullsSeeWholeVersionsOnly) {
+  // One chunk of 64 Ki floats (over ZeroMQ's zero-copy threshold), starting at zero; every push
+  // of -1 with SGD lr 1 adds 1 to every element, so version k is k everywhere. Trainers 1 and 2
+  // push while trainer 0 keeps pulls in flight: a pulled chunk must be one k throughout, never
+  // part of one version and part of the next, and one puller's versions never go back.
+  OptimizerSpec sgd;
+  sgd.lr = 1.0f;
+  TableSpec t = MakeTable(1, TableKind::kDense, Consistency::kAsp, sgd);
+  t.numel = 1 << 16;
+  t.chunk_floats = 1 << 16;
+  t.init = {};
+  for (auto& c : clients_) ASSERT_TRUE(c->CreateTable(t).ok());
+  const int pushes = 150;
+  std::atomic<int> pushers_done{0};
+  std::vector<std::thread> threads;
+  for (int tr = 1; tr < kTrainers; ++tr) {
+    threads.emplace_back([&, tr] {
+      std::vector<float> g(t.numel, -1.0f);
+      for (int p = 0; p < pushes; ++p) {
+        PsTicket tk = clients_[tr]->PushDense(1, g.data());
+        ASSERT_TRUE(clients_[tr]->Wait(tk).ok());
+      }
+      ++pushers_done;
+    });
+  }
+  constexpr int kInFlight = 4;
+  std::vector<std::vector<float>> out(kInFlight, std::vector<float>(t.numel));
+  float last = 0;
+  int pulls = 0, mixed = 0, backwards = 0;
+  auto check = [&](const std::vector<float>& v) {
+    ++pulls;
+    const bool whole = std::all_of(v.begin(), v.end(), [&](float x) { return x == v[0]; });
+    if (!whole || v[0] != std::floor(v[0]) || v[0] < 0 || v[0] > 2 * pushes) ++mixed;
+    if (v[0] < last) ++backwards;
+    last = std::max(last, v[0]);
+  };
+  while (pushers_done < kTrainers - 1) {
+    std::vector<PsTicket> tickets;
+    for (int i = 0; i < kInFlight; ++i) tickets.push_back(clients_[0]->PullDense(1, out[i].data()));
+    for (int i = 0; i < kInFlight; ++i) {
+      ASSERT_TRUE(clients_[0]->Wait(tickets[i]).ok());
+      check(out[i]);
+    }
+  }
+  for (auto& th : threads) th.join();
+  PsTicket final_pull = clients_[0]->PullDense(1, out[0].data());
+  ASSERT_TRUE(clients_[0]->Wait(final_pull).ok());
+  check(out[0]);
+  EXPECT_EQ(mixed, 0) << "of " << pulls << " pulls";
+  EXPECT_EQ(backwards, 0) << "of " << pulls << " pulls";
+  EXPECT_EQ(out[0][0], 2.0f * pushes);
+}
+
+TEST_F(PsProcessTest, BspPushersAnswerTheNextClockEarlyAndMatchTheClockedTable) {
+  OptimizerSpec sgd;
+  sgd.lr = 0.5f;
+  sgd.momentum = 0.5f;
+  TableSpec early = MakeTable(1, TableKind::kDense, Consistency::kBsp, sgd);
+  early.pushers = kTrainers;
+  TableSpec clocked = MakeTable(2, TableKind::kDense, Consistency::kBsp, sgd);
+  for (auto& c : clients_) {
+    ASSERT_TRUE(c->CreateTable(early).ok());
+    ASSERT_TRUE(c->CreateTable(clocked).ok());
+  }
+  // Multiples of 1/4 small enough that every partial sum is exact: the sum is the same floats in
+  // any arrival order, so both tables and the reference below must agree bit for bit.
+  auto grad = [](int tr, int k, size_t i) { return 0.25f * static_cast<float>((tr + 2 * k + static_cast<int>(i)) % 9 - 4); };
+  const int steps = 3;
+  std::vector<float> early_out(1000), clocked_out(1000);
+  for (int k = 0; k < steps; ++k) {
+    for (int tr : {1, 2, 0}) {
+      std::vector<float> g(1000);
+      for (size_t i = 0; i < g.size(); ++i) g[i] = grad(tr, k, i);
+      PsTicket a = clients_[tr]->PushDense(1, g.data());
+      PsTicket b = clients_[tr]->PushDense(2, g.data());
+      ASSERT_TRUE(clients_[tr]->Wait(a).ok());
+      ASSERT_TRUE(clients_[tr]->Wait(b).ok());
+    }
+    // Trainer 0 finishes clock k and pulls at k + 1 while trainers 1 and 2 have not finished k:
+    // answered because every chunk has had its 3 pushes (the clocked table would wait).
+    ASSERT_TRUE(clients_[0]->Clock().ok());
+    PsTicket p = clients_[0]->PullDense(1, early_out.data());
+    ASSERT_TRUE(clients_[0]->Wait(p, Millis(20000)).ok()) << "clock " << k;
+    ASSERT_TRUE(clients_[1]->Clock().ok());
+    ASSERT_TRUE(clients_[2]->Clock().ok());
+  }
+  PsTicket q = clients_[0]->PullDense(2, clocked_out.data());
+  ASSERT_TRUE(clients_[0]->Wait(q).ok());
+  EXPECT_EQ(std::memcmp(early_out.data(), clocked_out.data(), 1000 * sizeof(float)), 0);
+  // One process, the same updates through the same kernel, chunk by chunk.
+  for (uint64_t c = 0; c < early.NumChunks(); ++c) {
+    const uint32_t len = early.ChunkLength(c);
+    std::vector<float> record(early.RecordWidth(), 0.0f);
+    InitDenseValues(early.init, c * early.chunk_floats, std::span<float>(record).first(len));
+    SetRecordStep(record, 0);
+    for (int k = 0; k < steps; ++k) {
+      std::vector<float> sum(len, 0.0f);
+      for (int tr : {1, 2, 0}) {
+        for (uint32_t j = 0; j < len; ++j) sum[j] += grad(tr, k, c * early.chunk_floats + j);
+      }
+      ApplyUpdate(sgd, early.StateSlots(), record, static_cast<int>(len), sum.data(), 1.0f / kTrainers);
+    }
+    for (uint32_t j = 0; j < len; ++j) {
+      ASSERT_EQ(early_out[c * early.chunk_floats + j], record[j]) << "chunk " << c << " element " << j;
+    }
+  }
 }
 
 }  // namespace

@@ -27,6 +27,9 @@ struct PsBenchOptions {
   std::string dense_sizes = "1MiB,4MiB,16MiB,64MiB";
   std::string batches = "1000,10000,100000";
   std::string dims = "16,32,128";
+  // The wide part of a click-through-rate model: narrow rows in huge batches, measured too.
+  std::string wide_batches = "100000,1000000";
+  std::string wide_dims = "1,8";
   double seconds = 0.5;  // time spent on each measurement (at least 3 repetitions)
   uint64_t key_space = 10000000;
 };
@@ -120,10 +123,17 @@ constexpr int kDenseRounds = 3;
 Result<Report> Run(const PsBenchOptions& o) {
   const std::string bin = std::filesystem::canonical("/proc/self/exe").parent_path().string();
   STRATA_ASSIGN_OR_RETURN(auto dense_sizes, ParseByteSizes(o.dense_sizes));
-  std::vector<int> server_counts, batches, dims;
+  std::vector<int> server_counts;
   for (auto& s : SplitList(o.servers)) server_counts.push_back(std::stoi(s));
-  for (auto& s : SplitList(o.batches)) batches.push_back(std::stoi(s));
-  for (auto& s : SplitList(o.dims)) dims.push_back(std::stoi(s));
+  // (dim, batches) sweeps: the usual rows, then the wide part's.
+  std::vector<std::pair<int, std::vector<int>>> sweeps;
+  auto add_sweep = [&](const std::string& dims, const std::string& batches) {
+    std::vector<int> b;
+    for (auto& s : SplitList(batches)) b.push_back(std::stoi(s));
+    for (auto& d : SplitList(dims)) sweeps.push_back({std::stoi(d), b});
+  };
+  add_sweep(o.dims, o.batches);
+  if (!o.wide_dims.empty()) add_sweep(o.wide_dims, o.wide_batches);
 
   // The raw peer first: forking is only safe before this process starts threads.
   STRATA_ASSIGN_OR_RETURN(auto echo, EchoServerProcess::Fork({"tcp"}, Millis(20000)));
@@ -132,7 +142,8 @@ Result<Report> Run(const PsBenchOptions& o) {
   Report report;
   report.benchmark = "ps";
   report.config = {{"servers", o.servers}, {"dense_sizes", o.dense_sizes}, {"batches", o.batches},
-                   {"dims", o.dims}, {"seconds", o.seconds}};
+                   {"dims", o.dims}, {"wide_batches", o.wide_batches}, {"wide_dims", o.wide_dims},
+                   {"seconds", o.seconds}};
   Table dense("dense tables: whole-tensor push and pull through the servers, beside raw ZeroMQ",
               {{"servers", "servers", Table::Format::kInteger},
                {"size", "bytes", Table::Format::kBytes},
@@ -229,7 +240,7 @@ Result<Report> Run(const PsBenchOptions& o) {
       dense.AddRow({servers, size, Median(push), Median(pull), Median(raw), Median(push_ratio),
                     Median(pull_ratio), Median(chunked), Median(push_cratio), Median(pull_cratio)});
     }
-    for (int dim : dims) {
+    for (const auto& [dim, batches] : sweeps) {
       TableSpec t;
       t.id = next_table++;
       t.name = "sparse" + std::to_string(t.id);
@@ -240,7 +251,7 @@ Result<Report> Run(const PsBenchOptions& o) {
       STRATA_RETURN_IF_ERROR(client.CreateTable(t));
       for (int batch : batches) {
         Zipf zipf(1.1, 1000000, 7);
-        std::vector<std::vector<uint64_t>> key_sets(16);
+        std::vector<std::vector<uint64_t>> key_sets(std::clamp(4000000 / batch, 2, 16));
         for (auto& ks : key_sets) {
           ks.resize(batch);
           for (auto& k : ks) k = zipf.Next() % o.key_space;
@@ -285,6 +296,8 @@ BenchFn SetupPsBench(CLI::App& app) {
   app.add_option("--dense-sizes", o->dense_sizes, "dense tensor sizes");
   app.add_option("--batches", o->batches, "sparse keys per call");
   app.add_option("--dims", o->dims, "sparse row widths");
+  app.add_option("--wide-batches", o->wide_batches, "keys per call of the wide (narrow-row) sweep");
+  app.add_option("--wide-dims", o->wide_dims, "row widths of the wide sweep (empty: skip it)");
   app.add_option("--seconds", o->seconds, "time per measurement")->check(CLI::Range(0.01, 60.0));
   return [o] { return Run(*o); };
 }

@@ -1,0 +1,146 @@
+// server_clocks.cc: PsServer's clocks: trainers' clock messages, applying BSP clocks, answering
+// the pulls parked until their clock, and trainers lost.
+#include "ps/server.h"
+
+#include <limits>
+
+#include "ps/server_table.h"
+
+namespace strata {
+
+bool PsServer::PullReadyLocked(const Table& t, int64_t clock, Status* error) const {
+  switch (t.spec.consistency) {
+    case Consistency::kAsp:
+      return true;
+    case Consistency::kBsp:
+      if (!lost_trainers_.empty() && t.applied_clock < clock) {
+        *error = Status::Aborted("BSP table \"" + t.spec.name + "\" cannot reach clock " +
+                                 std::to_string(clock) + ": lost " + lost_trainers_.begin()->second);
+        return true;
+      }
+      return t.applied_clock >= clock;
+    case Consistency::kSsp:
+      return MinClockLocked() >= clock - static_cast<int64_t>(t.spec.staleness);
+  }
+  return true;
+}
+
+int64_t PsServer::MinClockLocked() const {
+  int64_t m = std::numeric_limits<int64_t>::max();
+  for (const auto& [id, c] : trainer_clock_) m = std::min(m, c);
+  return m;
+}
+
+
+void PsServer::HandleClock(Request& request) {
+  const uint32_t sender = request.message().sender();
+  const int64_t finished = request.message().reader().getBody().getClock().getClock();
+  std::vector<Parked> ready;
+  {
+    std::lock_guard lock(clock_mu_);
+    if (trainer_clock_.empty() && lost_trainers_.empty()) {
+      for (const NodeInfo& n : node_.view().WithRole(Role::kTrainer)) {
+        if (n.alive) trainer_clock_[n.id] = 0;
+      }
+    }
+    auto it = trainer_clock_.find(sender);
+    if (it == trainer_clock_.end()) {
+      ++errors_;
+      return request.ReplyError(Status::FailedPrecondition(
+          "clock from node " + std::to_string(sender) + ", which is not a live trainer"));
+    }
+    it->second = std::max(it->second, finished + 1);
+    AdvanceLocked(&ready);
+  }
+  request.Reply(request.MakeReply());
+  for (Parked& p : ready) HandlePull(p.request);  // re-checks and answers (or re-parks)
+}
+
+void PsServer::AdvanceLocked(std::vector<Parked>* ready) {
+  const int64_t min_clock = MinClockLocked();
+  const float live = static_cast<float>(std::max<size_t>(1, trainer_clock_.size()));
+  std::shared_lock tables_lock(tables_mu_);
+  for (auto& [id, tp] : tables_) {
+    Table& t = *tp;
+    if (t.spec.consistency != Consistency::kBsp) continue;
+    std::lock_guard bsp_lock(t.bsp_mu);
+    const float scale = t.spec.aggregate == Aggregate::kMean ? 1.0f / live : 1.0f;
+    while (t.applied_clock < min_clock && min_clock != std::numeric_limits<int64_t>::max()) {
+      if (auto it = t.pending.find(t.applied_clock); it != t.pending.end()) {
+        for (auto& [key, acc] : it->second) t.ApplyAcc(key, acc, scale, t.applied_clock);
+        t.pending.erase(it);
+      }
+      t.early_done.erase(t.applied_clock);
+      ++t.applied_clock;
+    }
+    if (t.spec.pushers > 0) {
+      // Chunks held back behind an incomplete clock that the clock message just applied.
+      std::vector<uint64_t> waiting;
+      for (const auto& [clock, accs] : t.pending) {
+        for (const auto& [key, acc] : accs) waiting.push_back(key);
+      }
+      for (uint64_t key : waiting) t.ApplyCompleteLocked(key);
+      t.applied_clock = t.ReadyClockLocked();
+      std::erase_if(t.chunk_clock, [&](const auto& kv) { return kv.second <= t.applied_clock; });
+      std::erase_if(t.early_done, [&](const auto& kv) { return kv.first < t.applied_clock; });
+    }
+  }
+  // Stores act on clock boundaries (expiry, scheduled checkpoints) after BSP applied the clock.
+  if (min_clock != std::numeric_limits<int64_t>::max()) {
+    const uint64_t clock = static_cast<uint64_t>(min_clock);
+    for (auto& [id, tp] : tables_) {
+      Table& t = *tp;
+      if (clock <= t.store_clock) continue;
+      t.store_clock = clock;
+      if (Status s = t.store->AdvanceClock(clock); !s.ok()) {
+        spdlog::error("server: table \"{}\" at clock {}: {}", t.spec.name, clock, s.ToString());
+      }
+    }
+  }
+  TakeReadyLocked(ready);
+}
+
+void PsServer::TakeReadyLocked(std::vector<Parked>* ready) {
+  for (auto it = parked_.begin(); it != parked_.end();) {
+    Status error;
+    if (PullReadyLocked(*it->table, it->clock, &error)) {
+      ready->push_back(std::move(*it));
+      it = parked_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void PsServer::AdvanceEarly(Table& t) {
+  std::vector<Parked> ready;
+  {
+    std::lock_guard lock(clock_mu_);
+    {
+      std::lock_guard bsp_lock(t.bsp_mu);
+      t.applied_clock = std::max(t.applied_clock, t.ReadyClockLocked());
+      std::erase_if(t.chunk_clock, [&](const auto& kv) { return kv.second <= t.applied_clock; });
+      std::erase_if(t.early_done, [&](const auto& kv) { return kv.first < t.applied_clock; });
+    }
+    TakeReadyLocked(&ready);
+  }
+  for (Parked& p : ready) HandlePull(p.request);
+}
+
+void PsServer::OnNodeEvent(const NodeEvent& e) {
+  if (e.kind != NodeEvent::Kind::kDead || e.node.role != Role::kTrainer) return;
+  std::vector<Parked> ready;
+  {
+    std::lock_guard lock(clock_mu_);
+    if (trainer_clock_.empty() && lost_trainers_.empty()) {
+      for (const NodeInfo& n : e.view.WithRole(Role::kTrainer)) trainer_clock_[n.id] = 0;
+    }
+    trainer_clock_.erase(e.node.id);
+    lost_trainers_[e.node.id] = e.node.Describe();
+    AdvanceLocked(&ready);
+  }
+  // Runs on the I/O thread: answering parked pulls only reads and sends, it does not block.
+  for (Parked& p : ready) HandlePull(p.request);
+}
+
+}  // namespace strata

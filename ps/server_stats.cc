@@ -1,0 +1,64 @@
+// server_stats.cc: PsServer's statistics (getStats JSON, the log line).
+#include "ps/server.h"
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "ps/server_table.h"
+
+namespace strata {
+
+std::string PsServer::StatsJson() const {
+  nlohmann::json j;
+  j["uptime_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  j["requests"] = requests_.load();
+  j["pushes"] = pushes_.load();
+  j["pulls"] = pulls_.load();
+  j["keys_pushed"] = keys_pushed_.load();
+  j["keys_pulled"] = keys_pulled_.load();
+  j["bytes_in"] = bytes_in_.load();
+  j["bytes_out"] = bytes_out_.load();
+  j["apply_ms"] = apply_ns_.load() / 1e6;
+  j["errors"] = errors_.load();
+  j["queue_depth"] = queued_.load();
+  nlohmann::json tables = nlohmann::json::array();
+  {
+    std::shared_lock lock(tables_mu_);
+    for (const auto& [id, t] : tables_) {
+      const RowStoreStats s = t->store->stats();
+      tables.push_back({{"id", id}, {"name", t->spec.name}, {"records", s.records},
+                        {"bytes_in_memory", s.bytes_in_memory}, {"hits", s.hits}, {"misses", s.misses}});
+    }
+  }
+  j["tables"] = tables;
+  {
+    std::lock_guard lock(clock_mu_);
+    j["parked_pulls"] = parked_.size();
+    nlohmann::json clocks;
+    for (const auto& [id, c] : trainer_clock_) clocks[std::to_string(id)] = c;
+    j["trainer_clocks"] = clocks;
+  }
+  return j.dump();
+}
+
+std::string PsServer::StatsLine() const {
+  const double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  const double requests = static_cast<double>(requests_.load());
+  std::string line = fmt::format(
+      "{} pulls, {} pushes ({:.0f} requests/s), keys {} pulled / {} pushed, {:.1f} MiB in / {:.1f} MiB out, "
+      "apply {:.1f} s, queue {}, errors {}",
+      pulls_.load(), pushes_.load(), up > 0 ? requests / up : 0.0, keys_pulled_.load(), keys_pushed_.load(),
+      bytes_in_.load() / 1048576.0, bytes_out_.load() / 1048576.0, apply_ns_.load() / 1e9, queued_.load(),
+      errors_.load());
+  std::shared_lock lock(tables_mu_);
+  for (const auto& [id, t] : tables_) {
+    const RowStoreStats st = t->store->stats();
+    line += fmt::format("; {}: {} rows, {:.1f} MiB in DRAM", t->spec.name, st.records, st.bytes_in_memory / 1048576.0);
+  }
+  return line;
+}
+
+// Periodic statistics are for whoever turned log.level to debug; the JSON stays on getStats.
+void PsServer::LogStats() { spdlog::debug("server stats: {}", StatsLine()); }
+
+}  // namespace strata

@@ -1,0 +1,100 @@
+// server_table.h: PsServer::Table, one table as a server holds it (its store, dense pull
+// snapshots, and the BSP accumulations not yet applied). Internal to ps/server*.cc.
+#pragma once
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "ps/dense_snapshots.h"
+#include "ps/optimizer.h"
+#include "ps/server.h"
+
+namespace strata {
+
+struct PsServer::Table {
+  // BSP: one clock's summed gradients of one key (sparse) or chunk (dense), and how many pushes
+  // went into the sum. The sum runs in the order the pushes arrived: ((0 + g1) + g2) + ...
+  struct Acc {
+    std::vector<float> sum;
+    uint32_t pushes = 0;
+  };
+
+  TableSpec spec;
+  std::unique_ptr<RowStore> store;
+  RowStore::Init init;
+  int slots = 0;
+  // Dense tables: what pulls send (see dense_snapshots.h).
+  std::unique_ptr<DenseSnapshots> snapshots;
+  // The last clock given to store->AdvanceClock (guarded by clock_mu_).
+  uint64_t store_clock = 0;
+  // BSP: the accumulations of each clock not yet applied, and how many clocks have been
+  // applied. Pushes take only bsp_mu (no server-wide lock on the hot path); AdvanceLocked takes
+  // clock_mu_ then bsp_mu. applied_clock changes under both.
+  std::mutex bsp_mu;
+  std::map<int64_t, std::unordered_map<uint64_t, Acc>> pending;
+  int64_t applied_clock = 0;
+  // BSP with spec.pushers > 0 (dense): a chunk is applied as soon as its pushers have all pushed
+  // it, so chunks run ahead of applied_clock: the next clock of such a chunk, the number of this
+  // server's chunks applied early for each clock, and how many chunks this server holds (0:
+  // not yet counted).
+  std::unordered_map<uint64_t, int64_t> chunk_clock;
+  std::map<int64_t, uint64_t> early_done;
+  uint64_t my_chunks = 0;
+
+  uint32_t ValueFloats(uint64_t key) const {
+    return spec.kind == TableKind::kSparse ? spec.dim : spec.ChunkLength(key);
+  }
+  // The clock a push of `key` must be for, at the earliest. Expects bsp_mu held.
+  int64_t NextClockLocked(uint64_t key) const {
+    if (chunk_clock.empty()) return applied_clock;
+    auto it = chunk_clock.find(key);
+    return it == chunk_clock.end() ? applied_clock : std::max(applied_clock, it->second);
+  }
+  // Applies one accumulation to the store (and makes the chunk's pull snapshot stale).
+  void ApplyAcc(uint64_t key, const Acc& acc, float scale, int64_t clock) {
+    const uint64_t keys[1] = {key};
+    Status s = store->Update(keys, init, [&](size_t, std::span<float> record) {
+      ApplyUpdate(spec.optimizer, slots, record, static_cast<int>(ValueFloats(key)), acc.sum.data(), scale);
+    });
+    if (!s.ok()) spdlog::error("server: applying clock {} of table \"{}\": {}", clock, spec.name, s.ToString());
+    if (snapshots) snapshots->Invalidate(key);
+  }
+  // pushers > 0: applies `key`'s accumulations that are complete, in clock order.
+  void ApplyCompleteLocked(uint64_t key) {
+    while (true) {
+      const int64_t c = NextClockLocked(key);
+      auto it = pending.find(c);
+      if (it == pending.end()) return;
+      auto a = it->second.find(key);
+      if (a == it->second.end() || a->second.pushes < spec.pushers) return;
+      const float scale = spec.aggregate == Aggregate::kMean ? 1.0f / static_cast<float>(spec.pushers) : 1.0f;
+      ApplyAcc(key, a->second, scale, c);
+      it->second.erase(a);
+      if (it->second.empty()) pending.erase(it);
+      chunk_clock[key] = c + 1;
+      ++early_done[c];
+    }
+  }
+  // pushers > 0: the clock every chunk of this server has been applied up to.
+  int64_t ReadyClockLocked() const {
+    int64_t c = applied_clock;
+    for (auto it = early_done.find(c); it != early_done.end() && it->second >= my_chunks; it = early_done.find(++c)) {
+    }
+    return c;
+  }
+};
+
+// How many chunks of dense table `spec` live on server `me` of `servers` (DenseServer).
+inline uint64_t ChunksOn(const TableSpec& spec, uint32_t me, uint32_t servers) {
+  const uint64_t n = spec.NumChunks();
+  const uint64_t first = (me + servers - spec.id % servers) % servers;
+  return first < n ? (n - 1 - first) / servers + 1 : 0;
+}
+
+}  // namespace strata
