@@ -55,6 +55,11 @@ Result<std::unique_ptr<PsSync>> PsSync::Create(PsClient& client, nn::ParameterRe
   // A BSP clock's pushes are averaged over every live trainer; a table here is pushed by this
   // stage's replicas only.
   if (sync.consistency == Consistency::kBsp) ps.push_scale_ = static_cast<float>(options.trainers) / options.replicas;
+  // offload under BSP: a dense chunk is applied as soon as its replicas all pushed it (the mean
+  // over them), not at the clock messages, so the servers' AdamW runs behind the rest of
+  // backward and the next step's pulls are answered table by table.
+  const bool eager = sync.mode == SyncOptions::Mode::kOffload && sync.consistency == Consistency::kBsp;
+  ps.dense_scale_ = eager ? 1.0f : ps.push_scale_;
   ps.exec_ = reg.exec();
   uint32_t next_id = options.first_table_id;
   const bool sparse_tables = SparseOnServers(job);
@@ -88,6 +93,7 @@ Result<std::unique_ptr<PsSync>> PsSync::Create(PsClient& client, nn::ParameterRe
     } else {
       spec.kind = TableKind::kDense;
       spec.numel = static_cast<uint64_t>(p->value.numel());
+      if (eager) spec.pushers = static_cast<uint32_t>(options.replicas);
       // An embedding held dense starts as its sparse table would: keyed by rows.
       if (p->sparse) spec.init.row_dim = static_cast<uint32_t>(p->value.size(1));
       ps.dense_index_[p.get()] = ps.dense_.size();
@@ -223,8 +229,10 @@ Status PsSync::Finish(int64_t step) {
     return staged.back().data();
   };
   staged.reserve(dense_.size() + sparse_.size());
+  if (dense_scale_ != 1.0f) {
+    for (const Remote& r : dense_) ops::Scale(exec_, r.param->grad, dense_scale_);
+  }
   if (push_scale_ != 1.0f) {
-    for (const Remote& r : dense_) ops::Scale(exec_, r.param->grad, push_scale_);
     for (const Remote& r : sparse_) ops::Scale(exec_, r.param->grad, push_scale_);
   }
   for (const Remote& r : dense_) tickets.push_back({client_.PushDense(r.table, host_floats(r.param->grad)), Clock::now()});
@@ -318,7 +326,7 @@ void PsSync::BeforeUnit(int unit, Pass pass, UnitRange /*walk*/, const nn::Conte
 void PsSync::PushDense(const Remote& r) {
   pushed_[dense_index_[r.param]] = true;
   Tensor& g = r.param->grad;
-  if (push_scale_ != 1.0f) ops::Scale(exec_, g, push_scale_);
+  if (dense_scale_ != 1.0f) ops::Scale(exec_, g, dense_scale_);
   const float* data = nullptr;
   if (g.is_cpu() && g.is_contiguous()) {
     data = g.data_as<float>();  // zero-copy: unchanged until Finish waits for the push

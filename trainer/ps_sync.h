@@ -141,6 +141,7 @@ class PsSync final : public GradSync, public UnitHooks {
   int64_t capacity_ = 0;  // rows of each compact sparse table
   bool early_prefetch_ = false;
   float push_scale_ = 1.0f;   // gradients are scaled by this before a push (see Create)
+  float dense_scale_ = 1.0f;  // dense ones by this
   ops::Exec exec_;            // the parameters' device
   std::unique_ptr<Pull> prefetched_;
   std::vector<uint64_t> keys_;  // of the current step (what PushAndClock pushes)
