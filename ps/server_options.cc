@@ -12,8 +12,9 @@ void Bind(config::Binder& b, ServerStoreOptions& o) {
   b.Field("path", o.path,
           "directory of the tiered stores (<path>/server-<rank>/table-<id>); required for tiered");
   b.Field("dram_budget_mb", o.dram_budget_mb,
-          "DRAM for each table's resident records; larger: more hits, fewer disk reads")
-      .Range(uint64_t{1}, uint64_t{1} << 24);
+          "DRAM for each table's resident records in MiB (fractions allowed); larger: more hits, fewer "
+          "disk reads")
+      .Range(1.0 / 1024, double(uint64_t{1} << 24));
   b.Enum("policy", o.policy, {{"lru", EvictionPolicy::kLru}, {"lfu", EvictionPolicy::kLfu}},
          "DRAM eviction: lru for a sliding working set, lfu keeps a skewed popular head");
   b.Enum("durability", o.durability,

@@ -24,8 +24,9 @@ struct ServerStoreOptions {
   StoreKind kind = StoreKind::kMemory;
   // Directory of the tiered stores (required for tiered). Servers on one machine may share it.
   std::string path;
-  // DRAM budget of each table's resident records. Larger: more hits, fewer disk reads.
-  uint64_t dram_budget_mb = 256;
+  // DRAM budget of each table's resident records, in MiB (fractions allowed, down to 1 KiB).
+  // Larger: more hits, fewer disk reads.
+  double dram_budget_mb = 256;
   EvictionPolicy policy = EvictionPolicy::kLru;
   // none: a crash loses what was not written back. checkpoint: a restart restores the last
   // checkpoint exactly (taken every checkpoint_every_clocks clocks of the slowest trainer).

@@ -51,11 +51,25 @@ std::string PsServer::StatsLine() const {
       bytes_in_.load() / 1048576.0, bytes_out_.load() / 1048576.0, apply_ns_.load() / 1e9, queued_.load(),
       errors_.load());
   std::shared_lock lock(tables_mu_);
+  // The stores together: how often a record was resident, and what the misses read from the
+  // lower tier (a miss loads, or creates, one whole record).
+  uint64_t hits = 0, misses = 0, miss_bytes = 0, resident = 0;
+  std::string tables;
   for (const auto& [id, t] : tables_) {
     const RowStoreStats st = t->store->stats();
-    line += fmt::format("; {}: {} rows, {:.1f} MiB in DRAM", t->spec.name, st.records, st.bytes_in_memory / 1048576.0);
+    hits += st.hits;
+    misses += st.misses;
+    miss_bytes += st.misses * static_cast<uint64_t>(t->spec.RecordWidth()) * sizeof(float);
+    resident += st.bytes_in_memory;
+    tables += fmt::format("; {}: {} rows, {:.1f} MiB in DRAM", t->spec.name, st.records, st.bytes_in_memory / 1048576.0);
   }
-  return line;
+  if (hits + misses > 0) {
+    line += fmt::format(", store hit rate {:.1f}% ({} hits, {} misses), {:.1f} MiB read by misses ({:.1f} MiB/s over {:.1f} s), "
+                        "{} bytes resident in DRAM",
+                        100.0 * static_cast<double>(hits) / static_cast<double>(hits + misses), hits, misses,
+                        miss_bytes / 1048576.0, up > 0 ? miss_bytes / 1048576.0 / up : 0.0, up, resident);
+  }
+  return line + tables;
 }
 
 // Periodic statistics are for whoever turned log.level to debug; the JSON stays on getStats.

@@ -32,11 +32,15 @@ StoreFactory MakeStoreFactory(const ServerStoreOptions& c, const std::string& di
   return [c, dir](const TableSpec& spec) -> Result<std::unique_ptr<RowStore>> {
     TieredStoreOptions o;
     o.path = dir + "/table-" + std::to_string(spec.id);
-    o.dram_budget_bytes = c.dram_budget_mb << 20;
+    o.dram_budget_bytes = static_cast<uint64_t>(c.dram_budget_mb * 1048576.0);
     o.policy = c.policy;
     o.durability = c.durability;
     o.checkpoint_every_clocks = c.checkpoint_every_clocks;
     const int width = static_cast<int>(spec.RecordWidth());
+    // Each DRAM shard must hold a record: a small budget (a dense table's few large chunks)
+    // gets fewer shards, down to one.
+    const uint64_t footprint = 4ull * static_cast<uint64_t>(width) + TieredRowStore::kRecordOverheadBytes;
+    while (o.shards > 1 && o.dram_budget_bytes / static_cast<uint64_t>(o.shards) < footprint) o.shards /= 2;
     if (c.durability == Durability::kCheckpoint) {
       auto latest = TieredRowStore::LatestCheckpoint(o.path + "/checkpoints");
       if (latest.ok()) {

@@ -94,6 +94,7 @@ Result<std::unique_ptr<PsSync>> PsSync::Create(PsClient& client, nn::ParameterRe
       spec.kind = TableKind::kDense;
       spec.numel = static_cast<uint64_t>(p->value.numel());
       if (eager) spec.pushers = static_cast<uint32_t>(options.replicas);
+      spec.chunk_floats = static_cast<uint32_t>(sync.chunk_kb * 1024 / sizeof(float));
       // An embedding held dense starts as its sparse table would: keyed by rows.
       if (p->sparse) spec.init.row_dim = static_cast<uint32_t>(p->value.size(1));
       ps.dense_index_[p.get()] = ps.dense_.size();

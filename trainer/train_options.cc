@@ -99,6 +99,10 @@ void Bind(config::Binder& b, SyncOptions& o) {
   b.Field("overlap", o.overlap,
           "allreduce: reduce buckets while backward runs; offload: push during backward and pull "
           "unit by unit (false: everything before and after the step, as ps)");
+  b.Field("chunk_kb", o.chunk_kb,
+          "ps, offload: KiB of a dense table's chunk, the unit of a request and of the servers' store "
+          "(smaller: finer spill to the RocksDB tier, more requests)")
+      .Range(1.0, 262144.0);
   b.Field("delayed_update", o.delayed_update,
           "offload: each step computes on the weights one update behind, while the servers apply "
           "the last one (DeepSpeed's delayed parameter update)");

@@ -99,6 +99,7 @@ struct SyncOptions {
   double bucket_mb = 25;       // all-reduce bucket size
   bool overlap = true;         // all-reduce buckets while backward still runs
   bool prefetch = true;        // pull the next step's parameters while this one computes
+  double chunk_kb = 2048;      // ps, offload: dense tables travel and are stored in chunks of this size
   bool delayed_update = false; // offload: compute on the weights one update behind (DPU)
   int64_t delayed_warmup = 10; // offload: undelayed steps before that
   int64_t timeout_ms = 120000; // rendezvous and every collective or server call

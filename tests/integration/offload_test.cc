@@ -131,6 +131,44 @@ TEST_F(OffloadTest, DelayedUpdateRunsOneUpdateBehindAndStillLearns) {
   EXPECT_NE(log.find("MiB receive the delayed update's pulls"), std::string::npos) << log;
 }
 
+// The servers' DRAM holds a quarter of the fp32 masters and AdamW state at most; the rest lives
+// in RocksDB (the tiered store), read back as pushes and pulls touch it: the same losses as a
+// run with everything in memory, and the store's hit rate and bytes read in the servers' lines.
+TEST_F(OffloadTest, StateFourTimesTheServersDramTrainsToTheSameLosses) {
+  const std::string job = GptJob();
+  std::string mem_log, tier_log;
+  ASSERT_EQ(Launch(job, 2, 2, {"sync.mode=offload", "sync.chunk_kb=2", "model.width=128", "train.metrics_path=" + Metrics("mem")},
+                   &mem_log),
+            0) << mem_log;
+  // A wider model (psi 0.46 M: 5.5 MB of state), 2 KiB chunks (6 KiB records with AdamW's
+  // moments) and a DRAM budget of two records per table.
+  ASSERT_EQ(Launch(job, 2, 2, {"sync.mode=offload", "sync.chunk_kb=2", "model.width=128",
+                               "train.metrics_path=" + Metrics("tier"), "server.store.kind=tiered",
+                               "server.store.path=" + dir_.File("stores"), "server.store.dram_budget_mb=0.013"},
+                   &tier_log),
+            0) << tier_log;
+  const std::vector<double> mem = Losses(Rank("mem", 0)), tier = Losses(Rank("tier", 0));
+  ASSERT_EQ(mem.size(), 20u);
+  ASSERT_EQ(tier.size(), 20u);
+  EXPECT_EQ(MaxRelativeDifference(mem, tier), 0.0);
+  // State (value, m, v: 12 bytes a parameter) against what both servers held in DRAM.
+  const double psi = Number(tier_log, "memory \\(offload, dp 2, psi ([0-9]+) parameters\\)");
+  ASSERT_GT(psi, 0) << tier_log;
+  const std::regex rate("store hit rate ([0-9.]+)% \\([0-9]+ hits, ([0-9]+) misses\\), ([0-9.]+) MiB read by misses "
+                        "\\([0-9.]+ MiB/s over [0-9.]+ s\\), ([0-9]+) bytes resident in DRAM");
+  int servers = 0;
+  double resident = 0;
+  for (auto it = std::sregex_iterator(tier_log.begin(), tier_log.end(), rate); it != std::sregex_iterator(); ++it) {
+    ++servers;
+    EXPECT_LT(std::stod((*it)[1]), 90.0) << it->str();  // the tier was read
+    EXPECT_GT(std::stod((*it)[3]), 0.0) << it->str();
+    resident += std::stod((*it)[4]);
+  }
+  EXPECT_EQ(servers, 2) << tier_log;
+  EXPECT_GT(resident, 0) << tier_log;
+  EXPECT_GE(12 * psi, 4 * resident) << "psi " << psi;
+}
+
 // ctr's hashed embeddings stay sparse tables (rows pulled by the batch), its MLP dense ones in
 // the unit pipeline: it learns the planted model as ps mode does.
 TEST_F(OffloadTest, CtrKeepsSparseTablesAndReachesThePsAuc) {
