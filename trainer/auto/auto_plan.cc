@@ -294,7 +294,7 @@ std::vector<std::string> AutoPlan::Explain() const {
   lines.push_back(roles_line + fmt::format(" -> parallel.dp {} x parallel.tp {} x parallel.pp {}",
                                            dp, tp, pp));
   for (const DerivedTensor& t : tensors) {
-    lines.push_back(fmt::format("auto:   {:<20} {:<12} {}{}", t.name, ShapeToString(t.shape),
+    lines.push_back(fmt::format("auto:   {:<26} {:<15} {}{}", t.name, ShapeToString(t.shape),
                                 ToString(t.placements), t.how.empty() ? "" : "  " + t.how));
   }
   for (const DerivedReshard& r : reshards) {

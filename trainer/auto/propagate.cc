@@ -495,7 +495,7 @@ Result<Propagation> Propagate(const OpGraph& g, const PropagateOptions& o) {
   }
   // The input: annotated, or S(0) on data dimensions and replicated on model ones.
   Placements input(static_cast<size_t>(nd), kRep);
-  std::string input_how = "default: the batch split on data dimensions";
+  std::string input_how = "default: S(0) on data dimensions, R on model ones";
   if (auto it = annotated.find(g.input); it != annotated.end()) {
     input = it->second, input_how = "annotated";
   } else {
