@@ -1,5 +1,9 @@
-// plan_main.cc: strata-plan, what a job's `auto` section derives, without running anything:
+// plan_main.cc: strata-plan, the planner's ranked table for a job (issue #19) and what a job's
+// `auto` section derives:
+//   strata-plan JOB [--trainers N] [--memory-mb M] [--cache F] [--json F] [--top K]
 //   strata-plan --explain JOB [--set KEY=VALUE ...]
+// The first calibrates this device (cached), measures collectives, enumerates every plan and
+// prints them fastest first with predicted memory per device and step time in parts. --explain
 // prints every tensor's placement (annotated, chosen by cost with each candidate's cost, or
 // from its op's rule), every inserted collective with its bytes per micro-batch or per step,
 // and the derived plan's bytes per step beside what the trainer's communication model
@@ -7,12 +11,19 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tools/job_config.h"
 #include "trainer/auto/auto_plan.h"
+#include "trainer/auto/auto_select.h"
+#include "trainer/device.h"
 #include "trainer/parallel/comm_model.h"
 #include "trainer/parallel/plan.h"
 
@@ -28,18 +39,7 @@ Result<CommModel> HandWritten(const TrainJob& job, const AutoPlan& plan) {
   STRATA_ASSIGN_OR_RETURN(ParallelPlan pp, ResolvePlan(job, plan.dp * plan.tp * plan.pp));
   STRATA_ASSIGN_OR_RETURN(std::vector<UnitSpec> units, ModelUnits(job.model));
   const ModelOptions& m = job.model;
-  if (m.kind == ModelOptions::Kind::kGpt && plan.tp > 1) {
-    const int64_t c = m.width, n = plan.tp;
-    for (size_t u = 0; u < units.size(); ++u) {
-      if (u == 0) {
-        units[u].params = m.vocab / n * c + m.context * c;
-      } else if (u + 1 == units.size()) {
-        units[u].params = 2 * c + c * m.vocab / n;
-      } else {
-        units[u].params = (12 * c * c + 7 * c) / n + 6 * c;
-      }
-    }
-  }
+  if (m.kind == ModelOptions::Kind::kGpt) units = ShardUnitsForTp(m, units, plan.tp);
   CommLayout l;
   l.plan = pp;
   l.units = units;
@@ -108,12 +108,68 @@ int Explain(const TrainJob& job) {
   return all_equal ? 0 : 1;
 }
 
+struct RankFlags {
+  int trainers = 0;        // 0: cluster.trainers
+  int64_t memory_mb = -1;  // -1: train.memory_limit_mb
+  int64_t global_batch = 0;
+  int cores = 0;
+  int top = 10;
+  std::string cache, json, host;
+};
+
+int Rank(const JobConfig& config, const RankFlags& f) {
+  const TrainJob& job = config.trainer;
+  PlanRequest req;
+  req.planner.world = f.trainers > 0 ? f.trainers : static_cast<int>(config.cluster.trainers);
+  req.planner.global_batch = f.global_batch > 0 ? f.global_batch : GlobalBatch(job);
+  const int64_t mb = f.memory_mb >= 0 ? f.memory_mb : job.train.memory_limit_mb;
+  req.planner.memory_limit_bytes = mb << 20;
+  req.planner.cores = f.cores;
+  req.planner.overlap = job.sync.overlap;
+  req.cache_path = f.cache;
+  req.device = job.train.device;
+  req.host = f.host;
+  req.log = [](const std::string& s) { std::cerr << "strata-plan: " << s << "\n"; };
+  Result<std::unique_ptr<ComputeDevice>> device = ComputeDevice::Open(job.train.device, false, 0);
+  if (!device.ok()) {
+    std::cerr << "strata-plan: train.device: " << device.status().ToString() << "\n";
+    return kBadInput;
+  }
+  Result<RankedPlans> ranked = PlanJob(job, (*device)->exec(), req);
+  if (!ranked.ok()) {
+    std::cerr << "strata-plan: " << ranked.status().ToString() << "\n";
+    return kBadInput;
+  }
+  const PlannerOptions& o = req.planner;
+  std::cout << fmt::format(
+      "{} trainers, global batch {}, memory per device {}, {} cores{}; calibration cache {}\n", o.world,
+      o.global_batch, mb > 0 ? std::to_string(mb) + " MiB" : std::string("unlimited"), o.cores,
+      o.cores > 0 && o.world > o.cores ? fmt::format(" (oversubscribed: compute x {:.2f})", double(o.world) / o.cores) : "",
+      f.cache.empty() ? "none" : f.cache);
+  std::cout << fmt::format("{} plans valid, {} over the memory budget, {} ranked; the top {}:\n", ranked->enumerated,
+                           ranked->over_memory, ranked->plans.size(), std::min<size_t>(f.top, ranked->plans.size()));
+  for (const std::string& line : PlanTable(*ranked, f.top)) std::cout << line << "\n";
+  if (ranked->plans.empty()) {
+    std::cerr << "strata-plan: no plan fits " << mb << " MiB per device (train.memory_limit_mb / --memory-mb)\n";
+    return 1;
+  }
+  if (!f.json.empty()) {
+    std::ofstream out(f.json);
+    out << RankedToJson(*ranked, o) << "\n";
+    if (!out) {
+      std::cerr << "strata-plan: cannot write " << f.json << "\n";
+      return 1;
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 }  // namespace strata
 
 int main(int argc, char** argv) {
   using namespace strata;
-  CLI::App app{"strata-plan: the plan a job's auto section derives (placements, collectives, bytes)"};
+  CLI::App app{"strata-plan: the planner's ranked plans for a job, or (--explain) what its auto section derives"};
   std::string job_path;
   std::vector<std::string> overrides;
   bool explain = false;
@@ -122,16 +178,30 @@ int main(int argc, char** argv) {
       ->allow_extra_args(false);
   app.add_flag("--explain", explain,
                "print each tensor's derived placement and each inserted collective with its bytes");
+  RankFlags rank;
+  app.add_option("--trainers", rank.trainers, "world size to plan for (default: cluster.trainers)");
+  app.add_option("--memory-mb", rank.memory_mb, "memory per device in MiB (default: train.memory_limit_mb; 0: no budget)");
+  app.add_option("--global-batch", rank.global_batch,
+                 "samples a step (default: train.batch_size x micro-batches)");
+  app.add_option("--cores", rank.cores, "CPU cores the trainers share (default: this host's)");
+  app.add_option("--cache", rank.cache, "calibration cache (default: ~/.cache/strata/plan_calibration.json)");
+  app.add_option("--json", rank.json, "write every ranked plan as JSON");
+  app.add_option("--top", rank.top, "rows of the table")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
-  if (!explain) {
-    std::cerr << "strata-plan: only --explain exists yet (the planner that ranks whole plans, "
-                 "issue #19, is not built)\n";
-    return kBadInput;
-  }
   Result<JobConfig> job = LoadJobConfig(job_path, overrides);
   if (!job.ok()) {
     std::cerr << "strata-plan: " << job.status().ToString() << "\n";
     return kBadInput;
+  }
+  if (!explain) {
+    if (rank.cores <= 0) rank.cores = static_cast<int>(std::thread::hardware_concurrency());
+    if (rank.cache.empty()) {
+      const char* home = std::getenv("HOME");  // main() is where the environment is read
+      if (home) rank.cache = std::string(home) + "/.cache/strata/plan_calibration.json";
+    }
+    char host[256] = {};
+    rank.host = gethostname(host, sizeof(host) - 1) == 0 ? host : "localhost";
+    return Rank(*job, rank);
   }
   if (!job->trainer.auto_parallel.enabled()) {
     std::cerr << "strata-plan: " << job_path << " has no auto section (auto.mesh is empty)\n";
