@@ -30,6 +30,8 @@ const strata::bench::Subcommand kSubcommands[] = {
      strata::bench::SetupInferBench},
     {"zero", "ZeRO stages 0-3 on dp trainers: step time, dp bytes vs theory, hidden comm, memory",
      strata::bench::SetupZeroBench},
+    {"plan", "the planner (issue #19): predicted beside measured step time and memory of its top 3 and other plans on real trainer processes",
+     strata::bench::SetupPlanBench},
     {"adam", "fused CPU Adam kernel: parameters/s beside the memory-bandwidth bound and a scalar loop",
      strata::bench::SetupAdamBench},
 };

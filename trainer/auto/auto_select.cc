@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "trainer/device.h"
 #include "trainer/parallel/plan.h"
 
 namespace strata {
@@ -147,6 +148,53 @@ std::string RankedToJson(const RankedPlans& r, const PlannerOptions& o) {
                         {"enumerated", r.enumerated}, {"over_memory", r.over_memory},
                         {"plans", plans}}
       .dump(1);
+}
+
+Result<TrainJob> SelectAutoPlan(const TrainJob& job, Node* node, const AutoSelectOptions& o,
+                                std::vector<std::string>* why) {
+  const std::string key = "parallel/auto_plan";
+  const int rank = node ? node->rank() : 0;
+  PlanChoice chosen;
+  if (rank == 0) {
+    PlanRequest req;
+    req.planner.world = o.world;
+    req.planner.global_batch = GlobalBatch(job);
+    req.planner.memory_limit_bytes = job.train.memory_limit_mb << 20;
+    req.planner.cores = o.cores;
+    req.planner.overlap = job.sync.overlap;
+    req.cache_path = job.parallel.auto_cache;
+    req.device = job.train.device;
+    req.host = o.host;
+    req.log = [why](const std::string& s) { why->push_back("parallel.auto: " + s); };
+    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<ComputeDevice> device,
+                            ComputeDevice::Open(job.train.device, node != nullptr, 0));
+    STRATA_ASSIGN_OR_RETURN(RankedPlans ranked, PlanJob(job, device->exec(), req));
+    if (ranked.plans.empty()) {
+      return Status::ResourceExhausted("parallel.auto: none of the " + std::to_string(ranked.enumerated) +
+                                       " plans fits train.memory_limit_mb " +
+                                       std::to_string(job.train.memory_limit_mb) + " MiB per device");
+    }
+    chosen = ranked.plans.front().choice;
+    why->push_back(fmt::format("parallel.auto: {} plans of {} trainers for a global batch of {}, {} over memory; the top {}:",
+                               ranked.enumerated, o.world, req.planner.global_batch, ranked.over_memory,
+                               std::min<size_t>(3, ranked.plans.size())));
+    for (const std::string& line : PlanTable(ranked, 3)) why->push_back("parallel.auto: " + line);
+    const PlanPrediction& top = ranked.plans.front();
+    why->push_back(fmt::format("parallel.auto: chose {} (predicted {:.2f} ms a step, {:.2f} MiB per device){}",
+                               chosen.ToString(), top.step_s * 1e3, Mib(top.memory.total()),
+                               ranked.plans.size() > 1
+                                   ? fmt::format(": {:.1f}% faster than the next, {}",
+                                                 100 * (ranked.plans[1].step_s / top.step_s - 1),
+                                                 ranked.plans[1].choice.ToString())
+                                   : std::string()));
+    if (node) STRATA_RETURN_IF_ERROR(node->KvSet(key, ChoiceToJson(chosen)));
+  } else {
+    STRATA_ASSIGN_OR_RETURN(const std::string text, node->KvGet(key, o.timeout));
+    STRATA_ASSIGN_OR_RETURN(chosen, ChoiceFromJson(text));
+  }
+  TrainJob out = ApplyChoice(job, chosen);
+  out.parallel.auto_plan = false;
+  return out;
 }
 
 }  // namespace strata

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cluster/node.h"
 #include "common/status.h"
 #include "trainer/auto/planner.h"
 #include "trainer/ops/exec.h"
@@ -37,5 +38,19 @@ std::string ChoiceToJson(const PlanChoice& c);
 Result<PlanChoice> ChoiceFromJson(const std::string& text);
 // The whole ranking as JSON (strata-plan --json).
 std::string RankedToJson(const RankedPlans& ranked, const PlannerOptions& o);
+
+// parallel.auto: trainer 0 (or the only trainer, `node` null) runs PlanJob on its device and
+// publishes the top plan under "parallel/auto_plan" in the scheduler's kv store; the others
+// read it (waiting up to `timeout`), so every trainer runs the same plan. Returns the job with
+// that plan applied (ApplyChoice) and, on trainer 0, in *why: the top three with their
+// predicted times and memory. ResourceExhausted when no plan fits train.memory_limit_mb.
+struct AutoSelectOptions {
+  int world = 1;
+  int cores = 0;  // CPU cores the trainers share (PlannerOptions::cores)
+  std::string host = "localhost";
+  Millis timeout{120000};
+};
+Result<TrainJob> SelectAutoPlan(const TrainJob& job, Node* node, const AutoSelectOptions& options,
+                                std::vector<std::string>* why);
 
 }  // namespace strata

@@ -28,12 +28,12 @@ TrainJob ApplyChoice(const TrainJob& job, const PlanChoice& c) {
   p.pp = c.pp;
   p.vpp = c.vpp;
   p.schedule = std::string(pipeline::ScheduleKindName(c.schedule));
-  p.micro_batches = c.micro_batches;
+  p.micro_batches = 0;  // train.micro_batches says it (and the progress line counts it)
   p.zero = c.zero;
   p.recompute = c.recompute;
   p.partition = c.partition;
   p.sequence_parallel = false;
-  j.train.micro_batches = 1;  // parallel.micro_batches says it
+  j.train.micro_batches = c.micro_batches;
   j.train.batch_size = c.micro_batch * c.dp;
   return j;
 }

@@ -62,8 +62,8 @@ struct PlanPrediction {
   bool fits = true;
 };
 
-// The job the trainer runs for `c`: parallel.dp/tp/pp/vpp/schedule/micro_batches/zero/
-// recompute/partition and train.batch_size (the global micro-batch, micro_batch x dp).
+// The job the trainer runs for `c`: parallel.dp/tp/pp/vpp/schedule/zero/recompute/partition,
+// train.micro_batches and train.batch_size (the global micro-batch, micro_batch x dp).
 TrainJob ApplyChoice(const TrainJob& job, const PlanChoice& c);
 
 // Every choice the trainer accepts for `o.world` trainers: ResolvePlan's rules on ApplyChoice's
