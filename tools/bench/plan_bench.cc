@@ -209,7 +209,8 @@ Result<Report> RunPlanBench(const Options& o) {
       Stopwatch took;
       STRATA_RETURN_IF_ERROR(LaunchJob(args, run_dir / "launch.log").WithContext(c.name + " " + label));
       std::cerr << took.Seconds() << " s\n";
-      STRATA_ASSIGN_OR_RETURN(Measured m, ReadMeasured(run_dir, c.trainers, batch));
+      // The progress line's samples a step: train.batch_size x train.micro_batches.
+      STRATA_ASSIGN_OR_RETURN(Measured m, ReadMeasured(run_dir, c.trainers, batch * p.at("micro_batches").get<int64_t>()));
       const double pred = p.at("step_ms").get<double>();
       const double pred_mib = p.at("memory_bytes").get<double>() / (1 << 20);
       const double meas_mib = static_cast<double>(m.peak_bytes) / (1 << 20);
