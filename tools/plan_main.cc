@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/logging.h"
 #include "tools/job_config.h"
 #include "trainer/auto/auto_plan.h"
 #include "trainer/auto/auto_select.h"
@@ -130,6 +131,8 @@ int Rank(const JobConfig& config, const RankFlags& f) {
   req.device = job.train.device;
   req.host = f.host;
   req.log = [](const std::string& s) { std::cerr << "strata-plan: " << s << "\n"; };
+  // The in-process scheduler and nodes of the collective measurement would log their joins.
+  spdlog::set_level(spdlog::level::warn);
   Result<std::unique_ptr<ComputeDevice>> device = ComputeDevice::Open(job.train.device, false, 0);
   if (!device.ok()) {
     std::cerr << "strata-plan: train.device: " << device.status().ToString() << "\n";
