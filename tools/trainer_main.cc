@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include <iostream>
+#include <thread>
 
 #include <unistd.h>  // environ
 
@@ -17,6 +18,7 @@
 #include "tools/placement_env.h"
 #include "tools/signals.h"
 #include "trainer/auto/auto_plan.h"
+#include "trainer/auto/auto_select.h"
 #include "trainer/plot.h"
 #include "trainer/progress.h"
 #include "trainer/trainer.h"
@@ -119,8 +121,22 @@ void PrintSummary(const TrainJob& job, const Trainer& trainer, const TrainSummar
   }
 }
 
-int Train(const JobConfig& config, Node* node, bool launched) {
-  const TrainJob& job = config.trainer;
+int Train(const JobConfig& config, Node* node, bool launched, const AutoSelectOptions& planner) {
+  TrainJob job = config.trainer;
+  if (job.parallel.auto_plan) {
+    // The planner picks the plan (trainer 0 measures and publishes; the others read it).
+    AutoSelectOptions o = planner;
+    o.world = node ? node->view().Count(Role::kTrainer) : 1;
+    o.timeout = Millis(job.sync.timeout_ms);
+    std::vector<std::string> why;
+    Result<TrainJob> chosen = SelectAutoPlan(job, node, o, &why);
+    for (const std::string& line : why) spdlog::info("{}", line);
+    if (!chosen.ok()) {
+      spdlog::error("{}", chosen.status().ToString());
+      return chosen.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+    }
+    job = std::move(chosen).value();
+  }
   if (job.auto_parallel.enabled()) {
     const int trainers = job.sync.mode == SyncOptions::Mode::kLocal ? 1 : config.cluster.trainers;
     if (Status s = CheckAutoWorld(job, trainers); !s.ok()) {
@@ -181,10 +197,13 @@ int main(int argc, char** argv) {
   LogOptions log = config.log;
   log.role = "trainer";
   InitLogging(log);
+  AutoSelectOptions planner;  // parallel.auto: what the planner needs to know of this host
+  planner.cores = static_cast<int>(std::thread::hardware_concurrency());
+  if (char host[256] = {}; gethostname(host, sizeof(host) - 1) == 0) planner.host = host;
   // Under strata-launch, progress goes out as @progress lines the launcher folds together.
   const auto progress = env.find("STRATA_PROGRESS");
   const bool launched = progress != env.end() && progress->second == "launcher";
-  if (config.trainer.sync.mode == SyncOptions::Mode::kLocal) return Train(config, nullptr, launched);
+  if (config.trainer.sync.mode == SyncOptions::Mode::kLocal) return Train(config, nullptr, launched, planner);
 
   InstallStopSignals();
   NodeOptions options;
@@ -203,7 +222,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   SetLogIdentity("trainer", node.rank());
-  const int code = Train(config, &node, launched);
+  const int code = Train(config, &node, launched, planner);
   if (code == 0) {
     if (node.rank() == 0) {
       // Every trainer is done (Run's final barrier): end the job for the servers too.

@@ -137,6 +137,10 @@ void Bind(config::Binder& b, ParallelOptions& o) {
   b.Field("partition", o.partition,
           "how units are cut into stages: params, cost, or the first unit of each later stage "
           "(\"3,6,9\")");
+  b.Field("auto", o.auto_plan,
+          "let the planner choose the whole plan from measured costs (dp, tp, pp, vpp, schedule, "
+          "micro_batches, zero, recompute, partition; docs/auto_parallel.md)");
+  b.Field("auto_cache", o.auto_cache, "the planner's calibration cache file (empty: calibrate every run)");
   b.Require(o.zero < 3 || o.pp == 1, "zero",
             "ZeRO-3 gathers parameters around each unit of one stage: it needs pp 1 (ZeRO-1 and 2 "
             "compose with pipelining)");

@@ -136,6 +136,12 @@ struct ParallelOptions {
   // "cost" (balanced measured forward+backward time of each unit), or the first unit of every
   // stage after the first as a comma list ("3,6,9" for 4 stages).
   std::string partition = "params";
+  // The planner (trainer/auto/planner.h) chooses dp, tp, pp, vpp, schedule, micro-batches, zero,
+  // recompute and partition (and train.batch_size, keeping batch_size x micro-batches) from
+  // measured costs; trainer 0 decides and publishes, every trainer runs its top plan.
+  bool auto_plan = false;
+  // Where the planner's calibration is cached (JSON); empty: measured afresh by every job.
+  std::string auto_cache;
 };
 void Bind(config::Binder& b, ParallelOptions& o);
 

@@ -130,11 +130,31 @@ TEST_F(AutoParallelTest, SeedsMlpHybridOnTwoMeshesMatchesOneProcess) {
                           "x dp y tp -> parallel.dp 2 x parallel.tp 2 x parallel.pp 2", 2, false);
 }
 
+// gpt with only every block's qkv and fc1 weights annotated Shard(1): propagation derives
+// Megatron's split (tp 2), whose derived all-reduce bytes equal the trainer's measured ones, and
+// the losses equal one process's.
+TEST_F(AutoParallelTest, GptFromQkvAndFc1AnnotationsIsMegatronTensorParallel) {
+  ExpectMatchesOneProcess("gpt_tp.yaml", "auto-gpt-tp", 2, "x tp -> parallel.dp 1 x parallel.tp 2");
+}
+
+// The same on a 2 x 2 mesh: x, where no parameter is sharded, is data parallel.
+TEST_F(AutoParallelTest, GptOnTwoByTwoIsDataTimesTensorParallel) {
+  ExpectMatchesOneProcess("gpt_dp_tp.yaml", "auto-gpt-dp-tp", 4,
+                          "x dp y tp -> parallel.dp 2 x parallel.tp 2");
+}
+
 // Placements the trainer has no plan for are refused before anything runs, naming them.
 TEST_F(AutoParallelTest, UnsupportedPlacementsAreRefused) {
   std::string log;
   EXPECT_EQ(Launch(Example("mlp_dp.yaml"), 0, 2, {"auto.placements=[input=S(1)]"}, &log), 2) << log;
   EXPECT_NE(log.find("on mesh dimension 'x' the placements (input S(1)"), std::string::npos) << log;
+  // gpt: a proj split by columns propagates (the rules gather around it) but is not Megatron's.
+  EXPECT_EQ(Launch(Example("gpt_tp.yaml"), 0, 2,
+                   {"auto.placements=[attn.qkv.weight=S(1),mlp.fc1.weight=S(1),attn.proj.weight=S(1)]"},
+                   &log),
+            2)
+      << log;
+  EXPECT_NE(log.find("gpt.block0.attn.proj.weight is S(1) on mesh dimension 'x'"), std::string::npos) << log;
 }
 
 }  // namespace

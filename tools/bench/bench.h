@@ -46,6 +46,10 @@ BenchFn SetupZeroBench(CLI::App& app);
 // step time, push/pull hidden behind compute, trainer memory, loss.
 BenchFn SetupOffloadBench(CLI::App& app);
 
+// plan_bench.cc: the planner (issue #19): predicted beside measured step time and memory of
+// its top plans and others, Spearman's rank correlation, median error, chosen vs best.
+BenchFn SetupPlanBench(CLI::App& app);
+
 // adam_bench.cc: the fused CPU Adam kernel in parameters/s beside the memory-bandwidth bound
 // measured in the same run, each instruction-set path, and a plain scalar loop.
 BenchFn SetupAdamBench(CLI::App& app);

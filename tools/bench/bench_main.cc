@@ -32,6 +32,8 @@ const strata::bench::Subcommand kSubcommands[] = {
      strata::bench::SetupZeroBench},
     {"offload", "gpt under allreduce and offload (serial, pipelined, delayed): step time, hidden push/pull, memory",
      strata::bench::SetupOffloadBench},
+    {"plan", "the planner (issue #19): predicted beside measured step time and memory of its top 3 and other plans on real trainer processes",
+     strata::bench::SetupPlanBench},
     {"adam", "fused CPU Adam kernel: parameters/s beside the memory-bandwidth bound and a scalar loop",
      strata::bench::SetupAdamBench},
 };

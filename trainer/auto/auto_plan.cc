@@ -43,7 +43,7 @@ class Walk {
   explicit Walk(AutoPlan& plan) : plan_(plan), coords_(plan.mesh.Coords(0)) {}
 
   void Tensor(const std::string& name, const Shape& shape, const Placements& p) {
-    plan_.tensors.push_back({name, shape, p});
+    plan_.tensors.push_back({name, shape, p, ""});
   }
 
   Status Reshard(const std::string& what, const Shape& shape, const Placements& from,
@@ -101,10 +101,10 @@ class Walk {
 
 Result<AutoPlan> DeriveAutoPlan(const TrainJob& job) {
   const AutoOptions& o = job.auto_parallel;
+  if (job.model.kind == ModelOptions::Kind::kGpt) return DeriveGptAutoPlan(job);
   if (job.model.kind != ModelOptions::Kind::kMlp) {
     return Status::Unimplemented(
-        "auto: placements derive a plan for model.kind mlp only (the seeds' examples); other "
-        "models need the propagation pass of issue #19");
+        "auto: placements derive a plan for model.kind mlp and gpt, not ctr");
   }
   AutoPlan plan;
   STRATA_ASSIGN_OR_RETURN(plan.mesh, ParseMesh(o.mesh));
@@ -294,13 +294,19 @@ std::vector<std::string> AutoPlan::Explain() const {
   lines.push_back(roles_line + fmt::format(" -> parallel.dp {} x parallel.tp {} x parallel.pp {}",
                                            dp, tp, pp));
   for (const DerivedTensor& t : tensors) {
-    lines.push_back(fmt::format("auto:   {:<20} {:<12} {}", t.name, ShapeToString(t.shape),
-                                ToString(t.placements)));
+    lines.push_back(fmt::format("auto:   {:<26} {:<15} {}{}", t.name, ShapeToString(t.shape),
+                                ToString(t.placements), t.how.empty() ? "" : "  " + t.how));
   }
   for (const DerivedReshard& r : reshards) {
-    lines.push_back(fmt::format("auto:   reshard {} {} -> {}: {} ({} bytes per {}{})", r.what,
+    if (r.from.empty()) {  // a collective inside an op (the vocab-parallel loss)
+      lines.push_back(fmt::format("auto:   {}: {} ({} bytes per micro-batch)", r.what, r.steps,
+                                  r.bytes));
+      continue;
+    }
+    lines.push_back(fmt::format("auto:   reshard {} {} -> {}: {} ({} bytes per {}{}{})", r.what,
                                 ToString(r.from), ToString(r.to), r.steps, r.bytes,
                                 r.per_step ? "step" : "micro-batch",
+                                r.times > 1 ? ", twice: recomputed in backward" : "",
                                 pp > 1 ? fmt::format(", mesh {}", r.mesh) : std::string()));
   }
   auto list = [](const std::map<std::string, uint64_t>& bytes) {

@@ -6,34 +6,16 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/mesh.h"
 #include "common/status.h"
+#include "trainer/auto/propagate.h"
 #include "trainer/train_options.h"
 
 namespace strata {
-
-struct DerivedTensor {
-  std::string name;
-  Shape shape;
-  std::vector<Placement> placements;
-};
-
-// One reshard the rules asked for: `what` it moves, from which placements to which, on which
-// mesh (stage), the steps (reshard.h) and the bytes the rank at coordinate 0 of that mesh counts
-// for it. Activations' reshards happen once per micro-batch, gradient synchronisations once per
-// step. A hand-off between meshes is on the mesh it leaves (forward) or reaches (backward).
-struct DerivedReshard {
-  std::string what;
-  Shape shape;
-  std::vector<Placement> from, to;
-  std::string steps;
-  uint64_t bytes = 0;
-  bool per_step = false;  // a gradient's synchronisation (else per micro-batch)
-  int mesh = 0;
-};
 
 struct AutoPlan {
   ProcessMesh mesh = *ProcessMesh::Make({{"x", 1}});  // the shape of every mesh (auto.meshes)
@@ -46,18 +28,25 @@ struct AutoPlan {
   // What rank 0 (coordinate 0 of mesh 0, the first stage) moves, by operation ("all_reduce", "send", "recv";
   // CommOpName's words): per micro-batch (activations) and per step (gradients).
   std::map<std::string, uint64_t> per_micro_batch, per_step;
+  // gpt: what the propagation derived (roles per mesh dimension: "model" or "data", which map
+  // to tp and dp), with its cost.
+  std::optional<Propagation> propagation;
 
   // What strata-trainer logs: the mesh's roles, each tensor's placement, each reshard with its
   // bytes (the `--explain` of issue #19, for the ops the seeds' MLP has).
   std::vector<std::string> Explain() const;
 };
 
-// The plan the job's `auto` section derives. The model must be the mlp (the seeds' examples);
-// other models are Unimplemented until the propagation pass exists. InvalidArgument naming the
-// tensor and mesh dimension when placements derive no plan the trainer runs (it runs the input
-// Shard(0) with replicated weights, data parallel, and w0 Shard(1) with w1 Shard(0), tensor
-// parallel, one dimension each).
+// The plan the job's `auto` section derives. The mlp (the seeds' examples) is walked op by op
+// through the rules; gpt goes through sharding propagation (propagate.h) from its annotations,
+// and the result must be a plan the trainer runs: per mesh dimension, data parallelism (the
+// batch split, every parameter replicated) or Megatron's tensor parallelism (qkv and fc1 by
+// columns, proj and fc2 by rows, the token table by vocabulary, the head by columns with the
+// vocab-parallel loss). InvalidArgument naming the tensor and mesh dimension otherwise; ctr is
+// Unimplemented.
 Result<AutoPlan> DeriveAutoPlan(const TrainJob& job);
+// DeriveAutoPlan's gpt (gpt_plan.cc).
+Result<AutoPlan> DeriveGptAutoPlan(const TrainJob& job);
 
 // Derives the plan and writes its parallel.dp, tp, pp (and the partition) into `job`. InvalidArgument when
 // the job also set them to something else. Run where the job is loaded (the number of trainers

@@ -1,0 +1,199 @@
+// comm_costs.cc: MeasureCommCosts (in-process Gloo communicators) and their cache entry.
+#include "trainer/auto/comm_costs.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cluster/node.h"
+#include "cluster/scheduler.h"
+#include "common/inproc_transport.h"
+#include "trainer/comm/gloo_communicator.h"
+
+namespace strata {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kSmall = 256;        // floats: 1 KiB, the latency point
+constexpr size_t kLarge = 256 * 1024; // floats: 1 MiB, the bandwidth point
+
+double MedianOf(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+LinkFit Fit(double small_s, double large_s) {
+  LinkFit f;
+  const double db = static_cast<double>((kLarge - kSmall) * sizeof(float));
+  f.s_per_byte = std::max(0.0, (large_s - small_s) / db);
+  f.latency_s = std::max(0.0, small_s - f.s_per_byte * kSmall * sizeof(float));
+  return f;
+}
+
+// n ranks as threads: a scheduler and n nodes in this process for the rendezvous. Rank 0's
+// medians of the all-reduce (and, with n == 2, of a send from 0 to 1 answered by 1) at both sizes.
+Result<std::pair<LinkFit, LinkFit>> MeasureGroup(int n, int reps) {
+  InprocHub hub;
+  ClusterOptions cluster;
+  cluster.scheduler = "mem://scheduler";
+  cluster.servers = 0;
+  cluster.trainers = n;
+  Scheduler scheduler(SchedulerOptions{cluster}, std::make_unique<InprocTransport>(&hub));
+  STRATA_RETURN_IF_ERROR(scheduler.Start("mem://scheduler").status());
+  std::vector<std::unique_ptr<Node>> nodes;
+  for (int r = 0; r < n; ++r) {
+    NodeOptions no;
+    no.cluster = cluster;
+    no.role = Role::kTrainer;
+    no.bind = "mem://trainer" + std::to_string(r);
+    no.requested_rank = r;
+    nodes.push_back(std::make_unique<Node>(no, &hub));
+  }
+  std::vector<std::future<Status>> joins;
+  for (auto& node : nodes) joins.push_back(std::async(std::launch::async, [&node] { return node->Join(); }));
+  for (auto& j : joins) STRATA_RETURN_IF_ERROR(j.get());
+
+  std::mutex mu;
+  Status failed;
+  double ar_small = 0, ar_large = 0, p2p_small = 0, p2p_large = 0;
+  auto rank_main = [&](int r) -> Status {
+    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> c, MakeGlooCommunicator(*nodes[r], "plan/comm", r, n));
+    std::vector<float> buf(kLarge, 1.0f);
+    auto time = [&](size_t count, auto&& op) -> Result<double> {
+      std::vector<double> t;
+      for (int rep = 0; rep < reps + 1; ++rep) {
+        STRATA_RETURN_IF_ERROR(c->Barrier());
+        const auto start = Clock::now();
+        STRATA_RETURN_IF_ERROR(op(count));
+        if (rep > 0) t.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+      }
+      return MedianOf(t);
+    };
+    auto all_reduce = [&](size_t count) { return c->AllReduce(buf.data(), count, ReduceOp::kSum); };
+    // A round trip: 0 sends, 1 answers with the same size; half of it is one send.
+    auto ping = [&](size_t count) -> Status {
+      if (r == 0) {
+        STRATA_RETURN_IF_ERROR(c->Send(buf.data(), count, 1, 1));
+        return c->Recv(buf.data(), count, 1, 2);
+      }
+      if (r == 1) {
+        STRATA_RETURN_IF_ERROR(c->Recv(buf.data(), count, 0, 1));
+        return c->Send(buf.data(), count, 0, 2);
+      }
+      return Status::OK();
+    };
+    STRATA_ASSIGN_OR_RETURN(double s, time(kSmall, all_reduce));
+    STRATA_ASSIGN_OR_RETURN(double l, time(kLarge, all_reduce));
+    STRATA_ASSIGN_OR_RETURN(double ps, time(kSmall, ping));
+    STRATA_ASSIGN_OR_RETURN(double pl, time(kLarge, ping));
+    if (r == 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      ar_small = s;
+      ar_large = l;
+      p2p_small = ps / 2;
+      p2p_large = pl / 2;
+    }
+    return Status::OK();
+  };
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      Status s = rank_main(r);
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (failed.ok()) failed = s.WithContext("measuring collectives, rank " + std::to_string(r));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  STRATA_RETURN_IF_ERROR(failed);
+  return std::make_pair(Fit(ar_small, ar_large), Fit(p2p_small, p2p_large));
+}
+
+nlohmann::json ToJson(const LinkFit& f) { return {{"latency_s", f.latency_s}, {"s_per_byte", f.s_per_byte}}; }
+LinkFit FromJson(const nlohmann::json& j) {
+  return {j.at("latency_s").get<double>(), j.at("s_per_byte").get<double>()};
+}
+
+}  // namespace
+
+double CommCosts::AllReduce(int n, double bytes) const {
+  if (n <= 1 || all_reduce.empty()) return 0;
+  auto it = all_reduce.lower_bound(n);
+  if (it == all_reduce.end()) it = std::prev(it);
+  const int m = it->first;
+  const double ring = (2.0 * (n - 1) / n) / (2.0 * (m - 1) / m);
+  return it->second.latency_s + bytes * it->second.s_per_byte * ring;
+}
+double CommCosts::ReduceScatter(int n, double bytes) const {
+  if (n <= 1 || all_reduce.empty()) return 0;
+  const double whole = AllReduce(n, bytes);
+  const double lat = all_reduce.lower_bound(n) == all_reduce.end() ? all_reduce.rbegin()->second.latency_s
+                                                                   : all_reduce.lower_bound(n)->second.latency_s;
+  return lat + (whole - lat) / 2;
+}
+double CommCosts::AllGather(int n, double bytes) const { return ReduceScatter(n, bytes); }
+double CommCosts::P2P(double bytes) const { return p2p.Seconds(bytes); }
+
+Result<CommCosts> MeasureCommCosts(const std::vector<int>& sizes, int reps) {
+  CommCosts costs;
+  for (int n : sizes) {
+    if (n < 2) continue;
+    STRATA_ASSIGN_OR_RETURN(auto fits, MeasureGroup(n, reps));
+    costs.all_reduce[n] = fits.first;
+    if (n == 2) costs.p2p = fits.second;
+  }
+  if (costs.all_reduce.empty()) {
+    STRATA_ASSIGN_OR_RETURN(auto fits, MeasureGroup(2, reps));
+    costs.p2p = fits.second;  // no group larger than one: only the pipeline's sends could matter
+  }
+  return costs;
+}
+
+Result<CommCosts> LoadCommCosts(const std::string& path, const std::string& host) {
+  CommCosts costs;
+  std::ifstream in(path);
+  if (!in) return costs;
+  nlohmann::json doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) return Status::Corruption(path + ": not a JSON object (strata-plan's calibration cache)");
+  const std::string key = "comm " + host;
+  if (!doc.contains(key)) return costs;
+  try {
+    for (const auto& [n, f] : doc[key].at("all_reduce").items()) costs.all_reduce[std::stoi(n)] = FromJson(f);
+    costs.p2p = FromJson(doc[key].at("p2p"));
+  } catch (const std::exception& e) {
+    return Status::Corruption(path + ": entry \"" + key + "\": " + e.what());
+  }
+  return costs;
+}
+
+Status SaveCommCosts(const std::string& path, const std::string& host, const CommCosts& costs) {
+  nlohmann::json doc = nlohmann::json::object();
+  if (std::ifstream in(path); in) {
+    doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!doc.is_object()) doc = nlohmann::json::object();
+  }
+  nlohmann::json ar = nlohmann::json::object();
+  for (const auto& [n, f] : costs.all_reduce) ar[std::to_string(n)] = ToJson(f);
+  doc["comm " + host] = {{"all_reduce", ar}, {"p2p", ToJson(costs.p2p)}};
+  std::error_code ec;
+  const std::filesystem::path p(path);
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << doc.dump(1) << "\n";
+    if (!out) return Status::IOError("cannot write " + tmp);
+  }
+  std::filesystem::rename(tmp, p, ec);
+  if (ec) return Status::IOError("cannot rename " + tmp + " to " + path + ": " + ec.message());
+  return Status::OK();
+}
+
+}  // namespace strata
