@@ -257,7 +257,13 @@ PsTicket PsClient::PullDense(uint32_t table, float* out) {
   return ticket;
 }
 
-PsTicket PsClient::PushDense(uint32_t table, const float* grads) {
+PsTicket PsClient::PushDense(uint32_t table, const float* grads) { return PushDenseAs(table, grads, DType::kF32); }
+
+PsTicket PsClient::PushDenseBf16(uint32_t table, const uint16_t* grads) {
+  return PushDenseAs(table, grads, DType::kBF16);
+}
+
+PsTicket PsClient::PushDenseAs(uint32_t table, const void* grads, DType dtype) {
   PsTicket ticket;
   auto spec_or = Spec(table, TableKind::kDense);
   if (!spec_or.ok()) {
@@ -273,16 +279,18 @@ PsTicket PsClient::PushDense(uint32_t table, const float* grads) {
   for (auto& [sv, mine_chunks] : DenseRequests(spec, servers)) {
     auto chunks = std::make_shared<std::vector<uint64_t>>(std::move(mine_chunks));
     const int64_t n = static_cast<int64_t>(chunks->size());
-    PsTicket::Part part{{}, sv, nullptr, [spec, table, clock, chunks, n, grads, borrowed] {
+    PsTicket::Part part{{}, sv, nullptr, [spec, table, clock, chunks, n, grads, dtype, borrowed] {
                           Message m;
                           auto p = m.builder().getBody().initPush();
                           p.setTable(table);
                           p.setClock(clock);
                           m.AddPayload(DType::kI64, {n}, View(chunks));
+                          const size_t size = DTypeSize(dtype);
                           for (uint64_t c : *chunks) {
                             const uint32_t len = spec.ChunkLength(c);
-                            m.AddPayload(DType::kF32, {static_cast<int64_t>(len)},
-                                         Buffer(grads + c * spec.chunk_floats, len * sizeof(float), borrowed));
+                            m.AddPayload(dtype, {static_cast<int64_t>(len)},
+                                         Buffer(static_cast<const char*>(grads) + c * spec.chunk_floats * size,
+                                                len * size, borrowed));
                           }
                           return m;
                         }};

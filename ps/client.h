@@ -58,6 +58,8 @@ class PsClient {
   // Dense tables, the whole tensor (numel floats).
   PsTicket PullDense(uint32_t table, float* out);
   PsTicket PushDense(uint32_t table, const float* grads);
+  // The same gradients rounded to bf16 (half the bytes); the servers widen them to fp32.
+  PsTicket PushDenseBf16(uint32_t table, const uint16_t* grads);
 
   // Waits for every server's part. The first error names the server. A part that failed with
   // DeadlineExceeded/Unavailable is retried (after `timeout`, default the client's
@@ -82,6 +84,7 @@ class PsClient {
   // The spec of a table this client created, which must be of `kind`.
   Result<const TableSpec*> Spec(uint32_t table, TableKind kind) const;
   Status Connect();
+  PsTicket PushDenseAs(uint32_t table, const void* grads, DType dtype);
   PsTicket Sparse(uint32_t table, std::span<const uint64_t> keys, const float* grads, float* out,
                   bool push);
   // Sends part.make() to server part.server and stores its ticket.

@@ -49,6 +49,23 @@ const float* AlignedFloats(const Buffer& b, std::vector<float>* scratch) {
   return scratch->data();
 }
 
+// A gradient payload as floats: f32 as it lies (copied if misaligned), bf16 widened to f32 on
+// arrival (gradients may travel in bf16; the servers keep and apply fp32).
+const float* GradientFloats(const Buffer& b, DType dtype, std::vector<float>* scratch) {
+  if (dtype == DType::kBF16) {
+    const size_t n = b.size() / sizeof(uint16_t);
+    scratch->resize(n);
+    const auto* h = reinterpret_cast<const unsigned char*>(b.data());
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t v;
+      std::memcpy(&v, h + 2 * i, sizeof(v));
+      (*scratch)[i] = BF16ToFloat(v);
+    }
+    return scratch->data();
+  }
+  return AlignedFloats(b, scratch);
+}
+
 }  // namespace
 
 
@@ -270,9 +287,11 @@ Status PsServer::ValidateKeys(const Table& t, const Message& msg, bool with_grad
   for (size_t i = 1; i < want; ++i) {
     const PayloadInfo g = msg.payload_info(i);
     const size_t floats = spec.kind == TableKind::kSparse ? n * spec.dim : t.ValueFloats((*keys)[i - 1]);
-    if (g.dtype != DType::kF32 || g.buffer->size() != floats * sizeof(float)) {
+    const bool f32 = g.dtype == DType::kF32 && g.buffer->size() == floats * sizeof(float);
+    const bool bf16 = g.dtype == DType::kBF16 && g.buffer->size() == floats * sizeof(uint16_t);
+    if (!f32 && !bf16) {
       return Status::InvalidArgument(where() + "gradient payload " + std::to_string(i) + " must be " +
-                                     std::to_string(floats) + " f32 values, got " +
+                                     std::to_string(floats) + " f32 or bf16 values, got " +
                                      std::to_string(g.buffer->size()) + " bytes of " +
                                      std::string(DTypeName(g.dtype)));
     }
@@ -304,14 +323,16 @@ void PsServer::HandlePush(Request& request) {
   std::vector<std::vector<float>> scratch(msg.num_payloads());
   std::vector<const float*> grad(keys.size());
   if (t.spec.kind == TableKind::kSparse) {
-    const float* g = AlignedFloats(msg.payload(1), &scratch[1]);
+    const float* g = GradientFloats(msg.payload(1), msg.payload_info(1).dtype, &scratch[1]);
     for (size_t i = 0; i < keys.size(); ++i) grad[i] = g + i * t.spec.dim;
   } else {
-    for (size_t i = 0; i < keys.size(); ++i) grad[i] = AlignedFloats(msg.payload(i + 1), &scratch[i + 1]);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      grad[i] = GradientFloats(msg.payload(i + 1), msg.payload_info(i + 1).dtype, &scratch[i + 1]);
+    }
   }
   ++pushes_;
   keys_pushed_ += keys.size();
-  bytes_in_ += floats * sizeof(float);
+  for (size_t i = 1; i < msg.num_payloads(); ++i) bytes_in_ += msg.payload(i).size();  // as sent (f32 or bf16)
   const auto start = std::chrono::steady_clock::now();
 
   if (t.spec.consistency == Consistency::kBsp) {

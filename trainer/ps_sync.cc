@@ -60,6 +60,7 @@ Result<std::unique_ptr<PsSync>> PsSync::Create(PsClient& client, nn::ParameterRe
   // backward and the next step's pulls are answered table by table.
   const bool eager = sync.mode == SyncOptions::Mode::kOffload && sync.consistency == Consistency::kBsp;
   ps.dense_scale_ = eager ? 1.0f : ps.push_scale_;
+  ps.wire_bf16_ = sync.wire == DType::kBF16;
   ps.exec_ = reg.exec();
   uint32_t next_id = options.first_table_id;
   const bool sparse_tables = SparseOnServers(job);
@@ -211,6 +212,7 @@ Status PsSync::Finish(int64_t step) {
     }
     pushes_.clear();
     push_staged_.clear();
+    push_bf16_.clear();
     std::fill(pushed_.begin(), pushed_.end(), false);
     STRATA_RETURN_IF_ERROR(status);
     STRATA_RETURN_IF_ERROR(client_.Clock());
@@ -236,7 +238,11 @@ Status PsSync::Finish(int64_t step) {
   if (push_scale_ != 1.0f) {
     for (const Remote& r : sparse_) ops::Scale(exec_, r.param->grad, push_scale_);
   }
-  for (const Remote& r : dense_) tickets.push_back({client_.PushDense(r.table, host_floats(r.param->grad)), Clock::now()});
+  for (const Remote& r : dense_) {
+    tickets.push_back({wire_bf16_ ? client_.PushDenseBf16(r.table, Bf16Copy(r.param->grad))
+                                  : client_.PushDense(r.table, host_floats(r.param->grad)),
+                       Clock::now()});
+  }
   const int64_t n = static_cast<int64_t>(keys_.size());
   for (const Remote& r : sparse_) {
     if (n == 0) break;
@@ -245,6 +251,7 @@ Status PsSync::Finish(int64_t step) {
   for (InFlight& f : tickets) STRATA_RETURN_IF_ERROR(WaitRecorded(f, /*pull=*/false, "push"));
   STRATA_RETURN_IF_ERROR(client_.Clock());
   push_exposed_ += SecondsSince(started);
+  push_bf16_.clear();
   return Status::OK();
 }
 
@@ -328,6 +335,10 @@ void PsSync::PushDense(const Remote& r) {
   pushed_[dense_index_[r.param]] = true;
   Tensor& g = r.param->grad;
   if (dense_scale_ != 1.0f) ops::Scale(exec_, g, dense_scale_);
+  if (wire_bf16_) {
+    pushes_.push_back({client_.PushDenseBf16(r.table, Bf16Copy(g)), Clock::now()});
+    return;
+  }
   const float* data = nullptr;
   if (g.is_cpu() && g.is_contiguous()) {
     data = g.data_as<float>();  // zero-copy: unchanged until Finish waits for the push
@@ -349,6 +360,20 @@ void PsSync::GradReady(nn::Parameter& p) {
         "parameter " + p.name + " reported ready twice in one step: sync.mode offload pushes it at the first"));
   }
   PushDense(dense_[it->second]);
+}
+
+const uint16_t* PsSync::Bf16Copy(const Tensor& g) {
+  push_bf16_.emplace_back(static_cast<size_t>(g.numel()));
+  std::vector<uint16_t>& out = push_bf16_.back();
+  if (g.is_cpu() && g.is_contiguous()) {
+    const float* f = g.data_as<float>();
+    for (size_t i = 0; i < out.size(); ++i) out[i] = FloatToBF16(f[i]);
+  } else {
+    std::vector<float> host(out.size());
+    STRATA_CHECK_OK(HostView(host.data(), g).CopyFrom(g));
+    for (size_t i = 0; i < out.size(); ++i) out[i] = FloatToBF16(host[i]);
+  }
+  return out.data();
 }
 
 int64_t PsSync::staging_bytes() const {

@@ -134,6 +134,8 @@ class PsSync final : public GradSync, public UnitHooks {
   // Waits for `f` and records its interval (for overlap()) and its trace event.
   Status WaitRecorded(InFlight& f, bool pull, const char* name);
   void PushDense(const Remote& r);
+  // `g` rounded to bf16 in a buffer that lives until the step's pushes were waited for.
+  const uint16_t* Bf16Copy(const Tensor& g);
 
   PsClient& client_;
   Trace* trace_;
@@ -156,6 +158,8 @@ class PsSync final : public GradSync, public UnitHooks {
   std::vector<bool> pushed_;     // by dense_ index, this step
   std::vector<InFlight> pushes_;  // this step's
   std::vector<std::vector<float>> push_staged_;  // host copies of device gradients in flight
+  std::vector<std::vector<uint16_t>> push_bf16_;  // bf16 gradients in flight (sync.wire bf16)
+  bool wire_bf16_ = false;
   // Overlap accounting: every push's and pull's [issue, reply) and the waits.
   std::vector<std::pair<Clock::time_point, Clock::time_point>> push_spans_, pull_spans_;
   double push_exposed_ = 0, pull_exposed_ = 0;

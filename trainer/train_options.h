@@ -99,6 +99,9 @@ struct SyncOptions {
   double bucket_mb = 25;       // all-reduce bucket size
   bool overlap = true;         // all-reduce buckets while backward still runs
   bool prefetch = true;        // pull the next step's parameters while this one computes
+  // ps, offload: the dense gradients' type on the wire: fp32, or bf16 (half the bytes; the
+  // servers widen to fp32 and keep fp32 masters and state). Pulled weights stay fp32.
+  DType wire = DType::kF32;
   double chunk_kb = 2048;      // ps, offload: dense tables travel and are stored in chunks of this size
   bool delayed_update = false; // offload: compute on the weights one update behind (DPU)
   int64_t delayed_warmup = 10; // offload: undelayed steps before that
