@@ -240,7 +240,7 @@ Status Node::RequestShutdown() {
   return r.ok() ? Status::OK() : r.status();
 }
 
-Status Node::Leave() {
+Status Node::Leave(std::optional<Millis> timeout) {
   {
     std::lock_guard lock(mu_);
     if (!joined_ || leaving_) return Status::OK();
@@ -258,7 +258,7 @@ Status Node::Leave() {
   if (ordered_to_stop) return Status::OK();
   Message req;
   req.builder().getBody().setDeregister();
-  auto r = rpc_.CallAndWait(scheduler_, std::move(req), Timeout());
+  auto r = rpc_.CallAndWait(scheduler_, std::move(req), timeout.value_or(Timeout()));
   if (!r.ok()) return r.status().WithContext("leaving the cluster");
   return Status::OK();
 }

@@ -74,8 +74,9 @@ class Node {
   Result<ClusterView> RefreshView();
   // Asks the scheduler to end the job: every node is told to shut down.
   Status RequestShutdown();
-  // Deregisters and stops heartbeating. Idempotent.
-  Status Leave();
+  // Deregisters and stops heartbeating, waiting up to `timeout` (default: the cluster's call
+  // timeout) for the scheduler's answer. Idempotent.
+  Status Leave(std::optional<Millis> timeout = std::nullopt);
   // Waits for the scheduler's shutdown notice. True if it came.
   bool WaitForShutdown(Millis timeout);
 

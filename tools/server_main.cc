@@ -174,7 +174,8 @@ int main(int argc, char** argv) {
     if (StopRequested()) break;
   }
   spdlog::info("final stats: {}", server.StatsLine());
-  if (Status s = node.Leave(); !s.ok()) {
+  const std::optional<Millis> leave_timeout = StopRequested() ? std::optional<Millis>(Millis(1000)) : std::nullopt;
+  if (Status s = node.Leave(leave_timeout); !s.ok()) {
     spdlog::error("{}", s.ToString());
     return 1;
   }

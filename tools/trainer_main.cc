@@ -166,6 +166,7 @@ int Train(const JobConfig& config, Node* node, bool launched, const AutoSelectOp
       }
     }
   }
+  (*trainer)->set_stop_check(StopRequested);  // SIGINT/SIGTERM end training between steps
   auto summary = (*trainer)->Run();
   if (!summary.ok()) {
     spdlog::error("{}", summary.status().ToString());
@@ -236,6 +237,8 @@ int main(int argc, char** argv) {
       }
     }
   }
-  if (Status s = node.Leave(); !s.ok()) spdlog::warn("leaving: {}", s.ToString());
+  // Stopped by a signal: the scheduler may be gone too; do not wait on it long.
+  const std::optional<Millis> leave_timeout = StopRequested() ? std::optional<Millis>(Millis(1000)) : std::nullopt;
+  if (Status s = node.Leave(leave_timeout); !s.ok()) spdlog::warn("leaving: {}", s.ToString());
   return code;
 }
