@@ -9,6 +9,12 @@
 
 namespace strata {
 namespace {
+int64_t SteadyMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+namespace {
 
 std::unique_ptr<Transport> MakeOrDie(const std::string& endpoint, const TransportOptions& options,
                                      InprocHub* hub) {
@@ -79,6 +85,7 @@ Status Node::Join() {
   spdlog::info("node: joined as {} {} (node {}) at {}; view epoch {} with {} nodes",
                RoleName(options_.role), rank_.load(), id_.load(), address_, view().epoch,
                view().nodes.size());
+  heard_ms_ = SteadyMillis();
   heartbeat_ = std::thread([this] { Heartbeats(); });
   return Status::OK();
 }
@@ -159,6 +166,17 @@ void Node::DeliverHeldRequests() {
   }
 }
 
+Status Node::SchedulerStatus() const {
+  const int64_t limit = options_.cluster.scheduler_timeout_ms, heard = heard_ms_;
+  if (limit <= 0 || heard == 0) return Status::OK();
+  const int64_t silent = SteadyMillis() - heard;
+  if (silent < limit) return Status::OK();
+  return Status::Unavailable("lost the scheduler at " + options_.cluster.scheduler + ": no answer to " +
+                             std::to_string(failed_beats_.load()) + " heartbeats over " +
+                             std::to_string(silent / 1000) + " s (cluster.scheduler_timeout_ms " +
+                             std::to_string(limit) + ")");
+}
+
 void Node::Heartbeats() {
   const Millis interval(options_.cluster.heartbeat_interval_ms);
   std::unique_lock lock(mu_);
@@ -172,10 +190,18 @@ void Node::Heartbeats() {
     rpc_.CallAsync(
         scheduler_, std::move(hb),
         [this, known_epoch](Result<Message> r) {
+          const int64_t now = SteadyMillis();
           if (!r.ok()) {
-            spdlog::warn("node: heartbeat failed: {}", r.status().ToString());
+            const uint64_t failed = ++failed_beats_;
+            if (failed == 1 || now - warned_ms_ >= 10000) {
+              warned_ms_ = now;
+              spdlog::warn("node: heartbeat failed ({} since the last answer, {:.1f} s ago): {}", failed,
+                           (now - heard_ms_) / 1e3, r.status().ToString());
+            }
             return;
           }
+          heard_ms_ = now;
+          failed_beats_ = 0;
           if (r->reader().getBody().getHeartbeatReply().getViewEpoch() > known_epoch) {
             // A change we missed a notification for: fetch the view, off the I/O thread.
             Message get;

@@ -79,6 +79,9 @@ class Node {
   Status Leave(std::optional<Millis> timeout = std::nullopt);
   // Waits for the scheduler's shutdown notice. True if it came.
   bool WaitForShutdown(Millis timeout);
+  // Unavailable naming the scheduler and for how long once no heartbeat had an answer for
+  // cluster.scheduler_timeout_ms (0: never); OK before that, and before Join.
+  Status SchedulerStatus() const;
 
   uint32_t id() const { return id_; }
   int rank() const { return rank_; }
@@ -115,6 +118,11 @@ class Node {
   bool delivering_ = false;     // application requests go to app_handler_ (set once joined)
   std::vector<Request> held_;   // application requests that came before that
   std::thread heartbeat_;
+  // Steady-clock milliseconds of the scheduler's last heartbeat answer (0: not joined yet), and
+  // heartbeats failed since (warnings are rate-limited: the first, then one per 10 s).
+  std::atomic<int64_t> heard_ms_{0};
+  std::atomic<uint64_t> failed_beats_{0};
+  std::atomic<int64_t> warned_ms_{0};
 };
 
 }  // namespace strata

@@ -35,6 +35,10 @@ void Bind(config::Binder& b, ClusterOptions& o) {
           "how long a node retries reaching the scheduler's host and port before failing with "
           "an error naming them (covers a scheduler that starts after its nodes)")
       .Range(1, kMaxMs);
+  b.Field("scheduler_timeout_ms", o.scheduler_timeout_ms,
+          "a node whose heartbeats got no answer this long exits with an error naming the scheduler "
+          "(0: never)")
+      .Range(0, kMaxMs);
   b.Field("metrics_port", o.metrics_port,
           "Prometheus /metrics: the scheduler's port; server r takes port+1+r, trainer r "
           "port+1+servers+r (docs/metrics.md); 0: off")

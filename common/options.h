@@ -29,6 +29,10 @@ struct ClusterOptions {
   // fails naming its host and port. Covers a scheduler started a little after its nodes (one
   // srun, one indexed job); shorter fails a wrong address sooner.
   int connect_timeout_ms = 30000;
+  // A node whose heartbeats have had no answer for this long has lost the scheduler:
+  // Node::SchedulerStatus says so, and strata-trainer and strata-server exit with that error
+  // (0: never; they go on and retry). Longer than a scheduler's restart.
+  int scheduler_timeout_ms = 60000;
   // Prometheus /metrics (docs/metrics.md): the scheduler listens on this port, server r on
   // port + 1 + r, trainer r on port + 1 + servers + r. 0 (the default): no endpoint.
   int metrics_port = 0;

@@ -170,14 +170,21 @@ int main(int argc, char** argv) {
   if (!StartMetricsIfAsked(metrics_endpoint, job.cluster.metrics_port, Role::kServer, node.rank(), job.cluster.servers)) {
     return 1;
   }
+  int code = 0;
   while (!node.WaitForShutdown(Millis(100))) {
     if (StopRequested()) break;
+    if (Status s = node.SchedulerStatus(); !s.ok()) {
+      spdlog::error("{}", s.ToString());
+      code = 1;
+      break;
+    }
   }
   spdlog::info("final stats: {}", server.StatsLine());
-  const std::optional<Millis> leave_timeout = StopRequested() ? std::optional<Millis>(Millis(1000)) : std::nullopt;
+  const std::optional<Millis> leave_timeout =
+      StopRequested() || !node.SchedulerStatus().ok() ? std::optional<Millis>(Millis(1000)) : std::nullopt;
   if (Status s = node.Leave(leave_timeout); !s.ok()) {
     spdlog::error("{}", s.ToString());
     return 1;
   }
-  return 0;
+  return code;
 }

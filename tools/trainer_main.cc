@@ -166,7 +166,11 @@ int Train(const JobConfig& config, Node* node, bool launched, const AutoSelectOp
       }
     }
   }
-  (*trainer)->set_stop_check(StopRequested);  // SIGINT/SIGTERM end training between steps
+  // Between steps: SIGINT/SIGTERM, or a scheduler silent past cluster.scheduler_timeout_ms.
+  (*trainer)->set_stop_check([node]() -> Status {
+    if (StopRequested()) return Status::Cancelled("stopped by a signal");
+    return node ? node->SchedulerStatus() : Status::OK();
+  });
   auto summary = (*trainer)->Run();
   if (!summary.ok()) {
     spdlog::error("{}", summary.status().ToString());
@@ -233,12 +237,13 @@ int main(int argc, char** argv) {
       node.WaitForShutdown(Millis(10000));
     } else {
       while (!node.WaitForShutdown(Millis(100))) {
-        if (StopRequested()) break;
+        if (StopRequested() || !node.SchedulerStatus().ok()) break;
       }
     }
   }
   // Stopped by a signal: the scheduler may be gone too; do not wait on it long.
-  const std::optional<Millis> leave_timeout = StopRequested() ? std::optional<Millis>(Millis(1000)) : std::nullopt;
+  const std::optional<Millis> leave_timeout =
+      StopRequested() || !node.SchedulerStatus().ok() ? std::optional<Millis>(Millis(1000)) : std::nullopt;
   if (Status s = node.Leave(leave_timeout); !s.ok()) spdlog::warn("leaving: {}", s.ToString());
   return code;
 }

@@ -485,9 +485,10 @@ Result<TrainSummary> Trainer::RunSteps() {
   double window_start = elapsed();
   comm_.Resume();
   while (step_ < to.steps) {
-    if (stop_check_ && stop_check_()) {
-      return Status::Cancelled("stopped by a signal after step " + std::to_string(step_) + " of " +
-                               std::to_string(to.steps));
+    if (stop_check_) {
+      if (Status s = stop_check_(); !s.ok()) {
+        return s.WithContext("after step " + std::to_string(step_) + " of " + std::to_string(to.steps));
+      }
     }
     const double lr = LearningRate(job_.optimizer, step_, to.steps);
     // A step's high-water mark of this device's allocator (LogMemory).

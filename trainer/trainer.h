@@ -93,8 +93,8 @@ class Trainer {
   // Resumes from train.checkpoint_dir/latest when asked and present, then trains to
   // train.steps, checkpointing and evaluating as configured.
   Result<TrainSummary> Run();
-  // Asked before every step: true ends training with Cancelled (a signal, say). Not owned.
-  void set_stop_check(std::function<bool()> stop) { stop_check_ = std::move(stop); }
+  // Asked before every step: an error ends training with it (a signal; a lost scheduler).
+  void set_stop_check(std::function<Status()> stop) { stop_check_ = std::move(stop); }
   // On every rank of data-parallel replica 0 (the pipeline passes activations); the loss is
   // known on all of them afterwards. Others return an empty result. May throw
   // ops::OutOfMemory (Run catches it).
@@ -174,7 +174,7 @@ class Trainer {
   std::vector<GradSync*> syncs_;  // ps_ and/or reducer_ or zero3_
   std::vector<Batch> lookahead_;  // the next step's batches, already prefetched
   std::unique_ptr<Progress> progress_;
-  std::function<bool()> stop_check_;
+  std::function<Status()> stop_check_;
   PipelineSummary pipeline_;
   CommAccounting comm_;
   Shape micro_batch_;  // a micro-batch's leading shape (Model::LeadingShape), from the first step

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <future>
+#include <thread>
 
 #include "cluster/scheduler.h"
 #include "common/transport.h"
@@ -73,6 +74,42 @@ TEST(NodeTcpTest, WildcardBindAdvertisesAReachableHost) {
   ASSERT_TRUE(server->Leave().ok());
   ASSERT_TRUE(trainer->Leave().ok());
   scheduler.Stop();
+}
+
+// A scheduler gone for good: a node says so once its heartbeats have had no answer for
+// cluster.scheduler_timeout_ms (strata-trainer and strata-server then exit with this error).
+TEST(NodeTcpTest, LosingTheSchedulerPastTheTimeoutIsAnErrorNamingIt) {
+  ClusterOptions cluster;
+  cluster.servers = 0;
+  cluster.trainers = 1;
+  cluster.heartbeat_interval_ms = 50;
+  cluster.heartbeat_timeout_ms = 1000;
+  cluster.scheduler_timeout_ms = 500;
+  auto transport = MakeTransport("tcp://127.0.0.1:0", TransportOptions{});
+  ASSERT_TRUE(transport.ok());
+  auto scheduler = std::make_unique<Scheduler>(SchedulerOptions{cluster}, std::move(transport).value());
+  auto address = scheduler->Start("tcp://127.0.0.1:0");
+  ASSERT_TRUE(address.ok()) << address.status().ToString();
+  cluster.scheduler = *address;
+  NodeOptions o;
+  o.cluster = cluster;
+  o.role = Role::kTrainer;
+  o.bind = "tcp://127.0.0.1:0";
+  Node node(o);
+  ASSERT_TRUE(node.Join().ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));  // past the timeout, answered
+  EXPECT_TRUE(node.SchedulerStatus().ok()) << node.SchedulerStatus().ToString();
+  scheduler->Stop();
+  scheduler.reset();
+  const auto lost = std::chrono::steady_clock::now();
+  while (node.SchedulerStatus().ok() && std::chrono::steady_clock::now() - lost < std::chrono::seconds(20)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const Status s = node.SchedulerStatus();
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.ToString(), HasSubstr("lost the scheduler at " + *address));
+  EXPECT_THAT(s.ToString(), HasSubstr("cluster.scheduler_timeout_ms 500"));
+  (void)node.Leave(Millis(200));  // the scheduler is gone: leaving times out, quickly
 }
 
 }  // namespace
