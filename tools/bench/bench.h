@@ -64,6 +64,17 @@ BenchFn SetupInferBench(CLI::App& app);
 Status LaunchJob(const std::vector<std::string>& args, const std::filesystem::path& log);
 // `data` when that file exists, else a generated text file in `dir`.
 Result<std::string> TextDataPath(const std::string& data, const std::filesystem::path& dir);
+// What a subcommand that launches jobs works in: strata-launch beside this binary, a fresh
+// /tmp/strata-bench-<name>-XXXXXX directory, the text data (TextDataPath) and job.yaml in it.
+struct JobWorkDir {
+  std::string launch;            // strata-launch's path
+  std::filesystem::path work;    // the directory
+  std::string data_path;
+  std::filesystem::path job_path;
+};
+// `yaml` makes the job's text from the data path.
+Result<JobWorkDir> MakeJobWorkDir(const std::string& name, const std::string& data,
+                                  const std::function<std::string(const std::string& data_path)>& yaml);
 // Removes the jobs' work directory, or (`keep`) leaves it and says where in `notes`.
 void FinishWorkDir(const std::filesystem::path& work, bool keep, std::vector<std::string>* notes);
 

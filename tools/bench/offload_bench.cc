@@ -106,19 +106,13 @@ Result<Report> RunOffloadBench(const Options& o) {
   if (o.steps <= o.warmup) return Status::InvalidArgument("--steps must exceed --warmup");
   if (o.tail < 1 || o.tail > o.steps) return Status::InvalidArgument("--tail must be in [1, --steps]");
   if (o.batch_size % o.trainers != 0) return Status::InvalidArgument("--batch-size must divide over --trainers");
-  const std::string bin = fs::canonical("/proc/self/exe").parent_path().string();
-  const std::string launch = bin + "/strata-launch";
-  if (!fs::exists(launch)) return Status::NotFound(launch + " (build the strata-launch target)");
-  char tmpl[] = "/tmp/strata-bench-offload-XXXXXX";
-  if (!mkdtemp(tmpl)) return Status::IOError(std::string("mkdtemp: ") + std::strerror(errno));
-  const fs::path work = tmpl;
-  STRATA_ASSIGN_OR_RETURN(std::string data_path, TextDataPath(o.data, work));
-  const fs::path job_path = work / "job.yaml";
-  {
-    std::ofstream out(job_path);
-    out << JobYaml(o, data_path);
-    if (!out) return Status::IOError("cannot write " + job_path.string());
-  }
+  STRATA_ASSIGN_OR_RETURN(JobWorkDir dir, MakeJobWorkDir("offload", o.data, [&](const std::string& data) {
+                            return JobYaml(o, data);
+                          }));
+  const std::string& launch = dir.launch;
+  const fs::path& work = dir.work;
+  const std::string& data_path = dir.data_path;
+  const fs::path& job_path = dir.job_path;
   const std::vector<Config> configs = {
       {"allreduce", 0, {"sync.mode=allreduce"}},
       {"offload, serial", o.servers, {"sync.mode=offload", "sync.overlap=false"}},

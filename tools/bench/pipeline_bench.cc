@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -51,6 +52,22 @@ Result<std::string> TextDataPath(const std::string& data, const std::filesystem:
 
 // Runs strata-launch with `args` and OPENBLAS_NUM_THREADS=1, its output to `log`; fails with
 // the log's tail when it exits non-zero.
+Result<JobWorkDir> MakeJobWorkDir(const std::string& name, const std::string& data,
+                                  const std::function<std::string(const std::string& data_path)>& yaml) {
+  JobWorkDir d;
+  d.launch = std::filesystem::canonical("/proc/self/exe").parent_path().string() + "/strata-launch";
+  if (!std::filesystem::exists(d.launch)) return Status::NotFound(d.launch + " (build the strata-launch target)");
+  std::string tmpl = "/tmp/strata-bench-" + name + "-XXXXXX";
+  if (!mkdtemp(tmpl.data())) return Status::IOError(std::string("mkdtemp: ") + std::strerror(errno));
+  d.work = tmpl;
+  STRATA_ASSIGN_OR_RETURN(d.data_path, TextDataPath(data, d.work));
+  d.job_path = d.work / "job.yaml";
+  std::ofstream out(d.job_path);
+  out << yaml(d.data_path);
+  if (!out) return Status::IOError("cannot write " + d.job_path.string());
+  return d;
+}
+
 void FinishWorkDir(const std::filesystem::path& work, bool keep, std::vector<std::string>* notes) {
   if (keep) {
     notes->push_back("work directory kept: " + work.string());
@@ -368,19 +385,13 @@ Result<Report> RunPipelineBench(const Options& o) {
   }
   if (o.steps <= o.warmup) return Status::InvalidArgument("--steps must exceed --warmup");
 
-  const std::string bin = fs::canonical("/proc/self/exe").parent_path().string();
-  const std::string launch = bin + "/strata-launch";
-  if (!fs::exists(launch)) return Status::NotFound(launch + " (build the strata-launch target)");
-  char tmpl[] = "/tmp/strata-bench-pipeline-XXXXXX";
-  if (!mkdtemp(tmpl)) return Status::IOError(std::string("mkdtemp: ") + std::strerror(errno));
-  const fs::path work = tmpl;
-  STRATA_ASSIGN_OR_RETURN(std::string data_path, TextDataPath(o.data, work));
-  const fs::path job_path = work / "job.yaml";
-  {
-    std::ofstream out(job_path);
-    out << JobYaml(o, data_path);
-    if (!out) return Status::IOError("cannot write " + job_path.string());
-  }
+  STRATA_ASSIGN_OR_RETURN(JobWorkDir dir, MakeJobWorkDir("pipeline", o.data, [&](const std::string& data) {
+                            return JobYaml(o, data);
+                          }));
+  const std::string& launch = dir.launch;
+  const fs::path& work = dir.work;
+  const std::string& data_path = dir.data_path;
+  const fs::path& job_path = dir.job_path;
 
   Report report;
   Table bubbles(

@@ -139,19 +139,13 @@ Result<Report> RunZeroBench(const Options& o) {
   }
   if (o.steps < 1) return Status::InvalidArgument("--steps must be >= 1");
 
-  const std::string bin = fs::canonical("/proc/self/exe").parent_path().string();
-  const std::string launch = bin + "/strata-launch";
-  if (!fs::exists(launch)) return Status::NotFound(launch + " (build the strata-launch target)");
-  char tmpl[] = "/tmp/strata-bench-zero-XXXXXX";
-  if (!mkdtemp(tmpl)) return Status::IOError(std::string("mkdtemp: ") + std::strerror(errno));
-  const fs::path work = tmpl;
-  STRATA_ASSIGN_OR_RETURN(std::string data_path, TextDataPath(o.data, work));
-  const fs::path job_path = work / "job.yaml";
-  {
-    std::ofstream out(job_path);
-    out << JobYaml(o, data_path);
-    if (!out) return Status::IOError("cannot write " + job_path.string());
-  }
+  STRATA_ASSIGN_OR_RETURN(JobWorkDir dir, MakeJobWorkDir("zero", o.data, [&](const std::string& data) {
+                            return JobYaml(o, data);
+                          }));
+  const std::string& launch = dir.launch;
+  const fs::path& work = dir.work;
+  const std::string& data_path = dir.data_path;
+  const fs::path& job_path = dir.job_path;
 
   const unsigned cpus = std::thread::hardware_concurrency();
   Table table("strata-bench zero: ZeRO stages on data-parallel gpt trainers (sync allreduce, Gloo)",
