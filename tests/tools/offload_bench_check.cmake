@@ -1,0 +1,42 @@
+# offload_bench_check.cmake: runs a tiny `strata-bench offload` and checks that it exits 0 and
+# that its JSON has the four modes with a positive step time, no optimizer state on the
+# trainers in the offload modes (allreduce's is there), and push/pull hidden figures for the
+# pipelined ones.
+#   cmake -DBENCH=<strata-bench> -DJSON=<output file> -P offload_bench_check.cmake
+file(REMOVE "${JSON}")
+execute_process(
+  COMMAND "${BENCH}" offload --steps 6 --warmup 2 --tail 2 --layers 1 --width 32 --json "${JSON}"
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 240)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "strata-bench offload exited with ${rc}\n${out}\n${err}")
+endif()
+file(READ "${JSON}" doc)
+string(JSON benchmark GET "${doc}" benchmark)
+if(NOT benchmark STREQUAL "offload")
+  message(FATAL_ERROR "benchmark is \"${benchmark}\", not \"offload\"")
+endif()
+string(JSON rows LENGTH "${doc}" tables 0 rows)
+if(NOT rows EQUAL 4)
+  message(FATAL_ERROR "expected 4 rows (allreduce, offload serial, offload, delayed), got ${rows}\n${out}")
+endif()
+foreach(i 0 1 2 3)
+  string(JSON mode GET "${doc}" tables 0 rows ${i} mode)
+  string(JSON step_ms GET "${doc}" tables 0 rows ${i} step_ms)
+  string(JSON state GET "${doc}" tables 0 rows ${i} state_bytes_per_param)
+  if(NOT step_ms GREATER 0)
+    message(FATAL_ERROR "row ${i} (${mode}): step_ms ${step_ms} is not positive")
+  endif()
+  if(i EQUAL 0 AND NOT state GREATER 0)
+    message(FATAL_ERROR "allreduce holds no optimizer state? (${state})")
+  endif()
+  if(i GREATER 0 AND NOT state EQUAL 0)
+    message(FATAL_ERROR "row ${i} (${mode}): ${state} bytes of optimizer state per parameter on the trainer")
+  endif()
+  if(i GREATER 1)
+    string(JSON hidden ERROR_VARIABLE error GET "${doc}" tables 0 rows ${i} push_hidden_pct)
+    if(error OR hidden STREQUAL "null")
+      message(FATAL_ERROR "row ${i} (${mode}) lacks push_hidden_pct: ${error}")
+    endif()
+  endif()
+endforeach()
+message(STATUS "strata-bench offload: exit 0, four modes, no optimizer state on offloading trainers")
