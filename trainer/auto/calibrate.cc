@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/allocator.h"
+#include "common/file.h"
 #include "trainer/data.h"
 #include "trainer/device.h"
 #include "trainer/models/model.h"
@@ -256,15 +257,7 @@ Status SaveCalibration(const std::string& path, const Calibration& cal) {
   const std::filesystem::path p(path);
   std::error_code ec;
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << doc.dump(1) << "\n";
-    if (!out) return Status::IOError("cannot write " + tmp);
-  }
-  std::filesystem::rename(tmp, p, ec);
-  if (ec) return Status::IOError("cannot rename " + tmp + " to " + path + ": " + ec.message());
-  return Status::OK();
+  return WriteFileDurably(path, doc.dump(1) + "\n");  // a reader sees the old cache or the new
 }
 
 }  // namespace strata

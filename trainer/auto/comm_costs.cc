@@ -13,6 +13,7 @@
 
 #include "cluster/node.h"
 #include "cluster/scheduler.h"
+#include "common/file.h"
 #include "common/inproc_transport.h"
 #include "trainer/comm/gloo_communicator.h"
 
@@ -185,15 +186,7 @@ Status SaveCommCosts(const std::string& path, const std::string& host, const Com
   std::error_code ec;
   const std::filesystem::path p(path);
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << doc.dump(1) << "\n";
-    if (!out) return Status::IOError("cannot write " + tmp);
-  }
-  std::filesystem::rename(tmp, p, ec);
-  if (ec) return Status::IOError("cannot rename " + tmp + " to " + path + ": " + ec.message());
-  return Status::OK();
+  return WriteFileDurably(path, doc.dump(1) + "\n");  // a reader sees the old cache or the new
 }
 
 }  // namespace strata
