@@ -326,6 +326,11 @@ Status PsSync::WaitUnit(int unit) {
   return status.WithContext("pulling unit " + std::to_string(unit) + "'s parameters");
 }
 
+Status PsSync::WaitAllUnits() {
+  for (size_t u = 0; u < next_.size(); ++u) STRATA_RETURN_IF_ERROR(WaitUnit(static_cast<int>(u)));
+  return Status::OK();
+}
+
 void PsSync::BeforeUnit(int unit, Pass pass, UnitRange /*walk*/, const nn::Context& /*ctx*/) {
   if (pass != Pass::kForward) return;
   if (Status s = WaitUnit(unit); !s.ok()) throw nn::CollectiveFailed(s);

@@ -86,6 +86,9 @@ class PsSync final : public GradSync, public UnitHooks {
   // the servers and finishes the clock. offload: then issues the next step's unit pulls.
   Status Finish(int64_t step) override;
 
+  // offload: waits for every unit's pull the next forward would wait for (the values become
+  // the ones the next step computes on).
+  Status WaitAllUnits();
   // offload: a unit's forward waits for its parameters' pull.
   void BeforeUnit(int unit, Pass pass, UnitRange walk, const nn::Context& ctx) override;
   void AfterUnit(int /*unit*/, Pass /*pass*/, const nn::Context& /*ctx*/) override {}

@@ -103,11 +103,15 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
     if (t->rank_ < 0 || t->rank_ >= t->world_) {
       return Status::Internal("trainer rank " + std::to_string(t->rank_) + " of " + std::to_string(t->world_));
     }
-    if (job.train.checkpoint_every > 0 && sync.mode != SyncOptions::Mode::kAllReduce) {
+    const bool offload = sync.mode == SyncOptions::Mode::kOffload;
+    if (job.train.checkpoint_every > 0 && sync.mode != SyncOptions::Mode::kAllReduce &&
+        !(offload && sync.consistency == Consistency::kBsp)) {
       return Status::InvalidArgument(
-          "train.checkpoint_every: trainer checkpoints cover sync.mode local and allreduce; with "
-          "parameters on the servers, use the servers' durability (server.store.durability)");
+          "train.checkpoint_every: trainer checkpoints cover sync.mode local, allreduce and offload "
+          "under bsp; with parameters on the servers, use the servers' durability "
+          "(server.store.durability)");
     }
+
   }
   if (job.parallel.zero > 0 && cluster && sync.mode != SyncOptions::Mode::kAllReduce) {
     return Status::InvalidArgument(std::string("parallel.zero ") + std::to_string(job.parallel.zero) +
@@ -471,6 +475,13 @@ Result<TrainSummary> Trainer::RunSteps() {
   const TrainOptions& to = job_.train;
   if (to.resume && !to.checkpoint_dir.empty()) {
     const std::string latest = LatestCheckpoint(to.checkpoint_dir);
+    if (!latest.empty() && job_.sync.mode == SyncOptions::Mode::kOffload) {
+      // An offload checkpoint holds the weights (for inference on any layout), not the
+      // optimizer state, which is the servers'.
+      return Status::FailedPrecondition(
+          "train.resume: " + latest + " exists, and under sync.mode offload the servers hold the optimizer "
+          "state: restart them from their durability (server.store.durability), or set train.resume false");
+    }
     if (!latest.empty()) {
       STRATA_RETURN_IF_ERROR(LoadCheckpoint(latest));
       spdlog::info("resumed from {} at step {}", latest, step_);

@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "trainer/checkpoint.h"
 #include "trainer/progress.h"
+#include "trainer/ps_sync.h"
 #include "trainer/trainer.h"
 #include "trainer/zero3.h"
 
@@ -34,6 +35,9 @@ Status Trainer::SaveCheckpoint() {
   // A sharded optimizer's whole state, assembled by every replica (a collective) for the
   // first to write: the file is the same under any ZeRO stage and dp size.
   STRATA_RETURN_IF_ERROR(optimizer_->GatherState().WithContext("gathering the optimizer state for checkpoint " + step_dir));
+  // offload: the weights are the servers'; the pulls in flight bring the latest (the optimizer
+  // state stays on the servers: the checkpoint holds the weights only).
+  if (ps_ && ps_->offload()) STRATA_RETURN_IF_ERROR(ps_->WaitAllUnits().WithContext("checkpoint " + step_dir));
   // ZeRO-3: the parameters too (every replica gathers; the first writes; all free them after).
   if (zero3_) STRATA_RETURN_IF_ERROR(zero3_->GatherAll().WithContext("checkpoint " + step_dir));
   if (groups_.dp_rank == 0) {

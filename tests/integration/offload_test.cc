@@ -59,10 +59,14 @@ class OffloadTest : public testing::LaunchFixture {
                                      const std::vector<std::string>& plan) {
     std::string ar_log, off_log;
     std::vector<std::string> ar = plan, off = plan;
-    ar.insert(ar.end(), {"sync.mode=allreduce", "train.metrics_path=" + Metrics(tag + "-ar")});
-    off.insert(off.end(), {"sync.mode=offload", "train.metrics_path=" + Metrics(tag + "-off")});
+    const std::string ckpt = dir_.File("ckpt-" + tag);
+    ar.insert(ar.end(), {"sync.mode=allreduce", "train.metrics_path=" + Metrics(tag + "-ar"),
+                         "train.checkpoint_every=20", "train.checkpoint_dir=" + ckpt + "/ar"});
+    off.insert(off.end(), {"sync.mode=offload", "train.metrics_path=" + Metrics(tag + "-off"),
+                           "train.checkpoint_every=20", "train.checkpoint_dir=" + ckpt + "/off"});
     ASSERT_EQ(Launch(job, 0, trainers, ar, &ar_log), 0) << ar_log;
     ASSERT_EQ(Launch(job, 2, trainers, off, &off_log), 0) << off_log;
+    off_log_ = off_log;
     const std::vector<double> a = Losses(Rank(tag + "-ar", 0)), o = Losses(Rank(tag + "-off", 0));
     ASSERT_EQ(a.size(), 20u) << ar_log;
     ASSERT_EQ(o.size(), 20u) << off_log;
@@ -71,12 +75,28 @@ class OffloadTest : public testing::LaunchFixture {
     const double ar_eval = Number(ar_log, "eval loss ([0-9.]+)"), off_eval = Number(off_log, "eval loss ([0-9.]+)");
     ASSERT_GT(ar_eval, 0) << ar_log;
     EXPECT_NEAR(off_eval, ar_eval, 1e-5 * ar_eval) << off_log;
+    // The weights at the end: the offload checkpoint holds them (the optimizer state is the
+    // servers'), equal to allreduce's.
+    const auto ar_weights = testing::ReadCheckpoint(ckpt + "/ar/step-20");
+    const auto off_weights = testing::ReadCheckpoint(ckpt + "/off/step-20");
+    ASSERT_FALSE(off_weights.empty()) << off_log;
+    for (const auto& [name, w] : off_weights) {
+      EXPECT_EQ(name.find("adamw."), std::string::npos) << name << ": optimizer state in an offload checkpoint";
+      ASSERT_TRUE(ar_weights.contains(name)) << name;
+      const std::vector<float>& want = ar_weights.at(name);
+      ASSERT_EQ(w.size(), want.size()) << name;
+      for (size_t i = 0; i < w.size(); ++i) {
+        ASSERT_NEAR(w[i], want[i], 1e-6f + 1e-5f * std::abs(want[i])) << name << "[" << i << "]";
+      }
+    }
     // No optimizer state on the trainers, and the pipeline's figures in the summary.
     EXPECT_NE(off_log.find("optimizer state 0.000 MiB (0.00 psi), the masters and the optimizer state on the servers"),
               std::string::npos) << off_log;
     EXPECT_GT(Number(off_log, "pushes ([0-9.]+)s and pulls [0-9.]+s in flight"), 0) << off_log;
     EXPECT_GT(Number(off_log, "pushes [0-9.]+s and pulls ([0-9.]+)s in flight"), 0) << off_log;
   }
+
+  std::string off_log_;  // the last offload run's
 };
 
 TEST_F(OffloadTest, MlpMatchesAllReduceAdamW) {
@@ -84,7 +104,15 @@ TEST_F(OffloadTest, MlpMatchesAllReduceAdamW) {
 }
 
 TEST_F(OffloadTest, GptMatchesAllReduceAdamW) {
-  ExpectOffloadMatchesAllReduce(GptJob(), "gpt", 2, {});
+  const std::string job = GptJob();
+  ExpectOffloadMatchesAllReduce(job, "gpt", 2, {});
+  // The offload checkpoint serves on one process (infer: eval) with the run's own eval loss.
+  std::string log;
+  ASSERT_EQ(RunLocal(job, {"infer.mode=eval", "infer.checkpoint=" + dir_.File("ckpt-gpt") + "/off/step-20"}, &log), 0)
+      << log;
+  const double served = Number(log, "inference done .*: eval loss ([0-9.]+)");
+  ASSERT_GT(served, 0) << log;
+  EXPECT_NEAR(served, Number(off_log_, "eval loss ([0-9.]+)"), 1e-5 * served) << log;
 }
 
 // Each pipeline stage's parameters are its own tables, pushed by its dp replicas.
@@ -221,6 +249,12 @@ TEST_F(OffloadTest, RefusesWhatTheServersCannotDo) {
   EXPECT_NE(log.find("is only for mode: offload"), std::string::npos) << log;
   EXPECT_EQ(Launch(job, 0, 2, {"sync.mode=offload"}, &log), 2) << log;
   EXPECT_NE(log.find("sync.mode offload needs at least one server"), std::string::npos) << log;
+  // An offload checkpoint holds weights, not the servers' optimizer state: not a resume point.
+  const std::vector<std::string> ckpt = {"sync.mode=offload", "train.steps=2", "train.checkpoint_every=2",
+                                         "train.checkpoint_dir=" + dir_.File("ckpt")};
+  ASSERT_EQ(Launch(job, 2, 2, ckpt, &log), 0) << log;
+  EXPECT_EQ(Launch(job, 2, 2, ckpt, &log), 1) << log;
+  EXPECT_NE(log.find("under sync.mode offload the servers hold the optimizer state"), std::string::npos) << log;
 }
 
 }  // namespace
