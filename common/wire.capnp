@@ -147,6 +147,7 @@ struct PushRequest {
 struct PullRequest {
   table @0 :UInt32;
   clock @1 :Int64;               # wait until the table is consistent for this clock
+  bf16 @2 :Bool;                 # dense: the reply's values rounded to bf16 (half the bytes)
 }
 
 struct ClockRequest {

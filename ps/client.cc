@@ -10,8 +10,9 @@
 namespace strata {
 namespace {
 
-// Checks a values reply: one f32 payload per expected block, of the expected sizes.
-Status CheckValues(const Message& reply, const std::vector<size_t>& floats) {
+// Checks a values reply: one payload per expected block (f32, or bf16 when asked), of the
+// expected sizes.
+Status CheckValues(const Message& reply, const std::vector<size_t>& floats, DType dtype = DType::kF32) {
   if (reply.op() != Op::VALUES || reply.num_payloads() != floats.size()) {
     return Status::Internal("expected values with " + std::to_string(floats.size()) +
                             " payloads, got " + std::string(OpName(reply.op())) + " with " +
@@ -19,7 +20,7 @@ Status CheckValues(const Message& reply, const std::vector<size_t>& floats) {
   }
   for (size_t i = 0; i < floats.size(); ++i) {
     const PayloadInfo p = reply.payload_info(i);
-    if (p.dtype != DType::kF32 || p.buffer->size() != floats[i] * sizeof(float)) {
+    if (p.dtype != dtype || p.buffer->size() != floats[i] * DTypeSize(dtype)) {
       return Status::Internal("values payload " + std::to_string(i) + " has the wrong size");
     }
   }
@@ -221,7 +222,7 @@ PsTicket PsClient::PushPull(uint32_t table, std::span<const uint64_t> keys, cons
   return Sparse(table, keys, grads, out, true);
 }
 
-PsTicket PsClient::PullDense(uint32_t table, float* out) {
+PsTicket PsClient::PullDense(uint32_t table, float* out, bool bf16) {
   PsTicket ticket;
   auto spec_or = Spec(table, TableKind::kDense);
   if (!spec_or.ok()) {
@@ -236,18 +237,29 @@ PsTicket PsClient::PullDense(uint32_t table, float* out) {
     std::vector<size_t> floats;
     for (uint64_t c : *chunks) floats.push_back(spec.ChunkLength(c));
     const int64_t n = static_cast<int64_t>(chunks->size());
-    PsTicket::Part part{{}, sv, nullptr, [table, clock, chunks, n] {
+    PsTicket::Part part{{}, sv, nullptr, [table, clock, chunks, n, bf16] {
                           Message m;
                           auto p = m.builder().getBody().initPull();
                           p.setTable(table);
                           p.setClock(clock);
+                          p.setBf16(bf16);
                           m.AddPayload(DType::kI64, {n}, View(chunks));
                           return m;
                         }};
-    part.on_reply = [spec, chunks, floats, out](const Message& reply) {
-      STRATA_RETURN_IF_ERROR(CheckValues(reply, floats));
+    part.on_reply = [spec, chunks, floats, out, bf16](const Message& reply) {
+      STRATA_RETURN_IF_ERROR(CheckValues(reply, floats, bf16 ? DType::kBF16 : DType::kF32));
       for (size_t i = 0; i < chunks->size(); ++i) {
-        std::memcpy(out + (*chunks)[i] * spec.chunk_floats, reply.payload(i).data(), floats[i] * sizeof(float));
+        float* to = out + (*chunks)[i] * spec.chunk_floats;
+        if (!bf16) {
+          std::memcpy(to, reply.payload(i).data(), floats[i] * sizeof(float));
+          continue;
+        }
+        const auto* h = reinterpret_cast<const unsigned char*>(reply.payload(i).data());
+        for (size_t k = 0; k < floats[i]; ++k) {
+          uint16_t v;
+          std::memcpy(&v, h + 2 * k, sizeof(v));
+          to[k] = BF16ToFloat(v);
+        }
       }
       return Status::OK();
     };

@@ -56,7 +56,8 @@ class PsClient {
   PsTicket PushPull(uint32_t table, std::span<const uint64_t> keys, const float* grads, float* out);
 
   // Dense tables, the whole tensor (numel floats).
-  PsTicket PullDense(uint32_t table, float* out);
+  // `bf16`: the servers send the values rounded to bf16 (half the bytes), widened into `out`.
+  PsTicket PullDense(uint32_t table, float* out, bool bf16 = false);
   PsTicket PushDense(uint32_t table, const float* grads);
   // The same gradients rounded to bf16 (half the bytes); the servers widen them to fp32.
   PsTicket PushDenseBf16(uint32_t table, const uint16_t* grads);

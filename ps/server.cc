@@ -444,11 +444,20 @@ Status PsServer::AnswerDensePull(Table& t, Request& request, const std::vector<u
   }
   ++pulls_;
   keys_pulled_ += keys.size();
-  bytes_out_ += floats * sizeof(float);
+  const auto body = request.message().reader().getBody();
+  const bool bf16 = body.isPull() && body.getPull().getBf16();  // a push-pull answers in f32
+  bytes_out_ += floats * (bf16 ? sizeof(uint16_t) : sizeof(float));
   Message reply = request.MakeReply();
   reply.builder().getBody().setValues();
-  for (size_t i = 0; i < keys.size(); ++i) {  // one frame per chunk, sent without a copy
+  for (size_t i = 0; i < keys.size(); ++i) {
     const int64_t len = t.ValueFloats(keys[i]);
+    if (bf16) {  // rounded into a buffer of its own
+      std::shared_ptr<uint16_t[]> h(new uint16_t[static_cast<size_t>(len)]);
+      for (int64_t k = 0; k < len; ++k) h[k] = FloatToBF16(values[i].get()[k]);
+      reply.AddPayload(DType::kBF16, {len}, Buffer(h.get(), static_cast<size_t>(len) * sizeof(uint16_t), h));
+      continue;
+    }
+    // One frame per chunk, sent without a copy.
     reply.AddPayload(DType::kF32, {len}, Buffer(values[i].get(), len * sizeof(float), values[i]));
   }
   request.Reply(std::move(reply));

@@ -123,7 +123,7 @@ std::unique_ptr<PsSync::Pull> PsSync::StartPull(std::vector<uint64_t> keys) {
   pull->keys = std::move(keys);
   for (const Remote& r : offload() ? std::vector<Remote>() : dense_) {
     pull->dense.emplace_back(static_cast<size_t>(r.param->value.numel()));
-    pull->tickets.push_back({client_.PullDense(r.table, pull->dense.back().data()), Clock::now()});
+    pull->tickets.push_back({client_.PullDense(r.table, pull->dense.back().data(), wire_bf16_), Clock::now()});
   }
   for (const Remote& r : sparse_) {
     pull->sparse.emplace_back(pull->keys.size() * r.dim);
@@ -286,7 +286,7 @@ void PsSync::IssueUnitPulls(std::vector<UnitPull>& into, bool staged) {
         up.staged.emplace_back(static_cast<size_t>(v.numel()));
         out = up.staged.back().data();
       }
-      up.pulls.push_back({client_.PullDense(dense_[i].table, out), now});
+      up.pulls.push_back({client_.PullDense(dense_[i].table, out, wire_bf16_), now});
     }
     up.pending = !units_[u].empty();
   }
