@@ -17,8 +17,12 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 
+#if defined(__clang__)  // clang ignores GCC's target pragma
+#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f")
+#endif
 
 namespace strata::optim::internal {
 namespace {
@@ -96,7 +100,11 @@ int64_t ToBF16Body(const float* src, uint16_t* dst, int64_t n) {
 }  // namespace
 }  // namespace strata::optim::internal
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 namespace strata::optim::internal {
 

@@ -7,14 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <future>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "cluster/node.h"
-#include "cluster/scheduler.h"
-#include "common/inproc_transport.h"
+#include "cluster/inproc_cluster.h"
 #include "common/mesh.h"
 
 namespace strata {
@@ -23,31 +20,17 @@ class InprocTrainersTest : public ::testing::Test {
  protected:
   // Starts the scheduler and joins `ranks` trainers (rank r at mem://trainer<r>).
   void StartTrainers(int ranks) {
-    cluster_.scheduler = "mem://scheduler";
-    cluster_.servers = 0;
-    cluster_.trainers = ranks;
-    cluster_.heartbeat_interval_ms = 50;
-    cluster_.heartbeat_timeout_ms = 5000;
-    scheduler_ = std::make_unique<Scheduler>(SchedulerOptions{cluster_},
-                                             std::make_unique<InprocTransport>(&hub_));
-    ASSERT_TRUE(scheduler_->Start("mem://scheduler").ok());
-    for (int r = 0; r < ranks; ++r) {
-      NodeOptions o;
-      o.cluster = cluster_;
-      o.role = Role::kTrainer;
-      o.bind = "mem://trainer" + std::to_string(r);
-      o.requested_rank = r;
-      nodes_.push_back(std::make_unique<Node>(o, &hub_));
-    }
-    std::vector<std::future<Status>> joins;
-    for (auto& n : nodes_) joins.push_back(std::async(std::launch::async, [&n] { return n->Join(); }));
-    for (auto& j : joins) ASSERT_TRUE(j.get().ok());
+    ClusterOptions cluster;
+    cluster.heartbeat_interval_ms = 50;
+    cluster.heartbeat_timeout_ms = 5000;
+    auto started = StartInprocTrainers(ranks, cluster);
+    ASSERT_TRUE(started.ok()) << started.status().ToString();
+    inproc_ = std::move(started).value();
+    for (auto& n : inproc_->nodes) nodes_.push_back(n.get());
   }
 
-  InprocHub hub_;
-  ClusterOptions cluster_;
-  std::unique_ptr<Scheduler> scheduler_;
-  std::vector<std::unique_ptr<Node>> nodes_;
+  std::unique_ptr<InprocCluster> inproc_;
+  std::vector<Node*> nodes_;  // rank r's
 };
 
 // The reduction by `op` over ranks 0..n-1 of input(rank), in rank order (as a ring computes a

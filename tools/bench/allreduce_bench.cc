@@ -20,8 +20,7 @@
 #include <mutex>
 #include <thread>
 
-#include "cluster/scheduler.h"
-#include "common/inproc_transport.h"
+#include "cluster/inproc_cluster.h"
 #include "tools/bench/bench.h"
 #include "trainer/comm/gloo_communicator.h"
 
@@ -164,27 +163,8 @@ Status RankMain(int r, int n, Node& node, gloo::rendezvous::Store& store, const 
 // Runs every size on n ranks (threads): a scheduler and n nodes in this process for our
 // rendezvous, a HashStore for Gloo's.
 Status RunRanks(int n, const Options& o, const std::vector<uint64_t>& sizes, Shared& sh) {
-  InprocHub hub;
-  ClusterOptions cluster;
-  cluster.scheduler = "mem://scheduler";
-  cluster.servers = 0;
-  cluster.trainers = n;
-  Scheduler scheduler(SchedulerOptions{cluster}, std::make_unique<InprocTransport>(&hub));
-  STRATA_RETURN_IF_ERROR(scheduler.Start("mem://scheduler").status());
-  std::vector<std::unique_ptr<Node>> nodes;
-  for (int r = 0; r < n; ++r) {
-    NodeOptions no;
-    no.cluster = cluster;
-    no.role = Role::kTrainer;
-    no.bind = "mem://trainer" + std::to_string(r);
-    no.requested_rank = r;
-    nodes.push_back(std::make_unique<Node>(no, &hub));
-  }
-  std::vector<std::future<Status>> joins;
-  for (auto& node : nodes) {
-    joins.push_back(std::async(std::launch::async, [&node] { return node->Join(); }));
-  }
-  for (auto& j : joins) STRATA_RETURN_IF_ERROR(j.get());
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<InprocCluster> cluster, StartInprocTrainers(n));
+  std::vector<std::unique_ptr<Node>>& nodes = cluster->nodes;
 
   gloo::rendezvous::HashStore store;
   std::vector<std::thread> threads;

@@ -11,10 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "cluster/node.h"
-#include "cluster/scheduler.h"
+#include "cluster/inproc_cluster.h"
 #include "common/file.h"
-#include "common/inproc_transport.h"
 #include "trainer/comm/gloo_communicator.h"
 
 namespace strata {
@@ -40,25 +38,8 @@ LinkFit Fit(double small_s, double large_s) {
 // n ranks as threads: a scheduler and n nodes in this process for the rendezvous. Rank 0's
 // medians of the all-reduce (and, with n == 2, of a send from 0 to 1 answered by 1) at both sizes.
 Result<std::pair<LinkFit, LinkFit>> MeasureGroup(int n, int reps) {
-  InprocHub hub;
-  ClusterOptions cluster;
-  cluster.scheduler = "mem://scheduler";
-  cluster.servers = 0;
-  cluster.trainers = n;
-  Scheduler scheduler(SchedulerOptions{cluster}, std::make_unique<InprocTransport>(&hub));
-  STRATA_RETURN_IF_ERROR(scheduler.Start("mem://scheduler").status());
-  std::vector<std::unique_ptr<Node>> nodes;
-  for (int r = 0; r < n; ++r) {
-    NodeOptions no;
-    no.cluster = cluster;
-    no.role = Role::kTrainer;
-    no.bind = "mem://trainer" + std::to_string(r);
-    no.requested_rank = r;
-    nodes.push_back(std::make_unique<Node>(no, &hub));
-  }
-  std::vector<std::future<Status>> joins;
-  for (auto& node : nodes) joins.push_back(std::async(std::launch::async, [&node] { return node->Join(); }));
-  for (auto& j : joins) STRATA_RETURN_IF_ERROR(j.get());
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<InprocCluster> cluster, StartInprocTrainers(n));
+  std::vector<std::unique_ptr<Node>>& nodes = cluster->nodes;
 
   std::mutex mu;
   Status failed;
