@@ -142,6 +142,7 @@ struct PushRequest {
   table @0 :UInt32;
   clock @1 :Int64;
   returnValues @2 :Bool;         # push-pull: the reply carries the updated values
+  pushId @3 :UInt64;             # nonzero: the same on a retry; a server applies an id once
 }
 
 struct PullRequest {

@@ -182,6 +182,7 @@ PsTicket PsClient::Sparse(uint32_t table, std::span<const uint64_t> keys, const 
     auto grads_v = std::make_shared<std::vector<float>>(std::move(s.grads));
     const int64_t clock = clock_;
     const bool return_values = out != nullptr;
+    const uint64_t push_id = push ? NextPushId() : 0;
     PsTicket::Part part{{}, sv, nullptr, [=] {
                           Message m;
                           if (push) {
@@ -189,6 +190,7 @@ PsTicket PsClient::Sparse(uint32_t table, std::span<const uint64_t> keys, const 
                             p.setTable(table);
                             p.setClock(clock);
                             p.setReturnValues(return_values);
+                            p.setPushId(push_id);
                           } else {
                             auto p = m.builder().getBody().initPull();
                             p.setTable(table);
@@ -291,11 +293,13 @@ PsTicket PsClient::PushDenseAs(uint32_t table, const void* grads, DType dtype) {
   for (auto& [sv, mine_chunks] : DenseRequests(spec, servers)) {
     auto chunks = std::make_shared<std::vector<uint64_t>>(std::move(mine_chunks));
     const int64_t n = static_cast<int64_t>(chunks->size());
-    PsTicket::Part part{{}, sv, nullptr, [spec, table, clock, chunks, n, grads, dtype, borrowed] {
+    const uint64_t push_id = NextPushId();
+    PsTicket::Part part{{}, sv, nullptr, [spec, table, clock, chunks, n, grads, dtype, borrowed, push_id] {
                           Message m;
                           auto p = m.builder().getBody().initPush();
                           p.setTable(table);
                           p.setClock(clock);
+                          p.setPushId(push_id);
                           m.AddPayload(DType::kI64, {n}, View(chunks));
                           const size_t size = DTypeSize(dtype);
                           for (uint64_t c : *chunks) {

@@ -8,9 +8,11 @@
 //
 // Server outages: a call that fails with DeadlineExceeded or Unavailable (a server
 // killed, or restarted and rejoined at a new address) is sent again, the same request to that
-// server rank's current address, for up to `timeout` more (see Wait). Delivery is therefore
-// at least once: a push the server applied (and, with a wal store, logged) whose reply was lost
-// is applied again by the retry. Pulls, clocks and createTable are idempotent.
+// server rank's current address, for up to `timeout` more (see Wait). Every push carries an id
+// that its retries repeat, and a server applies an id once (it remembers each sender's recent
+// ids in memory): a push whose reply was lost is not applied again by the retry. A server that
+// restarted has forgotten the ids, so across a restart delivery is still at least once.
+// Pulls, clocks and createTable are idempotent.
 #pragma once
 
 #include <chrono>
@@ -101,6 +103,10 @@ class PsClient {
   std::vector<PeerId> servers_;  // by server rank
   std::vector<std::string> addresses_;  // what servers_ are connected to
   uint64_t retries_ = 0;
+  // Push ids: this node's id in the high bits, a counter below (unique per client, repeated
+  // only by a retry of the same request).
+  uint64_t NextPushId() { return (static_cast<uint64_t>(node_.id()) << 40) | ++pushes_sent_; }
+  uint64_t pushes_sent_ = 0;
   std::map<uint32_t, TableSpec> tables_;
   int64_t clock_ = 0;
 };

@@ -319,6 +319,18 @@ void PsServer::HandlePush(Request& request) {
     return fail(Status::InvalidArgument("push-pull on BSP table \"" + t.spec.name +
                                         "\": pull at the next clock instead"));
   }
+  // A retry of a push this server applied (its reply was lost): answered, not applied again.
+  // One sender's requests are handled in order on one worker, so a retry never races the first.
+  const uint64_t push_id = push.getPushId();
+  if (push_id != 0 && push_ids_.Seen(msg.sender(), push_id)) {
+    ++duplicates_;
+    if (push.getReturnValues()) {
+      if (Status s = AnswerPull(t, request, keys, floats); !s.ok()) return fail(s);
+      return;
+    }
+    request.Reply(request.MakeReply());
+    return;
+  }
   // Gradient of key i, wherever its payload lives.
   std::vector<std::vector<float>> scratch(msg.num_payloads());
   std::vector<const float*> grad(keys.size());
@@ -382,6 +394,7 @@ void PsServer::HandlePush(Request& request) {
     if (!s.ok()) return fail(s.WithContext("push to table \"" + t.spec.name + "\""));
   }
   apply_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+  if (push_id != 0) push_ids_.Remember(msg.sender(), push_id);  // applied (or accumulated)
   if (push.getReturnValues()) {
     if (Status s = AnswerPull(t, request, keys, floats); !s.ok()) return fail(s);
     return;

@@ -35,6 +35,7 @@
 
 #include "cluster/node.h"
 #include "offload/row_store.h"
+#include "ps/recent_ids.h"
 #include "ps/server_options.h"
 #include "ps/table.h"
 
@@ -126,6 +127,8 @@ class PsServer {
   // Statistics (rates: divide by uptime_s, or difference two snapshots).
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::atomic<uint64_t> requests_{0}, pushes_{0}, pulls_{0}, keys_pushed_{0}, keys_pulled_{0};
+  std::atomic<uint64_t> duplicates_{0};  // retried pushes answered without applying them again
+  RecentIds push_ids_;
   std::atomic<uint64_t> bytes_in_{0}, bytes_out_{0}, apply_ns_{0}, errors_{0}, queued_{0};
 };
 

@@ -20,6 +20,7 @@ std::string PsServer::StatsJson() const {
   j["bytes_out"] = bytes_out_.load();
   j["apply_ms"] = apply_ns_.load() / 1e6;
   j["errors"] = errors_.load();
+  j["duplicate_pushes"] = duplicates_.load();
   j["queue_depth"] = queued_.load();
   nlohmann::json tables = nlohmann::json::array();
   {
@@ -46,10 +47,10 @@ std::string PsServer::StatsLine() const {
   const double requests = static_cast<double>(requests_.load());
   std::string line = fmt::format(
       "{} pulls, {} pushes ({:.0f} requests/s), keys {} pulled / {} pushed, {:.1f} MiB in / {:.1f} MiB out, "
-      "apply {:.1f} s, queue {}, errors {}",
+      "apply {:.1f} s, queue {}, errors {}, retried pushes not applied again {}",
       pulls_.load(), pushes_.load(), up > 0 ? requests / up : 0.0, keys_pulled_.load(), keys_pushed_.load(),
       bytes_in_.load() / 1048576.0, bytes_out_.load() / 1048576.0, apply_ns_.load() / 1e9, queued_.load(),
-      errors_.load());
+      errors_.load(), duplicates_.load());
   std::shared_lock lock(tables_mu_);
   // The stores together: how often a record was resident, and what the misses read from the
   // lower tier (a miss loads, or creates, one whole record).

@@ -340,6 +340,45 @@ TEST_F(PsTest, BadRequestsChangeNothingAndTheServerKeepsServing) {
   EXPECT_NE(stats->find("\"errors\":5"), std::string::npos) << *stats;
 }
 
+// A push sent again with the same id (a retry after its reply was lost) is answered and not
+// applied twice; another id with the same gradient is applied.
+TEST_F(PsTest, ARetriedPushIdIsAppliedOnce) {
+  Start();
+  OptimizerSpec sgd;
+  sgd.lr = 1.0f;
+  TableSpec t = Sparse(1, 4, Consistency::kAsp, sgd);
+  CreateEverywhere(t);
+  uint64_t key = 0;
+  while (SparseServer(key, kServers) != 0) ++key;
+  std::vector<uint64_t> keys = {key};
+  std::vector<float> before(4), after(4);
+  PsTicket p = clients_[0]->Pull(1, keys, before.data());
+  ASSERT_TRUE(clients_[0]->Wait(p).ok());
+  Node& node = *trainer_nodes_[0];
+  const PeerId server0 = *node.rpc().Connect("mem://server0");
+  auto push = [&](uint64_t id) {
+    Message m;
+    auto b = m.builder().getBody().initPush();
+    b.setTable(1);
+    b.setPushId(id);
+    m.AddPayload(DType::kI64, {1}, Buffer::Take(std::vector<uint64_t>{key}));
+    m.AddPayload(DType::kF32, {1, 4}, Buffer::Take(std::vector<float>(4, 1.0f)));
+    return node.rpc().CallAndWait(server0, std::move(m)).status();
+  };
+  ASSERT_TRUE(push(7).ok());
+  ASSERT_TRUE(push(7).ok());  // the retry: answered OK
+  PsTicket q = clients_[0]->Pull(1, keys, after.data());
+  ASSERT_TRUE(clients_[0]->Wait(q).ok());
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(after[i], before[i] - 1.0f) << i;  // one step of lr 1
+  ASSERT_TRUE(push(8).ok());
+  PsTicket r = clients_[0]->Pull(1, keys, after.data());
+  ASSERT_TRUE(clients_[0]->Wait(r).ok());
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(after[i], (before[i] - 1.0f) - 1.0f) << i;  // two steps
+  auto stats = clients_[0]->ServerStats(0);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_NE(stats->find("\"duplicate_pushes\":1"), std::string::npos) << *stats;
+}
+
 TEST_F(PsTest, LostTrainerFailsBspNamingIt) {
   // Trainer 2 registers by hand and never heartbeats.
   std::unique_ptr<RpcEndpoint> silent;

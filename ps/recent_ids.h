@@ -1,0 +1,46 @@
+// recent_ids.h: RecentIds, the push ids a server applied lately, per sender, so that a push
+// retried after its reply was lost is answered without being applied twice (exactly once for
+// a live server; the ids are in memory, so a restarted server has forgotten them).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace strata {
+
+// Thread-safe. Keeps each sender's last `per_sender` ids (a retry follows its original within
+// the client's timeout, far fewer pushes than that later).
+class RecentIds {
+ public:
+  explicit RecentIds(size_t per_sender = 1 << 16) : per_sender_(per_sender) {}
+
+  bool Seen(uint32_t sender, uint64_t id) const {
+    std::lock_guard lock(mu_);
+    auto it = senders_.find(sender);
+    return it != senders_.end() && it->second.ids.contains(id);
+  }
+  void Remember(uint32_t sender, uint64_t id) {
+    std::lock_guard lock(mu_);
+    Sender& s = senders_[sender];
+    if (!s.ids.insert(id).second) return;
+    s.order.push_back(id);
+    if (s.order.size() > per_sender_) {
+      s.ids.erase(s.order.front());
+      s.order.pop_front();
+    }
+  }
+
+ private:
+  struct Sender {
+    std::unordered_set<uint64_t> ids;
+    std::deque<uint64_t> order;  // oldest first
+  };
+  const size_t per_sender_;
+  mutable std::mutex mu_;
+  std::unordered_map<uint32_t, Sender> senders_;
+};
+
+}  // namespace strata
