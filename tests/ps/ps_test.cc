@@ -89,6 +89,22 @@ class PsTest : public ::testing::Test {
     scheduler_.reset();
   }
 
+  // A push written by hand (bypassing PsClient's checks) from trainer 0 to server 0: sparse
+  // keys `ks` with `gfloats` gradients of 1 shaped `gshape`, and push id `id` (0: none).
+  Status RawPush(uint32_t table, std::vector<uint64_t> ks, std::vector<int64_t> gshape, size_t gfloats,
+                 uint64_t id = 0) {
+    Node& node = *trainer_nodes_[0];
+    const PeerId server0 = *node.rpc().Connect("mem://server0");
+    Message m;
+    auto b = m.builder().getBody().initPush();
+    b.setTable(table);
+    b.setPushId(id);
+    const auto n = static_cast<int64_t>(ks.size());
+    m.AddPayload(DType::kI64, {n}, Buffer::Take(std::move(ks)));
+    m.AddPayload(DType::kF32, gshape, Buffer::Take(std::vector<float>(gfloats, 1.0f)));
+    return node.rpc().CallAndWait(server0, std::move(m)).status();
+  }
+
   InprocHub hub_;
   ClusterOptions cluster_;
   std::string tables_dir_;  // set: servers record their tables under it
@@ -304,16 +320,8 @@ TEST_F(PsTest, BadRequestsChangeNothingAndTheServerKeepsServing) {
   PsTicket p = clients_[0]->Pull(1, keys, before.data());
   ASSERT_TRUE(clients_[0]->Wait(p).ok());
 
-  Node& node = *trainer_nodes_[0];
-  const PeerId server0 = *node.rpc().Connect("mem://server0");
   auto push = [&](uint32_t table, std::vector<uint64_t> ks, std::vector<int64_t> gshape, size_t gfloats) {
-    Message m;
-    auto b = m.builder().getBody().initPush();
-    b.setTable(table);
-    const auto n = static_cast<int64_t>(ks.size());
-    m.AddPayload(DType::kI64, {n}, Buffer::Take(std::move(ks)));
-    m.AddPayload(DType::kF32, gshape, Buffer::Take(std::vector<float>(gfloats, 1.0f)));
-    return node.rpc().CallAndWait(server0, std::move(m)).status();
+    return RawPush(table, std::move(ks), std::move(gshape), gfloats);
   };
   Status s = push(99, {key}, {1, 4}, 4);
   EXPECT_EQ(s.code(), StatusCode::kNotFound) << s.ToString();
@@ -354,17 +362,7 @@ TEST_F(PsTest, ARetriedPushIdIsAppliedOnce) {
   std::vector<float> before(4), after(4);
   PsTicket p = clients_[0]->Pull(1, keys, before.data());
   ASSERT_TRUE(clients_[0]->Wait(p).ok());
-  Node& node = *trainer_nodes_[0];
-  const PeerId server0 = *node.rpc().Connect("mem://server0");
-  auto push = [&](uint64_t id) {
-    Message m;
-    auto b = m.builder().getBody().initPush();
-    b.setTable(1);
-    b.setPushId(id);
-    m.AddPayload(DType::kI64, {1}, Buffer::Take(std::vector<uint64_t>{key}));
-    m.AddPayload(DType::kF32, {1, 4}, Buffer::Take(std::vector<float>(4, 1.0f)));
-    return node.rpc().CallAndWait(server0, std::move(m)).status();
-  };
+  auto push = [&](uint64_t id) { return RawPush(1, {key}, {1, 4}, 4, id); };
   ASSERT_TRUE(push(7).ok());
   ASSERT_TRUE(push(7).ok());  // the retry: answered OK
   PsTicket q = clients_[0]->Pull(1, keys, after.data());
