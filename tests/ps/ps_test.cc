@@ -35,6 +35,8 @@ ServerOptions RestoreOptions(std::string tables_file) {
   return o;
 }
 
+TableSpec Sparse(uint32_t id, uint32_t dim, Consistency c, OptimizerSpec o);  // below
+
 class PsTest : public ::testing::Test {
  protected:
   // Starts the scheduler, the servers and `real_trainers` trainer nodes (the rest of the
@@ -87,6 +89,18 @@ class PsTest : public ::testing::Test {
     trainer_nodes_.clear();
     server_nodes_.clear();
     scheduler_.reset();
+  }
+
+  // Starts the cluster with table 1 (sparse, dim 4, ASP, SGD at lr 1) and returns a key that
+  // lives on server 0.
+  uint64_t StartWithSgdRowOnServer0() {
+    Start();
+    OptimizerSpec sgd;
+    sgd.lr = 1.0f;
+    CreateEverywhere(Sparse(1, 4, Consistency::kAsp, sgd));
+    uint64_t key = 0;
+    while (SparseServer(key, kServers) != 0) ++key;
+    return key;
   }
 
   // A push written by hand (bypassing PsClient's checks) from trainer 0 to server 0: sparse
@@ -307,14 +321,7 @@ TEST_F(PsTest, SspBlocksOnlyWhenTooFarAhead) {
 }
 
 TEST_F(PsTest, BadRequestsChangeNothingAndTheServerKeepsServing) {
-  Start();
-  OptimizerSpec sgd;
-  sgd.lr = 1.0f;
-  TableSpec t = Sparse(1, 4, Consistency::kAsp, sgd);
-  CreateEverywhere(t);
-  // A key that lives on server 0.
-  uint64_t key = 0;
-  while (SparseServer(key, kServers) != 0) ++key;
+  const uint64_t key = StartWithSgdRowOnServer0();
   std::vector<uint64_t> keys = {key};
   std::vector<float> before(4), after(4);
   PsTicket p = clients_[0]->Pull(1, keys, before.data());
@@ -335,8 +342,9 @@ TEST_F(PsTest, BadRequestsChangeNothingAndTheServerKeepsServing) {
   s = push(1, {key, other}, {2, 4}, 8);  // one key belongs to the other server
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
   EXPECT_NE(s.message().find("belongs to server 1"), std::string::npos) << s.ToString();
-  TableSpec clash = t;
-  clash.dim = 8;
+  OptimizerSpec sgd;
+  sgd.lr = 1.0f;
+  TableSpec clash = Sparse(1, 8, Consistency::kAsp, sgd);  // table 1 as made, but dim 8
   EXPECT_EQ(clients_[1]->CreateTable(clash).code(), StatusCode::kAlreadyExists);
 
   PsTicket q = clients_[0]->Pull(1, keys, after.data());
@@ -351,13 +359,7 @@ TEST_F(PsTest, BadRequestsChangeNothingAndTheServerKeepsServing) {
 // A push sent again with the same id (a retry after its reply was lost) is answered and not
 // applied twice; another id with the same gradient is applied.
 TEST_F(PsTest, ARetriedPushIdIsAppliedOnce) {
-  Start();
-  OptimizerSpec sgd;
-  sgd.lr = 1.0f;
-  TableSpec t = Sparse(1, 4, Consistency::kAsp, sgd);
-  CreateEverywhere(t);
-  uint64_t key = 0;
-  while (SparseServer(key, kServers) != 0) ++key;
+  const uint64_t key = StartWithSgdRowOnServer0();
   std::vector<uint64_t> keys = {key};
   std::vector<float> before(4), after(4);
   PsTicket p = clients_[0]->Pull(1, keys, before.data());
