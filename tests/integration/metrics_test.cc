@@ -2,7 +2,10 @@
 // trainers) the scheduler, every server and every trainer answer GET /metrics with every name
 // docs/metrics.md marks `live` for their role, and the servers count real traffic.
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <map>
@@ -41,12 +44,33 @@ double Value(const std::string& text, const std::string& name) {
   return -1;
 }
 
+// A base port whose `count` consecutive ports are free now, below the kernel's ephemeral range
+// (32768 and up), so that no process of a concurrent test is handed one of them by bind(0).
+int FreePortRun(int count) {
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int base = 10000 + static_cast<int>((getpid() * 7919 + attempt * 104729) % 2200) * 10;
+    bool free = true;
+    for (int port = base; port < base + count && free; ++port) {
+      const int fd = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port = htons(static_cast<uint16_t>(port));
+      addr.sin_addr.s_addr = htonl(INADDR_ANY);
+      free = fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+      if (fd >= 0) close(fd);
+    }
+    if (free) return base;
+  }
+  return -1;
+}
+
 class MetricsTest : public LaunchFixture {};
 
 TEST_F(MetricsTest, EveryProcessAnswersWithTheDocumentedNames) {
   const auto live = LiveNames();
   ASSERT_GE(live.at("server").size(), 10u) << "docs/metrics.md's table did not parse";
-  const int base = 20000 + static_cast<int>(getpid() % 2000) * 10;
+  const int base = FreePortRun(5);
+  ASSERT_GT(base, 0) << "no run of 5 free ports below 32768";
   Subprocess launch({BinPath("strata-launch"), "--servers", "2", "--trainers", "2",
                      std::string(STRATA_SOURCE_DIR) + "/examples/ctr.yaml", "--timeout", "200", "--set",
                      "sync.mode=hybrid", "--set", "train.steps=100000", "--set", "train.metrics_path=\"\"", "--set",
