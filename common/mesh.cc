@@ -176,6 +176,22 @@ Chunk EvenChunk(int64_t n, int parts, int i) {
   return Chunk{i * base + std::min<int64_t>(i, rem), base + (i < rem ? 1 : 0)};
 }
 
+std::vector<Chunk> CausalBalancedChunks(int64_t n, int parts, int i) {
+  STRATA_CHECK(parts >= 1 && i >= 0 && i < parts && n >= 0 && n % (2 * parts) == 0)
+      << "CausalBalancedChunks(" << n << ", " << parts << ", " << i << "): n must be divisible by " << 2 * parts;
+  if (parts == 1) return {Chunk{0, n}};
+  const int64_t len = n / (2 * parts);
+  return {Chunk{i * len, len}, Chunk{(2 * parts - 1 - i) * len, len}};
+}
+
+std::vector<int64_t> CausalBalancedPositions(int64_t n, int parts, int i) {
+  std::vector<int64_t> positions;
+  for (const Chunk& c : CausalBalancedChunks(n, parts, i)) {
+    for (int64_t p = c.offset; p < c.offset + c.length; ++p) positions.push_back(p);
+  }
+  return positions;
+}
+
 namespace {
 
 struct LocalPiece {

@@ -94,6 +94,14 @@ struct Chunk {
 };
 Chunk EvenChunk(int64_t n, int parts, int i);
 
+// Context parallelism's split of a causal sequence of `n` positions over `parts` ranks: cut into
+// 2 * parts equal chunks, rank i holds chunks i and 2 * parts - 1 - i, so every rank has the
+// same share of the causal mask's work (one chunk, the whole sequence, when parts is 1). n must
+// be divisible by 2 * parts (aborts otherwise: callers check the job first).
+std::vector<Chunk> CausalBalancedChunks(int64_t n, int parts, int i);
+// The global positions of rank i's n / parts tokens under that split, in the order it holds them.
+std::vector<int64_t> CausalBalancedPositions(int64_t n, int parts, int i);
+
 // The shape, and the offset within the global tensor, of the piece that the rank at `coords`
 // holds when a tensor of `global_shape` is placed on `mesh` with one placement per mesh
 // dimension. Shards along several mesh dimensions on one tensor axis nest in mesh-dimension

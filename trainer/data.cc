@@ -60,7 +60,7 @@ class RegressionSource final : public DataSource {
   static constexpr float kNonlinearWeight = 0.5f;
 
   RegressionSource(const DataOptions& d, const ModelOptions& m, int64_t batch, DataShard shard)
-      : d_(d), in_(m.mlp_in), out_(m.mlp_out), k_(d.latent_dim > 0 ? d.latent_dim : m.mlp_in),
+      : d_(d), in_(m.mlp_in), out_(m.mlp_out), k_(d.latent_dim > 0 ? d.latent_dim : m.mlp_in), seq_(d.seq_len),
         batch_(batch), shard_(shard) {
     rng::Stream s(rng::Derive(d.seed, "regression.teacher"));
     auto fill = [&s](std::vector<float>& v, int64_t n, double scale) {
@@ -90,14 +90,17 @@ class RegressionSource final : public DataSource {
       for (int64_t o = 0; o < m; ++o) out[o] += c * row[o];
     }
   }
+  // With seq_len S, sample i is S points, point j drawn from Hash(seed_i, j).
   Batch Make(const std::vector<uint64_t>& seeds) const {
-    const int64_t n = static_cast<int64_t>(seeds.size());
+    const int64_t samples = static_cast<int64_t>(seeds.size());
+    const int64_t per = seq_ > 0 ? seq_ : 1, n = samples * per;
     Batch b;
-    b.x = ops::NewTensor(kCpu, {n, in_});
-    b.target = ops::NewTensor(kCpu, {n, out_});
+    b.x = ops::NewTensor(kCpu, seq_ > 0 ? Shape{samples, seq_, in_} : Shape{n, in_});
+    b.target = ops::NewTensor(kCpu, seq_ > 0 ? Shape{samples, seq_, out_} : Shape{n, out_});
     std::vector<float> z(k_), h(kTeacherHidden), nonlinear(out_);
     for (int64_t i = 0; i < n; ++i) {
-      rng::Stream s(seeds[i]);
+      const uint64_t seed = seeds[static_cast<size_t>(i / per)];
+      rng::Stream s(seq_ > 0 ? rng::Hash(seed, static_cast<uint64_t>(i % per)) : seed);
       for (auto& v : z) v = static_cast<float>(s.Normal());
       float* x = b.x.data_as<float>() + i * in_;
       if (embed_.empty()) {
@@ -112,11 +115,12 @@ class RegressionSource final : public DataSource {
       VecMat(h.data(), readout_, kTeacherHidden, out_, nonlinear.data());
       for (int64_t o = 0; o < out_; ++o) y[o] += kNonlinearWeight * nonlinear[o];
     }
-    b.samples = n;
+    b.samples = samples;
+    if (seq_ > 0) b.tokens = n;
     return b;
   }
   DataOptions d_;
-  int64_t in_, out_, k_, batch_;
+  int64_t in_, out_, k_, seq_, batch_;
   DataShard shard_;
   std::vector<float> embed_, linear_, hidden_, readout_;  // U, L, W, V of the comment above
 };

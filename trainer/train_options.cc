@@ -42,6 +42,11 @@ void Bind(config::Binder& b, DataOptions& o) {
   b.Field("eval_samples", o.eval_samples, "held-out samples (bytes for text)").Range(1, INT64_MAX);
   b.Field("latent_dim", o.latent_dim, "regression: dimension of the inputs' subspace (0: full rank)")
       .Range(0, 1 << 16);
+  b.Field("seq_len", o.seq_len, "regression: points per sample, x [N, seq_len, in] (0: one point, x [N, in])")
+      .Range(0, 1 << 20);
+  b.Field("shard_axis", o.shard_axis, "parallel.cp: the axis of each sample split over the context-parallel ranks "
+          "(0: the sequence)").Range(0, 8);
+  b.Require(o.seq_len == 0 || o.kind == DataOptions::Kind::kRegression, "seq_len", "is only for kind: regression");
   b.Require(!(o.kind == DataOptions::Kind::kCriteo || o.kind == DataOptions::Kind::kText) ||
                 !o.path.empty(),
             "path", "is required for criteo and text data");
@@ -121,12 +126,14 @@ void Bind(config::Binder& b, SyncOptions& o) {
 
 void Bind(config::Binder& b, ParallelOptions& o) {
   using R = ParallelOptions::Recompute;
-  b.Field("dp", o.dp, "data-parallel replicas (0: world / (tp * pp))").Range(0, 1 << 20);
+  b.Field("dp", o.dp, "data-parallel replicas (0: world / (tp * pp * cp))").Range(0, 1 << 20);
   b.Field("tp", o.tp, "tensor-parallel ways").Range(1, 1024);
   b.Field("sequence_parallel", o.sequence_parallel,
           "with tp > 1: norms, dropout and residuals on a slice of the sequence; all-reduces "
           "become reduce-scatter + all-gather (gpt)");
   b.Field("pp", o.pp, "pipeline ranks").Range(1, 1024);
+  b.Field("cp", o.cp, "context-parallel ranks: each sample's sequence split over them (gpt: ring attention)")
+      .Range(1, 1024);
   b.Field("vpp", o.vpp, "model chunks per pipeline rank (interleaved: >= 2; zbv: 2)").Range(1, 64);
   b.Field("micro_batches", o.micro_batches, "micro-batches per step (0: train.micro_batches)")
       .Range(0, 1 << 16);

@@ -56,6 +56,12 @@ struct DataOptions {
   double planted_scale = 0.6; // click_log: std of each planted id weight
   int64_t eval_samples = 20000;  // held-out samples (regression, click_log) or bytes (text)
   int64_t latent_dim = 32;    // regression: inputs lie on a random k-dim subspace; 0: full rank
+  // regression: 0 for samples of one point (x [N, in]); S for samples of S independent points,
+  // x [N, S, in] and targets [N, S, out] (the seeds' [seq_len, hidden] samples).
+  int64_t seq_len = 0;
+  // Context parallelism (parallel.cp): the axis of each sample the cp ranks split (0: the
+  // sequence, gpt's tokens and mlp's seq_len points).
+  int64_t shard_axis = 0;
 };
 void Bind(config::Binder& b, DataOptions& o);
 
@@ -127,6 +133,9 @@ struct ParallelOptions {
   // the sequence; all-reduces become reduce-scatter + all-gather.
   bool sequence_parallel = false;
   int64_t pp = 1;             // pipeline ranks
+  // Context parallelism: every sample's sequence split over cp ranks (gpt: ring attention;
+  // mlp on [seq, features] samples: per token). Gradients are averaged over dp x cp.
+  int64_t cp = 1;
   int64_t vpp = 1;            // model chunks (virtual stages) per pipeline rank
   // Micro-batches a step runs through the pipeline, per data-parallel replica. 0: take
   // train.micro_batches (the two name one thing; giving both, different, is an error).

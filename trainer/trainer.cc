@@ -9,6 +9,7 @@
 
 #include "cluster/node.h"
 #include "trainer/checkpoint.h"
+#include "trainer/data_split.h"
 #include "trainer/comm/gloo_communicator.h"
 #include "trainer/device.h"
 #include "trainer/grad_sync.h"
@@ -127,6 +128,12 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
     return Status::InvalidArgument("parallel.pp " + std::to_string(t->plan_.pp) +
                                    " needs a cluster of trainers (strata-launch --trainers N)");
   }
+  if (t->plan_.cp > 1 && sync.mode != SyncOptions::Mode::kAllReduce) {
+    return Status::InvalidArgument("parallel.cp " + std::to_string(t->plan_.cp) + " with sync.mode " +
+                                   ModeName(sync.mode) +
+                                   ": the cp ranks' gradients are averaged by all-reduce over dp x cp; "
+                                   "use sync.mode allreduce");
+  }
   if (job.train.batch_size % t->plan_.dp != 0) {
     return Status::InvalidArgument("train.batch_size " + std::to_string(job.train.batch_size) +
                                    " (the global micro-batch) must be divisible by the " +
@@ -155,7 +162,8 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
   if (SparseOnServers(job)) model.sparse_rows = local_batch * t->plan_.micro_batches * IdsPerSample(job.model);
   model.recompute_attention_core = job.parallel.recompute == ParallelOptions::Recompute::kSelective;
   STRATA_ASSIGN_OR_RETURN(t->model_, CreateModel(model, exec, mine,
-                                                 nn::TpGroup{t->groups_.tp.get(), job.parallel.sequence_parallel}));
+                                                 nn::TpGroup{t->groups_.tp.get(), job.parallel.sequence_parallel},
+                                                 nn::CpGroup{t->groups_.cp.get()}));
   if (job.parallel.recompute == ParallelOptions::Recompute::kFull) {
     for (int u = 0; u < t->model_->num_units(); ++u) {
       if (t->model_->built(u)) t->model_->unit(u).set_recompute(true);
@@ -177,7 +185,14 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
   }
   STRATA_ASSIGN_OR_RETURN(t->data_, CreateDataSource(job.data, job.model, job.train.batch_size,
                                                      {t->groups_.dp_rank, t->plan_.dp}));
-  // Under ZeRO-3 every replica takes part in evaluation's forwards (they gather parameters).
+  if (t->plan_.cp > 1) {
+    // Each context-parallel rank reads its chunks of every sample (data_split.h).
+    const int64_t length = job.model.kind == ModelOptions::Kind::kGpt ? job.model.context : job.data.seq_len;
+    t->data_ = SplitSamples(std::move(t->data_), static_cast<int>(job.data.shard_axis),
+                            ContextChunks(job.model, length, t->plan_.cp, t->groups_.cp_rank));
+  }
+  // Under ZeRO-3 every replica takes part in evaluation's forwards (they gather parameters);
+  // under context parallelism every cp rank of the first replica (the ring needs them all).
   if (t->groups_.dp_rank == 0 || t->zero3_) t->eval_set_ = t->data_->EvalSet(local_batch);
   t->executor_ = std::make_unique<pipeline::StageExecutor>(*t->model_, t->plan_, t->rank_,
                                                            t->groups_.pp.get(), t->trace_.get());
@@ -363,9 +378,12 @@ Result<double> Trainer::TrainStep() {
       for (GradSync* s : syncs_) s->GradReady(p);
     };
   }
-  // Dropout masks depend on (step, micro-batch, replica) only, so a resumed run draws the same.
-  const int dp = plan_.dp, dp_rank = groups_.dp_rank;
-  auto seed_of = [&](int m) { return rng::Hash(job_.model.seed, (step_ * micro + m) * dp + dp_rank); };
+  // Dropout masks depend on (step, micro-batch, replica, cp rank) only, so a resumed run draws
+  // the same.
+  const int dp = plan_.dp, dp_rank = groups_.dp_rank, cp = plan_.cp, cp_rank = groups_.cp_rank;
+  auto seed_of = [&](int m) {
+    return rng::Hash(job_.model.seed, ((step_ * micro + m) * dp + dp_rank) * cp + cp_rank);
+  };
   double loss = 0;
   {
     Trace::Scope fb(trace_.get(), "forward + backward", "compute", 0, step_);
@@ -632,7 +650,7 @@ CommLayout Trainer::Layout() const {
 Status Trainer::WritePipelineTimeline() {
   // The last step of every pipeline rank of each replica, drawn by the replica's first rank.
   STRATA_ASSIGN_OR_RETURN(auto ranks, pipeline::GatherTimelines(groups_.pp.get(), executor_->last_step().actions));
-  if (groups_.pp_rank != 0 || groups_.dp_rank != 0) return Status::OK();
+  if (groups_.pp_rank != 0 || groups_.dp_rank != 0 || groups_.cp_rank != 0) return Status::OK();
   std::string base = job_.sync.trace_path;
   if (const size_t at = base.find("{rank}"); at != std::string::npos) {
     base.replace(at, 6, "pipeline");
@@ -648,9 +666,11 @@ Status Trainer::WritePipelineTimeline() {
 Result<EvalMetrics> Trainer::Evaluate() {
   EvalMetrics m;
   // The first replica reports; under ZeRO-3 the others run the forwards too (each unit's
-  // parameters are gathered from every replica), then report nothing.
-  const bool report = groups_.dp_rank == 0;
-  if (!report && !zero3_) return m;
+  // parameters are gathered from every replica), then report nothing. Under context
+  // parallelism every cp rank of the replica runs them (ring attention), its first reports.
+  const bool run = groups_.dp_rank == 0 || zero3_;
+  const bool report = groups_.dp_rank == 0 && groups_.cp_rank == 0;
+  if (!run) return m;
   std::vector<float> scores, labels, oracle;
   double weighted = 0;
   for (const Batch& held : eval_set_) {
@@ -674,6 +694,8 @@ Result<EvalMetrics> Trainer::Evaluate() {
   }
   // The last stage computed the loss; every rank of the pipeline learns it.
   if (groups_.pp) STRATA_RETURN_IF_ERROR(groups_.pp->AllReduceHost(&weighted, 1, ReduceOp::kSum).WithContext("evaluation loss"));
+  // Each cp rank's loss is the mean over its (equal) share of every sequence's tokens.
+  if (groups_.cp) STRATA_RETURN_IF_ERROR(groups_.cp->AllReduceHost(&weighted, 1, ReduceOp::kAvg).WithContext("evaluation loss over the context-parallel ranks"));
   if (!report) return EvalMetrics{};
   m.loss = m.samples ? weighted / m.samples : 0;
   nlohmann::json j = {{"step", step_}, {"eval_loss", m.loss}, {"eval_samples", m.samples}};

@@ -40,8 +40,8 @@ Status Trainer::SaveCheckpoint() {
   if (ps_ && ps_->offload()) STRATA_RETURN_IF_ERROR(ps_->WaitAllUnits().WithContext("checkpoint " + step_dir));
   // ZeRO-3: the parameters too (every replica gathers; the first writes; all free them after).
   if (zero3_) STRATA_RETURN_IF_ERROR(zero3_->GatherAll().WithContext("checkpoint " + step_dir));
-  if (groups_.dp_rank == 0) {
-    // Replicas hold the same values: the first writes. A whole parameter is replicated over
+  if (groups_.dp_rank == 0 && groups_.cp_rank == 0) {
+    // Replicas (and context-parallel ranks) hold the same values: the first writes. A whole parameter is replicated over
     // the tensor-parallel ranks: the first of them writes it.
     std::vector<ShardTensor> mine;
     for (ShardTensor& t : CheckpointTensors()) {

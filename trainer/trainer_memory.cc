@@ -55,7 +55,8 @@ void Trainer::LogMemory(int64_t step_peak) {
   const int64_t staging = offload && ps_ ? ps_->staging_bytes() : 0;
   params += staging;
   const int zero = sharded_ ? job_.parallel.zero : 0;
-  const double n = plan_.dp, per = psi > 0 ? static_cast<double>(psi) : 1.0;
+  // ZeRO shards over the dp x cp ranks averaging each gradient.
+  const double n = plan_.dp * plan_.cp, per = psi > 0 ? static_cast<double>(psi) : 1.0;
   // The paper's fp32 AdamW (K = 8: the parameters are the master copy) per parameter.
   const bool adam = job_.optimizer.kind == OptimizerOptions::Kind::kAdamW;
   const double k = adam ? 8 : 4;
@@ -64,7 +65,7 @@ void Trainer::LogMemory(int64_t step_peak) {
   const auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
   const std::string who = "rank " + std::to_string(rank_) + " memory (" +
                           (offload ? std::string("offload") : "ZeRO-" + std::to_string(zero)) + ", dp " +
-                          std::to_string(plan_.dp) + ", psi " + std::to_string(psi) + " parameters): ";
+                          std::to_string(plan_.dp) + (plan_.cp > 1 ? " x cp " + std::to_string(plan_.cp) : "") + ", psi " + std::to_string(psi) + " parameters): ";
   spdlog::info("{}parameters {:.3f} MiB ({:.2f} psi)", who, mib(params), params / per);
   spdlog::info("{}gradients {:.3f} MiB during a step ({:.2f} psi), {:.3f} MiB between steps ({:.2f} psi)", who,
                mib(grads_step), grads_step / per, mib(grads_between), grads_between / per);

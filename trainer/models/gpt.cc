@@ -5,7 +5,11 @@
 // positions and norms are whole on every rank. With sequence parallelism what flows between
 // units is this rank's slice of the sequence [N, T/tp, C]: the embedding reduce-scatters, the
 // positions, norms and residuals work on the slice, and the head gathers the sequence back.
+// Over context-parallel ranks each holds its chunks of every sequence (ids [N, T/cp]): the
+// embedding adds their positions, the blocks' attention runs around the ring, and the loss is
+// over this rank's tokens (the trainer averages it over dp x cp).
 #include <string>
+#include <vector>
 
 #include "trainer/models/zoo.h"
 #include "trainer/nn/tensor_parallel.h"
@@ -24,11 +28,12 @@ std::unique_ptr<nn::Layer> TokenEmbedding(nn::ParameterRegistry& reg, const Mode
 // ids [N, T] -> tok(ids) + pos[:T], then dropout: [N, T, C].
 class GptEmbedding final : public nn::Layer {
  public:
-  GptEmbedding(nn::ParameterRegistry& reg, const ModelOptions& o, nn::TpGroup tp)
+  GptEmbedding(nn::ParameterRegistry& reg, const ModelOptions& o, nn::TpGroup tp, nn::CpGroup cp)
       : Layer("gpt.embed"),
         width_(o.width),
         context_(o.context),
         tp_(tp),
+        cp_(cp),
         tok_(TokenEmbedding(reg, o, tp)),
         pos_(&reg.Create("gpt.pos.weight", {o.context, o.width}, InitSpec::Normal(0.01f), false)),
         drop_("gpt.drop", static_cast<float>(o.dropout)) {
@@ -51,7 +56,16 @@ class GptEmbedding final : public nn::Layer {
       }
       return x;  // no dropout in inference
     }
-    ops::AddBias(ctx.exec(), Reshaped(x, {n, t * c}), Reshaped(pos_->value.Narrow(0, FirstPosition(t), t), {t * c}));
+    if (!cp_.split()) {
+      ops::AddBias(ctx.exec(), Reshaped(x, {n, t * c}), Reshaped(pos_->value.Narrow(0, FirstPosition(t), t), {t * c}));
+      return drop_.Forward(x, ctx);
+    }
+    for (const Run& run : Runs(t)) {  // row by row: a run is contiguous within a row only
+      for (int64_t r = 0; r < n; ++r) {
+        ops::AddBias(ctx.exec(), Reshaped(x.Narrow(0, r, 1).Narrow(1, run.local, run.length), {1, run.length * c}),
+                     Reshaped(pos_->value.Narrow(0, run.position, run.length), {run.length * c}));
+      }
+    }
     return drop_.Forward(x, ctx);
   }
   Tensor DoBackward(const Tensor& dy, nn::Context& ctx) override {
@@ -75,13 +89,44 @@ class GptEmbedding final : public nn::Layer {
  private:
   void PositionGrad(const Tensor& dx, nn::Context& ctx) {
     const int64_t n = dx.size(0), t = dx.size(1), c = width_;
-    ops::BiasGrad(ctx.exec(), Reshaped(dx, {n, t * c}), Reshaped(pos_->grad.Narrow(0, FirstPosition(t), t), {t * c}));
+    if (!cp_.split()) {
+      ops::BiasGrad(ctx.exec(), Reshaped(dx, {n, t * c}), Reshaped(pos_->grad.Narrow(0, FirstPosition(t), t), {t * c}));
+      return;
+    }
+    for (const Run& run : Runs(t)) {
+      for (int64_t r = 0; r < n; ++r) {
+        ops::BiasGrad(ctx.exec(), Reshaped(dx.Narrow(0, r, 1).Narrow(1, run.local, run.length), {1, run.length * c}),
+                      Reshaped(pos_->grad.Narrow(0, run.position, run.length), {run.length * c}));
+      }
+    }
   }
   // The position of this rank's first token when it holds `t` of them.
   int64_t FirstPosition(int64_t t) const { return tp_.sequence_split() ? tp_.rank() * t : 0; }
 
+  // Under context parallelism this rank's `t` tokens (a tp slice of its cp part when sequence
+  // parallel too) are runs of consecutive positions: [local, local + length) at `position`.
+  struct Run {
+    int64_t local, position, length;
+  };
+  std::vector<Run> Runs(int64_t t) const {
+    const int64_t cp_local = tp_.sequence_split() ? t * tp_.size() : t;
+    std::vector<int64_t> positions = cp_.Positions(cp_local);
+    const int64_t first = FirstPosition(t);
+    std::vector<Run> runs;
+    for (int64_t i = 0; i < t; ++i) {
+      const int64_t p = positions[static_cast<size_t>(first + i)];
+      if (!runs.empty() && runs.back().position + runs.back().length == p) {
+        ++runs.back().length;
+      } else {
+        runs.push_back({i, p, 1});
+      }
+    }
+    return runs;
+  }
+
   int64_t width_, context_;
   nn::TpGroup tp_;
+  nn::CpGroup cp_;
   std::unique_ptr<nn::Layer> tok_;
   nn::Parameter* pos_;
   nn::Dropout drop_;
@@ -89,13 +134,13 @@ class GptEmbedding final : public nn::Layer {
 
 class GptModel final : public Model {
  public:
-  GptModel(const ModelOptions& o, const ops::Exec& ex, const UnitSelection& build, nn::TpGroup tp)
+  GptModel(const ModelOptions& o, const ops::Exec& ex, const UnitSelection& build, nn::TpGroup tp, nn::CpGroup cp)
       : Model(ex, o.seed, nn::LossKind::kCrossEntropy, tp) {
     const int64_t c = o.width, n = tp.size();
     const int seq = tp.sequence_split() ? tp.size() : 1;  // what flows between units
     const int64_t vocab_rows = tp.split() ? o.vocab / n : o.sparse_rows ? o.sparse_rows : o.vocab;
     AddUnit({"gpt.embed", vocab_rows * c + o.context * c, c, seq}, build,
-            [&] { return std::make_unique<GptEmbedding>(reg_, o, tp); });
+            [&] { return std::make_unique<GptEmbedding>(reg_, o, tp, cp); });
     // qkv 3C^2 + 3C, proj C^2 + C, fc1 4C^2 + 4C, fc2 4C^2 + C, two norms 4C; this rank holds
     // 1/tp of all but the norms and the row-split layers' biases.
     const int64_t block_params = (12 * c * c + 7 * c) / n + 6 * c;
@@ -103,7 +148,7 @@ class GptModel final : public Model {
       const std::string name = "gpt.block" + std::to_string(i);
       AddUnit({name, block_params, c, seq}, build, [&] {
         auto block = std::make_unique<nn::TransformerBlock>(
-            reg_, name, c, o.heads, static_cast<int>(o.layers), static_cast<float>(o.dropout), tp);
+            reg_, name, c, o.heads, static_cast<int>(o.layers), static_cast<float>(o.dropout), tp, cp);
         block->set_recompute(o.recompute);
         block->attention().set_recompute_core(o.recompute_attention_core);
         return block;
@@ -123,8 +168,8 @@ class GptModel final : public Model {
 }  // namespace
 
 std::unique_ptr<Model> MakeGptModel(const ModelOptions& o, const ops::Exec& ex, const UnitSelection& build,
-                                    nn::TpGroup tp) {
-  return std::make_unique<GptModel>(o, ex, build, tp);
+                                    nn::TpGroup tp, nn::CpGroup cp) {
+  return std::make_unique<GptModel>(o, ex, build, tp, cp);
 }
 
 }  // namespace strata

@@ -27,7 +27,12 @@ class MlpModel final : public Model {
       if (u) u->set_recompute(o.recompute);
     }
   }
-  Shape LeadingShape(const Batch& b) const override { return {b.x.size(0)}; }
+  // [N], or [N, S] for samples of S tokens (data.seq_len).
+  Shape LeadingShape(const Batch& b) const override {
+    Shape lead = b.x.shape();
+    lead.pop_back();
+    return lead;
+  }
 };
 
 }  // namespace

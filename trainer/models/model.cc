@@ -121,14 +121,18 @@ Status CheckTensorParallel(const ModelOptions& o, int tp, bool sequence_parallel
 }
 
 Result<std::unique_ptr<Model>> CreateModel(const ModelOptions& o, const ops::Exec& ex,
-                                           const UnitSelection& build, nn::TpGroup tp) {
+                                           const UnitSelection& build, nn::TpGroup tp, nn::CpGroup cp) {
   STRATA_RETURN_IF_ERROR(CheckTensorParallel(o, tp.size(), tp.sequence));
+  if (cp.split() && o.kind == ModelOptions::Kind::kCtr) {
+    return Status::InvalidArgument("parallel.cp " + std::to_string(cp.size()) +
+                                   ": ctr's samples have no sequence to split (cp is for gpt and mlp)");
+  }
   switch (o.kind) {
     case ModelOptions::Kind::kMlp: return MakeMlpModel(o, ex, build, tp);
     case ModelOptions::Kind::kCtr: return MakeCtrModel(o, ex, build);
     case ModelOptions::Kind::kGpt:
       if (o.width % o.heads != 0) return Status::InvalidArgument("model.width must be divisible by model.heads");
-      return MakeGptModel(o, ex, build, tp);
+      return MakeGptModel(o, ex, build, tp, cp);
   }
   return Status::Internal("unknown model kind");
 }

@@ -127,9 +127,11 @@ class Model {
 // InvalidArgument naming the field when the options describe no valid model. With a split `tp`
 // the model is this rank's tensor-parallel shard (gpt: Megatron's split of every block, the
 // embedding and the head by vocabulary; mlp: fc1 by columns, fc2 by rows); its units' out_width
-// is then what this rank's output holds (a slice between mlp's fc1 and fc2).
+// is then what this rank's output holds (a slice between mlp's fc1 and fc2). With a split `cp`
+// every sequence is split over the context-parallel ranks (gpt: positions and ring attention
+// for this rank's chunks; mlp: per token, nothing to do).
 Result<std::unique_ptr<Model>> CreateModel(const ModelOptions& options, const ops::Exec& exec,
-                                           const UnitSelection& build = {}, nn::TpGroup tp = {});
+                                           const UnitSelection& build = {}, nn::TpGroup tp = {}, nn::CpGroup cp = {});
 // Checks that the model splits over `tp` tensor-parallel ranks, and its sequence too when
 // `sequence_parallel` (InvalidArgument naming the fields otherwise).
 Status CheckTensorParallel(const ModelOptions& options, int tp, bool sequence_parallel = false);

@@ -19,6 +19,6 @@ std::unique_ptr<Model> MakeMlpModel(const ModelOptions& o, const ops::Exec& ex, 
                                     nn::TpGroup tp);
 std::unique_ptr<Model> MakeCtrModel(const ModelOptions& o, const ops::Exec& ex, const UnitSelection& build);
 std::unique_ptr<Model> MakeGptModel(const ModelOptions& o, const ops::Exec& ex, const UnitSelection& build,
-                                    nn::TpGroup tp);
+                                    nn::TpGroup tp, nn::CpGroup cp = {});
 
 }  // namespace strata

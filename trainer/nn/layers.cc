@@ -287,11 +287,12 @@ std::unique_ptr<Sequential> MakeMlp(ParameterRegistry& reg, const std::string& n
 
 CausalSelfAttention::CausalSelfAttention(ParameterRegistry& reg, const std::string& name,
                                          int64_t width, int64_t heads, float init_std,
-                                         float proj_init_std, TpGroup tp)
+                                         float proj_init_std, TpGroup tp, CpGroup cp)
     : Layer(name),
       width_(width),
       heads_(heads / tp.size()),
       local_(width / tp.size()),
+      cp_(cp),
       qkv_(reg, name + ".qkv", width, 3 * width, true, init_std, LinearSplit::kColumn, tp, 3),
       proj_(reg, name + ".proj", width, width, true, proj_init_std, LinearSplit::kRow, tp) {
   STRATA_CHECK(width % heads == 0) << name << ": width " << width << " not divisible by heads "
@@ -324,14 +325,22 @@ Tensor CausalSelfAttention::DoForward(const Tensor& x, Context& ctx) {
     ops::MergeHeads(ex, y, merged);
     return proj_.Forward(Reshaped(merged, {b, t, local_}), ctx);
   }
-  Tensor att = ops::NewTensor(ex, {b, heads_, t, t}), y = ops::NewTensor(ex, hs);
-  ops::CausalAttention(ex, q, k, v, att, y);
-  Tensor merged = ops::NewTensor(ex, {b * t, local_});
-  ops::MergeHeads(ex, y, merged);
+  Tensor y = ops::NewTensor(ex, hs);
   ctx.Save(this, "q", q);
   ctx.Save(this, "k", k);
   ctx.Save(this, "v", v);
-  if (!recompute_core_) ctx.Save(this, "att", att);
+  if (cp_.split()) {
+    Tensor lse = ops::NewTensor(ex, {b, heads_, t});
+    RingAttentionForward(cp_, ex, q, k, v, y, lse, name());
+    ctx.Save(this, "out", y);
+    ctx.Save(this, "lse", lse);
+  } else {
+    Tensor att = ops::NewTensor(ex, {b, heads_, t, t});
+    ops::CausalAttention(ex, q, k, v, att, y);
+    if (!recompute_core_) ctx.Save(this, "att", att);
+  }
+  Tensor merged = ops::NewTensor(ex, {b * t, local_});
+  ops::MergeHeads(ex, y, merged);
   return proj_.Forward(Reshaped(merged, {b, t, local_}), ctx);
 }
 
@@ -344,20 +353,29 @@ Tensor CausalSelfAttention::Backprop(const Tensor& dy, Context& ctx, BackwardPas
   ops::SplitHeadsGrad(ex, dmerged, dyh);
   Tensor dq = ops::NewTensor(ex, q.shape()), dk = ops::NewTensor(ex, q.shape()),
          dv = ops::NewTensor(ex, q.shape());
-  Tensor att;
-  if (recompute_core_) {
-    att = ops::NewTensor(ex, {b, heads_, t, t});
-    Tensor unused = ops::NewTensor(ex, q.shape());
-    ops::CausalAttention(ex, q, k, v, att, unused);
+  if (cp_.split()) {
+    RingAttentionBackward(cp_, ex, q, k, v, ctx.Get(this, "out"), ctx.Get(this, "lse"), dyh, dq, dk, dv, name());
   } else {
-    att = ctx.Get(this, "att");
+    Tensor att;
+    if (recompute_core_) {
+      att = ops::NewTensor(ex, {b, heads_, t, t});
+      Tensor unused = ops::NewTensor(ex, q.shape());
+      ops::CausalAttention(ex, q, k, v, att, unused);
+    } else {
+      att = ctx.Get(this, "att");
+    }
+    ops::CausalAttentionBackward(ex, q, k, v, att, dyh, dq, dk, dv);
   }
-  ops::CausalAttentionBackward(ex, q, k, v, att, dyh, dq, dk, dv);
   Tensor dqkv = ops::NewTensor(ex, {b * t, 3 * local_});
   ops::MergeHeadsGrad(ex, dq, dk, dv, dqkv);
   if (pass == BackwardPass::kInput) {  // the weight half needs none of these
     for (const char* key : {"q", "k", "v"}) ctx.Drop(this, key);
-    if (!recompute_core_) ctx.Drop(this, "att");
+    if (cp_.split()) {
+      ctx.Drop(this, "out");
+      ctx.Drop(this, "lse");
+    } else if (!recompute_core_) {
+      ctx.Drop(this, "att");
+    }
   }
   return Back(qkv_, Reshaped(dqkv, {b, t, 3 * local_}), ctx, pass);
 }
@@ -379,12 +397,12 @@ void CausalSelfAttention::DoBackwardWeight(Context& ctx) {
 
 TransformerBlock::TransformerBlock(ParameterRegistry& reg, const std::string& name,
                                    int64_t width, int64_t heads, int num_layers_total,
-                                   float dropout, TpGroup tp)
+                                   float dropout, TpGroup tp, CpGroup cp)
     : Layer(name),
       ln1_(reg, name + ".ln1", width),
       // GPT-2: residual projections scaled by 1/sqrt(2 * layers) so the stream stays bounded.
       attn_(reg, name + ".attn", width, heads, 0.02f,
-            0.02f / std::sqrt(2.0f * static_cast<float>(num_layers_total)), tp),
+            0.02f / std::sqrt(2.0f * static_cast<float>(num_layers_total)), tp, cp),
       ln2_(reg, name + ".ln2", width),
       mlp_(MakeMlp(reg, name + ".mlp", width, 4 * width, width, ActivationKind::kGelu, dropout,
                    0.02f / std::sqrt(2.0f * static_cast<float>(num_layers_total)), tp)) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "trainer/nn/module.h"
+#include "trainer/nn/ring_attention.h"
 #include "trainer/nn/tp_group.h"
 
 namespace strata::nn {
@@ -165,8 +166,11 @@ std::unique_ptr<Sequential> MakeMlp(ParameterRegistry& reg, const std::string& n
 // of them (qkv by columns, q, k and v alike; proj by rows).
 class CausalSelfAttention : public Layer {
  public:
+  // Over a context-parallel group (cp split) x holds this rank's part of every sequence and the
+  // attention core is ring attention (ring_attention.h), which keeps (out, lse) for backward and
+  // never the [B, H, T, T] probabilities.
   CausalSelfAttention(ParameterRegistry& reg, const std::string& name, int64_t width,
-                      int64_t heads, float init_std, float proj_init_std, TpGroup tp = {});
+                      int64_t heads, float init_std, float proj_init_std, TpGroup tp = {}, CpGroup cp = {});
   // Selective recomputation (Megatron's): forward keeps q, k and v but not the [B, H, T, T]
   // attention probabilities, which backward computes again from them. The probabilities are
   // the activation that grows with T^2; recomputing them costs the attention core only.
@@ -184,6 +188,7 @@ class CausalSelfAttention : public Layer {
   int64_t width_, heads_;  // heads_ and local_: this rank's heads and their width
   int64_t local_;
   bool recompute_core_ = false;
+  CpGroup cp_;
   Linear qkv_;
   Linear proj_;
 };
@@ -192,7 +197,7 @@ class CausalSelfAttention : public Layer {
 class TransformerBlock : public Layer {
  public:
   TransformerBlock(ParameterRegistry& reg, const std::string& name, int64_t width, int64_t heads,
-                   int num_layers_total, float dropout = 0.0f, TpGroup tp = {});
+                   int num_layers_total, float dropout = 0.0f, TpGroup tp = {}, CpGroup cp = {});
   CausalSelfAttention& attention() { return attn_; }
 
  protected:

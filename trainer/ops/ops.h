@@ -113,6 +113,24 @@ void KvAppend(const Exec& ex, const Tensor& k, const Tensor& v, const Tensor& kc
 void CachedAttention(const Exec& ex, const Tensor& q, const Tensor& kcache, const Tensor& vcache,
                      const std::vector<int64_t>& starts, const Tensor& out);
 
+// --- Blockwise attention (block_attention_ops.cc; CPU only): what ring attention (context
+// parallelism) computes one block of keys and values at a time. Queries q [B, H, Tq, hd] sit at
+// global positions qpos (Tq of them), keys and values [B, H, Tk, hd] at kpos; a query attends
+// to the keys at positions <= its own. The running result is (out [B, H, Tq, hd], lse
+// [B, H, Tq]): the attention over the blocks seen so far and the log of its softmax
+// denominator (-inf and 0 before any block, and for a query no key reached yet).
+// Folds one block into (out, lse) with the online softmax (flash attention's rescaling).
+void BlockAttention(const Exec& ex, const Tensor& q, const Tensor& k, const Tensor& v, const std::vector<int64_t>& qpos,
+                    const std::vector<int64_t>& kpos, const Tensor& out, const Tensor& lse);
+// delta [B, H, Tq] = rowsum(dout * out): the softmax backward's per-query term, once per layer.
+void AttentionDelta(const Exec& ex, const Tensor& out, const Tensor& dout, const Tensor& delta);
+// One block's part of the backward from the final (out's) lse and delta: dq [B, H, Tq, hd] and
+// this block's dk, dv [B, H, Tk, hd] are accumulated into (+=).
+void BlockAttentionBackward(const Exec& ex, const Tensor& q, const Tensor& k, const Tensor& v,
+                            const std::vector<int64_t>& qpos, const std::vector<int64_t>& kpos, const Tensor& lse,
+                            const Tensor& dout, const Tensor& delta, const Tensor& dq, const Tensor& dk,
+                            const Tensor& dv);
+
 // --- Tensor parallelism: a vocabulary split over ranks, each holding rows [first, first + V')
 // of the table or columns [first, first + V') of the logits.
 // in viewed as [a, b, r] -> out [b, a, r] (contiguous, same numel): how sequence parallelism

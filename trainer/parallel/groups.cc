@@ -20,6 +20,21 @@ Result<std::unique_ptr<Communicator>> GroupAlong(const ParallelPlan& plan, int r
   return comm;
 }
 
+// The communicator over the ranks differing from `rank` along dimensions `dims` only.
+Result<std::unique_ptr<Communicator>> GroupOver(const ParallelPlan& plan, int rank, const std::vector<std::string>& dims,
+                                                const std::string& label, const CommunicatorFactory& make) {
+  for (const std::vector<int>& group : plan.mesh.GroupsOver(dims)) {
+    const auto it = std::find(group.begin(), group.end(), rank);
+    if (it == group.end()) continue;
+    if (group.size() < 2) return std::unique_ptr<Communicator>();
+    const std::string name = "trainers/" + label + "/" + std::to_string(group.front());
+    Result<std::unique_ptr<Communicator>> comm = make(name, static_cast<int>(it - group.begin()), static_cast<int>(group.size()));
+    if (!comm.ok()) return comm.status().WithContext("making the " + label + " group " + name);
+    return comm;
+  }
+  return Status::Internal("rank " + std::to_string(rank) + " in no group of " + plan.mesh.ToString());
+}
+
 }  // namespace
 
 Result<ParallelGroups> MakeParallelGroups(const ParallelPlan& plan, int rank,
@@ -34,11 +49,20 @@ Result<ParallelGroups> MakeParallelGroups(const ParallelPlan& plan, int rank,
   g.pp_rank = c[plan.mesh.DimIndex("pp")];
   g.dp_rank = c[plan.mesh.DimIndex("dp")];
   g.tp_rank = c[plan.mesh.DimIndex("tp")];
-  // Every rank makes its groups in the same order (tp, dp, pp), so the rendezvous of one group
-  // never waits on a rank that is still in another's.
+  const bool cp = plan.mesh.HasDim("cp");
+  if (cp) g.cp_rank = c[plan.mesh.DimIndex("cp")];
+  // Every rank makes its groups in the same order (tp, cp, dp, pp), so the rendezvous of one
+  // group never waits on a rank that is still in another's.
   STRATA_ASSIGN_OR_RETURN(g.tp, GroupAlong(plan, rank, "tp", make));
+  if (cp) {
+    STRATA_ASSIGN_OR_RETURN(g.cp, GroupAlong(plan, rank, "cp", make));
+  }
   if (dp_group) {
-    STRATA_ASSIGN_OR_RETURN(g.dp, GroupAlong(plan, rank, "dp", make));
+    if (cp) {
+      STRATA_ASSIGN_OR_RETURN(g.dp, GroupOver(plan, rank, {"dp", "cp"}, "dpcp", make));
+    } else {
+      STRATA_ASSIGN_OR_RETURN(g.dp, GroupAlong(plan, rank, "dp", make));
+    }
   }
   STRATA_ASSIGN_OR_RETURN(g.pp, GroupAlong(plan, rank, "pp", make));
   return g;

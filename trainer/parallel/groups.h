@@ -1,4 +1,4 @@
-// groups.h: ParallelGroups, a trainer's place in the plan's mesh (its pp, dp and tp coordinates)
+// groups.h: ParallelGroups, a trainer's place in the plan's mesh (its pp, dp, cp and tp coordinates)
 // and one Communicator per mesh dimension it shares with other ranks. Built once at start and
 // passed down explicitly (no global, unlike Megatron's parallel_state).
 #pragma once
@@ -14,10 +14,14 @@ namespace strata {
 
 struct ParallelGroups {
   int rank = 0;  // in the world of trainers
-  int pp_rank = 0, dp_rank = 0, tp_rank = 0;
+  int pp_rank = 0, dp_rank = 0, cp_rank = 0, tp_rank = 0;
   // Null along a dimension of size 1.
   std::unique_ptr<Communicator> pp;  // this rank's pipeline: stages' neighbours
-  std::unique_ptr<Communicator> dp;  // the replicas of this rank's (pp, tp) shard
+  // The ranks holding the same parameters as this one, whose gradients are averaged: the
+  // replicas of this rank's (pp, tp) shard, and with context parallelism every cp rank of
+  // each of them (dp x cp ranks: each computed the gradient of its part of the sequences).
+  std::unique_ptr<Communicator> dp;
+  std::unique_ptr<Communicator> cp;  // the context-parallel ring splitting this rank's sequences
   std::unique_ptr<Communicator> tp;  // the ranks splitting this rank's layers
 };
 

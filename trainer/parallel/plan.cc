@@ -8,7 +8,9 @@ namespace strata {
 
 std::string ParallelPlan::ToString() const {
   std::ostringstream o;
-  o << "dp=" << dp << " tp=" << tp << " pp=" << pp << " vpp=" << vpp << " m=" << micro_batches
+  o << "dp=" << dp;
+  if (cp > 1) o << " cp=" << cp;
+  o << " tp=" << tp << " pp=" << pp << " vpp=" << vpp << " m=" << micro_batches
     << " " << pipeline::ScheduleKindName(schedule) << "; stages";
   for (const UnitRange& r : stages) o << " [" << r.first << "," << r.last << ")";
   return o.str();
@@ -80,6 +82,46 @@ Result<std::vector<UnitRange>> ParsePartition(const std::string& text, int units
   return out;
 }
 
+Status CheckContextParallel(const TrainJob& job, int cp) {
+  if (cp <= 1) return Status::OK();
+  const ModelOptions& m = job.model;
+  const std::string what = "parallel.cp " + std::to_string(cp);
+  switch (m.kind) {
+    case ModelOptions::Kind::kCtr:
+      return Status::InvalidArgument(what + ": ctr's samples have no sequence to split (cp is for gpt and mlp)");
+    case ModelOptions::Kind::kMlp:
+      if (job.data.seq_len <= 0 || job.data.seq_len % cp != 0) {
+        return Status::InvalidArgument(what + ": mlp splits each sample's tokens, so data.seq_len (" +
+                                       std::to_string(job.data.seq_len) + ") must be a positive multiple of it");
+      }
+      break;
+    case ModelOptions::Kind::kGpt: {
+      // Ring attention's balanced split: 2 * cp chunks of every sequence (and a tp slice of
+      // each rank's part under sequence parallelism).
+      const int64_t split = 2 * cp * (job.parallel.sequence_parallel ? job.parallel.tp : 1);
+      if (m.context % split != 0) {
+        return Status::InvalidArgument(what + ": model.context " + std::to_string(m.context) +
+                                       " must be divisible by 2 * cp" +
+                                       (job.parallel.sequence_parallel ? " * tp" : "") + " = " + std::to_string(split) +
+                                       " (each rank holds two equal chunks of every sequence)");
+      }
+      break;
+    }
+  }
+  if (job.data.shard_axis != 0) {
+    return Status::InvalidArgument(what + ": data.shard_axis " + std::to_string(job.data.shard_axis) +
+                                   ": the models split a sample along its tokens only (axis 0)");
+  }
+  if (job.train.device != "cpu") {
+    return Status::InvalidArgument(what + " with train.device " + job.train.device +
+                                   ": ring attention runs on the CPU only so far (its CUDA kernels are not built)");
+  }
+  if (job.infer.enabled()) {
+    return Status::InvalidArgument(what + ": inference does not split sequences (serve with cp 1)");
+  }
+  return Status::OK();
+}
+
 Result<ParallelPlan> ResolvePlan(const TrainJob& job, int world, const std::vector<double>& unit_costs) {
   const ParallelOptions& p = job.parallel;
   ParallelPlan plan;
@@ -87,17 +129,21 @@ Result<ParallelPlan> ResolvePlan(const TrainJob& job, int world, const std::vect
   plan.tp = static_cast<int>(p.tp);
   plan.pp = static_cast<int>(p.pp);
   plan.vpp = static_cast<int>(p.vpp);
-  if (world % (plan.tp * plan.pp) != 0) {
-    return Status::InvalidArgument("parallel: " + std::to_string(world) +
-                                   " trainers are not a multiple of parallel.tp * parallel.pp = " +
-                                   std::to_string(plan.tp * plan.pp));
+  plan.cp = static_cast<int>(p.cp);
+  const int fixed = plan.tp * plan.pp * plan.cp;
+  const std::string fixed_names = plan.cp > 1 ? "parallel.tp * parallel.pp * parallel.cp" : "parallel.tp * parallel.pp";
+  if (world % fixed != 0) {
+    return Status::InvalidArgument("parallel: " + std::to_string(world) + " trainers are not a multiple of " +
+                                   fixed_names + " = " + std::to_string(fixed));
   }
-  plan.dp = p.dp ? static_cast<int>(p.dp) : world / (plan.tp * plan.pp);
-  if (plan.dp * plan.tp * plan.pp != world) {
-    return Status::InvalidArgument("parallel: dp * tp * pp = " + std::to_string(plan.dp) + " * " +
-                                   std::to_string(plan.tp) + " * " + std::to_string(plan.pp) +
+  plan.dp = p.dp ? static_cast<int>(p.dp) : world / fixed;
+  if (plan.dp * fixed != world) {
+    return Status::InvalidArgument("parallel: dp * tp * pp" + std::string(plan.cp > 1 ? " * cp" : "") + " = " +
+                                   std::to_string(plan.dp) + " * " + std::to_string(plan.tp) + " * " +
+                                   std::to_string(plan.pp) + (plan.cp > 1 ? " * " + std::to_string(plan.cp) : "") +
                                    " must equal the " + std::to_string(world) + " trainers");
   }
+  STRATA_RETURN_IF_ERROR(CheckContextParallel(job, plan.cp));
   if (p.micro_batches != 0 && job.train.micro_batches != 1 && p.micro_batches != job.train.micro_batches) {
     return Status::InvalidArgument("parallel.micro_batches " + std::to_string(p.micro_batches) +
                                    " and train.micro_batches " + std::to_string(job.train.micro_batches) +
@@ -112,7 +158,12 @@ Result<ParallelPlan> ResolvePlan(const TrainJob& job, int world, const std::vect
                          ", vpp " + std::to_string(plan.vpp) + ", micro_batches " +
                          std::to_string(plan.micro_batches) + ")");
   }
-  STRATA_ASSIGN_OR_RETURN(plan.mesh, ProcessMesh::Megatron(plan.pp, plan.dp, plan.tp));
+  if (plan.cp > 1) {
+    // Megatron's order with cp between dp and tp: tp fastest, then cp, dp, pp.
+    STRATA_ASSIGN_OR_RETURN(plan.mesh, ProcessMesh::Make({{"pp", plan.pp}, {"dp", plan.dp}, {"cp", plan.cp}, {"tp", plan.tp}}));
+  } else {
+    STRATA_ASSIGN_OR_RETURN(plan.mesh, ProcessMesh::Megatron(plan.pp, plan.dp, plan.tp));
+  }
   STRATA_RETURN_IF_ERROR(CheckTensorParallel(job.model, plan.tp, p.sequence_parallel));
 
   STRATA_ASSIGN_OR_RETURN(std::vector<UnitSpec> units, ModelUnits(job.model));

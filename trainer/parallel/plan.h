@@ -1,5 +1,5 @@
 // plan.h: ParallelPlan, the job's `parallel` section checked against the world it runs on:
-// world = dp x tp x pp, ranks laid out Megatron's way (tp fastest, then dp, then pp), the
+// world = dp x cp x tp x pp, ranks laid out Megatron's way (tp fastest, then cp, dp, pp), the
 // pipeline schedule valid for (pp, vpp, micro-batches), and the model's units cut into
 // pp x vpp stages.
 #pragma once
@@ -17,6 +17,7 @@ namespace strata {
 
 struct ParallelPlan {
   int world = 1, dp = 1, tp = 1, pp = 1, vpp = 1;
+  int cp = 1;  // context-parallel ranks; the mesh has a "cp" dimension only when cp > 1
   int micro_batches = 1;
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::k1F1B;
   ProcessMesh mesh = *ProcessMesh::Megatron(1, 1, 1);
@@ -24,7 +25,7 @@ struct ParallelPlan {
   std::vector<UnitRange> stages;
 
   pipeline::PipelineShape shape() const { return {pp, vpp, micro_batches}; }
-  std::string ToString() const;  // "dp=2 tp=1 pp=2 vpp=1 m=4 1f1b; stages [0,2) [2,4)"
+  std::string ToString() const;  // "dp=2 tp=1 pp=2 vpp=1 m=4 1f1b; stages [0,2) [2,4)" (cp=N after dp when > 1)
 };
 
 // Checks the job's `parallel` section (and train.micro_batches) for `world` trainers and cuts
@@ -33,6 +34,10 @@ struct ParallelPlan {
 // fields otherwise.
 Result<ParallelPlan> ResolvePlan(const TrainJob& job, int world,
                                  const std::vector<double>& unit_costs = {});
+
+// InvalidArgument naming the fields unless the job's model and data split over `cp`
+// context-parallel ranks (OK for cp 1).
+Status CheckContextParallel(const TrainJob& job, int cp);
 
 // Contiguous, non-empty ranges of `costs` (one per unit), `stages` of them, whose largest sum
 // is as small as possible (ties: the earliest cut). InvalidArgument when there are fewer
