@@ -128,11 +128,12 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
     return Status::InvalidArgument("parallel.pp " + std::to_string(t->plan_.pp) +
                                    " needs a cluster of trainers (strata-launch --trainers N)");
   }
-  if (t->plan_.cp > 1 && sync.mode != SyncOptions::Mode::kAllReduce) {
+  if (t->plan_.cp > 1 && UsesServers(sync.mode) && sync.consistency != Consistency::kBsp) {
+    // The cp ranks each hold a part of every sample's gradient: only a BSP clock sums them
+    // (with the replicas') before the servers apply an update.
     return Status::InvalidArgument("parallel.cp " + std::to_string(t->plan_.cp) + " with sync.mode " +
-                                   ModeName(sync.mode) +
-                                   ": the cp ranks' gradients are averaged by all-reduce over dp x cp; "
-                                   "use sync.mode allreduce");
+                                   ModeName(sync.mode) + " needs sync.consistency bsp: each cp rank pushes a part "
+                                   "of every sample's gradient, which only a BSP clock combines");
   }
   if (job.train.batch_size % t->plan_.dp != 0) {
     return Status::InvalidArgument("train.batch_size " + std::to_string(job.train.batch_size) +
@@ -272,7 +273,7 @@ Status Trainer::Connect() {
     client_ = std::make_unique<PsClient>(*node_, timeout);
     PsSyncOptions o;
     o.trainers = world_;
-    o.replicas = plan_.dp;
+    o.replicas = plan_.dp * plan_.cp;  // every rank holding this (pp, tp) shard pushes its tables
     // One set of tables per (pp, tp) shard, shared by its dp replicas.
     o.first_table_id = static_cast<uint32_t>(groups_.pp_rank) << 16 | static_cast<uint32_t>(groups_.tp_rank) << 10;
     if (plan_.tp > 1) o.table_suffix = "#tp" + std::to_string(groups_.tp_rank) + "/" + std::to_string(plan_.tp);
@@ -347,7 +348,12 @@ std::vector<Batch> Trainer::NextBatches() {
 
 Status Trainer::ReduceLoss(double* v) {
   if (groups_.pp) STRATA_RETURN_IF_ERROR(groups_.pp->AllReduceHost(v, 1, ReduceOp::kSum).WithContext("summing the loss over " + PipelineTrainers()));
-  if (groups_.dp) STRATA_RETURN_IF_ERROR(groups_.dp->AllReduceHost(v, 1, ReduceOp::kAvg).WithContext("averaging the loss over the replicas"));
+  if (groups_.dp) {
+    STRATA_RETURN_IF_ERROR(groups_.dp->AllReduceHost(v, 1, ReduceOp::kAvg).WithContext("averaging the loss over the replicas"));
+  } else if (groups_.cp) {
+    // Replicas that meet only on the servers still share each sample's loss over their cp ranks.
+    STRATA_RETURN_IF_ERROR(groups_.cp->AllReduceHost(v, 1, ReduceOp::kAvg).WithContext("averaging the loss over the context-parallel ranks"));
+  }
   return Status::OK();
 }
 
@@ -535,7 +541,7 @@ Result<TrainSummary> Trainer::RunSteps() {
     ++step_;
     // What this rank holds, once every buffer exists, and the second step's peak (the first
     // re-cuts the buckets, old and new alive together): every rank under ZeRO (they differ).
-    if (step_ - summary.first_step == std::min<int64_t>(2, to.steps - summary.first_step) && (sharded_ || rank_ == 0)) {
+    if (step_ - summary.first_step == std::min<int64_t>(2, to.steps - summary.first_step) && (sharded_ || rank_ == 0 || plan_.cp > 1)) {
       LogMemory(alloc.stats().peak_bytes_in_use);
     }
     summary.losses.push_back(loss);
@@ -637,6 +643,7 @@ CommLayout Trainer::Layout() const {
   l.model = job_.model;
   l.recompute = job_.parallel.recompute;
   l.sequence_parallel = job_.parallel.sequence_parallel;
+  l.cp_averages_loss = groups_.cp && !groups_.dp;
   for (const auto& p : model_->params().params()) {
     if (p->remote) {
       l.server_floats += p->value.numel();

@@ -77,15 +77,17 @@ void Trainer::LogMemory(int64_t step_peak) {
                adam ? "Adam" : "SGD-momentum", formula);
   // The allocator serves everything of the process on this device (activations, data, the
   // model), not only the three kinds above.
-  spdlog::info("{}peak during a step {:.3f} MiB ({:.2f} psi), allocator's high-water mark, activations included",
-               who, mib(step_peak), step_peak / per);
+  spdlog::info("{}peak during a step {:.3f} MiB ({:.2f} psi), allocator's high-water mark, activations included; "
+               "activations saved for backward at most {:.3f} MiB",
+               who, mib(step_peak), step_peak / per, mib(pipeline_.peak_saved_bytes));
   progress_->Metrics(nlohmann::json{{"step", step_},
                                     {"memory", {{"rank", rank_}, {"zero", zero}, {"dp", plan_.dp}, {"psi", psi},
                                                 {"param_bytes", params}, {"grad_bytes_step", grads_step},
                                                 {"grad_bytes_between", grads_between}, {"state_bytes", state},
                                                 {"offload", offload}, {"staging_bytes", staging},
                                                 {"formula_bytes_per_param", formula},
-                                                {"step_peak_bytes", step_peak}}}}
+                                                {"step_peak_bytes", step_peak}, {"cp", plan_.cp},
+                                                {"saved_activation_bytes", pipeline_.peak_saved_bytes}}}}
                          .dump());
 }
 

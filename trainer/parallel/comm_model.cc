@@ -1,6 +1,8 @@
 // comm_model.cc: ModelCommTraffic, one function per mesh dimension.
 #include "trainer/parallel/comm_model.h"
 
+#include <algorithm>
+
 #include "common/check.h"
 #include "trainer/pipeline/schedules.h"
 
@@ -235,6 +237,33 @@ void AddTensorParallelTraffic(const CommLayout& l, GroupTraffic* tp) {
   Add(tp->per_step, CommOp::kHostAllReduce, kDouble);  // the split gradients' squared norm
 }
 
+// Ring attention (ring_attention.cc): in forward each block sends its keys and values on and
+// receives the next cp - 1 times; backward does that again and passes each block's key/value
+// gradients on cp times (the last brings every rank's own home).
+void AddContextParallelTraffic(const CommLayout& l, GroupTraffic* cp) {
+  if (l.plan.cp < 2) return;
+  if (l.cp_averages_loss) Add(cp->per_step, CommOp::kHostAllReduce, kDouble);
+  if (l.model.kind != ModelOptions::Kind::kGpt) return;  // per-token models exchange nothing
+  Result<std::vector<pipeline::Action>> actions =
+      pipeline::BuildActions(l.plan.schedule, l.plan.shape(), l.pp_rank);
+  STRATA_CHECK(actions.ok()) << actions.status().ToString();
+  const auto ring = static_cast<uint64_t>(l.plan.cp);
+  const uint64_t block = 2 * Rows(l) * static_cast<uint64_t>(l.model.width / l.plan.tp) * kFloat;  // [2, rows, C/tp]
+  const int last_unit = static_cast<int>(l.units.size()) - 1;
+  uint64_t moves = 0;  // blocks sent (and as many received) over the step
+  for (const pipeline::Action& a : *actions) {
+    const bool backward =
+        a.kind == pipeline::ActionKind::kBackward || a.kind == pipeline::ActionKind::kBackwardInput;
+    if (a.kind != pipeline::ActionKind::kForward && !backward) continue;
+    const UnitRange& units = l.plan.stages.at(static_cast<size_t>(a.stage));
+    for (int u = std::max(units.first, 1); u < std::min(units.last, last_unit); ++u) {  // the blocks
+      moves += backward ? (ring - 1) + ring + (Recomputes(l, u) ? ring - 1 : 0) : ring - 1;
+    }
+  }
+  Add(cp->per_step, CommOp::kSend, moves * block);
+  Add(cp->per_step, CommOp::kRecv, moves * block);
+}
+
 }  // namespace
 
 CommModel ModelCommTraffic(const CommLayout& layout) {
@@ -242,6 +271,7 @@ CommModel ModelCommTraffic(const CommLayout& layout) {
   AddPipelineTraffic(layout, &m.pp);
   AddDataParallelTraffic(layout, &m.dp);
   AddTensorParallelTraffic(layout, &m.tp);
+  AddContextParallelTraffic(layout, &m.cp);
   return m;
 }
 

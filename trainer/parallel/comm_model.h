@@ -52,6 +52,9 @@ struct CommLayout {
   // reduce-scatter (the same bytes by CommStats' definition) and sums the norms' and positions'
   // gradients over tp once a step.
   bool sequence_parallel = false;
+  // Context parallelism (plan.cp > 1) with no dp group (replicas meeting on the servers): the
+  // loss is averaged over the cp ranks instead (one double a step).
+  bool cp_averages_loss = false;
 };
 
 // Expected payload bytes of one group on this rank, per CommOp (CommStats' definition of a
@@ -67,7 +70,7 @@ struct GroupTraffic {
 };
 
 struct CommModel {
-  GroupTraffic pp, dp, tp;
+  GroupTraffic pp, dp, tp, cp;
 };
 
 // The traffic of a training step (forward, backward, gradient synchronisation, the loss and
@@ -92,6 +95,10 @@ struct CommModel {
 //      recomputes its forward; on the last stage the vocab-parallel cross-entropy's max
 //      ([rows]) and sums ([2, rows]); plus the squared norm of the split gradients (one host
 //      all-reduce of a double a step). See AddTensorParallelTraffic in comm_model.cc.
+//  cp: per micro-batch and gpt block, ring attention's key/value blocks ([2, rows, C/tp] each)
+//      sent on and received cp - 1 times in forward, and in backward cp - 1 times again plus
+//      their gradients (the same size) cp times; forward's again in a block that recomputes.
+//      With no dp group, the loss averaged over the ring (one host all-reduce of a double).
 CommModel ModelCommTraffic(const CommLayout& layout);
 
 }  // namespace strata

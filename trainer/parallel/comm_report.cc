@@ -7,7 +7,7 @@ namespace strata {
 namespace {
 
 const GroupTraffic& ModelOf(const CommModel& m, const std::string& dim) {
-  return dim == "pp" ? m.pp : dim == "dp" ? m.dp : m.tp;
+  return dim == "pp" ? m.pp : dim == "dp" ? m.dp : dim == "cp" ? m.cp : m.tp;
 }
 
 // The ops a group's report shows: those it ran or was expected to run.
@@ -42,7 +42,7 @@ bool CommReport::matches_model() const {
 
 CommAccounting::CommAccounting(const ParallelGroups& groups) {
   const std::pair<const char*, const Communicator*> dims[] = {
-      {"pp", groups.pp.get()}, {"dp", groups.dp.get()}, {"tp", groups.tp.get()}};
+      {"pp", groups.pp.get()}, {"dp", groups.dp.get()}, {"cp", groups.cp.get()}, {"tp", groups.tp.get()}};
   for (const auto& [dim, comm] : dims) {
     if (comm) groups_.push_back({dim, comm, {}, {}});
   }
