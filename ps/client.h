@@ -109,7 +109,7 @@ class PsClient {
   // Push ids: this node's id in the high bits, a counter below (unique per client, repeated
   // only by a retry of the same request).
   uint64_t NextPushId() { return (static_cast<uint64_t>(node_.id()) << 40) | ++pushes_sent_; }
-  uint64_t pushes_sent_ = 0;
+  uint64_t pushes_sent_;  // starts at a random point (client.cc)
   std::map<uint32_t, TableSpec> tables_;
   int64_t clock_ = 0;
 };
