@@ -43,10 +43,31 @@ void Bind(config::Binder& b, ClusterOptions& o) {
           "Prometheus /metrics: the scheduler's port; server r takes port+1+r, trainer r "
           "port+1+servers+r (docs/metrics.md); 0: off")
       .Range(0, 65535);
+  b.Enum("auth", o.auth, {{"none", AuthMode::kNone}, {"curve", AuthMode::kCurve}},
+         "none: anyone who reaches a port may join; curve: ZeroMQ CURVE on every socket, only "
+         "keys in curve.authorized_keys may connect (docs/security.md)");
+  b.Section("curve", o.curve, "key files of auth: curve (strata-node keygen DIR writes them)");
+  std::string missing;
+  for (const auto& [name, path] : {std::pair<const char*, const std::string&>{"server_key", o.curve.server_key},
+                                   {"client_key", o.curve.client_key},
+                                   {"authorized_keys", o.curve.authorized_keys}}) {
+    if (path.empty()) missing += std::string(missing.empty() ? "" : ", ") + "curve." + name;
+  }
+  b.Require(o.auth != AuthMode::kCurve || missing.empty(), "auth",
+            "curve needs key files (strata-node keygen DIR writes them); missing: " + missing);
   // A timeout at or below the interval would declare healthy nodes dead between two beats.
   b.Require(o.heartbeat_timeout_ms > o.heartbeat_interval_ms, "heartbeat_timeout_ms",
             "must exceed heartbeat_interval_ms");
   b.Require(o.servers + o.trainers > 0, "trainers", "servers + trainers must be at least 1");
+}
+
+void Bind(config::Binder& b, CurveFiles& o) {
+  b.Field("server_key", o.server_key,
+          "keypair file every member's bound sockets serve with (held by every member of the job)");
+  b.Field("client_key", o.client_key,
+          "this process's keypair file, presented on every connection it opens (its public key "
+          "must be in authorized_keys)");
+  b.Field("authorized_keys", o.authorized_keys, "file of the client public keys allowed to connect");
 }
 
 void Bind(config::Binder& b, FaultOptions& o) {

@@ -5,11 +5,15 @@
 #include <cstdint>
 #include <string>
 
+#include "common/curve.h"
+
 namespace strata {
 
 namespace config {
 class Binder;
 }
+
+enum class AuthMode { kNone, kCurve };
 
 // Who is in the cluster and how membership is watched. The scheduler waits for exactly
 // `servers` + `trainers` nodes before it publishes the cluster view.
@@ -36,6 +40,12 @@ struct ClusterOptions {
   // Prometheus /metrics (docs/metrics.md): the scheduler listens on this port, server r on
   // port + 1 + r, trainer r on port + 1 + servers + r. 0 (the default): no endpoint.
   int metrics_port = 0;
+  // none: anyone who can reach a port may join, push, pull and read the kv store. curve: every
+  // ZeroMQ socket of every role uses CURVE (encrypted, and only clients whose key is in
+  // curve.authorized_keys are accepted; docs/security.md). The files are read at start into
+  // TransportOptions::curve.
+  AuthMode auth = AuthMode::kNone;
+  CurveFiles curve;
 };
 
 // Fault injection: a knob, not a fork (ps-lite's PS_DROP_MSG). Applies to messages this
@@ -60,8 +70,12 @@ struct TransportOptions {
   // are dropped. Bounds how long a shutdown can wait on a dead peer.
   int linger_ms = 500;
   FaultOptions fault;
+  // Not in the job file: the keys of cluster.curve, read at start (LoadJobConfig) when
+  // cluster.auth is curve. Empty: no CURVE.
+  CurveKeys curve;
 };
 
+void Bind(config::Binder& b, CurveFiles& o);
 void Bind(config::Binder& b, ClusterOptions& o);
 void Bind(config::Binder& b, FaultOptions& o);
 void Bind(config::Binder& b, TransportOptions& o);

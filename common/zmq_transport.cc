@@ -5,8 +5,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <array>
 #include <cstdio>
 #include <zmq_addon.hpp>
+
+#include "common/check.h"
 
 namespace strata {
 namespace {
@@ -48,6 +51,18 @@ ZmqTransport::ZmqTransport(const TransportOptions& options)
   std::snprintf(name, sizeof(name), "inproc://strata-wake-%p", static_cast<void*>(this));
   wake_pull_.bind(name);
   wake_push_.connect(name);
+  if (options_.curve.enabled()) {
+    for (const std::string& z85 : options_.curve.authorized) {
+      std::string key(32, '\0');
+      STRATA_CHECK(zmq_z85_decode(reinterpret_cast<uint8_t*>(key.data()), z85.c_str()) != nullptr)
+          << "authorized key " << z85 << " was not checked when read";
+      authorized_.insert(std::move(key));
+    }
+    // Bound before any socket of this context can receive a handshake; used by the I/O thread.
+    zap_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::rep);
+    zap_->set(zmq::sockopt::linger, 0);
+    zap_->bind("inproc://zeromq.zap.01");
+  }
   io_thread_ = std::thread([this] { Run(); });
 }
 
@@ -64,11 +79,52 @@ void ZmqTransport::ConfigureSocket(zmq::socket_t& socket) {
   socket.set(zmq::sockopt::rcvhwm, options_.recv_hwm);
 }
 
+void ZmqTransport::AnswerZap() {
+  std::vector<zmq::message_t> request;
+  if (!zmq::recv_multipart(*zap_, std::back_inserter(request), zmq::recv_flags::dontwait)) return;
+  // version, request id, domain, address, identity, mechanism, credentials...
+  const bool curve = request.size() >= 7 && request[5].to_string_view() == "CURVE" &&
+                     request[6].size() == 32;
+  const bool ok = curve && authorized_.contains(request[6].to_string());
+  std::array<zmq::message_t, 6> reply;
+  reply[0] = zmq::message_t(std::string_view("1.0"));
+  if (request.size() >= 2) reply[1].copy(request[1]);
+  reply[2] = zmq::message_t(std::string_view(ok ? "200" : "400"));
+  reply[3] = zmq::message_t(std::string_view(ok ? "OK" : "unknown client key"));
+  try {
+    zmq::send_multipart(*zap_, reply);
+  } catch (const zmq::error_t& e) {
+    spdlog::warn("transport: cannot answer an authentication request: {}", e.what());
+  }
+  if (ok) return;
+  ++refused_;
+  ++refused_unlogged_;
+  const auto now = std::chrono::steady_clock::now();
+  if (refused_ > 1 && now - last_refusal_log_ < std::chrono::seconds(10)) return;
+  std::string who = request.size() >= 4 ? request[3].to_string() : "?";
+  std::string key = "no CURVE key";
+  if (curve) {
+    char z85[41];
+    zmq_z85_encode(z85, static_cast<const uint8_t*>(request[6].data()), 32);
+    key = std::string("key ") + z85;
+  }
+  spdlog::warn("transport: refused a connection from {} ({} not in cluster.curve.authorized_keys); "
+               "{} refused in all, {} since the last warning",
+               who, key, refused_, refused_unlogged_);
+  refused_unlogged_ = 0;
+  last_refusal_log_ = now;
+}
+
 Result<std::string> ZmqTransport::Bind(const std::string& endpoint) {
   STRATA_RETURN_IF_ERROR(ValidateEndpoint(endpoint));
   auto socket = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::router);
   ConfigureSocket(*socket);
   socket->set(zmq::sockopt::router_mandatory, 1);  // unknown routes fail instead of vanishing
+  if (options_.curve.enabled()) {
+    socket->set(zmq::sockopt::curve_server, 1);
+    socket->set(zmq::sockopt::curve_secretkey, options_.curve.server.secret_key);
+    socket->set(zmq::sockopt::zap_domain, "strata");
+  }
   std::string bound;
   try {
     socket->bind(ZmqEndpoint(endpoint));
@@ -98,6 +154,11 @@ Result<PeerId> ZmqTransport::Connect(const std::string& address) {
   if (auto it = peer_by_address_.find(address); it != peer_by_address_.end()) return it->second;
   auto socket = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
   ConfigureSocket(*socket);
+  if (options_.curve.enabled()) {
+    socket->set(zmq::sockopt::curve_serverkey, options_.curve.server.public_key);
+    socket->set(zmq::sockopt::curve_publickey, options_.curve.client.public_key);
+    socket->set(zmq::sockopt::curve_secretkey, options_.curve.client.secret_key);
+  }
   try {
     socket->connect(address);
   } catch (const zmq::error_t& e) {
@@ -158,6 +219,7 @@ void ZmqTransport::Shutdown() {
   router_.socket.reset();
   new_links_.clear();
   new_router_.reset();
+  zap_.reset();
   wake_push_.close();
   wake_pull_.close();
   context_.close();
@@ -245,6 +307,9 @@ void ZmqTransport::Run() {
     item_peer.clear();
     items.push_back({wake_pull_.handle(), 0, ZMQ_POLLIN, 0});
     item_peer.push_back(kNoPeer);
+    if (zap_) items.push_back({zap_->handle(), 0, ZMQ_POLLIN, 0});
+    const size_t first_link = items.size();
+    item_peer.resize(first_link, kNoPeer);
     if (router_.socket) {
       short events = ZMQ_POLLIN | (router_.backlog.empty() ? 0 : ZMQ_POLLOUT);
       items.push_back({router_.socket->handle(), 0, events, 0});
@@ -270,7 +335,8 @@ void ZmqTransport::Run() {
       if (stop_) break;
       TakeCommands();
     }
-    for (size_t i = 1; i < items.size(); ++i) {
+    if (zap_ && (items[1].revents & ZMQ_POLLIN)) AnswerZap();
+    for (size_t i = first_link; i < items.size(); ++i) {
       const PeerId peer = item_peer[i];
       Link& link = peer == kNoPeer ? router_ : links_[peer];
       if (items[i].revents & ZMQ_POLLOUT) Flush(link);

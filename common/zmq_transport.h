@@ -3,14 +3,21 @@
 // and an inproc PULL that other threads use to wake it when they queue frames. Payloads of
 // kZeroCopyMinBytes or more are handed to ZeroMQ without copying; their owner is released when
 // ZeroMQ has written them.
+// With options.curve set, the ROUTER is a CURVE server (options.curve.server) and every DEALER a
+// CURVE client (options.curve.client); the I/O thread also answers ZeroMQ's authentication
+// requests (ZAP, RFC 27) on inproc://zeromq.zap.01 in this transport's context, accepting only
+// client keys in options.curve.authorized. A refused peer never gets a message through; refusals
+// are logged at warning level, the first and then at most one line per 10 s with a count.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <zmq.hpp>
@@ -52,6 +59,8 @@ class ZmqTransport final : public Transport {
   void Flush(Link& link);
   void Drain(zmq::socket_t& socket, PeerId peer);
   void ConfigureSocket(zmq::socket_t& socket);
+  // Answers one ZAP request: 200 for an authorized CURVE client key, 400 otherwise.
+  void AnswerZap();
 
   const TransportOptions options_;
   zmq::context_t context_;
@@ -74,6 +83,10 @@ class ZmqTransport final : public Transport {
   Link router_;
   std::vector<Link> links_;  // indexed by PeerId
   std::vector<zmq::message_t> parts_;  // Drain's scratch
+  std::unique_ptr<zmq::socket_t> zap_;  // CURVE only: the ZAP handler's REP socket
+  std::unordered_set<std::string> authorized_;  // CURVE client public keys, 32 bytes each
+  uint64_t refused_ = 0, refused_unlogged_ = 0;
+  std::chrono::steady_clock::time_point last_refusal_log_{};
 
   std::atomic<bool> stop_{false};
   std::thread io_thread_;

@@ -9,6 +9,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -20,6 +21,14 @@ struct RowStoreStats {
   uint64_t hits = 0;           // lookups served from DRAM
   uint64_t misses = 0;         // lookups that went to a lower tier (or created a record)
   uint64_t created = 0;        // records made by the initializer
+};
+
+// Names one update so that a store can tell, even after a restart, that it was applied: the
+// sending node's id and the sender's id for that update (a push id, ps/client.h). id 0: unnamed.
+struct UpdateId {
+  uint32_t sender = 0;
+  uint64_t id = 0;
+  bool operator==(const UpdateId&) const = default;
 };
 
 // Thread-safe: calls on different keys run in parallel; a record is never visited by two
@@ -41,6 +50,19 @@ class RowStore {
   // visited once per occurrence, in order. Either every key is visited or (on an I/O failure)
   // the Status says why and no visit was made.
   virtual Status Update(std::span<const uint64_t> keys, const Init& init, const Visit& visit) = 0;
+
+  // Update, and records `id` with it, atomically: whatever state a restarted store recovers
+  // (its WAL, its last checkpoint) holds the update if and only if RecordedUpdateIds() lists
+  // the id. Stores that keep nothing across a restart (MemoryRowStore) just Update.
+  virtual Status UpdateWithId(std::span<const uint64_t> keys, const Init& init, const Visit& visit,
+                              [[maybe_unused]] UpdateId id) {
+    return Update(keys, init, visit);
+  }
+  // The ids recorded by UpdateWithId that this store kept: for each sender, at least the ids of
+  // its updates within the last kRecordedIdsPerSender id values (ids grow per sender), in no
+  // particular order. Read once, at a restart.
+  static constexpr uint64_t kRecordedIdsPerSender = 1 << 16;
+  virtual Result<std::vector<UpdateId>> RecordedUpdateIds() const { return std::vector<UpdateId>{}; }
 
   // Reads the record of every key. Absent keys are created with `init` when it is set (a lazily
   // created embedding row is read before it is ever written), else NotFound naming the key.

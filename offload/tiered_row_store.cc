@@ -105,7 +105,8 @@ Status TieredRowStore::OpenDb() {
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   std::vector<rocksdb::ColumnFamilyDescriptor> families = {
       {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions(o)},
-      {"strata_clocks", rocksdb::ColumnFamilyOptions(o)}};
+      {"strata_clocks", rocksdb::ColumnFamilyOptions(o)},
+      {offload_internal::kUpdateIdsFamily, rocksdb::ColumnFamilyOptions(o)}};
   rocksdb::DB* db = nullptr;
   const std::string db_path = options_.path + "/db";
   rocksdb::Status s = rocksdb::DB::Open(o, db_path, families, &cf_handles_, &db);
@@ -113,6 +114,7 @@ Status TieredRowStore::OpenDb() {
   db_.reset(db);
   records_cf_ = cf_handles_[0];
   clocks_cf_ = cf_handles_[1];
+  ids_cf_ = cf_handles_[2];
   uint64_t keys = 0;
   db_->GetIntProperty(records_cf_, rocksdb::DB::Properties::kEstimateNumKeys, &keys);
   records_.store(keys);
@@ -166,7 +168,7 @@ void TieredRowStore::EraseRecord(Shard& s, CachedRecord* r) {
 
 template <typename V>
 Status TieredRowStore::Run(std::span<const uint64_t> keys, const Init& init, bool is_update,
-                           const V& visit) {
+                           const V& visit, UpdateId id) {
   std::shared_lock barrier(barrier_mu_);
   if (closed_) return Status::FailedPrecondition("tiered store " + options_.path + " is closed");
   Call call;
@@ -189,23 +191,30 @@ Status TieredRowStore::Run(std::span<const uint64_t> keys, const Init& init, boo
     }
   }
   if (wal) {
-    s = WriteThrough(call, is_update);
+    s = WriteThrough(call, is_update, id);
     if (!s.ok()) {
       call.RestoreBackup(width_);
       Abandon(call);
       return s;
     }
+  } else if (id.id != 0) {
+    KeepUnwrittenId(id);  // before the barrier is released: a checkpoint sees both or neither
   }
   Release(call, is_update);
   return Status::OK();
 }
 
 Status TieredRowStore::Update(std::span<const uint64_t> keys, const Init& init, const Visit& visit) {
-  return Run(keys, init, /*is_update=*/true, visit);
+  return Run(keys, init, /*is_update=*/true, visit, UpdateId{});
+}
+
+Status TieredRowStore::UpdateWithId(std::span<const uint64_t> keys, const Init& init,
+                                    const Visit& visit, UpdateId id) {
+  return Run(keys, init, /*is_update=*/true, visit, id);
 }
 
 Status TieredRowStore::Read(std::span<const uint64_t> keys, const Init& init, const ReadVisit& visit) {
-  return Run(keys, init, /*is_update=*/false, visit);
+  return Run(keys, init, /*is_update=*/false, visit, UpdateId{});
 }
 
 void TieredRowStore::Call::Plan(std::span<const uint64_t> keys_in, TieredRowStore& store) {
@@ -424,9 +433,10 @@ Status TieredRowStore::WriteBatchToDb(rocksdb::WriteBatch& batch, bool sync) {
   return offload_internal::FromRocks(db_->Write(wo, &batch), "write to RocksDB at " + options_.path);
 }
 
-// kWal: the call's changed records go to the synced WAL before the call returns. Concurrent
-// callers' synced writes are grouped into one fsync by RocksDB's write leader.
-Status TieredRowStore::WriteThrough(Call& call, bool is_update) {
+// kWal: the call's changed records (and its update id) go to the synced WAL in one batch before
+// the call returns. Concurrent callers' synced writes are grouped into one fsync by RocksDB's
+// write leader.
+Status TieredRowStore::WriteThrough(Call& call, bool is_update, UpdateId id) {
   rocksdb::WriteBatch batch;
   char key[8];
   for (const Slot& slot : call.slots) {
@@ -436,6 +446,7 @@ Status TieredRowStore::WriteThrough(Call& call, bool is_update) {
     batch.Put(records_cf_, rocksdb::Slice(key, 8),
               rocksdb::Slice(reinterpret_cast<const char*>(slot.data), record_bytes_));
   }
+  if (id.id != 0) PutUpdateId(batch, id);
   if (batch.Count() == 0) return Status::OK();
   return WriteBatchToDb(batch, /*sync=*/true);
 }

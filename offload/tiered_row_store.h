@@ -1,12 +1,14 @@
 // tiered_row_store.h: TieredRowStore, a RowStore with a DRAM tier under a byte budget over a
 // RocksDB tier on local disk (NVMe), with LRU or LFU eviction, an admission filter for new keys,
-// expiry of unseen rows, three durability modes, checkpoints, and table export/import.
+// expiry of unseen rows, three durability modes, checkpoints, table export/import, and the ids of
+// applied updates recorded with them (RowStore::UpdateWithId; tiered_row_store_ids.cc).
 // TieredStoreOptions is its configuration.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -35,10 +37,12 @@ enum class Durability {
   // everything. Fastest: no WAL, dirty records reach RocksDB only when evicted.
   kNone,
   // As kNone between snapshots; Checkpoint() (on request, and every checkpoint_every_clocks
-  // clocks) writes a consistent snapshot that OpenFromCheckpoint() restores exactly.
+  // clocks) writes a consistent snapshot that OpenFromCheckpoint() restores exactly, the ids of
+  // the updates it holds included.
   kCheckpoint,
   // Every Update (and every record a Read creates) is in RocksDB's synced WAL before the call
-  // returns, so it survives kill -9. The DRAM tier is write-through. Concurrent callers' writes
+  // returns, so it survives kill -9; an UpdateWithId's id is in the same write. The DRAM tier is
+  // write-through. Concurrent callers' writes
   // are group-committed by RocksDB, so throughput grows with the number of pushing threads.
   kWal,
 };
@@ -157,6 +161,11 @@ class TieredRowStore final : public RowStore {
   // visited records back, so the call had no effect either.
   Status Update(std::span<const uint64_t> keys, const Init& init, const Visit& visit) override;
   Status Read(std::span<const uint64_t> keys, const Init& init, const ReadVisit& visit) override;
+  // kWal: the id goes into the update's synced write. Other modes: it is written with the dirty
+  // records (at a checkpoint, an export, Close), so a checkpoint holds exactly its updates' ids.
+  Status UpdateWithId(std::span<const uint64_t> keys, const Init& init, const Visit& visit,
+                      UpdateId id) override;
+  Result<std::vector<UpdateId>> RecordedUpdateIds() const override;
   RowStoreStats stats() const override;
   TieredStoreStats detailed_stats() const;
 
@@ -192,12 +201,20 @@ class TieredRowStore final : public RowStore {
   Status OpenDb();
 
   template <typename V>
-  Status Run(std::span<const uint64_t> keys, const Init& init, bool is_update, const V& visit);
+  Status Run(std::span<const uint64_t> keys, const Init& init, bool is_update, const V& visit,
+             UpdateId id);
   void Acquire(Call& call);
   Status Fetch(Call& call, const Init& init);
   bool Admit(const Slot& slot);
   Status Evict(const std::vector<uint32_t>& shard_ids);
-  Status WriteThrough(Call& call, bool is_update);
+  Status WriteThrough(Call& call, bool is_update, UpdateId id);
+  // Update ids (tiered_row_store_ids.cc): into a batch, or kept until the next write-back.
+  void PutUpdateId(rocksdb::WriteBatch& batch, UpdateId id);
+  void KeepUnwrittenId(UpdateId id);
+  // Puts the kept ids into `batch`; returns how many (cleared by ClearUnwrittenIds after the
+  // write). Expects barrier_mu_ held exclusively.
+  size_t PutUnwrittenIdsLocked(rocksdb::WriteBatch& batch);
+  void ClearUnwrittenIdsLocked();
   void Release(Call& call, bool is_update);
   void Abandon(Call& call);
   Status WriteBatchToDb(rocksdb::WriteBatch& batch, bool sync);
@@ -233,6 +250,10 @@ class TieredRowStore final : public RowStore {
   std::vector<rocksdb::ColumnFamilyHandle*> cf_handles_;  // owned by db_, destroyed in Close()
   rocksdb::ColumnFamilyHandle* records_cf_ = nullptr;
   rocksdb::ColumnFamilyHandle* clocks_cf_ = nullptr;
+  rocksdb::ColumnFamilyHandle* ids_cf_ = nullptr;
+  // Not kWal: ids of applied updates not yet written, by (sender, slot) as on disk.
+  mutable std::mutex ids_mu_;
+  std::map<std::pair<uint32_t, uint16_t>, uint64_t> unwritten_ids_;
 
   std::atomic<uint64_t> records_{0}, written_back_{0}, multigets_{0}, write_batches_{0},
       expired_{0}, checkpoints_{0}, write_back_errors_{0};

@@ -54,7 +54,12 @@ Status TieredRowStore::FlushDirtyLocked() {
       if (batch.GetDataSize() >= kFlushBatchBytes) STRATA_RETURN_IF_ERROR(write());
     }
   }
-  return write();
+  // The ids of the updates applied so far, with the last records (a checkpoint copies the
+  // database only after the whole write-back).
+  if (PutUnwrittenIdsLocked(batch) == 0) return write();
+  STRATA_RETURN_IF_ERROR(write());
+  ClearUnwrittenIdsLocked();
+  return Status::OK();
 }
 
 void TieredRowStore::SetCheckpointMetadata(std::string metadata) {

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <random>
 #include <thread>
 
 #include "ps/key_index.h"
@@ -53,7 +54,19 @@ Buffer View(const std::shared_ptr<std::vector<T>>& v) {
 
 }  // namespace
 
-PsClient::PsClient(Node& node, Millis timeout) : node_(node), timeout_(timeout) {}
+namespace {
+// Push ids must not repeat the ids a durable server recorded in an earlier run of the job (a new
+// scheduler hands out node ids from the start again): each client's counter starts at a random
+// point of [0, 2^39), which leaves 2^39 pushes before it reaches the node id's bits.
+uint64_t FirstPushCounter() {
+  std::random_device rd;
+  const uint64_t r = (static_cast<uint64_t>(rd()) << 32) | rd();
+  return r & ((uint64_t{1} << 39) - 1);
+}
+}  // namespace
+
+PsClient::PsClient(Node& node, Millis timeout)
+    : node_(node), timeout_(timeout), pushes_sent_(FirstPushCounter()) {}
 
 Status PsClient::Connect() {
   if (!servers_.empty()) return Status::OK();

@@ -10,8 +10,11 @@
 // killed, or restarted and rejoined at a new address) is sent again, the same request to that
 // server rank's current address, for up to `timeout` more (see Wait). Every push carries an id
 // that its retries repeat, and a server applies an id once (it remembers each sender's recent
-// ids in memory): a push whose reply was lost is not applied again by the retry. A server that
-// restarted has forgotten the ids, so across a restart delivery is still at least once.
+// ids): a push whose reply was lost is not applied again by the retry. A tiered store records
+// the id with the update (in the same synced WAL write with durability wal; in each checkpoint
+// with durability checkpoint), so a server restarted from it still knows the ids of the
+// updates it kept. A memory store keeps nothing across a restart, ids included; a BSP push
+// accumulated for a clock not yet applied is lost by a crash and its retry is applied.
 // Pulls, clocks and createTable are idempotent.
 #pragma once
 
@@ -106,7 +109,7 @@ class PsClient {
   // Push ids: this node's id in the high bits, a counter below (unique per client, repeated
   // only by a retry of the same request).
   uint64_t NextPushId() { return (static_cast<uint64_t>(node_.id()) << 40) | ++pushes_sent_; }
-  uint64_t pushes_sent_ = 0;
+  uint64_t pushes_sent_;  // starts at a random point (client.cc)
   std::map<uint32_t, TableSpec> tables_;
   int64_t clock_ = 0;
 };

@@ -1,6 +1,7 @@
 // recent_ids.h: RecentIds, the push ids a server applied lately, per sender, so that a push
-// retried after its reply was lost is answered without being applied twice (exactly once for
-// a live server; the ids are in memory, so a restarted server has forgotten them).
+// retried after its reply was lost is answered without being applied twice. Held in memory; a
+// restarted server refills it from the ids its durable stores recorded with the updates
+// (RowStore::RecordedUpdateIds), so with durability wal a retry is applied once across a kill -9.
 #pragma once
 
 #include <cstdint>

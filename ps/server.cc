@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <limits>
@@ -225,14 +226,23 @@ Status PsServer::RestoreTables() {
   if (!bytes.ok()) return bytes.status().code() == StatusCode::kNotFound ? Status::OK() : bytes.status();
   STRATA_ASSIGN_OR_RETURN(std::vector<TableSpec> specs, DecodeTableSpecs(*bytes, options_.tables_file));
   std::unique_lock lock(tables_mu_);
+  std::vector<UpdateId> applied;  // push ids the stores recorded with their updates
   for (const TableSpec& spec : specs) {
     auto made = MakeTableLocked(spec);
     if (!made.ok()) return made.status().WithContext("restoring table \"" + spec.name + "\"");
     const RowStoreStats st = (*made)->store->stats();
-    spdlog::info("server: table {} \"{}\" restored: {} records, clock {}", spec.id, spec.name,
-                 st.records, (*made)->store_clock);
+    auto ids = (*made)->store->RecordedUpdateIds();
+    if (!ids.ok()) return ids.status().WithContext("restoring table \"" + spec.name + "\"");
+    spdlog::info("server: table {} \"{}\" restored: {} records, clock {}, {} push ids", spec.id,
+                 spec.name, st.records, (*made)->store_clock, ids->size());
+    applied.insert(applied.end(), ids->begin(), ids->end());
     tables_.emplace(spec.id, std::move(made).value());
   }
+  // Oldest first per sender (ids grow per sender), so RecentIds keeps the newest.
+  std::sort(applied.begin(), applied.end(), [](const UpdateId& a, const UpdateId& b) {
+    return a.sender != b.sender ? a.sender < b.sender : a.id < b.id;
+  });
+  for (const UpdateId& u : applied) push_ids_.Remember(u.sender, u.id);
   return Status::OK();
 }
 
@@ -385,9 +395,13 @@ void PsServer::HandlePush(Request& request) {
     }
   } else {
     const OptimizerSpec& o = t.spec.optimizer;
-    Status s = t.store->Update(keys, t.init, [&](size_t i, std::span<float> record) {
+    // The id is recorded with the update (in the WAL of a durable store), so a restarted
+    // server still answers a retry of it as a duplicate (RestoreTables).
+    auto apply = [&](size_t i, std::span<float> record) {
       ApplyUpdate(o, t.slots, record, static_cast<int>(t.ValueFloats(keys[i])), grad[i], 1.0f);
-    });
+    };
+    Status s = push_id != 0 ? t.store->UpdateWithId(keys, t.init, apply, UpdateId{msg.sender(), push_id})
+                            : t.store->Update(keys, t.init, apply);
     if (t.snapshots) {
       for (uint64_t key : keys) t.snapshots->Invalidate(key);
     }

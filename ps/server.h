@@ -53,8 +53,9 @@ class PsServer {
   PsServer& operator=(const PsServer&) = delete;
 
   // Re-creates every table recorded in options.tables_file, opening each store through the
-  // StoreFactory (a durable store reloads its shard). Call before node.Join(), so no request
-  // sees a table missing. OK if the file does not exist; Corruption if it is damaged;
+  // StoreFactory (a durable store reloads its shard), and remembers the push ids the stores
+  // recorded with their updates, so retries of those pushes are answered as duplicates. Call
+  // before node.Join(), so no request sees a table missing. OK if the file does not exist; Corruption if it is damaged;
   // FailedPrecondition if it has another format version (ps/table_file.h).
   Status RestoreTables();
 

@@ -38,6 +38,10 @@ Result<JobConfig> LoadJobConfig(const std::string& path,
   if (job.ok() && job->trainer.auto_parallel.enabled()) {
     STRATA_RETURN_IF_ERROR(ApplyAutoPlan(job->trainer));
   }
+  // The keys are read once, here, for every binary; a bad file stops it before it joins.
+  if (job.ok() && job->cluster.auth == AuthMode::kCurve) {
+    STRATA_ASSIGN_OR_RETURN(job->transport.curve, LoadCurveKeys(job->cluster.curve));
+  }
   return job;
 }
 

@@ -2,6 +2,7 @@
 // membership smoke protocol: barrier, publish its address in the kv store, read every other
 // node's, barrier again; then leaves, or stays until the scheduler ends the job. It is what
 // the local smoke cluster runs until the real server and trainer binaries replace it.
+// `strata-node keygen DIR` writes the CURVE key files of a job (cluster.auth: curve).
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
@@ -10,6 +11,7 @@
 #include <unistd.h>  // environ
 
 #include "cluster/node.h"
+#include "common/curve.h"
 #include "common/logging.h"
 #include "tools/job_config.h"
 #include "tools/placement_env.h"
@@ -49,7 +51,25 @@ int main(int argc, char** argv) {
   app.add_option("--role", role_name, "server or trainer")->check(CLI::IsMember({"server", "trainer"}));
   AddNodeFlags(app, node_flags);
   app.add_flag("--stay", stay, "after the protocol, stay (heartbeating) until the scheduler ends the job");
+  std::string key_dir;
+  std::vector<std::string> client_names = {"client"};
+  CLI::App* keygen = app.add_subcommand(
+      "keygen", "write a job's CURVE keys into DIR (cluster.auth: curve; docs/security.md): server.key, "
+                "<name>.key per client, authorized_keys; never overwrites");
+  keygen->add_option("DIR", key_dir, "directory for the key files (created if missing)")->required();
+  keygen->add_option("--clients", client_names,
+                     "names of the client keypairs to make, all authorized (default: client)")
+      ->delimiter(',');
   CLI11_PARSE(app, argc, argv);
+  if (keygen->parsed()) {
+    if (Status s = GenerateCurveKeys(key_dir, client_names); !s.ok()) {
+      std::cerr << "strata-node keygen: " << s.ToString() << "\n";
+      return 1;
+    }
+    std::cout << "wrote " << key_dir << "/server.key, " << client_names.size()
+              << " client key file(s) and " << key_dir << "/authorized_keys\n";
+    return 0;
+  }
 
   JobConfig job_config;
   JobPlacement placement;

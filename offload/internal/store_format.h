@@ -5,6 +5,13 @@
 // with FailedPrecondition saying so, never read as corrupt or skipped; any other unknown version
 // likewise.
 //
+// Update ids (RocksDB column family `strata_update_ids`, RowStore::UpdateWithId): one entry per
+// sender and id slot, so each sender keeps its last kRecordedIdsPerSender ids:
+//   key   u32 sender | u16 id % kRecordedIdsPerSender   (big-endian, 6 bytes)
+//   value u64 id                                         (little-endian)
+// Added without a version change: a store or checkpoint written before it opens with the family
+// empty (no ids recorded), and its records replay as before.
+//
 // Checkpoint manifest (text, `STRATA_MANIFEST` in the checkpoint directory):
 //   strata-checkpoint 2
 //   width <floats per record>
@@ -41,6 +48,19 @@ inline uint64_t DecodeKey(const char* in) {
   uint64_t key = 0;
   for (int i = 0; i < 8; ++i) key = (key << 8) | static_cast<unsigned char>(in[i]);
   return key;
+}
+
+inline constexpr const char* kUpdateIdsFamily = "strata_update_ids";
+inline constexpr size_t kUpdateIdKeyBytes = 6;
+inline void EncodeUpdateIdKey(uint32_t sender, uint64_t id, char* out) {
+  for (int i = 3; i >= 0; --i, sender >>= 8) out[i] = static_cast<char>(sender & 0xff);
+  out[4] = static_cast<char>((id >> 8) & 0xff);
+  out[5] = static_cast<char>(id & 0xff);
+}
+inline uint32_t DecodeUpdateIdSender(const char* in) {
+  uint32_t sender = 0;
+  for (int i = 0; i < 4; ++i) sender = (sender << 8) | static_cast<unsigned char>(in[i]);
+  return sender;
 }
 
 struct CheckpointManifest {

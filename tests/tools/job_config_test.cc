@@ -7,6 +7,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/curve.h"
+#include "test_util.h"
 #include "trainer/parallel/plan.h"
 
 namespace strata {
@@ -192,6 +194,35 @@ TEST(ConfigJobTest, TensorParallelExamplesPlanOnTheirTrainersInMegatronOrder) {
   EXPECT_EQ(plan->pp, 1);
   EXPECT_EQ(plan->mesh.GroupOf(2, "tp"), (std::vector<int>{2, 3}));
   EXPECT_EQ(plan->mesh.GroupOf(2, "dp"), (std::vector<int>{0, 2}));
+}
+
+// cluster.auth: curve needs its three key files, and reads them at load: a bad one stops the
+// binary naming the job field and the file.
+TEST(ConfigJobTest, CurveAuthNeedsReadableKeyFiles) {
+  auto missing = LoadJobConfig("", {"cluster.auth=curve"});
+  ASSERT_FALSE(missing.ok());
+  for (const char* field : {"curve.server_key", "curve.client_key", "curve.authorized_keys"}) {
+    EXPECT_NE(missing.status().message().find(field), std::string::npos) << missing.status().ToString();
+  }
+  testing::TempDir dir;
+  ASSERT_TRUE(GenerateCurveKeys(dir.path(), {"a"}).ok());
+  const std::vector<std::string> sets = {"cluster.auth=curve", "cluster.curve.server_key=" + dir.File("server.key"),
+                                         "cluster.curve.client_key=" + dir.File("a.key"),
+                                         "cluster.curve.authorized_keys=" + dir.File("authorized_keys")};
+  auto good = LoadJobConfig("", sets);
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  EXPECT_TRUE(good->transport.curve.enabled());
+  EXPECT_EQ(good->transport.curve.authorized.size(), 1u);
+  // The secrets are never printed with the job.
+  EXPECT_EQ(JobConfigToYaml(*good).find(good->transport.curve.server.secret_key), std::string::npos);
+
+  std::vector<std::string> bad = sets;
+  bad[2] = "cluster.curve.client_key=" + dir.File("nope.key");
+  auto unreadable = LoadJobConfig("", bad);
+  ASSERT_FALSE(unreadable.ok());
+  EXPECT_NE(unreadable.status().message().find("cluster.curve.client_key"), std::string::npos)
+      << unreadable.status().ToString();
+  EXPECT_NE(unreadable.status().message().find("nope.key"), std::string::npos) << unreadable.status().ToString();
 }
 
 }  // namespace

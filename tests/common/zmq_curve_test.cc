@@ -1,0 +1,77 @@
+// zmq_curve_test.cc: ZmqTransport with CURVE on real sockets (loopback): a client with an
+// authorized key is answered; a client without CURVE and one with an unknown key get nothing
+// through (their calls time out, the handler never runs), and the authorized one is still
+// answered afterwards.
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "common/curve.h"
+#include "common/rpc.h"
+#include "common/transport.h"
+#include "test_util.h"
+
+namespace strata {
+namespace {
+
+Message Echo() {
+  Message m;
+  m.builder().getBody().setEcho();
+  return m;
+}
+
+TransportOptions WithKeys(const CurveKeys& keys) {
+  TransportOptions o;
+  o.curve = keys;
+  return o;
+}
+
+TEST(ZmqCurveTransport, OnlyAuthorizedClientKeysGetThrough) {
+  ASSERT_TRUE(CurveSupported());
+  testing::TempDir dir;
+  ASSERT_TRUE(GenerateCurveKeys(dir.File("job"), {"member"}).ok());
+  ASSERT_TRUE(GenerateCurveKeys(dir.File("other"), {"outsider"}).ok());
+  auto job = LoadCurveKeys({dir.File("job/server.key"), dir.File("job/member.key"), dir.File("job/authorized_keys")});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  // The outsider knows the job's server key but presents a key of its own.
+  auto outsider = job.value();
+  auto outsider_key = ReadCurveKeypair(dir.File("other/outsider.key"));
+  ASSERT_TRUE(outsider_key.ok());
+  outsider.client = *outsider_key;
+
+  auto server_transport = MakeTransport("tcp://127.0.0.1:0", WithKeys(*job));
+  ASSERT_TRUE(server_transport.ok());
+  RpcEndpoint server(std::move(server_transport).value());
+  std::atomic<int> handled{0};
+  server.SetHandler([&](Request r) {
+    ++handled;
+    r.Reply(r.MakeReply());
+  });
+  auto address = server.Bind("tcp://127.0.0.1:0");
+  ASSERT_TRUE(address.ok()) << address.status().ToString();
+
+  auto call = [&](const TransportOptions& o, Millis timeout) {
+    auto t = MakeTransport(*address, o);
+    EXPECT_TRUE(t.ok());
+    RpcEndpoint client(std::move(t).value());
+    auto peer = client.Connect(*address);
+    EXPECT_TRUE(peer.ok());
+    return client.CallAndWait(*peer, Echo(), timeout).status();
+  };
+  Status member = call(WithKeys(*job), Millis(10000));
+  EXPECT_TRUE(member.ok()) << member.ToString();
+  EXPECT_EQ(handled.load(), 1);
+
+  Status keyless = call(TransportOptions{}, Millis(1500));
+  EXPECT_EQ(keyless.code(), StatusCode::kDeadlineExceeded) << keyless.ToString();
+  Status unknown = call(WithKeys(outsider), Millis(1500));
+  EXPECT_EQ(unknown.code(), StatusCode::kDeadlineExceeded) << unknown.ToString();
+  EXPECT_EQ(handled.load(), 1);  // neither reached the handler
+
+  Status still = call(WithKeys(*job), Millis(10000));
+  EXPECT_TRUE(still.ok()) << still.ToString();
+  EXPECT_EQ(handled.load(), 2);
+}
+
+}  // namespace
+}  // namespace strata
