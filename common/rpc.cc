@@ -1,6 +1,8 @@
 // rpc.cc: RpcEndpoint, Request and Ticket.
 #include "common/rpc.h"
 
+#include "common/log_limiter.h"
+
 #include <kj/exception.h>
 #include <spdlog/spdlog.h>
 
@@ -51,6 +53,7 @@ struct RpcCore {
   std::atomic<uint32_t> node_id{kUnassignedNode};
   RpcEndpoint::Handler handler;
   std::atomic<uint64_t> next_request_id{1};
+  LogLimiter rejected;  // malformed messages
 
   std::mutex mu;  // guards the fields down to the blank line
   std::condition_variable timer_cv;
@@ -103,10 +106,13 @@ struct RpcCore {
     if (!decoded.ok()) {
       std::optional<uint64_t> peeked;
       if (!source.from_peer() && !envelope.empty()) peeked = PeekRequestId(envelope);
-      spdlog::warn("rpc: rejected a message ({}): {}",
-                   source.from_peer() ? "reply from peer " + std::to_string(source.peer)
-                                      : std::string("request"),
-                   decoded.status().ToString());
+      // Anyone who can reach the port can send garbage: the first rejection is logged, then one
+      // line per 10 s with the count.
+      if (const LogLimiter::Tick tick = rejected.Count(); tick.log) {
+        spdlog::warn("rpc: rejected a message ({}): {}; {} rejected in all, {} since the last warning",
+                     source.from_peer() ? "reply from peer " + std::to_string(source.peer) : std::string("request"),
+                     decoded.status().ToString(), tick.total, tick.since);
+      }
       if (peeked) SendReply(source, ErrorReply(*peeked, decoded.status()));
       return;
     }

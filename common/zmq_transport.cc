@@ -97,10 +97,8 @@ void ZmqTransport::AnswerZap() {
     spdlog::warn("transport: cannot answer an authentication request: {}", e.what());
   }
   if (ok) return;
-  ++refused_;
-  ++refused_unlogged_;
-  const auto now = std::chrono::steady_clock::now();
-  if (refused_ > 1 && now - last_refusal_log_ < std::chrono::seconds(10)) return;
+  const LogLimiter::Tick tick = refusals_.Count();
+  if (!tick.log) return;
   std::string who = request.size() >= 4 ? request[3].to_string() : "?";
   std::string key = "no CURVE key";
   if (curve) {
@@ -110,9 +108,7 @@ void ZmqTransport::AnswerZap() {
   }
   spdlog::warn("transport: refused a connection from {} ({} not in cluster.curve.authorized_keys); "
                "{} refused in all, {} since the last warning",
-               who, key, refused_, refused_unlogged_);
-  refused_unlogged_ = 0;
-  last_refusal_log_ = now;
+               who, key, tick.total, tick.since);
 }
 
 Result<std::string> ZmqTransport::Bind(const std::string& endpoint) {

@@ -22,6 +22,7 @@
 
 #include <zmq.hpp>
 
+#include "common/log_limiter.h"
 #include "common/transport.h"
 
 namespace strata {
@@ -85,8 +86,7 @@ class ZmqTransport final : public Transport {
   std::vector<zmq::message_t> parts_;  // Drain's scratch
   std::unique_ptr<zmq::socket_t> zap_;  // CURVE only: the ZAP handler's REP socket
   std::unordered_set<std::string> authorized_;  // CURVE client public keys, 32 bytes each
-  uint64_t refused_ = 0, refused_unlogged_ = 0;
-  std::chrono::steady_clock::time_point last_refusal_log_{};
+  LogLimiter refusals_;
 
   std::atomic<bool> stop_{false};
   std::thread io_thread_;

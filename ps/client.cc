@@ -1,6 +1,7 @@
 // client.cc: PsClient.
 #include "ps/client.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -103,6 +104,28 @@ void PsClient::Send(PsTicket::Part& part, Millis timeout) {
   part.ticket = node_.rpc().Call(servers_[part.server], part.make(), timeout);
 }
 
+Result<Message> PsClient::Await(PsTicket::Part& part, Millis timeout) {
+  // In slices: a server that dies while we wait is noticed (the Node's view marks it dead or
+  // gives its rank a new address once it rejoins) and the part fails over to a retry at once,
+  // instead of waiting out the whole timeout for a reply that will never come.
+  using SteadyClock = std::chrono::steady_clock;
+  const auto deadline = SteadyClock::now() + timeout;
+  const std::string address = addresses_[part.server];
+  for (;;) {
+    const auto left = std::chrono::duration_cast<Millis>(deadline - SteadyClock::now());
+    Result<Message> r = part.ticket.Wait(std::clamp(left, Millis(0), Millis(200)));
+    if (r.ok() || r.status().code() != StatusCode::kDeadlineExceeded || part.ticket.done() || left <= Millis(0)) {
+      return r;
+    }
+    const ClusterView view = node_.view();
+    const NodeInfo* n = view.Find(Role::kServer, static_cast<int>(part.server));
+    if (n && (!n->alive || n->address != address)) {
+      return Status::Unavailable("server " + std::to_string(part.server) + " at " + address +
+                                 " went down while the request was in flight");
+    }
+  }
+}
+
 Result<Message> PsClient::Retry(PsTicket::Part& part, Result<Message> failed) {
   using SteadyClock = std::chrono::steady_clock;
   const auto give_up = SteadyClock::now() + timeout_;
@@ -117,7 +140,7 @@ Result<Message> PsClient::Retry(PsTicket::Part& part, Result<Message> failed) {
     }
     ++retries_;
     Send(part, left);
-    r = part.ticket.Wait(left + Millis(1000));
+    r = Await(part, left + Millis(1000));
   }
   return r;
 }
@@ -335,7 +358,7 @@ Status PsClient::Wait(PsTicket& ticket, std::optional<Millis> timeout) {
   Status first;
   for (auto& part : ticket.parts_) {
     const auto left = std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
-    auto r = part.ticket.Wait(std::max(left, Millis(0)));
+    auto r = Await(part, std::max(left, Millis(0)));
     if (!r.ok() && Retryable(r.status())) r = Retry(part, std::move(r));
     if (auto t = part.ticket.completed_at()) ticket.completed_ = std::max(ticket.completed_, *t);
     Status s = r.ok() ? (part.on_reply ? part.on_reply(*r) : Status::OK()) : r.status();

@@ -95,6 +95,8 @@ class PsClient {
                   bool push);
   // Sends part.make() to server part.server and stores its ticket.
   void Send(PsTicket::Part& part, Millis timeout);
+  // Waits for a part's reply; Unavailable as soon as its server is seen down or replaced.
+  Result<Message> Await(PsTicket::Part& part, Millis timeout);
   // Re-sends a failed part until it succeeds, fails otherwise, or the retry budget runs out.
   Result<Message> Retry(PsTicket::Part& part, Result<Message> failed);
   // Points servers_[rank] at the rank's address in the current view (reconnecting if it moved).

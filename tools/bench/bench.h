@@ -58,6 +58,11 @@ BenchFn SetupAdamBench(CLI::App& app);
 // exported weights.
 BenchFn SetupInferBench(CLI::App& app);
 
+// chaos_bench.cc: the fault campaign (issue #16): a ctr job through server and scheduler kills,
+// trainer stops, a hostile client and delayed messages, beside an undisturbed run; and a
+// ledger of counted pushes through server kills (updates lost, duplicates applied).
+BenchFn SetupChaosBench(CLI::App& app);
+
 // Shared by the subcommands that run real jobs (defined in pipeline_bench.cc).
 // Runs strata-launch with `args` (args[0]: its path) and OPENBLAS_NUM_THREADS=1, its output to
 // `log`; fails with the log's tail when it exits non-zero.

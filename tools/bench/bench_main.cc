@@ -36,6 +36,8 @@ const strata::bench::Subcommand kSubcommands[] = {
      strata::bench::SetupPlanBench},
     {"adam", "fused CPU Adam kernel: parameters/s beside the memory-bandwidth bound and a scalar loop",
      strata::bench::SetupAdamBench},
+    {"chaos", "fault campaign: ctr through server/scheduler kills, stops, a hostile client, delays; a ledger of pushes",
+     strata::bench::SetupChaosBench},
 };
 
 }  // namespace

@@ -1,0 +1,432 @@
+// chaos_bench.cc: strata-bench chaos, the fault campaign of issue #16, bounded in time, on
+// loopback against real processes (ChaosCluster: every process started by this program).
+//  1. undisturbed: a ctr job (parameter servers with a tiered store under durability wal, ASP)
+//     trains to the end: its eval AUC and wall time are the reference.
+//  2. disturbed: the same job while faults run until the trainers finish: kill -9 and restart
+//     of a server (--server-cycles, alternating ranks), of the scheduler (--scheduler-cycles),
+//     SIGSTOP/SIGCONT of a trainer, a hostile client spraying garbage and opening connections at
+//     the scheduler's and every server's port, and the trainers' outgoing messages delayed
+//     (transport.fault). Reported: crashes (a process that exited non-zero on its own), whether
+//     every trainer finished, the AUC beside the reference, the slowdown.
+//  3. ledger: one server (durability wal, its replies dropped at --drop-rate so that pushes are
+//     retried) and two in-process trainers pushing counted increments through --ledger-cycles
+//     kill -9s of the server: every acknowledged increment must be applied once (lost and
+//     duplicated updates, the goal 0 for both).
+#include <CLI/CLI.hpp>
+
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include <zmq.hpp>
+
+#include "cluster/node.h"
+#include "ps/client.h"
+#include "tools/bench/bench.h"
+#include "tools/bench/chaos_cluster.h"
+
+namespace strata::bench {
+namespace {
+
+namespace fs = std::filesystem;
+using Millis = std::chrono::milliseconds;
+
+struct Options {
+  int servers = 2;
+  int trainers = 2;
+  int steps = 3000;
+  int server_cycles = 20;
+  int scheduler_cycles = 0;
+  int stop_cycles = 3;
+  double fault_interval_s = 1.0;  // between faults
+  double delay_rate = 0.02;
+  int delay_ms = 20;
+  bool hostile = true;
+  int ledger_cycles = 5;
+  double drop_rate = 0.02;
+  int timeout_s = 900;
+  bool keep = false;
+};
+
+std::string JobYaml(const Options& o, const std::string& store) {
+  std::ostringstream y;
+  y << "model: {kind: ctr, fields: 8, field_vocab: 20000, embed_dim: 16, ctr_hidden: 128}\n"
+    << "data: {kind: click_log, zipf_exponent: 1.05, planted_scale: 0.6, eval_samples: 50000}\n"
+    << "optimizer: {kind: adamw, lr: 0.005}\n"
+    << "train: {steps: " << o.steps << ", batch_size: 1024, log_every: 50, progress: false}\n"
+    << "sync: {mode: ps, consistency: asp, timeout_ms: 60000}\n"
+    << "cluster: {heartbeat_interval_ms: 100, heartbeat_timeout_ms: 1500, scheduler_timeout_ms: 60000}\n"
+    << "server: {workers: 2, stats_interval_ms: 0, store: {kind: tiered, path: " << store
+    << ", dram_budget_mb: 8, durability: wal}}\n";
+  return y.str();
+}
+
+// The eval AUC in a trainer's metrics file (its last line with one); -1 when none.
+double EvalAuc(const std::string& metrics) {
+  std::ifstream in(metrics);
+  double auc = -1;
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("auc") && j.contains("eval_loss")) auc = j["auc"].get<double>();
+  }
+  return auc;
+}
+
+// Garbage at every address: random frames on DEALER sockets, and a crowd of idle ones.
+class HostileClient {
+ public:
+  void Start(std::vector<std::string> addresses) {
+    thread_ = std::thread([this, addresses = std::move(addresses)] {
+      zmq::context_t ctx(1);
+      std::vector<zmq::socket_t> idle, loud;
+      for (const std::string& a : addresses) {
+        for (int i = 0; i < 16; ++i) {
+          idle.emplace_back(ctx, zmq::socket_type::dealer);
+          idle.back().set(zmq::sockopt::linger, 0);
+          idle.back().connect(a);
+        }
+        loud.emplace_back(ctx, zmq::socket_type::dealer);
+        loud.back().set(zmq::sockopt::linger, 0);
+        loud.back().set(zmq::sockopt::sndhwm, 1000);
+        loud.back().connect(a);
+      }
+      std::mt19937_64 rng(7);
+      while (!stop_) {
+        for (auto& s : loud) {
+          const size_t frames = 1 + rng() % 3;
+          for (size_t f = 0; f < frames; ++f) {
+            std::string bytes(rng() % 200, '\0');
+            for (char& c : bytes) c = static_cast<char>(rng());
+            const auto flags = f + 1 < frames ? zmq::send_flags::sndmore | zmq::send_flags::dontwait
+                                              : zmq::send_flags::dontwait;
+            if (s.send(zmq::buffer(bytes), flags)) ++sent_;
+          }
+        }
+        std::this_thread::sleep_for(Millis(5));
+      }
+    });
+  }
+  uint64_t Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    return sent_;
+  }
+
+ private:
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> sent_{0};
+};
+
+struct RunFigures {
+  double seconds = 0;
+  double auc = -1;
+  bool finished = false;
+  std::vector<std::string> crashes;
+  int server_kills = 0, scheduler_kills = 0, stops = 0;
+  double median_outage_s = 0;
+  uint64_t hostile_frames = 0;
+  std::string error;
+};
+
+RunFigures RunTraining(const Options& o, const std::string& bin, const fs::path& work, const std::string& tag,
+                       bool disturb) {
+  RunFigures f;
+  const fs::path dir = work / tag;
+  fs::create_directories(dir);
+  const fs::path job = dir / "job.yaml";
+  std::ofstream(job) << JobYaml(o, (dir / "store").string());
+  ChaosClusterOptions c;
+  c.bin_dir = bin;
+  c.job = job.string();
+  c.work = dir.string();
+  c.servers = o.servers;
+  c.trainers = o.trainers;
+  c.sets = {"cluster.servers=" + std::to_string(o.servers), "cluster.trainers=" + std::to_string(o.trainers)};
+  c.trainer_sets = {"train.metrics_path=" + (dir / "metrics-{rank}.jsonl").string()};
+  if (disturb && o.delay_rate > 0) {
+    c.trainer_sets.insert(c.trainer_sets.end(), {"transport.fault.delay_rate=" + std::to_string(o.delay_rate),
+                                                 "transport.fault.delay_ms=" + std::to_string(o.delay_ms)});
+  }
+  Stopwatch clock;
+  auto cluster = ChaosCluster::Start(c);
+  if (!cluster.ok()) {
+    f.error = cluster.status().ToString();
+    return f;
+  }
+  ChaosCluster& cl = **cluster;
+  HostileClient hostile;
+  if (disturb && o.hostile) {
+    std::this_thread::sleep_for(Millis(1500));  // the servers have joined and logged their addresses
+    std::vector<std::string> targets = cl.ServerAddresses();
+    targets.push_back(cl.scheduler_address());
+    hostile.Start(targets);
+  }
+  std::vector<double> outages;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.timeout_s);
+  int fault = 0;
+  while (!cl.TrainersDone() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(Millis(static_cast<int>(o.fault_interval_s * 1000)));
+    if (!disturb || cl.TrainersDone()) continue;
+    // Round robin over the kinds of fault still to run.
+    const bool server = f.server_kills < o.server_cycles, scheduler = f.scheduler_kills < o.scheduler_cycles,
+               stop = f.stops < o.stop_cycles;
+    if (!server && !scheduler && !stop) continue;
+    const int kind = fault++ % 3;
+    if (kind == 0 && server) {
+      Result<double> s = cl.KillAndRestartServer(f.server_kills % o.servers, Millis(30000));
+      if (!s.ok()) {
+        f.error = s.status().ToString();
+        break;
+      }
+      outages.push_back(*s);
+      ++f.server_kills;
+    } else if (kind == 1 && scheduler) {
+      Result<double> s = cl.KillAndRestartScheduler(Millis(30000));
+      if (!s.ok()) {
+        f.error = s.status().ToString();
+        break;
+      }
+      ++f.scheduler_kills;
+    } else if (kind == 2 && stop) {
+      const int t = f.stops % o.trainers;
+      cl.StopTrainer(t);
+      std::this_thread::sleep_for(Millis(1000));
+      cl.ContinueTrainer(t);
+      ++f.stops;
+    }
+  }
+  f.hostile_frames = hostile.Stop();
+  f.finished = cl.TrainersSucceeded();
+  f.seconds = clock.Seconds();
+  if (Status s = cl.Stop(Millis(20000)); !s.ok() && f.error.empty()) f.error = s.ToString();
+  f.crashes = cl.Crashes();
+  f.auc = EvalAuc((dir / "metrics-0.jsonl").string());
+  f.median_outage_s = Median(outages);
+  return f;
+}
+
+struct LedgerFigures {
+  uint64_t acknowledged = 0, applied = 0, lost = 0, duplicated = 0, retries = 0, failed = 0;
+  int kills = 0;
+  std::string error;
+};
+
+// One server and two in-process trainers pushing +1 per key per push (SGD, lr 1: a key's value
+// is minus the pushes applied to it).
+LedgerFigures RunLedger(const Options& o, const std::string& bin, const fs::path& work) {
+  LedgerFigures f;
+  constexpr uint32_t kDim = 4;
+  constexpr uint64_t kKeys = 64;
+  const fs::path dir = work / "ledger";
+  fs::create_directories(dir);
+  const fs::path job = dir / "job.yaml";
+  std::ofstream(job) << "cluster: {heartbeat_interval_ms: 100, heartbeat_timeout_ms: 1500}\n"
+                     << "server: {stats_interval_ms: 0, store: {kind: tiered, path: " << (dir / "store").string()
+                     << ", dram_budget_mb: 1, durability: wal}}\n";
+  ChaosClusterOptions c;
+  c.bin_dir = bin;
+  c.job = job.string();
+  c.work = dir.string();
+  c.servers = 1;
+  c.trainers = 0;  // in this process
+  c.sets = {"cluster.servers=1", "cluster.trainers=2"};
+  c.server_sets = {"transport.fault.drop_rate=" + std::to_string(o.drop_rate), "transport.fault.seed=11"};
+  auto cluster = ChaosCluster::Start(c);
+  if (!cluster.ok()) {
+    f.error = cluster.status().ToString();
+    return f;
+  }
+  ChaosCluster& cl = **cluster;
+  std::vector<std::unique_ptr<Node>> nodes;
+  std::vector<std::unique_ptr<PsClient>> clients;
+  for (int t = 0; t < 2; ++t) {
+    NodeOptions n;
+    n.cluster.scheduler = cl.scheduler_address();
+    n.cluster.servers = 1;
+    n.cluster.trainers = 2;
+    n.cluster.heartbeat_interval_ms = 100;
+    n.cluster.heartbeat_timeout_ms = 1500;
+    n.role = Role::kTrainer;
+    n.requested_rank = t;
+    nodes.push_back(std::make_unique<Node>(n));
+  }
+  std::vector<std::future<Status>> joins;
+  for (auto& n : nodes) joins.push_back(std::async(std::launch::async, [&n] { return n->Join(); }));
+  for (auto& j : joins) {
+    if (Status s = j.get(); !s.ok()) f.error = s.ToString();
+  }
+  if (!f.error.empty()) return f;
+  for (auto& n : nodes) clients.push_back(std::make_unique<PsClient>(*n, Millis(30000)));
+  TableSpec spec;
+  spec.id = 1;
+  spec.name = "ledger";
+  spec.kind = TableKind::kSparse;
+  spec.dim = kDim;
+  spec.optimizer.lr = 1.0f;
+  spec.consistency = Consistency::kAsp;
+  for (auto& client : clients) {
+    if (Status s = client->CreateTable(spec); !s.ok()) f.error = s.ToString();
+  }
+  if (!f.error.empty()) return f;
+  std::vector<std::vector<uint64_t>> acked(2, std::vector<uint64_t>(kKeys, 0));
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> failed{0};
+  std::vector<std::thread> pushers;
+  for (int t = 0; t < 2; ++t) {
+    pushers.emplace_back([&, t] {
+      const std::vector<float> ones(8 * kDim, 1.0f);
+      for (uint64_t i = 0; !stop; ++i) {
+        std::vector<uint64_t> keys;
+        for (uint64_t j = 0; j < 8; ++j) keys.push_back((i * 5 + t + 7 * j) % kKeys);
+        std::sort(keys.begin(), keys.end());
+        keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+        PsTicket tk = clients[t]->Push(1, keys, ones.data());
+        if (!clients[t]->Wait(tk).ok()) {
+          ++failed;
+          continue;
+        }
+        for (uint64_t k : keys) ++acked[t][k];
+      }
+    });
+  }
+  for (int k = 0; k < o.ledger_cycles; ++k) {
+    std::this_thread::sleep_for(Millis(static_cast<int>(o.fault_interval_s * 1000)));
+    Result<double> s = cl.KillAndRestartServer(0, Millis(30000));
+    if (!s.ok()) {
+      f.error = s.status().ToString();
+      break;
+    }
+    ++f.kills;
+  }
+  std::this_thread::sleep_for(Millis(static_cast<int>(o.fault_interval_s * 1000)));
+  stop = true;
+  for (auto& p : pushers) p.join();
+  std::vector<uint64_t> keys(kKeys);
+  for (uint64_t k = 0; k < kKeys; ++k) keys[k] = k;
+  std::vector<float> values(kKeys * kDim);
+  PsTicket p = clients[0]->Pull(1, keys, values.data());
+  if (Status s = clients[0]->Wait(p); !s.ok()) {
+    f.error = s.ToString();
+  } else {
+    for (uint64_t k = 0; k < kKeys; ++k) {
+      const uint64_t want = acked[0][k] + acked[1][k];
+      const auto got = static_cast<uint64_t>(std::llround(-values[k * kDim]));
+      f.acknowledged += want;
+      f.applied += got;
+      if (got < want) f.lost += want - got;
+      if (got > want) f.duplicated += got - want;
+    }
+  }
+  f.retries = clients[0]->retries() + clients[1]->retries();
+  f.failed = failed;
+  clients.clear();
+  for (auto& n : nodes) (void)n->Leave(Millis(2000));
+  (void)cl.Stop(Millis(20000));
+  return f;
+}
+
+Result<Report> RunChaosBench(const Options& o) {
+  Stopwatch total;
+  const std::string bin = fs::canonical("/proc/self/exe").parent_path().string();
+  std::string tmpl = "/tmp/strata-bench-chaos-XXXXXX";
+  if (!mkdtemp(tmpl.data())) return Status::IOError(std::string("mkdtemp: ") + std::strerror(errno));
+  const fs::path work = tmpl;
+  const RunFigures base = RunTraining(o, bin, work, "undisturbed", /*disturb=*/false);
+  if (!base.error.empty() || !base.finished) {
+    return Status::Aborted("the undisturbed run failed (" + base.error + "); logs in " + work.string());
+  }
+  const RunFigures hit = RunTraining(o, bin, work, "disturbed", /*disturb=*/true);
+  const LedgerFigures ledger = RunLedger(o, bin, work);
+
+  Report report;
+  report.benchmark = "chaos";
+  report.config = {{"servers", o.servers}, {"trainers", o.trainers}, {"steps", o.steps},
+                   {"server_cycles", o.server_cycles}, {"scheduler_cycles", o.scheduler_cycles},
+                   {"stop_cycles", o.stop_cycles}, {"delay_rate", o.delay_rate}, {"delay_ms", o.delay_ms},
+                   {"hostile", o.hostile}, {"ledger_cycles", o.ledger_cycles}, {"drop_rate", o.drop_rate}};
+  Table runs("ctr training (ps, ASP, tiered store with durability wal)",
+             {{"run", "run"}, {"wall s", "seconds", Table::Format::kFixed1}, {"eval AUC", "auc", Table::Format::kFixed3},
+              {"finished", "finished"}, {"crashes", "crashes", Table::Format::kInteger},
+              {"server kills", "server_kills", Table::Format::kInteger},
+              {"scheduler kills", "scheduler_kills", Table::Format::kInteger},
+              {"trainer stops", "stops", Table::Format::kInteger},
+              {"hostile frames", "hostile_frames", Table::Format::kInteger},
+              {"kill->restart s (median)", "outage_s", Table::Format::kFixed2}});
+  for (const auto* r : {&base, &hit}) {
+    runs.AddRow({r == &base ? "undisturbed" : "disturbed", r->seconds, r->auc, r->finished ? "yes" : "no",
+                 static_cast<int64_t>(r->crashes.size()), r->server_kills, r->scheduler_kills, r->stops,
+                 r->hostile_frames, r->median_outage_s});
+  }
+  report.tables.push_back(std::move(runs));
+  Table goals("against the goals", {{"figure", "figure"}, {"value", "value"}, {"goal", "goal"}, {"met", "met"}});
+  const double auc_gap = hit.auc >= 0 && base.auc >= 0 ? std::abs(hit.auc - base.auc) : 1.0;
+  goals.AddRow({"crashes", static_cast<int64_t>(hit.crashes.size()), "0", hit.crashes.empty() ? "yes" : "no"});
+  goals.AddRow({"|AUC - undisturbed|", auc_gap, "<= 0.01", auc_gap <= 0.01 ? "yes" : "no"});
+  goals.AddRow({"slowdown (wall, disturbed / undisturbed)", base.seconds > 0 ? hit.seconds / base.seconds : 0.0, "-", "-"});
+  goals.AddRow({"acknowledged updates lost (ledger)", ledger.lost, "0", ledger.lost == 0 && ledger.error.empty() ? "yes" : "no"});
+  goals.AddRow({"duplicates applied (ledger)", ledger.duplicated, "0",
+                ledger.duplicated == 0 && ledger.error.empty() ? "yes" : "no"});
+  report.tables.push_back(std::move(goals));
+  Table led("ledger: 1 server (replies dropped at --drop-rate), 2 in-process trainers, kill -9 cycles",
+            {{"server kills", "kills", Table::Format::kInteger}, {"acknowledged", "acknowledged", Table::Format::kInteger},
+             {"applied", "applied", Table::Format::kInteger}, {"lost", "lost", Table::Format::kInteger},
+             {"duplicated", "duplicated", Table::Format::kInteger}, {"retried requests", "retries", Table::Format::kInteger},
+             {"failed pushes", "failed", Table::Format::kInteger}});
+  led.AddRow({ledger.kills, ledger.acknowledged, ledger.applied, ledger.lost, ledger.duplicated, ledger.retries,
+              ledger.failed});
+  report.tables.push_back(std::move(led));
+  report.notes = {
+      "every process is started by this program on loopback (strata-scheduler, strata-server --rank r, "
+      "strata-trainer --rank r); a server is killed with SIGKILL and started again with the same command once "
+      "the scheduler declared it dead; the trainers ride the outage on retries (sync.timeout_ms 60 s).",
+      "disturbed: faults in turn every --fault-interval s until the trainers finish or the cycles run out: "
+      "a server kill -9 + restart, a scheduler kill -9 + restart at the same address, a trainer SIGSTOP for "
+      "1 s; meanwhile a hostile client sends random frames to the scheduler and every server and holds 16 "
+      "idle connections to each, and the trainers' outgoing messages are delayed (transport.fault).",
+      "crashes: processes that exited non-zero on their own (not the ones killed). ASP training is not "
+      "deterministic: the AUC gap includes run-to-run variation."};
+  for (const std::string& c : hit.crashes) report.notes.push_back("crash: " + c);
+  if (!hit.error.empty()) report.notes.push_back("disturbed run stopped early: " + hit.error);
+  if (!ledger.error.empty()) report.notes.push_back("ledger: " + ledger.error);
+  const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
+  report.notes.push_back(HostLoadNote(cpus, total.Seconds()));
+  if (static_cast<unsigned>(o.servers + o.trainers + 1) > cpus) {
+    report.notes.push_back("oversubscribed: " + std::to_string(o.servers + o.trainers + 1) + " processes on " +
+                           std::to_string(cpus) + " cores.");
+  }
+  FinishWorkDir(work, o.keep || !hit.crashes.empty() || !hit.error.empty(), &report.notes);
+  return report;
+}
+
+}  // namespace
+
+BenchFn SetupChaosBench(CLI::App& app) {
+  auto o = std::make_shared<Options>();
+  app.add_option("--servers", o->servers, "server processes")->capture_default_str();
+  app.add_option("--trainers", o->trainers, "trainer processes")->capture_default_str();
+  app.add_option("--steps", o->steps, "ctr training steps")->capture_default_str();
+  app.add_option("--server-cycles", o->server_cycles, "kill -9 + restart cycles of a server")->capture_default_str();
+  app.add_option("--scheduler-cycles", o->scheduler_cycles, "kill -9 + restart cycles of the scheduler")
+      ->capture_default_str();
+  app.add_option("--stop-cycles", o->stop_cycles, "SIGSTOP/SIGCONT cycles of a trainer")->capture_default_str();
+  app.add_option("--fault-interval", o->fault_interval_s, "seconds between faults")->capture_default_str();
+  app.add_option("--delay-rate", o->delay_rate, "fraction of the trainers' messages delayed")->capture_default_str();
+  app.add_option("--delay-ms", o->delay_ms, "how long a delayed message waits")->capture_default_str();
+  app.add_option("--ledger-cycles", o->ledger_cycles, "kill -9 cycles of the ledger's server")->capture_default_str();
+  app.add_option("--drop-rate", o->drop_rate, "fraction of the ledger server's messages dropped")->capture_default_str();
+  app.add_flag("!--no-hostile", o->hostile, "no hostile client");
+  app.add_option("--timeout", o->timeout_s, "limit on each training run, seconds")->capture_default_str();
+  app.add_flag("--keep", o->keep, "keep the work directory (logs, stores, metrics)");
+  return [o] { return RunChaosBench(*o); };
+}
+
+}  // namespace strata::bench

@@ -1,0 +1,71 @@
+// chaos_cluster.h: ChaosCluster, a strata cluster whose every process strata-bench chaos starts
+// itself (strata-scheduler, strata-server --rank r, strata-trainer --rank r, each with its own
+// log), so that it can kill -9 one and start the same command again, SIGSTOP and SIGCONT one,
+// and tell the processes it disturbed from those that crashed.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "tools/bench/child_process.h"
+
+namespace strata::bench {
+
+struct ChaosClusterOptions {
+  std::string bin_dir;      // where strata-scheduler, strata-server and strata-trainer are
+  std::string job;          // the job file every process reads
+  std::string work;         // logs and the servers' stores go here
+  int servers = 2;
+  int trainers = 2;
+  std::vector<std::string> sets;          // --set overrides for every process
+  std::vector<std::string> server_sets;   // and for the servers only
+  std::vector<std::string> trainer_sets;  // and for the trainers only
+};
+
+class ChaosCluster {
+ public:
+  // Starts the scheduler, waits for its address, then the servers and the trainers.
+  static Result<std::unique_ptr<ChaosCluster>> Start(ChaosClusterOptions options);
+  ~ChaosCluster();  // kills whatever still runs
+
+  // kill -9 of server `rank`, then (once the scheduler declared it dead, so that its rank may
+  // register again) the same command again. Returns the seconds from the kill to the restart.
+  Result<double> KillAndRestartServer(int rank, std::chrono::milliseconds timeout);
+  // kill -9 of the scheduler and the same command again at the same address (a restartable
+  // scheduler rebuilds its state; without one the nodes exit after scheduler_timeout_ms).
+  Result<double> KillAndRestartScheduler(std::chrono::milliseconds timeout);
+  void StopTrainer(int rank) const;
+  void ContinueTrainer(int rank) const;
+
+  // Whether every trainer has exited, and whether each exited 0.
+  bool TrainersDone();
+  bool TrainersSucceeded();
+  // Ends the job: SIGTERM to the scheduler (which tells the servers to stop), then waits.
+  Status Stop(std::chrono::milliseconds timeout);
+
+  // Processes that exited on their own with a non-zero code (not one this cluster killed), each
+  // as "server 1 (code 134)".
+  std::vector<std::string> Crashes();
+  std::string scheduler_address() const { return scheduler_address_; }
+  // The servers' current addresses, read from their logs' "joined as server r ... at ADDR".
+  std::vector<std::string> ServerAddresses() const;
+  std::string Log(const std::string& name) const;  // "scheduler", "server-0", "trainer-1"
+  std::string LogPath(const std::string& name) const { return options_.work + "/" + name + ".log"; }
+
+ private:
+  explicit ChaosCluster(ChaosClusterOptions options) : options_(std::move(options)) {}
+  Status StartServer(int rank);
+  Status StartScheduler(const std::string& bind);
+  int CountInLog(const std::string& name, const std::string& needle) const;
+
+  ChaosClusterOptions options_;
+  std::string scheduler_address_;
+  std::unique_ptr<ChildProcess> scheduler_;
+  std::vector<std::unique_ptr<ChildProcess>> servers_, trainers_;
+  std::vector<std::unique_ptr<ChildProcess>> killed_;  // reaped runs this cluster killed
+};
+
+}  // namespace strata::bench
