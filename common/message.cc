@@ -38,6 +38,7 @@ std::string_view OpName(Op op) {
     case Op::CLOCK: return "clock";
     case Op::GET_STATS: return "getStats";
     case Op::STATS: return "stats";
+    case Op::SAVE_TABLES: return "saveTables";
   }
   return {};  // unknown: IsKnownOp relies on this being empty
 }

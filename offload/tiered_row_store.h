@@ -157,6 +157,8 @@ class TieredRowStore final : public RowStore {
   // visited records back, so the call had no effect either.
   Status Update(std::span<const uint64_t> keys, const Init& init, const Visit& visit) override;
   Status Read(std::span<const uint64_t> keys, const Init& init, const ReadVisit& visit) override;
+  // Writes dirty records back, then iterates a RocksDB snapshot (calls go on meanwhile).
+  Status Scan(const ScanVisit& visit) override;
   RowStoreStats stats() const override;
   TieredStoreStats detailed_stats() const;
 
