@@ -44,7 +44,7 @@ Status Trainer::LoadParameters(const std::string& where) {
 }
 
 Status Trainer::CheckServersServe(const std::string& path) {
-  const int servers = node_->view().Count(Role::kServer);
+  const int servers = static_cast<int>(node_->view().Count(Role::kServer));
   for (int s = 0; s < servers; ++s) {
     STRATA_ASSIGN_OR_RETURN(const std::string text, client_->ServerStats(static_cast<uint32_t>(s)));
     const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);

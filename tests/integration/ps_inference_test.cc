@@ -5,8 +5,10 @@
 // the servers take no push and add no row. Bad checkpoints are refused naming the file.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <regex>
 
