@@ -253,6 +253,8 @@ Status CheckBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
       return Status::OK();
     case Op::STATS:
       return CheckText(body.getStats(), "stats", limits);
+    case Op::SAVE_TABLES:
+      return CheckText(body.getSaveTables(), "saveTables", limits);
     case Op::KV_VALUE:
       (void)body.getKvValue();
       return Status::OK();
