@@ -1,4 +1,4 @@
-// server_checkpoints.cc: PsServer and checkpoints: writing its shard of every table into a
+// server_load_save.cc: PsServer and checkpoints: writing its shard of every table into a
 // trainer checkpoint (saveTables), and serving a checkpoint read-only, re-sharded by key for
 // this cluster's server count (LoadCheckpoint).
 #include <spdlog/spdlog.h>
