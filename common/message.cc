@@ -38,6 +38,7 @@ std::string_view OpName(Op op) {
     case Op::CLOCK: return "clock";
     case Op::GET_STATS: return "getStats";
     case Op::STATS: return "stats";
+    case Op::SAVE_TABLES: return "saveTables";
   }
   return {};  // unknown: IsKnownOp relies on this being empty
 }
@@ -252,6 +253,8 @@ Status CheckBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
       return Status::OK();
     case Op::STATS:
       return CheckText(body.getStats(), "stats", limits);
+    case Op::SAVE_TABLES:
+      return CheckText(body.getSaveTables(), "saveTables", limits);
     case Op::KV_VALUE:
       (void)body.getKvValue();
       return Status::OK();

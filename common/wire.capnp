@@ -187,5 +187,7 @@ struct Envelope {
     clock @25 :ClockRequest;        # trainer -> every server, after its pushes of that clock
     getStats @26 :Void;
     stats @27 :Text;                # reply to getStats: JSON
+    saveTables @28 :Text;           # trainer -> every server: write its shard of every table
+                                    # under this checkpoint directory (ps/server_checkpoint.h)
   }
 }

@@ -63,6 +63,40 @@ Status MemoryRowStore::Read(std::span<const uint64_t> keys, const Init& init, co
   return ForEach(keys, init, [&](size_t i, float* r) { visit(i, std::span<const float>(r, width_)); });
 }
 
+Status MemoryRowStore::Peek(std::span<const uint64_t> keys, const Init& init, const ReadVisit& visit) {
+  std::vector<float> scratch;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Shard& s = ShardOf(keys[i]);
+    std::unique_lock lock(s.mu);
+    if (const float* r = Find(s, keys[i], nullptr)) {
+      visit(i, std::span<const float>(r, width_));
+      continue;
+    }
+    lock.unlock();
+    scratch.resize(static_cast<size_t>(width_));
+    init(keys[i], std::span<float>(scratch));
+    visit(i, std::span<const float>(scratch));
+  }
+  return Status::OK();
+}
+
+Status MemoryRowStore::Scan(const ScanVisit& visit) {
+  std::vector<std::pair<uint64_t, size_t>> order;  // key, offset in `copy`
+  std::vector<float> copy;
+  for (Shard& s : shards_) {
+    std::lock_guard lock(s.mu);
+    for (const auto& [key, record] : s.index) {
+      order.emplace_back(key, copy.size());
+      copy.insert(copy.end(), record, record + width_);
+    }
+  }
+  std::sort(order.begin(), order.end());
+  for (const auto& [key, at] : order) {
+    STRATA_RETURN_IF_ERROR(visit(key, std::span<const float>(copy.data() + at, static_cast<size_t>(width_))));
+  }
+  return Status::OK();
+}
+
 RowStoreStats MemoryRowStore::stats() const {
   RowStoreStats st;
   for (const Shard& s : shards_) {

@@ -19,6 +19,9 @@ class MemoryRowStore final : public RowStore {
   int width() const override { return width_; }
   Status Update(std::span<const uint64_t> keys, const Init& init, const Visit& visit) override;
   Status Read(std::span<const uint64_t> keys, const Init& init, const ReadVisit& visit) override;
+  Status Peek(std::span<const uint64_t> keys, const Init& init, const ReadVisit& visit) override;
+  // Copies each shard's records under its lock, then visits them in key order.
+  Status Scan(const ScanVisit& visit) override;
   RowStoreStats stats() const override;
 
  private:

@@ -68,6 +68,27 @@ class RowStore {
   // created embedding row is read before it is ever written), else NotFound naming the key.
   virtual Status Read(std::span<const uint64_t> keys, const Init& init, const ReadVisit& visit) = 0;
 
+  // Like Read, but an absent key is visited with a record that `init` filled in scratch memory,
+  // and nothing is stored: a read-only server (inference) answers every key and admits no rows.
+  // This default reads key by key; stores may do better.
+  virtual Status Peek(std::span<const uint64_t> keys, const Init& init, const ReadVisit& visit) {
+    std::vector<float> scratch;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      Status s = Read(keys.subspan(i, 1), nullptr, [&](size_t, std::span<const float> r) { visit(i, r); });
+      if (s.ok()) continue;
+      if (!s.IsNotFound()) return s;
+      scratch.resize(static_cast<size_t>(width()));
+      init(keys[i], std::span<float>(scratch));
+      visit(i, std::span<const float>(scratch));
+    }
+    return Status::OK();
+  }
+
+  // Visits every record once, in increasing key order, as of one moment (the caller keeps
+  // writers away, or accepts that a record updated meanwhile is visited before or after).
+  using ScanVisit = std::function<Status(uint64_t key, std::span<const float> record)>;
+  virtual Status Scan(const ScanVisit& visit) = 0;
+
   virtual RowStoreStats stats() const = 0;
 
   // Tells the store that `clock` (the slowest trainer's) began; clocks only grow. Stores that

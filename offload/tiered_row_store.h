@@ -166,6 +166,8 @@ class TieredRowStore final : public RowStore {
   Status UpdateWithId(std::span<const uint64_t> keys, const Init& init, const Visit& visit,
                       UpdateId id) override;
   Result<std::vector<UpdateId>> RecordedUpdateIds() const override;
+  // Writes dirty records back, then iterates a RocksDB snapshot (calls go on meanwhile).
+  Status Scan(const ScanVisit& visit) override;
   RowStoreStats stats() const override;
   TieredStoreStats detailed_stats() const;
 

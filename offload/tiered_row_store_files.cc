@@ -208,10 +208,10 @@ Result<std::unique_ptr<TieredRowStore>> TieredRowStore::OpenFromCheckpoint(
   return store;
 }
 
-Status TieredRowStore::Export(const std::string& path) {
+Status TieredRowStore::Scan(const ScanVisit& visit) {
   std::unique_lock barrier(barrier_mu_);
   if (closed_) return Status::FailedPrecondition("tiered store " + options_.path + " is closed");
-  STRATA_RETURN_IF_ERROR(FlushDirtyLocked().WithContext("export to " + path));
+  STRATA_RETURN_IF_ERROR(FlushDirtyLocked().WithContext("scan of " + options_.path));
   // Everything is in RocksDB now: iterate a snapshot while calls continue.
   const rocksdb::Snapshot* snapshot = db_->GetSnapshot();
   barrier.unlock();
@@ -221,7 +221,6 @@ Status TieredRowStore::Export(const std::string& path) {
     const rocksdb::Snapshot* s;
     ~Release() { db->ReleaseSnapshot(s); }
   } release{db_.get(), snapshot};
-  STRATA_ASSIGN_OR_RETURN(auto writer, offload_internal::ExportWriter::Create(path, width_));
   rocksdb::ReadOptions ro;
   ro.snapshot = snapshot;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro, records_cf_));
@@ -231,9 +230,15 @@ Status TieredRowStore::Export(const std::string& path) {
       return Status::Corruption("tiered store " + options_.path + ": malformed record on disk");
     }
     std::memcpy(record.data(), it->value().data(), record_bytes_);
-    STRATA_RETURN_IF_ERROR(writer->Add(offload_internal::DecodeKey(it->key().data()), record.data()));
+    STRATA_RETURN_IF_ERROR(visit(offload_internal::DecodeKey(it->key().data()), record));
   }
-  STRATA_RETURN_IF_ERROR(FromRocks(it->status(), "export scan of " + options_.path));
+  return FromRocks(it->status(), "scan of " + options_.path);
+}
+
+Status TieredRowStore::Export(const std::string& path) {
+  STRATA_ASSIGN_OR_RETURN(auto writer, offload_internal::ExportWriter::Create(path, width_));
+  STRATA_RETURN_IF_ERROR(Scan([&](uint64_t key, std::span<const float> record) { return writer->Add(key, record.data()); })
+                             .WithContext("export to " + path));
   return writer->Finish();
 }
 

@@ -173,6 +173,21 @@ Status PsClient::CreateTable(const TableSpec& spec) {
   return Status::OK();
 }
 
+Status PsClient::SaveTables(const std::string& checkpoint) {
+  STRATA_RETURN_IF_ERROR(Connect());
+  PsTicket ticket;
+  for (uint32_t s = 0; s < servers_.size(); ++s) {
+    PsTicket::Part part{{}, s, nullptr, [checkpoint] {
+                          Message m;
+                          m.builder().getBody().setSaveTables(checkpoint);
+                          return m;
+                        }};
+    Send(part, timeout_);
+    ticket.parts_.push_back(std::move(part));
+  }
+  return Wait(ticket).WithContext("saving the servers' tables into " + checkpoint);
+}
+
 PsTicket PsClient::Sparse(uint32_t table, std::span<const uint64_t> keys, const float* grads,
                           float* out, bool push) {
   PsTicket ticket;

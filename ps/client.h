@@ -80,6 +80,10 @@ class PsClient {
   Status Clock();
   int64_t clock() const { return clock_; }
 
+  // Every server writes its shard of every table under checkpoint directory `checkpoint`
+  // (ps/server_checkpoint.h). Blocking; the caller keeps pushes away until it returns.
+  Status SaveTables(const std::string& checkpoint);
+
   // A server's statistics (JSON).
   Result<std::string> ServerStats(uint32_t server);
 

@@ -140,6 +140,7 @@ void PsServer::Handle(Request& request) {
     case Op::PUSH: return HandlePush(request);
     case Op::PULL: return HandlePull(request);
     case Op::CLOCK: return HandleClock(request);
+    case Op::SAVE_TABLES: return HandleSaveTables(request);
     case Op::GET_STATS: {
       Message reply = request.MakeReply();
       reply.builder().getBody().setStats(StatsJson());
@@ -160,6 +161,13 @@ void PsServer::HandleCreateTable(Request& request) {
   if (Status s = spec.Validate(); !s.ok()) {
     ++errors_;
     return request.ReplyError(s);
+  }
+  if (!serving_.empty()) {
+    if (Status s = CheckServedTable(spec); !s.ok()) {
+      ++errors_;
+      return request.ReplyError(s);
+    }
+    return request.Reply(request.MakeReply());
   }
   std::unique_lock lock(tables_mu_);
   if (auto it = tables_.find(spec.id); it != tables_.end()) {
@@ -325,6 +333,10 @@ void PsServer::HandlePush(Request& request) {
   std::vector<uint64_t> keys;
   size_t floats = 0;
   if (Status s = ValidateKeys(t, msg, true, &keys, &floats); !s.ok()) return fail(s);
+  if (!serving_.empty()) {
+    return fail(Status::FailedPrecondition("push to table \"" + t.spec.name + "\": this server serves checkpoint " +
+                                           serving_ + " read-only (inference pulls only)"));
+  }
   if (push.getReturnValues() && t.spec.consistency == Consistency::kBsp) {
     return fail(Status::InvalidArgument("push-pull on BSP table \"" + t.spec.name +
                                         "\": pull at the next clock instead"));
@@ -425,9 +437,11 @@ Status PsServer::AnswerPull(Table& t, Request& request, const std::vector<uint64
   // and the fill would be one more pass over every row.
   std::shared_ptr<float[]> values(new float[floats]);
   const size_t dim = t.spec.dim;
-  Status s = t.store->Read(keys, t.init, [&](size_t i, std::span<const float> record) {
+  auto copy = [&](size_t i, std::span<const float> record) {
     std::memcpy(values.get() + i * dim, record.data(), dim * sizeof(float));
-  });
+  };
+  // Serving a checkpoint, an absent row reads as its initializer and is not stored.
+  Status s = serving_.empty() ? t.store->Read(keys, t.init, copy) : t.store->Peek(keys, t.init, copy);
   if (!s.ok()) return s.WithContext("pull from table \"" + t.spec.name + "\"");
   ++pulls_;
   keys_pulled_ += keys.size();
@@ -459,9 +473,10 @@ Status PsServer::AnswerDensePull(Table& t, Request& request, const std::vector<u
   if (!stale_keys.empty()) {
     std::vector<std::shared_ptr<float>> fresh(stale_keys.size());
     for (auto& f : fresh) f = t.snapshots->Acquire();
-    Status s = t.store->Read(stale_keys, t.init, [&](size_t j, std::span<const float> record) {
+    auto copy = [&](size_t j, std::span<const float> record) {
       std::memcpy(fresh[j].get(), record.data(), t.ValueFloats(stale_keys[j]) * sizeof(float));
-    });
+    };
+    Status s = serving_.empty() ? t.store->Read(stale_keys, t.init, copy) : t.store->Peek(stale_keys, t.init, copy);
     if (!s.ok()) return s.WithContext("pull from table \"" + t.spec.name + "\"");
     for (size_t j = 0; j < stale_keys.size(); ++j) {
       const size_t i = stale_index[j];
@@ -504,7 +519,7 @@ void PsServer::HandlePull(Request& request) {
   std::vector<uint64_t> keys;
   size_t floats = 0;
   if (Status s = ValidateKeys(t, msg, false, &keys, &floats); !s.ok()) return fail(s);
-  {
+  if (serving_.empty()) {  // a served checkpoint never changes: no clock to wait for
     std::lock_guard lock(clock_mu_);
     if (trainer_clock_.empty() && lost_trainers_.empty()) {
       for (const NodeInfo& n : node_.view().WithRole(Role::kTrainer)) {

@@ -59,6 +59,16 @@ class PsServer {
   // FailedPrecondition if it has another format version (ps/table_file.h).
   Status RestoreTables();
 
+  // Serves checkpoint `checkpoint` read-only (inference): reads the shard of every table that
+  // each server of the training cluster wrote into it (ps/server_checkpoint.h) and keeps the
+  // keys that server `rank` of `servers` holds. From then on pushes are refused, createTable
+  // only matches a loaded table, pulls never wait for a clock, and a pull of a row the
+  // checkpoint lacks is answered with the table's initializer without storing it (what the
+  // training cluster's own evaluation read for a row it never trained). All or nothing: on an
+  // error (naming the file) no table was added. Call before node.Join(), instead of
+  // RestoreTables().
+  Status LoadCheckpoint(const std::string& checkpoint, uint32_t rank, uint32_t servers);
+
   // Statistics as JSON (also the reply to getStats).
   std::string StatsJson() const;
   // The same, as one line for people: "8200 pulls, 8000 pushes (190/s), 300.6 MiB in, ...".
@@ -85,6 +95,10 @@ class PsServer {
   void HandlePush(Request& request);
   void HandlePull(Request& request);
   void HandleClock(Request& request);
+  // Writes this server's shard of every table into the checkpoint the request names.
+  void HandleSaveTables(Request& request);
+  // createTable while serving a checkpoint: the spec must describe a loaded table.
+  Status CheckServedTable(const TableSpec& spec) const;
   void OnNodeEvent(const NodeEvent& event);
   void LogStats();
   // Makes the table (its store through the factory). Expects tables_mu_ held exclusively.
@@ -109,6 +123,10 @@ class PsServer {
 
   Node& node_;
   const ServerOptions options_;
+  // Set by LoadCheckpoint before the node joins, read-only after: the checkpoint served
+  // read-only (empty: training) and how many rows it gave this server.
+  std::string serving_;
+  uint64_t loaded_rows_ = 0;
   StoreFactory store_factory_;
 
   mutable std::shared_mutex tables_mu_;

@@ -22,6 +22,10 @@ std::string PsServer::StatsJson() const {
   j["errors"] = errors_.load();
   j["duplicate_pushes"] = duplicates_.load();
   j["queue_depth"] = queued_.load();
+  if (!serving_.empty()) {
+    j["serving"] = serving_;
+    j["loaded_rows"] = loaded_rows_;
+  }
   nlohmann::json tables = nlohmann::json::array();
   {
     std::shared_lock lock(tables_mu_);
@@ -51,10 +55,11 @@ std::string PsServer::StatsLine() const {
       pulls_.load(), pushes_.load(), up > 0 ? requests / up : 0.0, keys_pulled_.load(), keys_pushed_.load(),
       bytes_in_.load() / 1048576.0, bytes_out_.load() / 1048576.0, apply_ns_.load() / 1e9, queued_.load(),
       errors_.load(), duplicates_.load());
+  if (!serving_.empty()) line = fmt::format("serving {} read-only ({} rows loaded): ", serving_, loaded_rows_) + line;
   std::shared_lock lock(tables_mu_);
   // The stores together: how often a record was resident, and what the misses read from the
   // lower tier (a miss loads, or creates, one whole record).
-  uint64_t hits = 0, misses = 0, miss_bytes = 0, resident = 0;
+  uint64_t hits = 0, misses = 0, miss_bytes = 0, resident = 0, records = 0;
   std::string tables;
   for (const auto& [id, t] : tables_) {
     const RowStoreStats st = t->store->stats();
@@ -62,6 +67,7 @@ std::string PsServer::StatsLine() const {
     misses += st.misses;
     miss_bytes += st.misses * static_cast<uint64_t>(t->spec.RecordWidth()) * sizeof(float);
     resident += st.bytes_in_memory;
+    records += st.records;
     tables += fmt::format("; {}: {} rows, {:.1f} MiB in DRAM", t->spec.name, st.records, st.bytes_in_memory / 1048576.0);
   }
   if (hits + misses > 0) {
@@ -70,6 +76,8 @@ std::string PsServer::StatsLine() const {
                         100.0 * static_cast<double>(hits) / static_cast<double>(hits + misses), hits, misses,
                         miss_bytes / 1048576.0, up > 0 ? miss_bytes / 1048576.0 / up : 0.0, up, resident);
   }
+  if (!serving_.empty()) tables += fmt::format("; rows added since loading {}",
+                                              static_cast<int64_t>(records) - static_cast<int64_t>(loaded_rows_));
   return line + tables;
 }
 

@@ -20,6 +20,7 @@
 #include "tools/metrics_endpoint.h"
 #include "tools/placement_env.h"
 #include "tools/signals.h"
+#include "trainer/checkpoint.h"
 
 namespace strata {
 namespace {
@@ -131,9 +132,25 @@ int main(int argc, char** argv) {
   ServerOptions& server_options = job.server;
   if (workers_flag->count()) server_options.workers = workers;
   if (stats_flag->count()) server_options.stats_interval_ms = stats_interval_ms;
+  // Inference from a ps or hybrid checkpoint: the tables are loaded from it into DRAM (whatever
+  // server.store says) and served read-only; nothing is recorded or restored.
+  const bool serve = ServersServeCheckpoint(job.trainer);
+  std::string checkpoint;
+  if (serve) {
+    if (node_options.requested_rank < 0) {
+      std::cerr << "strata-server: serving infer.checkpoint needs --rank (or STRATA_RANK): the rank picks the keys\n";
+      return 2;
+    }
+    auto resolved = ResolveCheckpoint(job.trainer.infer.checkpoint);
+    if (!resolved.ok()) {
+      spdlog::error("infer.checkpoint: {}", resolved.status().ToString());
+      return 1;
+    }
+    checkpoint = *resolved;
+  }
   const ServerStoreOptions& store = server_options.store;
   std::string dir;
-  if (store.kind == StoreKind::kTiered) {
+  if (store.kind == StoreKind::kTiered && !serve) {
     // The directory is this server's identity across restarts, so the rank must be fixed.
     if (node_options.requested_rank < 0) {
       std::cerr << "strata-server: server.store.kind: tiered needs --rank (or STRATA_RANK)\n";
@@ -153,10 +170,14 @@ int main(int argc, char** argv) {
   node.OnEvent([](const NodeEvent& e) {
     if (e.kind == NodeEvent::Kind::kDead) spdlog::warn("event: dead {}", e.node.Describe());
   });
-  PsServer server(node, server_options, MakeStoreFactory(store, dir));
-  // Before Join: the first request after a restart already sees every reloaded table.
-  if (Status s = server.RestoreTables(); !s.ok()) {
-    spdlog::error("{}", s.ToString());
+  PsServer server(node, server_options, serve ? StoreFactory() : MakeStoreFactory(store, dir));
+  // Before Join: the first request after a restart already sees every reloaded table, and a
+  // checkpoint that does not load whole is never served.
+  Status loaded = serve ? server.LoadCheckpoint(checkpoint, static_cast<uint32_t>(node_options.requested_rank),
+                                                static_cast<uint32_t>(job.cluster.servers))
+                        : server.RestoreTables();
+  if (!loaded.ok()) {
+    spdlog::error("{}", loaded.ToString());
     return 1;
   }
   if (Status s = node.Join(); !s.ok()) {
@@ -164,6 +185,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   SetLogIdentity("server", node.rank());
+  if (serve && (node.rank() != node_options.requested_rank ||
+                static_cast<int>(node.view().Count(Role::kServer)) != job.cluster.servers)) {
+    spdlog::error("serving {}: loaded the keys of server {} of {}, but joined as server {} of {}", checkpoint,
+                  node_options.requested_rank, job.cluster.servers, node.rank(), node.view().Count(Role::kServer));
+    return 1;
+  }
   MetricsRegistry metrics;
   MetricsEndpoint metrics_endpoint("server", node.rank(), &metrics,
                            [&server](MetricsRegistry& m) { CollectServerMetrics(server.StatsJson(), m); });

@@ -35,6 +35,16 @@ std::string LatestCheckpoint(const std::string& dir) {
   return dir + "/" + name;
 }
 
+Result<std::string> ResolveCheckpoint(const std::string& where) {
+  std::error_code ec;
+  if (fs::exists(where + "/" + kManifestName, ec)) return where;
+  const std::string latest = LatestCheckpoint(where);
+  if (latest.empty()) {
+    return Status::NotFound(where + ": neither a checkpoint (no " + kManifestName + ") nor a checkpoint_dir (no latest)");
+  }
+  return latest;
+}
+
 Result<CheckpointReader> CheckpointReader::Open(const std::string& path) {
   CheckpointReader r;
   r.path_ = path;

@@ -30,6 +30,9 @@ std::string ShardFileName(int pp_rank, int tp_rank);
 Status PublishCheckpoint(const std::string& dir, const CheckpointManifest& manifest);
 // `<dir>/<name in latest>`, or empty when there is no `latest`.
 std::string LatestCheckpoint(const std::string& dir);
+// `where` itself if it is a checkpoint (it has a manifest), else the latest checkpoint of
+// checkpoint_dir `where`; NotFound saying it is neither.
+Result<std::string> ResolveCheckpoint(const std::string& where);
 
 // An opened checkpoint: the manifest and every shard file's index (read and checked at Open),
 // values read on demand. Safe for concurrent reads (each read opens its file).

@@ -219,5 +219,11 @@ inline bool SparseOnServers(const TrainJob& job) {
   if (m == SyncOptions::Mode::kOffload) return job.model.kind == ModelOptions::Kind::kCtr;
   return m == SyncOptions::Mode::kPs || m == SyncOptions::Mode::kHybrid;
 }
+// Whether the job is inference whose tables the servers serve read-only from the checkpoint
+// (infer with sync.mode ps or hybrid; docs/inference.md).
+inline bool ServersServeCheckpoint(const TrainJob& job) {
+  return job.infer.enabled() &&
+         (job.sync.mode == SyncOptions::Mode::kPs || job.sync.mode == SyncOptions::Mode::kHybrid);
+}
 
 }  // namespace strata

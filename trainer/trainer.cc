@@ -105,12 +105,13 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
       return Status::Internal("trainer rank " + std::to_string(t->rank_) + " of " + std::to_string(t->world_));
     }
     const bool offload = sync.mode == SyncOptions::Mode::kOffload;
-    if (job.train.checkpoint_every > 0 && sync.mode != SyncOptions::Mode::kAllReduce &&
-        !(offload && sync.consistency == Consistency::kBsp)) {
+    // ps and hybrid: the trainers stop at the checkpoint and the servers write their tables into
+    // it (any consistency). offload's checkpoint holds the weights its pulls bring, the same on
+    // every trainer only under bsp.
+    if (job.train.checkpoint_every > 0 && offload && sync.consistency != Consistency::kBsp) {
       return Status::InvalidArgument(
-          "train.checkpoint_every: trainer checkpoints cover sync.mode local, allreduce and offload "
-          "under bsp; with parameters on the servers, use the servers' durability "
-          "(server.store.durability)");
+          "train.checkpoint_every: sync.mode offload checkpoints need sync.consistency bsp; otherwise use the "
+          "servers' durability (server.store.durability)");
     }
 
   }
@@ -119,9 +120,9 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
                                    " shards the optimizer over the all-reduce replicas: it needs sync.mode "
                                    "allreduce (sync.mode is " + ModeName(sync.mode) + ")");
   }
-  if (job.infer.enabled() && UsesServers(sync.mode)) {
-    return Status::InvalidArgument(std::string("infer.mode with sync.mode ") + ModeName(sync.mode) +
-                                   ": inference from the servers' tables is not built yet (sync.mode local or allreduce)");
+  if (job.infer.enabled() && sync.mode == SyncOptions::Mode::kOffload) {
+    return Status::InvalidArgument("infer.mode with sync.mode offload is not built (sync.mode local, allreduce, or "
+                                   "ps and hybrid, whose servers serve the checkpoint's tables)");
   }
   STRATA_ASSIGN_OR_RETURN(t->plan_, ResolvePlan(job, t->world_));
   if (!cluster && t->plan_.pp > 1) {
@@ -499,6 +500,13 @@ Result<TrainSummary> Trainer::RunSteps() {
   const TrainOptions& to = job_.train;
   if (to.resume && !to.checkpoint_dir.empty()) {
     const std::string latest = LatestCheckpoint(to.checkpoint_dir);
+    if (!latest.empty() && ps_ && !ps_->offload()) {
+      // The servers would have to load the tables with their optimizer state, and take pushes.
+      return Status::FailedPrecondition(
+          "train.resume: " + latest + " exists, and resuming sync.mode " + ModeName(job_.sync.mode) +
+          " training from a checkpoint is not built (its server tables serve inference: infer.checkpoint); set "
+          "train.resume false or use the servers' durability (server.store.durability)");
+    }
     if (!latest.empty() && job_.sync.mode == SyncOptions::Mode::kOffload) {
       // An offload checkpoint holds the weights (for inference on any layout), not the
       // optimizer state, which is the servers'.

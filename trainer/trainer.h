@@ -136,6 +136,8 @@ class Trainer {
   // Inference (job.infer, trainer_infer.cc): the checkpoint's parameters (a step directory, or
   // a checkpoint_dir's latest) into this plan, then evaluation or generation.
   Status LoadParameters(const std::string& where);
+  // ps and hybrid inference: every server serves checkpoint `path` read-only.
+  Status CheckServersServe(const std::string& path);
   Result<TrainSummary> RunInference();
   Status Generate();
   std::vector<Batch> NextBatches();

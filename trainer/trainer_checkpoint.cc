@@ -17,7 +17,11 @@ namespace strata {
 std::vector<ShardTensor> Trainer::CheckpointTensors() {
   nn::ParameterRegistry& reg = model_->params();
   std::vector<ShardTensor> all;
-  for (auto& p : reg.params()) all.push_back({p->name, p->shard, p->value});
+  // ps and hybrid: what the servers hold is in their tables (saved by them), not here.
+  const bool servers_hold = ps_ && !ps_->offload();
+  for (auto& p : reg.params()) {
+    if (!(servers_hold && p->remote)) all.push_back({p->name, p->shard, p->value});
+  }
   // Optimizer state ("adamw.m/<param>") is shaped and split as its parameter.
   for (auto& [name, t] : optimizer_->State()) {
     const nn::Parameter* p = reg.Find(name.substr(name.find('/') + 1));
@@ -73,6 +77,13 @@ Status Trainer::SaveCheckpoint() {
     // The manifest names only files that are durable: every writer has finished.
     STRATA_RETURN_IF_ERROR(node_->Barrier(key + "written", wire::BarrierScope::TRAINERS, timeout)
                                .WithContext("waiting for every trainer to write checkpoint " + step_dir));
+    if (ps_ && !ps_->offload()) {
+      // Every trainer has pushed this step (its pushes were answered, so applied) and waits
+      // here: the servers write their tables as of this step, then training goes on.
+      if (rank_ == 0) STRATA_RETURN_IF_ERROR(client_->SaveTables(step_dir));
+      STRATA_RETURN_IF_ERROR(node_->Barrier(key + "servers", wire::BarrierScope::TRAINERS, timeout)
+                                 .WithContext("waiting for the servers to save their tables into " + step_dir));
+    }
     if (rank_ != 0) return Status::OK();
     for (int p = 0; p < plan_.pp; ++p) {
       for (int t = 0; t < plan_.tp; ++t) {

@@ -1,14 +1,17 @@
 // trainer_infer.cc: the trainer's inference mode (the job's `infer` section): the checkpoint's
-// parameters loaded into this trainer's own plan, then the held-out set evaluated, or text
-// generated from prompts with a KV cache through the same model, tensor-parallel layers and
-// pipeline stages that train.
+// parameters loaded into this trainer's own plan (ps and hybrid: those the servers hold are
+// served by them from the checkpoint's tables, pulled and never pushed), then the held-out set
+// evaluated, or text generated from prompts with a KV cache through the same model,
+// tensor-parallel layers and pipeline stages that train.
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "cluster/node.h"
 #include "common/logging.h"
+#include "ps/client.h"
 #include "trainer/checkpoint.h"
 #include "trainer/ops/ops.h"
 #include "trainer/ops/rng.h"
@@ -20,19 +23,38 @@
 namespace strata {
 
 Status Trainer::LoadParameters(const std::string& where) {
-  std::string path = where;
-  if (!std::filesystem::exists(std::filesystem::path(path) / "manifest.json")) {
-    path = LatestCheckpoint(where);  // a checkpoint_dir
-    if (path.empty()) return Status::NotFound("infer.checkpoint " + where + ": no checkpoint there");
-  }
+  auto resolved = ResolveCheckpoint(where);
+  if (!resolved.ok()) return resolved.status().WithContext("infer.checkpoint");
+  const std::string path = *resolved;
   STRATA_ASSIGN_OR_RETURN(const CheckpointReader reader, CheckpointReader::Open(path));
+  // ps and hybrid: the parameters that live on the servers come from them (they serve the
+  // checkpoint's tables); the trainer's file holds the rest (hybrid's dense ones).
+  if (ServersServeCheckpoint(job_)) STRATA_RETURN_IF_ERROR(CheckServersServe(path));
   std::vector<ShardTensor> params;
-  for (auto& p : model_->params().params()) params.push_back({p->name, p->shard, p->value});
+  for (auto& p : model_->params().params()) {
+    if (!p->remote) params.push_back({p->name, p->shard, p->value});
+  }
   STRATA_RETURN_IF_ERROR(LoadShards(reader, params).WithContext("loading the parameters of " + path));
   step_ = reader.manifest().step;
   if (rank_ == 0) {
     spdlog::info("inference from {} (written by {}); this run: {}", path, reader.manifest().PlanString(),
                  plan_.ToString());
+  }
+  return Status::OK();
+}
+
+Status Trainer::CheckServersServe(const std::string& path) {
+  const int servers = static_cast<int>(node_->view().Count(Role::kServer));
+  for (int s = 0; s < servers; ++s) {
+    STRATA_ASSIGN_OR_RETURN(const std::string text, client_->ServerStats(static_cast<uint32_t>(s)));
+    const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    const std::string serving = j.is_object() ? j.value("serving", std::string()) : std::string();
+    std::error_code ec;
+    if (serving.empty() || !(serving == path || std::filesystem::equivalent(serving, path, ec))) {
+      return Status::FailedPrecondition("server " + std::to_string(s) + " serves " +
+                                        (serving.empty() ? std::string("no checkpoint (its tables take pushes)") : serving) +
+                                        ", not " + path);
+    }
   }
   return Status::OK();
 }

@@ -421,6 +421,7 @@ class ClockRecordingStore final : public RowStore {
   Status Read(std::span<const uint64_t> keys, const Init& init, const ReadVisit& visit) override {
     return inner_.Read(keys, init, visit);
   }
+  Status Scan(const ScanVisit& visit) override { return inner_.Scan(visit); }
   RowStoreStats stats() const override { return inner_.stats(); }
   Status AdvanceClock(uint64_t clock) override {
     std::lock_guard lock(*mu_);
