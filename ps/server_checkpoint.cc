@@ -7,7 +7,7 @@
 #include <regex>
 
 #include "common/file.h"
-#include "offload/internal/store_format.h"
+#include "offload/row_file.h"
 #include "ps/table_file.h"
 
 namespace strata {
@@ -74,7 +74,7 @@ Status WriteServerShard(const std::string& checkpoint, uint32_t rank, uint32_t s
   std::vector<const TableSpec*> specs;
   for (const TableShard& t : tables) {
     const std::string path = RowsPath(checkpoint, rank, servers, t.spec->id);
-    STRATA_ASSIGN_OR_RETURN(auto writer, offload_internal::ExportWriter::Create(path, t.spec->RecordWidth()));
+    STRATA_ASSIGN_OR_RETURN(auto writer, RowFileWriter::Create(path, t.spec->RecordWidth()));
     STRATA_RETURN_IF_ERROR(t.store->Scan([&](uint64_t key, std::span<const float> record) {
       return writer->Add(key, record.data());
     }).WithContext("writing table \"" + t.spec->name + "\" to " + path));
@@ -115,7 +115,7 @@ Result<LoadedShards> ReadServerShards(const std::string& checkpoint, uint32_t ra
     const auto width = static_cast<size_t>(spec.RecordWidth());
     for (uint32_t r = 0; r < out.written_by; ++r) {
       const std::string path = RowsPath(checkpoint, r, out.written_by, spec.id);
-      auto file = offload_internal::ExportReader::Open(path, spec.RecordWidth());
+      auto file = RowFileReader::Open(path, spec.RecordWidth());
       if (!file.ok() && file.status().IsNotFound()) {
         return Status::NotFound(path + ": missing (table \"" + spec.name + "\" of server " + std::to_string(r) + ")");
       }
