@@ -187,7 +187,7 @@ void Node::Heartbeats() {
     if (leaving_) return;
     if (rejoin_wanted_) {
       rejoin_wanted_ = false;
-      const uint64_t generation = generation_;
+      const uint64_t generation = rejoin_generation_;
       lock.unlock();
       if (Status s = Rejoin(generation); !s.ok()) spdlog::warn("node: {}", s.ToString());
       lock.lock();
@@ -216,7 +216,10 @@ void Node::Heartbeats() {
             {
               std::lock_guard l(mu_);
               // An answer to a beat sent before a re-registration that already happened is stale.
-              if (generation_ == generation) rejoin_wanted_ = true;
+              if (generation_ == generation) {
+                rejoin_wanted_ = true;
+                rejoin_generation_ = generation;
+              }
             }
             cv_.notify_all();
             return;
@@ -278,10 +281,13 @@ Result<Message> Node::CallScheduler(const std::function<Message()>& make, Millis
     Result<Message> result = std::move(*attempt->result);
     lock.unlock();
     if (!result.ok() && result.status().code() == StatusCode::kUnavailable &&
+        result.status().message().find(kRejoinFirst) != std::string::npos &&
         std::chrono::steady_clock::now() < deadline) {
-      // The scheduler restarted and does not know us yet (or could not be reached): register
-      // again, then repeat the call; pause a little if that failed, to not spin.
+      // The scheduler restarted and does not know us yet: register again, then repeat the
+      // call; pause a little if that failed, to not spin.
       if (Status s = Rejoin(generation); !s.ok()) {
+        // Refused (another job's scheduler, a rank taken): calling again will not help.
+        if (s.code() != StatusCode::kUnavailable && s.code() != StatusCode::kDeadlineExceeded) return s;
         spdlog::warn("node: {}", s.ToString());
         std::this_thread::sleep_for(Millis(options_.cluster.heartbeat_interval_ms));
       }

@@ -132,6 +132,7 @@ class Node {
   std::map<std::string, std::string> kv_written_;  // what KvSet stored, for a restarted scheduler
   uint64_t generation_ = 0;     // re-registrations so far; calls in flight before one are re-sent
   bool rejoin_wanted_ = false;  // a heartbeat's answer said "re-register"; the heartbeat thread does it
+  uint64_t rejoin_generation_ = 0;  // ... at this generation (stale once it moved on)
   std::mutex rejoin_mu_;        // one re-registration at a time
   std::thread heartbeat_;
   // Steady-clock milliseconds of the scheduler's last heartbeat answer (0: not joined yet), and

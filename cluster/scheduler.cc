@@ -35,7 +35,8 @@ std::string_view ScopeName(wire::BarrierScope scope) {
 // call after re-registering on Unavailable.
 Status RejoinFirst(uint32_t sender, const std::string& what) {
   return Status::Unavailable(what + " from node " + std::to_string(sender) +
-                             ": the scheduler restarted and does not know this node yet; re-register first");
+                             ": the scheduler restarted and does not know this node yet; " +
+                             std::string(kRejoinFirst));
 }
 
 }  // namespace
@@ -67,6 +68,17 @@ void Scheduler::Stop() {
     if (stopping_) return;
     stopping_ = true;
     if (!done_) EndJobLocked();
+  }
+  if (monitor_.joinable()) monitor_.join();
+  rpc_.Shutdown();
+}
+
+void Scheduler::Abandon() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    done_cv_.notify_all();
   }
   if (monitor_.joinable()) monitor_.join();
   rpc_.Shutdown();
@@ -245,11 +257,9 @@ void Scheduler::HandleBarrier(Request request) {
         "barrier \"" + name + "\" is in progress with scope " + std::string(ScopeName(barrier.scope)) +
         "; " + m->info.Describe() + " entered it with scope " + std::string(ScopeName(scope))));
   }
-  if (auto w = barrier.waiting.find(sender); w != barrier.waiting.end()) {
-    // The node re-sent its wait (it re-registered, or its first attempt timed out on its side):
-    // the newest attempt is the one it listens to.
-    w->second = std::move(request);
-    return;
+  if (barrier.waiting.count(sender)) {
+    return request.ReplyError(Status::AlreadyExists("barrier \"" + name + "\": " +
+                                                     m->info.Describe() + " is already waiting"));
   }
   barrier.waiting.emplace(sender, std::move(request));
   MaybeReleaseBarrierLocked(name);

@@ -59,6 +59,9 @@ class Scheduler {
   bool WaitDone(Millis timeout);
   // Tells every live node to shut down, then stops serving.
   void Stop();
+  // Stops serving without telling anyone, as a killed scheduler would (fault injection for
+  // tests of a restart). Idempotent; Stop() after it does nothing.
+  void Abandon();
 
   ClusterView view() const;
 
