@@ -19,6 +19,9 @@ std::string_view RoleName(Role role);
 Result<Role> ParseRole(std::string_view name);
 
 inline constexpr uint32_t kSchedulerId = 0;
+// Ends the Unavailable error a restarted scheduler answers a node it does not know yet with;
+// the node re-registers and repeats its call (Node::CallScheduler).
+inline constexpr std::string_view kRejoinFirst = "re-register first";
 
 struct NodeInfo {
   uint32_t id = 0;

@@ -4,6 +4,8 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "common/check.h"
 #include "common/net.h"
 
@@ -181,15 +183,23 @@ void Node::Heartbeats() {
   const Millis interval(options_.cluster.heartbeat_interval_ms);
   std::unique_lock lock(mu_);
   while (!leaving_) {
-    cv_.wait_for(lock, interval, [this] { return leaving_; });
+    cv_.wait_for(lock, interval, [this] { return leaving_ || rejoin_wanted_; });
     if (leaving_) return;
-    const uint64_t known_epoch = view_.epoch;
+    if (rejoin_wanted_) {
+      rejoin_wanted_ = false;
+      const uint64_t generation = rejoin_generation_;
+      lock.unlock();
+      if (Status s = Rejoin(generation); !s.ok()) spdlog::warn("node: {}", s.ToString());
+      lock.lock();
+      continue;
+    }
+    const uint64_t known_epoch = view_.epoch, generation = generation_;
     lock.unlock();
     Message hb;
     hb.builder().getBody().setHeartbeat();
     rpc_.CallAsync(
         scheduler_, std::move(hb),
-        [this, known_epoch](Result<Message> r) {
+        [this, known_epoch, generation](Result<Message> r) {
           const int64_t now = SteadyMillis();
           if (!r.ok()) {
             const uint64_t failed = ++failed_beats_;
@@ -202,6 +212,18 @@ void Node::Heartbeats() {
           }
           heard_ms_ = now;
           failed_beats_ = 0;
+          if (r->reader().getBody().getHeartbeatReply().getReregister()) {
+            {
+              std::lock_guard l(mu_);
+              // An answer to a beat sent before a re-registration that already happened is stale.
+              if (generation_ == generation) {
+                rejoin_wanted_ = true;
+                rejoin_generation_ = generation;
+              }
+            }
+            cv_.notify_all();
+            return;
+          }
           if (r->reader().getBody().getHeartbeatReply().getViewEpoch() > known_epoch) {
             // A change we missed a notification for: fetch the view, off the I/O thread.
             Message get;
@@ -219,50 +241,193 @@ void Node::Heartbeats() {
   }
 }
 
-Status Node::Barrier(const std::string& name, wire::BarrierScope scope, std::optional<Millis> timeout) {
+Result<Message> Node::CallScheduler(const std::function<Message()>& make, Millis timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    struct Attempt {
+      bool done = false;
+      std::optional<Result<Message>> result;
+    };
+    auto attempt = std::make_shared<Attempt>();
+    uint64_t generation;
+    {
+      std::lock_guard lock(mu_);
+      generation = generation_;
+    }
+    const auto left = std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
+    if (left <= Millis(0)) {
+      return Status::DeadlineExceeded("no answer from the scheduler at " + options_.cluster.scheduler +
+                                      " within " + std::to_string(timeout.count()) + " ms");
+    }
+    rpc_.CallAsync(
+        scheduler_, make(),
+        [this, attempt](Result<Message> r) {
+          {
+            std::lock_guard lock(mu_);
+            attempt->result = std::move(r);
+            attempt->done = true;
+          }
+          cv_.notify_all();
+        },
+        left);
+    std::unique_lock lock(mu_);
+    // Ticks so that a scheduler gone past cluster.scheduler_timeout_ms ends the wait.
+    while (!attempt->done && generation_ == generation) {
+      cv_.wait_for(lock, Millis(100));
+      if (attempt->done || generation_ != generation) break;
+      if (Status s = SchedulerStatus(); !s.ok()) return s;
+    }
+    if (generation_ != generation && !attempt->done) continue;  // a restarted scheduler: ask it again
+    Result<Message> result = std::move(*attempt->result);
+    lock.unlock();
+    if (!result.ok() && result.status().code() == StatusCode::kUnavailable &&
+        result.status().message().find(kRejoinFirst) != std::string::npos &&
+        std::chrono::steady_clock::now() < deadline) {
+      // The scheduler restarted and does not know us yet: register again, then repeat the
+      // call; pause a little if that failed, to not spin.
+      if (Status s = Rejoin(generation); !s.ok()) {
+        // Refused (another job's scheduler, a rank taken): calling again will not help.
+        if (s.code() != StatusCode::kUnavailable && s.code() != StatusCode::kDeadlineExceeded) return s;
+        spdlog::warn("node: {}", s.ToString());
+        std::this_thread::sleep_for(Millis(options_.cluster.heartbeat_interval_ms));
+      }
+      continue;
+    }
+    return result;
+  }
+}
+
+Status Node::Rejoin(uint64_t generation) {
+  std::lock_guard rejoin(rejoin_mu_);
   Message req;
-  auto b = req.builder().getBody().initBarrier();
-  b.setName(name);
-  b.setScope(scope);
-  auto r = rpc_.CallAndWait(scheduler_, std::move(req), timeout.value_or(Timeout()));
+  std::map<std::string, std::string> kv;
+  {
+    std::lock_guard lock(mu_);
+    if (generation_ != generation) return Status::OK();  // done meanwhile
+    auto r = req.builder().getBody().initRegister();
+    r.setRole(static_cast<wire::Role>(options_.role));
+    r.setAddress(address_);
+    r.setRequestedRank(rank_);
+    r.setHostname(Hostname());
+    r.setPid(static_cast<uint32_t>(getpid()));
+    r.setRejoin(true);
+    r.setNodeId(id_);
+    const NodeInfo* self = view_.Find(id_);
+    r.setIncarnation(self ? self->incarnation : 0);
+    ToWire(view_, r.initView());
+    kv = kv_written_;
+  }
+  const std::string where = "re-registering with the scheduler at " + options_.cluster.scheduler;
+  auto reply = rpc_.CallAndWait(scheduler_, std::move(req), Timeout());
+  if (!reply.ok()) return reply.status().WithContext(where);
+  auto body = reply->reader().getBody();
+  if (body.which() != Op::REGISTER_REPLY) {
+    return Status::Internal(where + ": it answered with " + std::string(OpName(body.which())));
+  }
+  auto reg = body.getRegisterReply();
+  if (reg.getNodeId() != id_ || reg.getRank() != rank_) {
+    return Status::Internal(where + ": it gave node " + std::to_string(reg.getNodeId()) + " rank " +
+                            std::to_string(reg.getRank()) + " to node " + std::to_string(id_) + " rank " +
+                            std::to_string(rank_));
+  }
+  {
+    ClusterView fresh = FromWire(reg.getView());
+    std::lock_guard lock(mu_);
+    if (fresh.epoch > view_.epoch && !fresh.nodes.empty()) view_ = std::move(fresh);
+  }
+  for (const auto& [key, value] : kv) {
+    Message set;
+    auto s = set.builder().getBody().initKvSet();
+    s.setKey(key);
+    s.setValue(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(value.data()), value.size()));
+    auto r = rpc_.CallAndWait(scheduler_, std::move(set), Timeout());
+    if (!r.ok()) return r.status().WithContext(where + ": publishing kv key \"" + key + "\" again");
+  }
+  heard_ms_ = SteadyMillis();
+  failed_beats_ = 0;
+  {
+    std::lock_guard lock(mu_);
+    ++generation_;
+  }
+  cv_.notify_all();
+  spdlog::warn("node: re-registered with the restarted scheduler at {} as {} {} (node {}); published {} kv keys "
+               "again",
+               options_.cluster.scheduler, RoleName(options_.role), rank_.load(), id_.load(), kv.size());
+  return Status::OK();
+}
+
+Status Node::Barrier(const std::string& name, wire::BarrierScope scope, std::optional<Millis> timeout) {
+  auto r = CallScheduler(
+      [&] {
+        Message req;
+        auto b = req.builder().getBody().initBarrier();
+        b.setName(name);
+        b.setScope(scope);
+        return req;
+      },
+      timeout.value_or(Timeout()));
   return r.ok() ? Status::OK() : r.status();
 }
 
 Status Node::KvSet(const std::string& key, std::string_view value) {
-  Message req;
-  auto kv = req.builder().getBody().initKvSet();
-  kv.setKey(key);
-  kv.setValue(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(value.data()), value.size()));
-  auto r = rpc_.CallAndWait(scheduler_, std::move(req));
-  return r.ok() ? Status::OK() : r.status();
+  auto r = CallScheduler(
+      [&] {
+        Message req;
+        auto kv = req.builder().getBody().initKvSet();
+        kv.setKey(key);
+        kv.setValue(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(value.data()), value.size()));
+        return req;
+      },
+      Timeout());
+  if (!r.ok()) return r.status();
+  std::lock_guard lock(mu_);
+  kv_written_[key] = std::string(value);
+  return Status::OK();
 }
 
 Result<std::string> Node::KvGet(const std::string& key, Millis wait) {
-  Message req;
-  auto kv = req.builder().getBody().initKvGet();
-  kv.setKey(key);
-  kv.setWaitMs(static_cast<uint32_t>(wait.count()));
-  STRATA_ASSIGN_OR_RETURN(Message reply, rpc_.CallAndWait(scheduler_, std::move(req), wait + Timeout()));
+  // Each attempt waits at most what is left of `wait` at the scheduler.
+  const auto until = std::chrono::steady_clock::now() + wait;
+  STRATA_ASSIGN_OR_RETURN(Message reply, CallScheduler(
+                                             [&] {
+                                               Message req;
+                                               auto kv = req.builder().getBody().initKvGet();
+                                               kv.setKey(key);
+                                               const auto left = std::max(
+                                                   Millis(0), std::chrono::duration_cast<Millis>(
+                                                                  until - std::chrono::steady_clock::now()));
+                                               kv.setWaitMs(static_cast<uint32_t>(left.count()));
+                                               return req;
+                                             },
+                                             wait + Timeout()));
   if (reply.op() != Op::KV_VALUE) return Status::Internal("kvGet answered with " + std::string(OpName(reply.op())));
   auto v = reply.reader().getBody().getKvValue();
   return std::string(reinterpret_cast<const char*>(v.begin()), v.size());
 }
 
 Result<ClusterView> Node::RefreshView() {
-  Message req;
-  req.builder().getBody().setGetView();
-  STRATA_ASSIGN_OR_RETURN(Message reply, rpc_.CallAndWait(scheduler_, std::move(req)));
+  STRATA_ASSIGN_OR_RETURN(Message reply, CallScheduler(
+                                             [] {
+                                               Message req;
+                                               req.builder().getBody().setGetView();
+                                               return req;
+                                             },
+                                             Timeout()));
   if (reply.op() != Op::VIEW) return Status::Internal("getView answered with " + std::string(OpName(reply.op())));
   ClusterView fresh = FromWire(reply.reader().getBody().getView());
   std::lock_guard lock(mu_);
-  if (fresh.epoch >= view_.epoch) view_ = fresh;
+  if (fresh.epoch >= view_.epoch && !fresh.nodes.empty()) view_ = fresh;
   return view_;
 }
 
 Status Node::RequestShutdown() {
-  Message req;
-  req.builder().getBody().setShutdown();
-  auto r = rpc_.CallAndWait(scheduler_, std::move(req));
+  auto r = CallScheduler(
+      [] {
+        Message req;
+        req.builder().getBody().setShutdown();
+        return req;
+      },
+      Timeout());
   return r.ok() ? Status::OK() : r.status();
 }
 
@@ -282,9 +447,13 @@ Status Node::Leave(std::optional<Millis> timeout) {
   }
   // After a shutdown notice the scheduler is ending the job and may be gone already.
   if (ordered_to_stop) return Status::OK();
-  Message req;
-  req.builder().getBody().setDeregister();
-  auto r = rpc_.CallAndWait(scheduler_, std::move(req), timeout.value_or(Timeout()));
+  auto r = CallScheduler(
+      [] {
+        Message req;
+        req.builder().getBody().setDeregister();
+        return req;
+      },
+      timeout.value_or(Timeout()));
   if (!r.ok()) return r.status().WithContext("leaving the cluster");
   return Status::OK();
 }

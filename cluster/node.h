@@ -1,13 +1,16 @@
 // node.h: Node, what every strata process (server, trainer, tool) uses to join a cluster:
 // bind its own receive endpoint, register with the scheduler, receive the cluster view,
 // heartbeat, pass barriers, use the key-value store, hear about dead and rejoined nodes,
-// and leave cleanly. Layers above serve their own requests through SetRequestHandler() and
+// and leave cleanly. When the scheduler restarts at the same address, the node re-registers with
+// its id and rank, re-publishes the kv keys it wrote and re-sends the call it was waiting on
+// (a barrier, a kv get) to the new scheduler. Layers above serve their own requests through SetRequestHandler() and
 // call peers through rpc().
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -64,9 +67,12 @@ class Node {
   // complete cluster (up to cluster.join_timeout_ms), then starts heartbeating.
   Status Join();
   // Waits at a named barrier until every live member of `scope` arrived. Aborted if a member
-  // died; DeadlineExceeded after `timeout`.
+  // died; DeadlineExceeded after `timeout`. A scheduler restarting meanwhile is waited for and
+  // the barrier entered again at the new one; Unavailable if it stays away past
+  // cluster.scheduler_timeout_ms.
   Status Barrier(const std::string& name, wire::BarrierScope scope = wire::BarrierScope::ALL,
                  std::optional<Millis> timeout = std::nullopt);
+  // The node keeps what it set, to publish it again to a restarted scheduler.
   Status KvSet(const std::string& key, std::string_view value);
   // Gets a key, waiting up to `wait` for another node to set it (0: NotFound at once).
   Result<std::string> KvGet(const std::string& key, Millis wait = Millis(0));
@@ -98,6 +104,12 @@ class Node {
   // them over directly.
   void DeliverHeldRequests();
   void Heartbeats();
+  // Calls the scheduler until `timeout`: when it restarts meanwhile (its answer will never come)
+  // or answers Unavailable (it restarted and does not know us), re-registers and calls again.
+  Result<Message> CallScheduler(const std::function<Message()>& make, Millis timeout);
+  // Registers again with a restarted scheduler (keeping id, rank and incarnation) and publishes
+  // the kv keys this node set, unless that was done since `generation` (another thread did it).
+  Status Rejoin(uint64_t generation);
   Millis Timeout() const { return Millis(options_.transport.request_timeout_ms); }
 
   const NodeOptions options_;
@@ -117,6 +129,11 @@ class Node {
   bool leaving_ = false;
   bool delivering_ = false;     // application requests go to app_handler_ (set once joined)
   std::vector<Request> held_;   // application requests that came before that
+  std::map<std::string, std::string> kv_written_;  // what KvSet stored, for a restarted scheduler
+  uint64_t generation_ = 0;     // re-registrations so far; calls in flight before one are re-sent
+  bool rejoin_wanted_ = false;  // a heartbeat's answer said "re-register"; the heartbeat thread does it
+  uint64_t rejoin_generation_ = 0;  // ... at this generation (stale once it moved on)
+  std::mutex rejoin_mu_;        // one re-registration at a time
   std::thread heartbeat_;
   // Steady-clock milliseconds of the scheduler's last heartbeat answer (0: not joined yet), and
   // heartbeats failed since (warnings are rate-limited: the first, then one per 10 s).

@@ -31,6 +31,14 @@ std::string_view ScopeName(wire::BarrierScope scope) {
   return "?";
 }
 
+// What a node hears when it calls a restarted scheduler before re-registering; Node retries the
+// call after re-registering on Unavailable.
+Status RejoinFirst(uint32_t sender, const std::string& what) {
+  return Status::Unavailable(what + " from node " + std::to_string(sender) +
+                             ": the scheduler restarted and does not know this node yet; " +
+                             std::string(kRejoinFirst));
+}
+
 }  // namespace
 
 Scheduler::Scheduler(SchedulerOptions options, std::unique_ptr<Transport> transport)
@@ -60,6 +68,17 @@ void Scheduler::Stop() {
     if (stopping_) return;
     stopping_ = true;
     if (!done_) EndJobLocked();
+  }
+  if (monitor_.joinable()) monitor_.join();
+  rpc_.Shutdown();
+}
+
+void Scheduler::Abandon() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    done_cv_.notify_all();
   }
   if (monitor_.joinable()) monitor_.join();
   rpc_.Shutdown();
@@ -108,192 +127,17 @@ void Scheduler::Handle(Request request) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Registration
-
-void Scheduler::HandleRegister(Request request) {
-  auto r = request.message().reader().getBody().getRegister();
-  const auto role = static_cast<Role>(r.getRole());
-  const std::string address = r.getAddress().cStr();
-  const std::string hostname = r.getHostname().cStr();
-  const uint32_t pid = r.getPid();
-  const int requested = r.getRequestedRank();
-  auto reject = [&](const Status& s) {
-    spdlog::warn("scheduler: rejected registration of {} at {}: {}", RoleName(role), address,
-                 s.ToString());
-    request.ReplyError(s);
-  };
-
-  if (role != Role::kServer && role != Role::kTrainer) {
-    return reject(Status::InvalidArgument("register: role " + std::string(RoleName(role)) +
-                                          " cannot join; only server and trainer nodes register"));
-  }
-  if (Status s = ValidateEndpoint(address); !s.ok()) return reject(s.WithContext("register"));
-  if (IsWildcardEndpoint(address)) {
-    return reject(Status::InvalidArgument(
-        "register: address " + address + " names every interface, which peers cannot dial; "
-        "advertise a host they can reach (--advertise or STRATA_ADVERTISE_HOST)"));
-  }
-  const int expected = role == Role::kServer ? options_.cluster.servers : options_.cluster.trainers;
-  if (requested < -1 || requested >= expected) {
-    return reject(Status::InvalidArgument(
-        "register: requested rank " + std::to_string(requested) + " is out of range for " +
-        std::to_string(expected) + " " + std::string(RoleName(role)) + "s"));
-  }
-
-  std::lock_guard lock(mu_);
-  if (stopping_ || done_) return reject(Status::Unavailable("the scheduler is shutting down"));
-
-  for (size_t i = 0; i < members_.size(); ++i) {
-    Member& m = members_[i];
-    if (m.info.address != address || (m.state != State::kPending && m.state != State::kAlive)) {
-      continue;
-    }
-    if (m.state == State::kPending && m.hostname == hostname && m.pid == pid) {
-      // The same process retrying (its first attempt timed out): answer the newest attempt.
-      for (auto& p : pending_registrations_) {
-        if (p.member == i) p.request = std::move(request);
-      }
-      return;
-    }
-    return reject(Status::AlreadyExists("register: address " + address + " is already registered by " +
-                                        m.hostname + " pid " + std::to_string(m.pid)));
-  }
-
-  if (view_complete_) {
-    // A node coming back: take the rank it asks for, or the lowest rank of its role that died.
-    Member* target = nullptr;
-    for (Member& m : members_) {
-      if (m.info.role != role) continue;
-      if (requested >= 0 ? m.info.rank == requested
-                         : (m.state == State::kDead && (!target || m.info.rank < target->info.rank))) {
-        target = &m;
-      }
-    }
-    if (target && target->state == State::kAlive) {
-      return reject(Status::AlreadyExists("register: " + target->info.Describe() +
-                                          " is alive; its rank cannot be taken"));
-    }
-    if (!target || target->state != State::kDead) {
-      return reject(Status::ResourceExhausted(
-          "register: the cluster already has its " + std::to_string(expected) + " " +
-          std::string(RoleName(role)) + "s and none of them is dead"));
-    }
-    target->info.address = address;
-    target->info.alive = true;
-    target->info.incarnation++;
-    target->state = State::kAlive;
-    target->hostname = hostname;
-    target->pid = pid;
-    target->last_seen = Clock::now();
-    auto peer = rpc_.Connect(address);
-    target->peer = peer.ok() ? *peer : kNoPeer;
-    ++epoch_;
-    spdlog::info("scheduler: {} rejoined (incarnation {})", target->info.Describe(),
-                 target->info.incarnation);
-    ReplyRegisteredLocked(request, *target);
-    const NodeInfo about = target->info;
-    const ClusterView v = ViewLocked();
-    NotifyAllLocked(
-        [&] {
-          Message m;
-          auto e = m.builder().getBody().initNodeEvent();
-          e.setKind(wire::NodeEvent::Kind::REJOINED);
-          ToWire(about, e.initNode());
-          ToWire(v, e.initView());
-          return m;
-        },
-        about.id);
-    return;
-  }
-
-  int same_role = 0;
-  for (const Member& m : members_) {
-    if (m.info.role != role) continue;
-    ++same_role;
-    if (requested >= 0 && m.requested_rank == requested) {
-      return reject(Status::AlreadyExists("register: " + std::string(RoleName(role)) + " rank " +
-                                          std::to_string(requested) + " was already requested by " +
-                                          m.info.address));
-    }
-  }
-  if (same_role >= expected) {
-    return reject(Status::ResourceExhausted(
-        "register: the cluster expects " + std::to_string(expected) + " " +
-        std::string(RoleName(role)) + "s and all have registered"));
-  }
-
-  Member m;
-  m.info.role = role;
-  m.info.address = address;
-  m.hostname = hostname;
-  m.pid = pid;
-  m.requested_rank = requested;
-  members_.push_back(std::move(m));
-  pending_registrations_.push_back({std::move(request), members_.size() - 1});
-  spdlog::info("scheduler: {} at {} registered ({}/{} nodes)", RoleName(role), address,
-               members_.size(), options_.cluster.servers + options_.cluster.trainers);
-  if (static_cast<int>(members_.size()) == options_.cluster.servers + options_.cluster.trainers) {
-    CompleteRegistrationLocked();
-  }
-}
-
-void Scheduler::CompleteRegistrationLocked() {
-  for (Role role : {Role::kServer, Role::kTrainer}) {
-    const int count = role == Role::kServer ? options_.cluster.servers : options_.cluster.trainers;
-    std::vector<bool> taken(count, false);
-    std::vector<Member*> unranked;
-    for (Member& m : members_) {
-      if (m.info.role != role) continue;
-      if (m.requested_rank >= 0) {
-        m.info.rank = m.requested_rank;
-        taken[m.requested_rank] = true;
-      } else {
-        unranked.push_back(&m);
-      }
-    }
-    // Deterministic: the same addresses get the same ranks whatever order they joined in.
-    std::sort(unranked.begin(), unranked.end(),
-              [](const Member* a, const Member* b) { return a->info.address < b->info.address; });
-    int next = 0;
-    for (Member* m : unranked) {
-      while (taken[next]) ++next;
-      m->info.rank = next++;
-    }
-  }
-  const auto now = Clock::now();
-  for (Member& m : members_) {
-    m.info.id = m.info.role == Role::kServer ? 1 + m.info.rank
-                                             : 1 + options_.cluster.servers + m.info.rank;
-    m.info.alive = true;
-    m.state = State::kAlive;
-    m.last_seen = now;
-    auto peer = rpc_.Connect(m.info.address);
-    m.peer = peer.ok() ? *peer : kNoPeer;
-  }
-  view_complete_ = true;
-  epoch_ = 1;
-  for (auto& p : pending_registrations_) ReplyRegisteredLocked(p.request, members_[p.member]);
-  pending_registrations_.clear();
-  spdlog::info("scheduler: cluster complete: {} servers, {} trainers (epoch {})",
-               options_.cluster.servers, options_.cluster.trainers, epoch_);
-}
-
-void Scheduler::ReplyRegisteredLocked(Request& request, const Member& m) {
-  Message reply = request.MakeReply();
-  auto r = reply.builder().getBody().initRegisterReply();
-  r.setNodeId(m.info.id);
-  r.setRank(m.info.rank);
-  r.setHeartbeatIntervalMs(options_.cluster.heartbeat_interval_ms);
-  r.setHeartbeatTimeoutMs(options_.cluster.heartbeat_timeout_ms);
-  ToWire(ViewLocked(), r.initView());
-  request.Reply(std::move(reply));
-}
-
-// ---------------------------------------------------------------------------------------------
 // Heartbeats and failure detection
 
 void Scheduler::HandleHeartbeat(Request request) {
   std::lock_guard lock(mu_);
+  if (NeedsRejoinLocked(request.message().sender())) {
+    Message reply = request.MakeReply();
+    auto hb = reply.builder().getBody().initHeartbeatReply();
+    hb.setViewEpoch(epoch_);
+    hb.setReregister(true);
+    return request.Reply(std::move(reply));
+  }
   Member* m = FindMemberLocked(request.message().sender());
   if (!m || m->state != State::kAlive) {
     return request.ReplyError(Status::FailedPrecondition(
@@ -309,6 +153,7 @@ void Scheduler::HandleHeartbeat(Request request) {
 void Scheduler::DeclareDeadLocked(Member& m, const std::string& why) {
   m.state = State::kDead;
   m.info.alive = false;
+  m.awaiting_rejoin = false;
   ++epoch_;
   spdlog::warn("scheduler: {} declared dead: {}", m.info.Describe(), why);
   FailBarriersWithLocked(m, why);
@@ -335,7 +180,11 @@ void Scheduler::Monitor() {
     if (stopping_) break;
     const auto now = Clock::now();
     for (Member& m : members_) {
-      if (m.state == State::kAlive && now - m.last_seen > timeout) {
+      if (m.state != State::kAlive || now - m.last_seen <= timeout) continue;
+      if (m.awaiting_rejoin) {
+        DeclareDeadLocked(m, "did not re-register with the restarted scheduler within " +
+                                 std::to_string(timeout.count()) + " ms (cluster.heartbeat_timeout_ms)");
+      } else {
         DeclareDeadLocked(m, "no heartbeat for " +
                                  std::to_string(std::chrono::duration_cast<Millis>(now - m.last_seen).count()) +
                                  " ms (timeout " + std::to_string(timeout.count()) + " ms)");
@@ -379,6 +228,7 @@ void Scheduler::HandleBarrier(Request request) {
   const auto scope = b.getScope();
   const uint32_t sender = request.message().sender();
   std::lock_guard lock(mu_);
+  if (NeedsRejoinLocked(sender)) return request.ReplyError(RejoinFirst(sender, "barrier \"" + name + "\""));
   if (!view_complete_) {
     return request.ReplyError(Status::FailedPrecondition("barrier \"" + name + "\" before the cluster is complete"));
   }
@@ -440,71 +290,12 @@ void Scheduler::FailBarriersWithLocked(const Member& lost, const std::string& wh
 }
 
 // ---------------------------------------------------------------------------------------------
-// Key-value store
-
-void Scheduler::HandleKvSet(Request request) {
-  auto kv = request.message().reader().getBody().getKvSet();
-  const std::string key = kv.getKey().cStr();
-  auto value = kv.getValue();
-  if (key.empty() || key.size() > options_.max_kv_key_bytes) {
-    return request.ReplyError(Status::InvalidArgument(
-        "kvSet: key must be 1 to " + std::to_string(options_.max_kv_key_bytes) + " bytes"));
-  }
-  if (value.size() > options_.max_kv_value_bytes) {
-    return request.ReplyError(Status::InvalidArgument(
-        "kvSet \"" + key + "\": value of " + std::to_string(value.size()) + " bytes exceeds " +
-        std::to_string(options_.max_kv_value_bytes)));
-  }
-  std::lock_guard lock(mu_);
-  if (!kv_.count(key) && kv_.size() >= options_.max_kv_entries) {
-    return request.ReplyError(Status::ResourceExhausted("kvSet: the store holds " +
-                                                        std::to_string(kv_.size()) + " keys, the limit"));
-  }
-  std::string& slot = kv_[key];
-  slot.assign(reinterpret_cast<const char*>(value.begin()), value.size());
-  request.Reply(request.MakeReply());
-  for (auto it = kv_waiters_.begin(); it != kv_waiters_.end();) {
-    if (it->key != key) {
-      ++it;
-      continue;
-    }
-    Message reply = it->request.MakeReply();
-    reply.builder().getBody().setKvValue(
-        capnp::Data::Reader(reinterpret_cast<const kj::byte*>(slot.data()), slot.size()));
-    it->request.Reply(std::move(reply));
-    it = kv_waiters_.erase(it);
-  }
-}
-
-void Scheduler::HandleKvGet(Request request) {
-  auto kv = request.message().reader().getBody().getKvGet();
-  const std::string key = kv.getKey().cStr();
-  const Millis wait(kv.getWaitMs());
-  if (key.empty() || key.size() > options_.max_kv_key_bytes) {
-    return request.ReplyError(Status::InvalidArgument(
-        "kvGet: key must be 1 to " + std::to_string(options_.max_kv_key_bytes) + " bytes"));
-  }
-  if (wait > options_.max_kv_wait) {
-    return request.ReplyError(Status::InvalidArgument(
-        "kvGet \"" + key + "\": wait of " + std::to_string(wait.count()) + " ms exceeds the limit of " +
-        std::to_string(options_.max_kv_wait.count()) + " ms"));
-  }
-  std::lock_guard lock(mu_);
-  if (auto it = kv_.find(key); it != kv_.end()) {
-    Message reply = request.MakeReply();
-    reply.builder().getBody().setKvValue(
-        capnp::Data::Reader(reinterpret_cast<const kj::byte*>(it->second.data()), it->second.size()));
-    return request.Reply(std::move(reply));
-  }
-  if (wait.count() == 0) return request.ReplyError(Status::NotFound("kv key \"" + key + "\" is not set"));
-  kv_waiters_.push_back({std::move(request), key, Clock::now() + wait});
-}
-
-// ---------------------------------------------------------------------------------------------
 // Leaving and shutdown
 
 void Scheduler::HandleDeregister(Request request) {
   std::lock_guard lock(mu_);
+  const uint32_t sender = request.message().sender();
+  if (NeedsRejoinLocked(sender)) return request.ReplyError(RejoinFirst(sender, "deregister"));
   Member* m = FindMemberLocked(request.message().sender());
   if (!m || m->state != State::kAlive) {
     return request.ReplyError(Status::FailedPrecondition(
@@ -523,6 +314,9 @@ void Scheduler::HandleDeregister(Request request) {
 
 void Scheduler::HandleShutdown(Request request) {
   std::lock_guard lock(mu_);
+  const uint32_t sender = request.message().sender();
+  // Ending the job before the nodes re-registered would leave them uninformed.
+  if (NeedsRejoinLocked(sender)) return request.ReplyError(RejoinFirst(sender, "shutdown"));
   spdlog::info("scheduler: shutdown requested by node {}", request.message().sender());
   request.Reply(request.MakeReply());
   EndJobLocked();

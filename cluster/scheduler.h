@@ -8,6 +8,13 @@
 //    re-register with its rank and rejoins with a new incarnation.
 //  - A key-value store (set / get / get-with-wait) that bootstraps collectives.
 //  - Clean shutdown: when every node has deregistered, or when someone asks for it.
+//  - Restart (docs/architecture.md, "Restarting the scheduler"): a scheduler restarted at the
+//    same address keeps no state of its own. It answers a heartbeat from a node it does not
+//    know with "re-register"; the first node to do so brings the view it holds, from which the
+//    membership (ids, ranks, addresses, incarnations) and the epoch are rebuilt, and every node
+//    then re-registers with its own id and rank, re-publishes the kv keys it wrote and re-enters
+//    the barrier it was waiting at. A node that does not come back within the heartbeat
+//    timeout is declared dead as usual.
 // Malformed or duplicate requests get an error reply naming what was wrong; the scheduler
 // keeps serving.
 #pragma once
@@ -52,6 +59,9 @@ class Scheduler {
   bool WaitDone(Millis timeout);
   // Tells every live node to shut down, then stops serving.
   void Stop();
+  // Stops serving without telling anyone, as a killed scheduler would (fault injection for
+  // tests of a restart). Idempotent; Stop() after it does nothing.
+  void Abandon();
 
   ClusterView view() const;
 
@@ -65,6 +75,15 @@ class Scheduler {
     int requested_rank = -1;
     std::chrono::steady_clock::time_point last_seen;
     PeerId peer = kNoPeer;  // our link to the node, for notifications
+    // Known from a peer's view after this scheduler restarted; not re-registered yet.
+    bool awaiting_rejoin = false;
+  };
+  struct Registration {
+    Role role = Role::kServer;
+    std::string address;
+    std::string hostname;
+    uint32_t pid = 0;
+    int requested_rank = -1;
   };
   struct PendingRegistration {
     Request request;
@@ -91,6 +110,17 @@ class Scheduler {
 
   // The helpers below expect mu_ held.
   ClusterView ViewLocked() const;
+  // A node that had registered with this scheduler's previous run (or whose reply was lost)
+  // registering again with its id, rank and incarnation.
+  void HandleRejoinLocked(Request& request, const Registration& reg);
+  // Rebuilds the membership of a running job from the view a re-registering node holds.
+  Status AdoptViewLocked(const ClusterView& v, const Registration& reg);
+  // Takes a node back at `target`'s rank after it was declared dead; tells the others.
+  void RejoinDeadLocked(Request& request, Member& target, const Registration& reg);
+  // True if `sender` must re-register before it is served: this scheduler restarted and does
+  // not know it yet.
+  bool NeedsRejoinLocked(uint32_t sender);
+  uint32_t NodeIdFor(Role role, int rank) const;
   void CompleteRegistrationLocked();
   void ReplyRegisteredLocked(Request& request, const Member& m);
   Member* FindMemberLocked(uint32_t id);

@@ -203,7 +203,8 @@ Status CheckBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
       auto r = body.getRegister();
       if (!EnumBelow(r.getRole(), kRoleCount)) return Status::InvalidArgument("register.role out of range");
       STRATA_RETURN_IF_ERROR(CheckText(r.getAddress(), "register.address", limits));
-      return CheckText(r.getHostname(), "register.hostname", limits);
+      STRATA_RETURN_IF_ERROR(CheckText(r.getHostname(), "register.hostname", limits));
+      return CheckView(r.getView(), limits);
     }
     case Op::REGISTER_REPLY: return CheckView(body.getRegisterReply().getView(), limits);
     case Op::VIEW: return CheckView(body.getView(), limits);

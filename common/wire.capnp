@@ -46,6 +46,13 @@ struct RegisterRequest {
   requestedRank @2 :Int32 = -1;   # -1: the scheduler assigns one (by sorted address)
   hostname @3 :Text;
   pid @4 :UInt32;
+  # Re-registration with a scheduler that restarted: the node keeps the id, rank (requestedRank)
+  # and incarnation it had, and sends the view it holds, from which a restarted scheduler
+  # rebuilds the membership of the running job.
+  rejoin @5 :Bool;
+  nodeId @6 :UInt32;
+  incarnation @7 :UInt32;
+  view @8 :ClusterView;
 }
 
 struct RegisterReply {
@@ -65,6 +72,8 @@ struct BarrierRequest {
 
 struct HeartbeatReply {
   viewEpoch @0 :UInt64;
+  reregister @1 :Bool;      # the scheduler does not know the sender (it restarted): register
+                            # again with rejoin set
 }
 
 struct KvSet {

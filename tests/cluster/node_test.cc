@@ -1,6 +1,8 @@
 // node_test.cc: Node over real TCP sockets: a scheduler that cannot be reached is an error
-// naming its host and port within cluster.connect_timeout_ms, and a node bound on every
-// interface registers an address peers can dial.
+// naming its host and port within cluster.connect_timeout_ms, a node bound on every
+// interface registers an address peers can dial, a scheduler lost for good is an error, and a
+// scheduler restarted at the same address gets the membership, the kv store and a barrier in
+// flight back from the nodes.
 #include "cluster/node.h"
 
 #include <gmock/gmock.h>
@@ -110,6 +112,113 @@ TEST(NodeTcpTest, LosingTheSchedulerPastTheTimeoutIsAnErrorNamingIt) {
   EXPECT_THAT(s.ToString(), HasSubstr("lost the scheduler at " + *address));
   EXPECT_THAT(s.ToString(), HasSubstr("cluster.scheduler_timeout_ms 500"));
   (void)node.Leave(Millis(200));  // the scheduler is gone: leaving times out, quickly
+}
+
+// A scheduler killed (Abandon: no goodbye) while a trainer waits at a barrier, and a new one
+// started at the same address: the nodes re-register with their ids and ranks, the kv key set
+// before the crash is back, and the barrier completes at the new scheduler.
+TEST(NodeTcpTest, AKvValueAndABarrierSurviveASchedulerRestart) {
+  ClusterOptions cluster;
+  cluster.servers = 1;
+  cluster.trainers = 2;
+  cluster.heartbeat_interval_ms = 50;
+  cluster.heartbeat_timeout_ms = 2500;
+  cluster.scheduler_timeout_ms = 20000;
+  auto start_scheduler = [&](const std::string& endpoint) {
+    auto transport = MakeTransport(endpoint, TransportOptions{});
+    EXPECT_TRUE(transport.ok());
+    return std::make_unique<Scheduler>(SchedulerOptions{cluster}, std::move(transport).value());
+  };
+  auto first = start_scheduler("tcp://127.0.0.1:0");
+  auto address = first->Start("tcp://127.0.0.1:0");
+  ASSERT_TRUE(address.ok()) << address.status().ToString();
+  cluster.scheduler = *address;
+  std::vector<std::unique_ptr<Node>> nodes;
+  for (Role role : {Role::kServer, Role::kTrainer, Role::kTrainer}) {
+    NodeOptions o;
+    o.cluster = cluster;
+    o.role = role;
+    nodes.push_back(std::make_unique<Node>(o));
+  }
+  std::vector<std::future<Status>> joins;
+  for (auto& n : nodes) joins.push_back(std::async(std::launch::async, [&n] { return n->Join(); }));
+  for (auto& j : joins) ASSERT_TRUE(j.get().ok());
+  const ClusterView before = first->view();
+  ASSERT_EQ(before.nodes.size(), 3u);
+  Node& server = *nodes[0];
+  Node& t0 = nodes[1]->rank() == 0 ? *nodes[1] : *nodes[2];
+  Node& t1 = nodes[1]->rank() == 0 ? *nodes[2] : *nodes[1];
+  ASSERT_TRUE(t0.KvSet("bootstrap/t0", "abc").ok());
+  auto waiting = std::async(std::launch::async, [&] {
+    return t0.Barrier("after-restart", wire::BarrierScope::TRAINERS, Millis(30000));
+  });
+  // Give the barrier time to reach the first scheduler; passing does not depend on it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  first->Abandon();
+  first.reset();
+
+  auto second = start_scheduler(*address);
+  auto again = second->Start(*address);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(t1.Barrier("after-restart", wire::BarrierScope::TRAINERS, Millis(30000)).ok());
+  EXPECT_TRUE(waiting.get().ok());
+  auto value = t1.KvGet("bootstrap/t0", Millis(10000));
+  ASSERT_TRUE(value.ok()) << value.status().ToString();
+  EXPECT_EQ(*value, "abc");
+  // All three are back with the ids and addresses they had, in a view with a higher epoch.
+  const auto all_back = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  ClusterView after = second->view();
+  while (std::chrono::steady_clock::now() < all_back && (after.epoch <= before.epoch + 1)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    after = second->view();
+  }
+  ASSERT_EQ(after.nodes.size(), 3u);
+  EXPECT_GT(after.epoch, before.epoch);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(after.nodes[i].id, before.nodes[i].id);
+    EXPECT_EQ(after.nodes[i].address, before.nodes[i].address);
+    EXPECT_TRUE(after.nodes[i].alive) << after.nodes[i].Describe();
+  }
+  EXPECT_TRUE(server.SchedulerStatus().ok()) << server.SchedulerStatus().ToString();
+  for (auto& n : nodes) EXPECT_TRUE(n->Leave().ok());
+  EXPECT_TRUE(second->WaitDone(Millis(10000)));
+}
+
+// A restarted scheduler does not adopt a running job whose view does not match its own
+// cluster.servers / cluster.trainers: the node's re-registration is refused naming both.
+TEST(NodeTcpTest, ARestartedSchedulerRefusesAViewOfAnotherShape) {
+  ClusterOptions cluster;
+  cluster.servers = 0;
+  cluster.trainers = 1;
+  cluster.heartbeat_interval_ms = 50;
+  cluster.heartbeat_timeout_ms = 2500;
+  cluster.scheduler_timeout_ms = 20000;
+  auto transport = MakeTransport("tcp://127.0.0.1:0", TransportOptions{});
+  ASSERT_TRUE(transport.ok());
+  auto first = std::make_unique<Scheduler>(SchedulerOptions{cluster}, std::move(transport).value());
+  auto address = first->Start("tcp://127.0.0.1:0");
+  ASSERT_TRUE(address.ok()) << address.status().ToString();
+  NodeOptions o;
+  o.cluster = cluster;
+  o.cluster.scheduler = *address;
+  o.role = Role::kTrainer;
+  Node node(o);
+  ASSERT_TRUE(node.Join().ok());
+  first->Abandon();
+  first.reset();
+  ClusterOptions other = cluster;
+  other.trainers = 2;
+  auto t2 = MakeTransport(*address, TransportOptions{});
+  ASSERT_TRUE(t2.ok());
+  Scheduler second(SchedulerOptions{other}, std::move(t2).value());
+  ASSERT_TRUE(second.Start(*address).ok());
+  const Status s = node.Barrier("b", wire::BarrierScope::TRAINERS, Millis(10000));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  EXPECT_THAT(s.ToString(), HasSubstr("1 trainers"));
+  EXPECT_THAT(s.ToString(), HasSubstr("cluster.trainers 2"));
+  EXPECT_TRUE(second.view().nodes.empty());
+  (void)node.Leave(Millis(200));
 }
 
 }  // namespace
