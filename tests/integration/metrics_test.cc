@@ -87,7 +87,9 @@ double CheckHistogram(const std::string& text, const std::string& name, const st
   const std::vector<double> buckets = Values(text, name + "_bucket{" + labels + (labels.empty() ? "" : ","));
   EXPECT_EQ(buckets.size(), Histogram::SecondsBounds().size() + 1) << name << braces << ":\n" << text;
   for (size_t i = 1; i < buckets.size(); ++i) EXPECT_LE(buckets[i - 1], buckets[i]) << name << braces;
-  if (!buckets.empty()) EXPECT_EQ(buckets.back(), count) << name << braces;
+  if (!buckets.empty()) {
+    EXPECT_EQ(buckets.back(), count) << name << braces;
+  }
   EXPECT_EQ(Value(text, name + "_bucket{" + labels + (labels.empty() ? "" : ",") + "le=\"+Inf\"}"), count);
   EXPECT_GE(Value(text, name + "_sum" + braces), 0) << name << braces;
   return count;
