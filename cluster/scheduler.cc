@@ -107,6 +107,12 @@ Scheduler::Member* Scheduler::FindMemberLocked(uint32_t id) {
 }
 
 void Scheduler::Handle(Request request) {
+  const auto start = Clock::now();
+  Dispatch(std::move(request));
+  request_seconds_.Observe(std::chrono::duration<double>(Clock::now() - start).count());
+}
+
+void Scheduler::Dispatch(Request request) {
   switch (request.message().op()) {
     case Op::REGISTER: return HandleRegister(std::move(request));
     case Op::HEARTBEAT: return HandleHeartbeat(std::move(request));

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "cluster/cluster.h"
+#include "common/metrics.h"
 #include "common/options.h"
 #include "common/rpc.h"
 
@@ -64,6 +65,9 @@ class Scheduler {
   void Abandon();
 
   ClusterView view() const;
+  // Seconds spent handling each request (a barrier or kv wait that parks it counts until it
+  // parks): the scheduler's /metrics histogram.
+  Histogram::Snapshot request_seconds() const { return request_seconds_.Read(); }
 
  private:
   enum class State { kPending, kAlive, kDead, kLeft };
@@ -99,7 +103,8 @@ class Scheduler {
     std::chrono::steady_clock::time_point deadline;
   };
 
-  void Handle(Request request);
+  void Handle(Request request);  // times Dispatch
+  void Dispatch(Request request);
   void HandleRegister(Request request);
   void HandleHeartbeat(Request request);
   void HandleBarrier(Request request);
@@ -152,6 +157,7 @@ class Scheduler {
   bool stopping_ = false;
 
   std::thread monitor_;
+  Histogram request_seconds_;
 };
 
 }  // namespace strata

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/metrics.h"
 #include "common/status.h"
 
 namespace strata {
@@ -21,6 +22,11 @@ struct RowStoreStats {
   uint64_t hits = 0;           // lookups served from DRAM
   uint64_t misses = 0;         // lookups that went to a lower tier (or created a record)
   uint64_t created = 0;        // records made by the initializer
+  // Durable stores: seconds of each synced write (durability wal: one per update batch, RocksDB
+  // groups concurrent ones into one fsync) and of each checkpoint. Empty (no bounds, count 0)
+  // for a store that keeps no such times.
+  Histogram::Snapshot wal_sync_seconds;
+  Histogram::Snapshot checkpoint_seconds;
 };
 
 // Names one update so that a store can tell, even after a restart, that it was applied: the

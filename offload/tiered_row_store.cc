@@ -1,6 +1,6 @@
 // tiered_row_store.cc: TieredRowStore: opening, the call path (acquire, fetch, make room, visit,
 // write through, release), eviction and expiry. Checkpoints, export and import are in
-// tiered_row_store_files.cc.
+// tiered_row_store_files.cc, statistics in tiered_row_store_stats.cc.
 #include "offload/tiered_row_store.h"
 
 #include <rocksdb/db.h>
@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -430,7 +431,12 @@ Status TieredRowStore::WriteBatchToDb(rocksdb::WriteBatch& batch, bool sync) {
     wo.disableWAL = true;
   }
   ++write_batches_;
-  return offload_internal::FromRocks(db_->Write(wo, &batch), "write to RocksDB at " + options_.path);
+  const auto start = std::chrono::steady_clock::now();
+  rocksdb::Status s = db_->Write(wo, &batch);
+  if (wo.sync && s.ok()) {
+    wal_sync_seconds_.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return offload_internal::FromRocks(s, "write to RocksDB at " + options_.path);
 }
 
 // kWal: the call's changed records (and its update id) go to the synced WAL in one batch before
@@ -583,40 +589,6 @@ Status TieredRowStore::ExpireLocked(uint64_t cutoff) {
   expired_ += expired;
   records_.fetch_sub(std::min(expired, records_.load()));
   return Status::OK();
-}
-
-TieredStoreStats TieredRowStore::detailed_stats() const {
-  TieredStoreStats st;
-  for (const auto& sp : shards_) {
-    std::lock_guard lock(sp->mu);
-    st.records_in_memory += sp->map.size();
-    st.hits += sp->hits;
-    st.misses += sp->misses;
-    st.created += sp->created;
-    st.not_admitted += sp->not_admitted;
-    st.evictions += sp->evictions;
-  }
-  st.bytes_in_memory = st.records_in_memory * footprint_bytes_;
-  st.records = records_.load();
-  st.written_back = written_back_.load();
-  st.multigets = multigets_.load();
-  st.write_batches = write_batches_.load();
-  st.expired = expired_.load();
-  st.checkpoints = checkpoints_.load();
-  st.write_back_errors = write_back_errors_.load();
-  st.clock = clock_.load();
-  return st;
-}
-
-RowStoreStats TieredRowStore::stats() const {
-  const TieredStoreStats d = detailed_stats();
-  RowStoreStats st;
-  st.records = d.records;
-  st.bytes_in_memory = d.bytes_in_memory;
-  st.hits = d.hits;
-  st.misses = d.misses;
-  st.created = d.created;
-  return st;
 }
 
 }  // namespace strata

@@ -259,6 +259,8 @@ class TieredRowStore final : public RowStore {
 
   std::atomic<uint64_t> records_{0}, written_back_{0}, multigets_{0}, write_batches_{0},
       expired_{0}, checkpoints_{0}, write_back_errors_{0};
+  Histogram wal_sync_seconds_;    // kWal: each synced RocksDB write
+  Histogram checkpoint_seconds_;  // each successful checkpoint, flush to manifest
 };
 
 }  // namespace strata

@@ -5,6 +5,7 @@
 #include <rocksdb/write_batch.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 
@@ -79,6 +80,7 @@ Status TieredRowStore::Checkpoint(const std::string& dir) {
 }
 
 Status TieredRowStore::CheckpointLocked(const std::string& dir) {
+  const auto start = std::chrono::steady_clock::now();
   std::error_code ec;
   if (fs::exists(dir, ec) && !fs::is_empty(dir, ec)) {
     return Status::AlreadyExists("checkpoint directory " + dir + " is not empty");
@@ -106,6 +108,7 @@ Status TieredRowStore::CheckpointLocked(const std::string& dir) {
   STRATA_RETURN_IF_ERROR(WriteFileDurably(
       dir + "/" + offload_internal::kManifestName, offload_internal::EncodeManifest(m)));
   ++checkpoints_;
+  checkpoint_seconds_.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return Status::OK();
 }
 

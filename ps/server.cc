@@ -135,12 +135,20 @@ void PsServer::RunWorker(Worker& w) {
 
 void PsServer::Handle(Request& request) {
   ++requests_;
+  const auto start = std::chrono::steady_clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   switch (request.message().op()) {
     case Op::CREATE_TABLE: return HandleCreateTable(request);
-    case Op::PUSH: return HandlePush(request);
-    case Op::PULL: return HandlePull(request);
+    case Op::PUSH:
+      HandlePush(request);
+      return push_seconds_.Observe(seconds());
+    case Op::PULL:
+      HandlePull(request);
+      return pull_seconds_.Observe(seconds());
     case Op::CLOCK: return HandleClock(request);
-    case Op::SAVE_TABLES: return HandleSaveTables(request);
+    case Op::SAVE_TABLES:
+      HandleSaveTables(request);
+      return save_seconds_.Observe(seconds());
     case Op::GET_STATS: {
       Message reply = request.MakeReply();
       reply.builder().getBody().setStats(StatsJson());

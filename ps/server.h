@@ -74,6 +74,15 @@ class PsServer {
   // The same, as one line for people: "8200 pulls, 8000 pushes (190/s), 300.6 MiB in, ...".
   std::string StatsLine() const;
 
+  // The times /metrics shows as histograms (docs/metrics.md): a worker's time on each pull and
+  // push (from taking it off its queue to its reply, or to parking a pull that waits for its
+  // clock; queue wait excluded), and each table's store timings by table name.
+  struct Timings {
+    Histogram::Snapshot pull_seconds, push_seconds, save_seconds;  // save: saveTables (a trainer checkpoint)
+    std::map<std::string, RowStoreStats> tables;
+  };
+  Timings ReadTimings() const;
+
  private:
   struct Table;
   struct Parked {  // a pull waiting for its clock
@@ -149,6 +158,7 @@ class PsServer {
   std::atomic<uint64_t> duplicates_{0};  // retried pushes answered without applying them again
   RecentIds push_ids_;
   std::atomic<uint64_t> bytes_in_{0}, bytes_out_{0}, apply_ns_{0}, errors_{0}, queued_{0};
+  Histogram pull_seconds_, push_seconds_, save_seconds_;
 };
 
 }  // namespace strata

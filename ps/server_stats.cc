@@ -46,6 +46,16 @@ std::string PsServer::StatsJson() const {
   return j.dump();
 }
 
+PsServer::Timings PsServer::ReadTimings() const {
+  Timings t;
+  t.pull_seconds = pull_seconds_.Read();
+  t.push_seconds = push_seconds_.Read();
+  t.save_seconds = save_seconds_.Read();
+  std::shared_lock lock(tables_mu_);
+  for (const auto& [id, table] : tables_) t.tables[table->spec.name] = table->store->stats();
+  return t;
+}
+
 std::string PsServer::StatsLine() const {
   const double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   const double requests = static_cast<double>(requests_.load());

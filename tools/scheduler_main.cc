@@ -77,6 +77,8 @@ int main(int argc, char** argv) {
       m.Set("strata_scheduler_nodes", "nodes in the cluster view, by role", T::kGauge,
             static_cast<double>(view.WithRole(role).size()), MetricLabel("role", name));
     }
+    m.SetHistogram("strata_scheduler_request_duration_seconds",
+                   "seconds handling each request (registration, heartbeat, barrier, kv)", scheduler.request_seconds());
   });
   if (!StartMetricsIfAsked(metrics_endpoint, job->cluster.metrics_port, Role::kScheduler, 0, job->cluster.servers)) return 1;
   while (!scheduler.WaitDone(Millis(100))) {

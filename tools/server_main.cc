@@ -58,6 +58,28 @@ StoreFactory MakeStoreFactory(const ServerStoreOptions& c, const std::string& di
   };
 }
 
+// The server's times (PsServer::ReadTimings) as the histograms docs/metrics.md names. Those of
+// durability and saveTables appear once there is one.
+void CollectServerTimings(const PsServer::Timings& t, MetricsRegistry& m) {
+  const char* request_help = "a worker's seconds on a request, by op (queue wait and a parked pull's wait excluded)";
+  m.SetHistogram("strata_server_request_duration_seconds", request_help, t.pull_seconds, MetricLabel("op", "pull"));
+  m.SetHistogram("strata_server_request_duration_seconds", request_help, t.push_seconds, MetricLabel("op", "push"));
+  if (t.save_seconds.count > 0) {
+    m.SetHistogram("strata_server_request_duration_seconds", request_help, t.save_seconds, MetricLabel("op", "save_tables"));
+  }
+  for (const auto& [name, s] : t.tables) {
+    const std::string table = MetricLabel("table", name);
+    if (s.wal_sync_seconds.count > 0) {
+      m.SetHistogram("strata_table_wal_sync_duration_seconds", "seconds of each synced WAL write (durability: wal)",
+                     s.wal_sync_seconds, table);
+    }
+    if (s.checkpoint_seconds.count > 0) {
+      m.SetHistogram("strata_table_checkpoint_duration_seconds", "seconds of each store checkpoint (durability: checkpoint)",
+                     s.checkpoint_seconds, table);
+    }
+  }
+}
+
 // The server's statistics (PsServer::StatsJson) as the metrics docs/metrics.md names.
 void CollectServerMetrics(const std::string& stats_json, MetricsRegistry& m) {
   using T = MetricsRegistry::Type;
@@ -193,7 +215,10 @@ int main(int argc, char** argv) {
   }
   MetricsRegistry metrics;
   MetricsEndpoint metrics_endpoint("server", node.rank(), &metrics,
-                           [&server](MetricsRegistry& m) { CollectServerMetrics(server.StatsJson(), m); });
+                           [&server](MetricsRegistry& m) {
+                                     CollectServerMetrics(server.StatsJson(), m);
+                                     CollectServerTimings(server.ReadTimings(), m);
+                                   });
   if (!StartMetricsIfAsked(metrics_endpoint, job.cluster.metrics_port, Role::kServer, node.rank(), job.cluster.servers)) {
     return 1;
   }

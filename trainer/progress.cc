@@ -63,6 +63,9 @@ void Progress::Step(int64_t step, double loss, double lr, double grad_norm, doub
                   step_seconds);
     registry_->Set("strata_trainer_samples_per_second", "this trainer's share of the job's samples per second",
                   T::kGauge, sps / trainers_);
+    registry_->SetHistogram("strata_trainer_step_duration_seconds",
+                            "seconds of each training step (forward, backward, communication, optimizer)",
+                            step_time_.Read());
   }
   Metrics(j.dump());
 }
@@ -97,6 +100,15 @@ void Progress::Metrics(const std::string& json_line) {
   if (metrics_.is_open()) {
     metrics_ << json_line << "\n";
     metrics_.flush();
+  }
+}
+
+void Progress::CheckpointTime(double seconds) {
+  checkpoint_time_.Observe(seconds);
+  if (registry_) {
+    registry_->SetHistogram("strata_trainer_checkpoint_duration_seconds",
+                            "seconds of each checkpoint this trainer took part in (train.checkpoint_every)",
+                            checkpoint_time_.Read());
   }
 }
 

@@ -26,6 +26,10 @@ class Progress {
 
   // After step `step` (1-based) of train.steps.
   void Step(int64_t step, double loss, double lr, double grad_norm, double step_seconds, double elapsed);
+  // One step's time (every step; published with the next Step) and one checkpoint's write
+  // time (published at once), as histograms.
+  void StepTime(double seconds) { step_time_.Observe(seconds); }
+  void CheckpointTime(double seconds);
   // A metrics line; the evaluations among them (they carry "eval_loss") are also kept.
   void Metrics(const std::string& json_line);
   // Every evaluation this rank reported, in order (train.plot_path draws them).
@@ -43,6 +47,7 @@ class Progress {
   std::ofstream metrics_;
   std::vector<TrainingCurves::Eval> evals_;
   MetricsRegistry* registry_ = nullptr;
+  Histogram step_time_, checkpoint_time_;
 };
 
 // "{rank}" in `path` becomes the rank.

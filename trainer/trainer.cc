@@ -408,6 +408,7 @@ Result<TrainSummary> Trainer::RunSteps() {
         return s.WithContext("after step " + std::to_string(step_) + " of " + std::to_string(to.steps));
       }
     }
+    const auto step_start = std::chrono::steady_clock::now();
     const double lr = LearningRate(job_.optimizer, step_, to.steps);
     // A step's high-water mark of this device's allocator (LogMemory).
     Allocator& alloc = model_->params().exec().alloc();
@@ -422,6 +423,7 @@ Result<TrainSummary> Trainer::RunSteps() {
     }
     comm_.CountStep();
     ++step_;
+    progress_->StepTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
     // What this rank holds, once every buffer exists, and the second step's peak (the first
     // re-cuts the buckets, old and new alive together): every rank under ZeRO (they differ).
     if (step_ - summary.first_step == std::min<int64_t>(2, to.steps - summary.first_step) && (sharded_ || rank_ == 0 || plan_.cp > 1)) {
@@ -442,7 +444,12 @@ Result<TrainSummary> Trainer::RunSteps() {
       if (reducer_) STRATA_RETURN_IF_ERROR(reducer_->WaitAllParams());
       comm_.Pause();
       if (eval) STRATA_RETURN_IF_ERROR(Evaluate().status());
-      if (checkpoint) STRATA_RETURN_IF_ERROR(SaveCheckpoint());
+      if (checkpoint) {
+        const auto checkpoint_start = std::chrono::steady_clock::now();
+        STRATA_RETURN_IF_ERROR(SaveCheckpoint());
+        progress_->CheckpointTime(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - checkpoint_start).count());
+      }
       comm_.Resume();
     }
   }

@@ -1,6 +1,7 @@
 // metrics_test.cc: cluster.metrics_port end to end: during a launch (ctr, hybrid, 2 servers, 2
 // trainers) the scheduler, every server and every trainer answer GET /metrics with every name
-// docs/metrics.md marks `live` for their role, and the servers count real traffic.
+// docs/metrics.md marks `live` for their role, the servers count real traffic, and the latency
+// histograms have every bucket, cumulative, and count what happened.
 #include <gtest/gtest.h>
 #include <arpa/inet.h>
 #include <httplib.h>
@@ -12,7 +13,9 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <vector>
 
+#include "common/metrics.h"
 #include "tests/integration/launch_fixture.h"
 
 namespace strata::testing {
@@ -64,6 +67,34 @@ int FreePortRun(int count) {
   return -1;
 }
 
+// The values of the lines that start with `prefix` (a histogram's `NAME_bucket{...`), in order.
+std::vector<double> Values(const std::string& text, const std::string& prefix) {
+  std::vector<double> values;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(prefix, 0) == 0) values.push_back(std::stod(line.substr(line.rfind(' ') + 1)));
+  }
+  return values;
+}
+
+// Histogram `name{labels}` in `text`: one bucket line per bound and +Inf, cumulative counts,
+// the +Inf bucket equal to the count, and at least one observation. Returns the count.
+double CheckHistogram(const std::string& text, const std::string& name, const std::string& labels = "") {
+  const std::string braces = labels.empty() ? "" : "{" + labels + "}";
+  const double count = Value(text, name + "_count" + braces);
+  EXPECT_GT(count, 0) << name << braces << ":\n" << text;
+  EXPECT_NE(text.find("# TYPE " + name + " histogram\n"), std::string::npos) << name;
+  const std::vector<double> buckets = Values(text, name + "_bucket{" + labels + (labels.empty() ? "" : ","));
+  EXPECT_EQ(buckets.size(), Histogram::SecondsBounds().size() + 1) << name << braces << ":\n" << text;
+  for (size_t i = 1; i < buckets.size(); ++i) EXPECT_LE(buckets[i - 1], buckets[i]) << name << braces;
+  if (!buckets.empty()) {
+    EXPECT_EQ(buckets.back(), count) << name << braces;
+  }
+  EXPECT_EQ(Value(text, name + "_bucket{" + labels + (labels.empty() ? "" : ",") + "le=\"+Inf\"}"), count);
+  EXPECT_GE(Value(text, name + "_sum" + braces), 0) << name << braces;
+  return count;
+}
+
 class MetricsTest : public LaunchFixture {};
 
 TEST_F(MetricsTest, EveryProcessAnswersWithTheDocumentedNames) {
@@ -108,6 +139,13 @@ TEST_F(MetricsTest, EveryProcessAnswersWithTheDocumentedNames) {
   EXPECT_EQ(Value(texts[base], "strata_scheduler_view_epoch"), 1) << texts[base];
   EXPECT_GT(Value(texts[base + 2], "strata_server_received_bytes_total"), 0) << texts[base + 2];
   EXPECT_GT(Value(texts[base + 1], "strata_table_hits_total"), 0) << texts[base + 1];
+  // The latency histograms count the traffic.
+  CheckHistogram(texts[base], "strata_scheduler_request_duration_seconds");
+  for (int server : {1, 2}) {
+    CheckHistogram(texts[base + server], "strata_server_request_duration_seconds", "op=\"pull\"");
+    CheckHistogram(texts[base + server], "strata_server_request_duration_seconds", "op=\"push\"");
+  }
+  for (int trainer : {3, 4}) CheckHistogram(texts[base + trainer], "strata_trainer_step_duration_seconds");
 }
 
 }  // namespace

@@ -352,6 +352,36 @@ TEST(Checkpoint, NonEmptyOrUnwritableTargetIsAnErrorAndTheStoreGoesOn) {
   EXPECT_TRUE((*store)->Checkpoint(dir.path() + "/ok").ok());
 }
 
+// stats() carries a histogram of the seconds of each synced WAL write and of each checkpoint
+// (the server's /metrics): one synced write per update in wal mode, none without the WAL, and
+// one per successful checkpoint.
+TEST(Timings, EachSyncedWalWriteAndEachCheckpointIsCounted) {
+  TempDir dir;
+  auto wal = TieredRowStore::Open(WalOptions(dir.path() + "/wal"), kWidth);
+  ASSERT_TRUE(wal.ok()) << wal.status().ToString();
+  auto store = TieredRowStore::Open(CheckpointOptions(dir), 6);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const uint64_t before = (*wal)->stats().wal_sync_seconds.count;
+  for (uint64_t i = 0; i < 5; ++i) {
+    std::vector<uint64_t> keys = {i, i + 100};
+    ASSERT_TRUE((*wal)->Update(keys, InitKey, [](size_t, std::span<float> r) { r[0] += 1; }).ok());
+    Train(**store, static_cast<int>(i));
+  }
+  const Histogram::Snapshot synced = (*wal)->stats().wal_sync_seconds;
+  EXPECT_EQ(synced.count, before + 5);
+  EXPECT_EQ(synced.counts.size(), Histogram::SecondsBounds().size() + 1);
+  EXPECT_EQ((*wal)->stats().checkpoint_seconds.count, 0u);
+  fs::create_directories(dir.path() + "/full");
+  testing::WriteFile(dir.path() + "/full/x", "x");
+  ASSERT_TRUE((*store)->Checkpoint(dir.path() + "/c1").ok());
+  EXPECT_FALSE((*store)->Checkpoint(dir.path() + "/full").ok());  // not counted
+  Train(**store, 6);
+  ASSERT_TRUE((*store)->Checkpoint(dir.path() + "/c2").ok());
+  const RowStoreStats st = (*store)->stats();
+  EXPECT_EQ(st.checkpoint_seconds.count, 2u);
+  EXPECT_EQ(st.wal_sync_seconds.count, 0u);  // the checkpoint's flush of dirty rows is not a WAL sync
+}
+
 TEST(TieredStore, UnwritableDirectoryIsAClearError) {
   TempDir dir;
   testing::WriteFile(dir.path() + "/file", "x");

@@ -1,7 +1,8 @@
 # install_consumer_check.cmake: `cmake --install` of this build into a fresh prefix, then
-# examples/consumer (find_package(strata), strata::ps) configured and built against it, then run
-# as the trainer of a local cluster started by the installed strata-launch (a scheduler and one
-# installed strata-server): it must push, pull and exit 0.
+# examples/consumer (find_package(strata)) configured and built against it: strata-consumer
+# (strata::ps) run as the trainer of a local cluster started by the installed strata-launch (a
+# scheduler and one installed strata-server) must push, pull and exit 0; strata-trainer-consumer
+# (strata::trainer) trains a small MLP in its process and checks its loss and step metrics.
 #   cmake -DBUILD=<build dir> -DSOURCE=<repo> -DWORK=<scratch dir> -P install_consumer_check.cmake
 file(REMOVE_RECURSE "${WORK}")
 file(MAKE_DIRECTORY "${WORK}")
@@ -29,4 +30,8 @@ run("the consumer against a local cluster"
     --trainer-command "${WORK}/consumer/strata-consumer" "${WORK}/job.yaml")
 if(NOT last_output MATCHES "pushed and pulled 2 rows through strata::ps: ok")
   message(FATAL_ERROR "the consumer did not report its rows:\n${last_output}")
+endif()
+run("the trainer consumer (strata::trainer)" "${WORK}/consumer/strata-trainer-consumer")
+if(NOT last_output MATCHES "40 steps through strata::trainer, loss .* 40 step times: ok")
+  message(FATAL_ERROR "the trainer consumer did not report its steps:\n${last_output}")
 endif()

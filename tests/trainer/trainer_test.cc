@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/metrics.h"
 #include "test_util.h"
 
 namespace strata {
@@ -107,6 +108,28 @@ TEST(TrainerTest, ResumeReproducesLossesExactlyMlpAdamW) {
   TrainJob job = SmallMlpJob();
   job.optimizer.clip_norm = 1.0;
   ExpectExactResume(job, 40, 17, "mlp");
+}
+
+// The trainer's /metrics histograms (docs/metrics.md): one step time per step (published every
+// log_every steps) and one write time per checkpoint.
+TEST(TrainerTest, StepAndCheckpointTimesAreCountedInTheMetrics) {
+  TrainJob job = SmallMlpJob();
+  job.model.mlp_hidden = 32;
+  job.train.steps = 12;
+  job.train.log_every = 4;
+  job.train.checkpoint_every = 5;
+  job.train.checkpoint_dir = TempDir("metrics");
+  auto trainer = Trainer::Create(job);
+  ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+  MetricsRegistry metrics;
+  (*trainer)->SetMetrics(&metrics);
+  ASSERT_TRUE((*trainer)->Run().ok());
+  const std::string text = metrics.Text();
+  EXPECT_NE(text.find("# TYPE strata_trainer_step_duration_seconds histogram\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nstrata_trainer_step_duration_seconds_count 12\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nstrata_trainer_step_duration_seconds_bucket{le=\"+Inf\"} 12\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\nstrata_trainer_checkpoint_duration_seconds_count 2\n"), std::string::npos) << text;  // steps 5, 10
+  std::filesystem::remove_all(job.train.checkpoint_dir);
 }
 
 TEST(TrainerTest, ResumeReproducesLossesExactlyCtrSgdMicroBatches) {
