@@ -101,6 +101,7 @@ Status PsClient::Reconnect(uint32_t rank) {
 }
 
 void PsClient::Send(PsTicket::Part& part, Millis timeout) {
+  part.sent_to = addresses_[part.server];
   part.ticket = node_.rpc().Call(servers_[part.server], part.make(), timeout);
 }
 
@@ -110,7 +111,8 @@ Result<Message> PsClient::Await(PsTicket::Part& part, Millis timeout) {
   // instead of waiting out the whole timeout for a reply that will never come.
   using SteadyClock = std::chrono::steady_clock;
   const auto deadline = SteadyClock::now() + timeout;
-  const std::string address = addresses_[part.server];
+  // The address this part went to: another request's retry may have moved addresses_ on since.
+  const std::string address = part.sent_to;
   for (;;) {
     const auto left = std::chrono::duration_cast<Millis>(deadline - SteadyClock::now());
     Result<Message> r = part.ticket.Wait(std::clamp(left, Millis(0), Millis(200)));
@@ -160,11 +162,11 @@ Status PsClient::CreateTable(const TableSpec& spec) {
   STRATA_RETURN_IF_ERROR(Connect());
   PsTicket ticket;
   for (uint32_t s = 0; s < servers_.size(); ++s) {
-    PsTicket::Part part{{}, s, nullptr, [spec] {
+    PsTicket::Part part(s, nullptr, [spec] {
                           Message m;
                           ToWire(spec, m.builder().getBody().initCreateTable());
                           return m;
-                        }};
+                        });
     Send(part, timeout_);
     ticket.parts_.push_back(std::move(part));
   }
@@ -177,11 +179,11 @@ Status PsClient::SaveTables(const std::string& checkpoint) {
   STRATA_RETURN_IF_ERROR(Connect());
   PsTicket ticket;
   for (uint32_t s = 0; s < servers_.size(); ++s) {
-    PsTicket::Part part{{}, s, nullptr, [checkpoint] {
+    PsTicket::Part part(s, nullptr, [checkpoint] {
                           Message m;
                           m.builder().getBody().setSaveTables(checkpoint);
                           return m;
-                        }};
+                        });
     Send(part, timeout_);
     ticket.parts_.push_back(std::move(part));
   }
@@ -234,7 +236,7 @@ PsTicket PsClient::Sparse(uint32_t table, std::span<const uint64_t> keys, const 
     const int64_t clock = clock_;
     const bool return_values = out != nullptr;
     const uint64_t push_id = push ? NextPushId() : 0;
-    PsTicket::Part part{{}, sv, nullptr, [=] {
+    PsTicket::Part part(sv, nullptr, [=] {
                           Message m;
                           if (push) {
                             auto p = m.builder().getBody().initPush();
@@ -250,7 +252,7 @@ PsTicket PsClient::Sparse(uint32_t table, std::span<const uint64_t> keys, const 
                           m.AddPayload(DType::kI64, {n}, View(keys_v));
                           if (push) m.AddPayload(DType::kF32, {n, static_cast<int64_t>(dim)}, View(grads_v));
                           return m;
-                        }};
+                        });
     Send(part, timeout_);
     if (out) {
       part.on_reply = [scatter = std::move(s.scatter), dim, n, out](const Message& reply) {
@@ -290,7 +292,7 @@ PsTicket PsClient::PullDense(uint32_t table, float* out, bool bf16) {
     std::vector<size_t> floats;
     for (uint64_t c : *chunks) floats.push_back(spec.ChunkLength(c));
     const int64_t n = static_cast<int64_t>(chunks->size());
-    PsTicket::Part part{{}, sv, nullptr, [table, clock, chunks, n, bf16] {
+    PsTicket::Part part(sv, nullptr, [table, clock, chunks, n, bf16] {
                           Message m;
                           auto p = m.builder().getBody().initPull();
                           p.setTable(table);
@@ -298,7 +300,7 @@ PsTicket PsClient::PullDense(uint32_t table, float* out, bool bf16) {
                           p.setBf16(bf16);
                           m.AddPayload(DType::kI64, {n}, View(chunks));
                           return m;
-                        }};
+                        });
     part.on_reply = [spec, chunks, floats, out, bf16](const Message& reply) {
       STRATA_RETURN_IF_ERROR(CheckValues(reply, floats, bf16 ? DType::kBF16 : DType::kF32));
       for (size_t i = 0; i < chunks->size(); ++i) {
@@ -345,7 +347,7 @@ PsTicket PsClient::PushDenseAs(uint32_t table, const void* grads, DType dtype) {
     auto chunks = std::make_shared<std::vector<uint64_t>>(std::move(mine_chunks));
     const int64_t n = static_cast<int64_t>(chunks->size());
     const uint64_t push_id = NextPushId();
-    PsTicket::Part part{{}, sv, nullptr, [spec, table, clock, chunks, n, grads, dtype, borrowed, push_id] {
+    PsTicket::Part part(sv, nullptr, [spec, table, clock, chunks, n, grads, dtype, borrowed, push_id] {
                           Message m;
                           auto p = m.builder().getBody().initPush();
                           p.setTable(table);
@@ -360,7 +362,7 @@ PsTicket PsClient::PushDenseAs(uint32_t table, const void* grads, DType dtype) {
                                                 len * size, borrowed));
                           }
                           return m;
-                        }};
+                        });
     Send(part, timeout_);
     ticket.parts_.push_back(std::move(part));
   }
@@ -393,11 +395,11 @@ Status PsClient::Clock() {
   PsTicket ticket;
   const int64_t clock = clock_;
   for (uint32_t s = 0; s < servers_.size(); ++s) {
-    PsTicket::Part part{{}, s, nullptr, [clock] {
+    PsTicket::Part part(s, nullptr, [clock] {
                           Message m;
                           m.builder().getBody().initClock().setClock(clock);
                           return m;
-                        }};
+                        });
     Send(part, timeout_);
     ticket.parts_.push_back(std::move(part));
   }

@@ -36,10 +36,13 @@ class PsTicket {
  private:
   friend class PsClient;
   struct Part {
+    Part(uint32_t server_rank, std::function<Status(const Message& reply)> scatter, std::function<Message()> build)
+        : server(server_rank), on_reply(std::move(scatter)), make(std::move(build)) {}
     Ticket ticket;
     uint32_t server;
     std::function<Status(const Message& reply)> on_reply;  // scatters values, if any
     std::function<Message()> make;  // builds the request again, for a retry
+    std::string sent_to;             // the server address of the last send
   };
   std::vector<Part> parts_;
   Status early_;  // an error found before anything was sent
