@@ -81,6 +81,9 @@ class Scheduler {
     PeerId peer = kNoPeer;  // our link to the node, for notifications
     // Known from a peer's view after this scheduler restarted; not re-registered yet.
     bool awaiting_rejoin = false;
+    // Adopted from a node's view (a restarted scheduler) as not alive: it left or died, the view
+    // does not say which, so a new process may take its rank as if it had died.
+    bool absent_when_adopted = false;
   };
   struct Registration {
     Role role = Role::kServer;

@@ -86,7 +86,9 @@ void Scheduler::HandleRegister(Request request) {
       return reject(Status::AlreadyExists("register: " + target->info.Describe() +
                                           " is alive; its rank cannot be taken"));
     }
-    if (!target || target->state != State::kDead) {
+    const bool takeable = target && (target->state == State::kDead ||
+                                      (target->state == State::kLeft && target->absent_when_adopted));
+    if (!takeable) {
       return reject(Status::ResourceExhausted(
           "register: the cluster already has its " + std::to_string(expected) + " " +
           std::string(RoleName(role)) + "s and none of them is dead"));
@@ -182,6 +184,7 @@ void Scheduler::RejoinDeadLocked(Request& request, Member& target, const Registr
   target.info.incarnation++;
   target.state = State::kAlive;
   target.awaiting_rejoin = false;
+  target.absent_when_adopted = false;
   target.hostname = reg.hostname;
   target.pid = reg.pid;
   target.last_seen = Clock::now();
@@ -239,6 +242,7 @@ Status Scheduler::AdoptViewLocked(const ClusterView& v, const Registration& reg)
     // as left keeps barriers of the others from failing on it.
     m.state = n.alive ? State::kAlive : State::kLeft;
     m.awaiting_rejoin = n.alive;
+    m.absent_when_adopted = !n.alive;
     m.last_seen = now;
     if (n.alive) {
       auto peer = rpc_.Connect(n.address);

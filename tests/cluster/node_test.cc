@@ -221,5 +221,57 @@ TEST(NodeTcpTest, ARestartedSchedulerRefusesAViewOfAnotherShape) {
   (void)node.Leave(Millis(200));
 }
 
+// A restarted scheduler adopts a view in which a node is not alive (it left or died: the view
+// does not say): a new process asking for that rank takes it, as it would a dead node's. (Found by
+// strata-bench chaos: a server restarted just after the scheduler was refused its own rank.)
+TEST(NodeTcpTest, ARestartedSchedulerLetsANewProcessTakeTheRankOfANodeItsViewShowsGone) {
+  ClusterOptions cluster;
+  cluster.servers = 0;
+  cluster.trainers = 2;
+  cluster.heartbeat_interval_ms = 50;
+  cluster.heartbeat_timeout_ms = 2500;
+  cluster.scheduler_timeout_ms = 20000;
+  auto start_scheduler = [&](const std::string& endpoint) {
+    auto transport = MakeTransport(endpoint, TransportOptions{});
+    EXPECT_TRUE(transport.ok());
+    return std::make_unique<Scheduler>(SchedulerOptions{cluster}, std::move(transport).value());
+  };
+  auto first = start_scheduler("tcp://127.0.0.1:0");
+  auto address = first->Start("tcp://127.0.0.1:0");
+  ASSERT_TRUE(address.ok()) << address.status().ToString();
+  cluster.scheduler = *address;
+  auto node = [&](int rank) {
+    NodeOptions o;
+    o.cluster = cluster;
+    o.role = Role::kTrainer;
+    o.requested_rank = rank;
+    return std::make_unique<Node>(o);
+  };
+  auto t0 = node(0), t1 = node(1);
+  auto j1 = std::async(std::launch::async, [&] { return t1->Join(); });
+  ASSERT_TRUE(t0->Join().ok());
+  ASSERT_TRUE(j1.get().ok());
+  ASSERT_TRUE(t1->Leave(Millis(2000)).ok());
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (t0->view().Find(Role::kTrainer, 1)->alive && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_FALSE(t0->view().Find(Role::kTrainer, 1)->alive);
+  first->Abandon();
+  first.reset();
+  auto second = start_scheduler(*address);
+  ASSERT_TRUE(second->Start(*address).ok());
+  ASSERT_TRUE(t0->KvSet("after", "restart").ok());  // t0 re-registers on the way
+  auto fresh = node(1);
+  const Status joined = fresh->Join();
+  ASSERT_TRUE(joined.ok()) << joined.ToString();
+  EXPECT_EQ(fresh->rank(), 1);
+  const ClusterView v = second->view();
+  EXPECT_TRUE(v.Find(Role::kTrainer, 0)->alive);
+  EXPECT_TRUE(v.Find(Role::kTrainer, 1)->alive);
+  (void)fresh->Leave(Millis(500));
+  (void)t0->Leave(Millis(500));
+}
+
 }  // namespace
 }  // namespace strata
