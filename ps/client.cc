@@ -119,6 +119,9 @@ Result<Message> PsClient::Await(PsTicket::Part& part, Millis timeout) {
     if (r.ok() || r.status().code() != StatusCode::kDeadlineExceeded || part.ticket.done() || left <= Millis(0)) {
       return r;
     }
+    // A node that lost its scheduler ends (cluster.scheduler_timeout_ms): a BSP pull parked on
+    // a peer that has already gone that way would otherwise wait out the whole timeout.
+    if (Status lost = node_.SchedulerStatus(); !lost.ok()) return Status::Aborted(lost.message());
     const ClusterView view = node_.view();
     const NodeInfo* n = view.Find(Role::kServer, static_cast<int>(part.server));
     if (n && (!n->alive || n->address != address)) {
