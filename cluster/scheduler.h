@@ -109,6 +109,8 @@ class Scheduler {
   void Handle(Request request);  // times Dispatch
   void Dispatch(Request request);
   void HandleRegister(Request request);
+  // A first registration, or (once the view is complete) a node taking a dead or gone rank.
+  void HandleRegisterLocked(Request& request, const Registration& reg);
   void HandleHeartbeat(Request request);
   void HandleBarrier(Request request);
   void HandleKvSet(Request request);

@@ -55,6 +55,21 @@ void Scheduler::HandleRegister(Request request) {
   std::lock_guard lock(mu_);
   if (stopping_ || done_) return reject(Status::Unavailable("the scheduler is shutting down"));
   if (r.getRejoin()) return HandleRejoinLocked(request, reg);
+  HandleRegisterLocked(request, reg);
+}
+
+void Scheduler::HandleRegisterLocked(Request& request, const Registration& reg) {
+  const Role role = reg.role;
+  const std::string& address = reg.address;
+  const std::string& hostname = reg.hostname;
+  const uint32_t pid = reg.pid;
+  const int requested = reg.requested_rank;
+  const int expected = role == Role::kServer ? options_.cluster.servers : options_.cluster.trainers;
+  auto reject = [&](const Status& s) {
+    spdlog::warn("scheduler: rejected registration of {} at {}: {}", RoleName(role), address,
+                 s.ToString());
+    request.ReplyError(s);
+  };
 
   for (size_t i = 0; i < members_.size(); ++i) {
     Member& m = members_[i];
@@ -212,7 +227,9 @@ void Scheduler::RejoinDeadLocked(Request& request, Member& target, const Registr
 
 bool Scheduler::NeedsRejoinLocked(uint32_t sender) {
   if (sender == kUnassignedNode || sender == kSchedulerId) return false;
-  if (!view_complete_) return members_.empty();  // restarted, and nobody came back yet
+  // Restarted and no view yet: a node with an id belongs to a running job (first registrations
+  // have none until the cluster completes).
+  if (!view_complete_) return true;
   const Member* m = FindMemberLocked(sender);
   return m && m->awaiting_rejoin;
 }
@@ -273,12 +290,23 @@ void Scheduler::HandleRejoinLocked(Request& request, const Registration& reg) {
                                           std::to_string(reg.requested_rank)));
   }
   if (!view_complete_) {
-    if (!members_.empty()) {
-      return reject(Status::FailedPrecondition(
-          "re-register: this scheduler is gathering a new cluster (" + std::to_string(members_.size()) +
-          " nodes registered) and cannot adopt a running one"));
+    // Fresh registrations that reached this restarted scheduler before any node of the running
+    // job came back (a server restarted at the same moment) are set aside, the job's view is
+    // adopted, and they are handled again against it: as a dead or gone rank coming back.
+    std::vector<PendingRegistration> fresh = std::move(pending_registrations_);
+    pending_registrations_.clear();
+    std::vector<Member> gathered = std::move(members_);
+    members_.clear();
+    if (Status s = AdoptViewLocked(FromWire(r.getView()), reg); !s.ok()) {
+      members_ = std::move(gathered);
+      pending_registrations_ = std::move(fresh);
+      return reject(s.WithContext("this scheduler is gathering a new cluster of " + std::to_string(members_.size()) +
+                                  " nodes"));
     }
-    if (Status s = AdoptViewLocked(FromWire(r.getView()), reg); !s.ok()) return reject(s);
+    for (PendingRegistration& p : fresh) {
+      const Member& g = gathered[p.member];
+      HandleRegisterLocked(p.request, Registration{g.info.role, g.info.address, g.hostname, g.pid, g.requested_rank});
+    }
   }
   Member* m = FindMemberLocked(id);
   if (!m || m->info.role != reg.role) {

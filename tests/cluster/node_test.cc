@@ -222,8 +222,9 @@ TEST(NodeTcpTest, ARestartedSchedulerRefusesAViewOfAnotherShape) {
 }
 
 // A restarted scheduler adopts a view in which a node is not alive (it left or died: the view
-// does not say): a new process asking for that rank takes it, as it would a dead node's. (Found by
-// strata-bench chaos: a server restarted just after the scheduler was refused its own rank.)
+// does not say): a new process asking for that rank takes it, as it would a dead node's, even
+// when it registered before any node of the job came back. (Both found by strata-bench chaos: a
+// server restarted around a scheduler restart was refused its rank, or left waiting.)
 TEST(NodeTcpTest, ARestartedSchedulerLetsANewProcessTakeTheRankOfANodeItsViewShowsGone) {
   ClusterOptions cluster;
   cluster.servers = 0;
@@ -261,9 +262,13 @@ TEST(NodeTcpTest, ARestartedSchedulerLetsANewProcessTakeTheRankOfANodeItsViewSho
   first.reset();
   auto second = start_scheduler(*address);
   ASSERT_TRUE(second->Start(*address).ok());
-  ASSERT_TRUE(t0->KvSet("after", "restart").ok());  // t0 re-registers on the way
+  // The new process registers first, while the restarted scheduler knows nothing of the job: it
+  // waits, and is taken in as rank 1 coming back once t0 re-registers with the job's view.
   auto fresh = node(1);
-  const Status joined = fresh->Join();
+  auto joining = std::async(std::launch::async, [&] { return fresh->Join(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(t0->KvSet("after", "restart").ok());  // t0 re-registers on the way
+  const Status joined = joining.get();
   ASSERT_TRUE(joined.ok()) << joined.ToString();
   EXPECT_EQ(fresh->rank(), 1);
   const ClusterView v = second->view();
