@@ -114,21 +114,31 @@ TEST(NodeTcpTest, LosingTheSchedulerPastTheTimeoutIsAnErrorNamingIt) {
   (void)node.Leave(Millis(200));  // the scheduler is gone: leaving times out, quickly
 }
 
+// Options of the scheduler-restart tests: fast heartbeats, a scheduler timeout that a restart
+// stays well inside.
+ClusterOptions RestartCluster(int servers, int trainers) {
+  ClusterOptions cluster;
+  cluster.servers = servers;
+  cluster.trainers = trainers;
+  cluster.heartbeat_interval_ms = 50;
+  cluster.heartbeat_timeout_ms = 2500;
+  cluster.scheduler_timeout_ms = 20000;
+  return cluster;
+}
+
+// A scheduler of `cluster` on a transport bound at `endpoint` (started by the caller).
+std::unique_ptr<Scheduler> NewScheduler(const ClusterOptions& cluster, const std::string& endpoint) {
+  auto transport = MakeTransport(endpoint, TransportOptions{});
+  EXPECT_TRUE(transport.ok());
+  return std::make_unique<Scheduler>(SchedulerOptions{cluster}, std::move(transport).value());
+}
+
 // A scheduler killed (Abandon: no goodbye) while a trainer waits at a barrier, and a new one
 // started at the same address: the nodes re-register with their ids and ranks, the kv key set
 // before the crash is back, and the barrier completes at the new scheduler.
 TEST(NodeTcpTest, AKvValueAndABarrierSurviveASchedulerRestart) {
-  ClusterOptions cluster;
-  cluster.servers = 1;
-  cluster.trainers = 2;
-  cluster.heartbeat_interval_ms = 50;
-  cluster.heartbeat_timeout_ms = 2500;
-  cluster.scheduler_timeout_ms = 20000;
-  auto start_scheduler = [&](const std::string& endpoint) {
-    auto transport = MakeTransport(endpoint, TransportOptions{});
-    EXPECT_TRUE(transport.ok());
-    return std::make_unique<Scheduler>(SchedulerOptions{cluster}, std::move(transport).value());
-  };
+  ClusterOptions cluster = RestartCluster(1, 2);
+  auto start_scheduler = [&](const std::string& endpoint) { return NewScheduler(cluster, endpoint); };
   auto first = start_scheduler("tcp://127.0.0.1:0");
   auto address = first->Start("tcp://127.0.0.1:0");
   ASSERT_TRUE(address.ok()) << address.status().ToString();
@@ -226,17 +236,8 @@ TEST(NodeTcpTest, ARestartedSchedulerRefusesAViewOfAnotherShape) {
 // when it registered before any node of the job came back. (Both found by strata-bench chaos: a
 // server restarted around a scheduler restart was refused its rank, or left waiting.)
 TEST(NodeTcpTest, ARestartedSchedulerLetsANewProcessTakeTheRankOfANodeItsViewShowsGone) {
-  ClusterOptions cluster;
-  cluster.servers = 0;
-  cluster.trainers = 2;
-  cluster.heartbeat_interval_ms = 50;
-  cluster.heartbeat_timeout_ms = 2500;
-  cluster.scheduler_timeout_ms = 20000;
-  auto start_scheduler = [&](const std::string& endpoint) {
-    auto transport = MakeTransport(endpoint, TransportOptions{});
-    EXPECT_TRUE(transport.ok());
-    return std::make_unique<Scheduler>(SchedulerOptions{cluster}, std::move(transport).value());
-  };
+  ClusterOptions cluster = RestartCluster(0, 2);
+  auto start_scheduler = [&](const std::string& endpoint) { return NewScheduler(cluster, endpoint); };
   auto first = start_scheduler("tcp://127.0.0.1:0");
   auto address = first->Start("tcp://127.0.0.1:0");
   ASSERT_TRUE(address.ok()) << address.status().ToString();
