@@ -84,7 +84,9 @@ def main():
     if "scheduler" in roles:
         services["scheduler"] = service(
             {}, f"exec strata-scheduler -c $$STRATA_JOB --bind tcp://0.0.0.0:{SCHEDULER_PORT}",
-            {"healthcheck": healthcheck(SCHEDULER_PORT)})
+            # Restarted after a crash, it rebuilds the job's membership from the nodes
+            # (docs/deploy.md); a clean end exits 0 and stays down.
+            {"healthcheck": healthcheck(SCHEDULER_PORT), "restart": "on-failure"})
     member_extra = {} if "scheduler" not in roles or host else {"depends_on": ["scheduler"]}
     volumes = {}
     for role, count, port in (("server", a.servers, SERVER_PORT), ("trainer", a.trainers, TRAINER_PORT)):
@@ -106,6 +108,8 @@ def main():
                 command += " --set server.store.path=/var/lib/strata"
                 volumes[f"strata-nvme-{r}"] = {}
                 extra["volumes"] = base["volumes"] + [f"strata-nvme-{r}:/var/lib/strata"]
+                # Restarted after a crash, it reloads its shard from the volume and rejoins.
+                extra["restart"] = "on-failure"
             elif a.gpus > 0:
                 extra["deploy"] = {"resources": {"reservations": {"devices": [
                     {"driver": "nvidia", "count": a.gpus, "capabilities": ["gpu"]}]}}}

@@ -25,6 +25,8 @@ for r in 0 1 2; do
 done
 [ "$(grep -c 'healthcheck:' "$tmp/one.resolved")" = 8 ] ||
   { echo "FAIL: every service needs a health check"; fail=1; }
+[ "$(grep -c 'restart: on-failure' "$tmp/one.resolved")" = 4 ] ||
+  { echo "FAIL: the scheduler and every server restart after a crash"; fail=1; }
 [ "$(grep -c 'STRATA_RANK' "$tmp/one.resolved")" = 7 ] ||
   { echo "FAIL: every server and trainer needs STRATA_RANK"; fail=1; }
 
