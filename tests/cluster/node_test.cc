@@ -78,6 +78,25 @@ TEST(NodeTcpTest, WildcardBindAdvertisesAReachableHost) {
   scheduler.Stop();
 }
 
+// Options of the scheduler-restart tests: fast heartbeats, a scheduler timeout that a restart
+// stays well inside.
+ClusterOptions RestartCluster(int servers, int trainers) {
+  ClusterOptions cluster;
+  cluster.servers = servers;
+  cluster.trainers = trainers;
+  cluster.heartbeat_interval_ms = 50;
+  cluster.heartbeat_timeout_ms = 2500;
+  cluster.scheduler_timeout_ms = 20000;
+  return cluster;
+}
+
+// A scheduler of `cluster` on a transport bound at `endpoint` (started by the caller).
+std::unique_ptr<Scheduler> NewScheduler(const ClusterOptions& cluster, const std::string& endpoint) {
+  auto transport = MakeTransport(endpoint, TransportOptions{});
+  EXPECT_TRUE(transport.ok());
+  return std::make_unique<Scheduler>(SchedulerOptions{cluster}, std::move(transport).value());
+}
+
 // A scheduler gone for good: a node says so once its heartbeats have had no answer for
 // cluster.scheduler_timeout_ms (strata-trainer and strata-server then exit with this error).
 TEST(NodeTcpTest, LosingTheSchedulerPastTheTimeoutIsAnErrorNamingIt) {
@@ -87,9 +106,7 @@ TEST(NodeTcpTest, LosingTheSchedulerPastTheTimeoutIsAnErrorNamingIt) {
   cluster.heartbeat_interval_ms = 50;
   cluster.heartbeat_timeout_ms = 1000;
   cluster.scheduler_timeout_ms = 500;
-  auto transport = MakeTransport("tcp://127.0.0.1:0", TransportOptions{});
-  ASSERT_TRUE(transport.ok());
-  auto scheduler = std::make_unique<Scheduler>(SchedulerOptions{cluster}, std::move(transport).value());
+  auto scheduler = NewScheduler(cluster, "tcp://127.0.0.1:0");
   auto address = scheduler->Start("tcp://127.0.0.1:0");
   ASSERT_TRUE(address.ok()) << address.status().ToString();
   cluster.scheduler = *address;
@@ -112,25 +129,6 @@ TEST(NodeTcpTest, LosingTheSchedulerPastTheTimeoutIsAnErrorNamingIt) {
   EXPECT_THAT(s.ToString(), HasSubstr("lost the scheduler at " + *address));
   EXPECT_THAT(s.ToString(), HasSubstr("cluster.scheduler_timeout_ms 500"));
   (void)node.Leave(Millis(200));  // the scheduler is gone: leaving times out, quickly
-}
-
-// Options of the scheduler-restart tests: fast heartbeats, a scheduler timeout that a restart
-// stays well inside.
-ClusterOptions RestartCluster(int servers, int trainers) {
-  ClusterOptions cluster;
-  cluster.servers = servers;
-  cluster.trainers = trainers;
-  cluster.heartbeat_interval_ms = 50;
-  cluster.heartbeat_timeout_ms = 2500;
-  cluster.scheduler_timeout_ms = 20000;
-  return cluster;
-}
-
-// A scheduler of `cluster` on a transport bound at `endpoint` (started by the caller).
-std::unique_ptr<Scheduler> NewScheduler(const ClusterOptions& cluster, const std::string& endpoint) {
-  auto transport = MakeTransport(endpoint, TransportOptions{});
-  EXPECT_TRUE(transport.ok());
-  return std::make_unique<Scheduler>(SchedulerOptions{cluster}, std::move(transport).value());
 }
 
 // A scheduler killed (Abandon: no goodbye) while a trainer waits at a barrier, and a new one
@@ -197,15 +195,8 @@ TEST(NodeTcpTest, AKvValueAndABarrierSurviveASchedulerRestart) {
 // A restarted scheduler does not adopt a running job whose view does not match its own
 // cluster.servers / cluster.trainers: the node's re-registration is refused naming both.
 TEST(NodeTcpTest, ARestartedSchedulerRefusesAViewOfAnotherShape) {
-  ClusterOptions cluster;
-  cluster.servers = 0;
-  cluster.trainers = 1;
-  cluster.heartbeat_interval_ms = 50;
-  cluster.heartbeat_timeout_ms = 2500;
-  cluster.scheduler_timeout_ms = 20000;
-  auto transport = MakeTransport("tcp://127.0.0.1:0", TransportOptions{});
-  ASSERT_TRUE(transport.ok());
-  auto first = std::make_unique<Scheduler>(SchedulerOptions{cluster}, std::move(transport).value());
+  ClusterOptions cluster = RestartCluster(0, 1);
+  auto first = NewScheduler(cluster, "tcp://127.0.0.1:0");
   auto address = first->Start("tcp://127.0.0.1:0");
   ASSERT_TRUE(address.ok()) << address.status().ToString();
   NodeOptions o;
@@ -218,16 +209,14 @@ TEST(NodeTcpTest, ARestartedSchedulerRefusesAViewOfAnotherShape) {
   first.reset();
   ClusterOptions other = cluster;
   other.trainers = 2;
-  auto t2 = MakeTransport(*address, TransportOptions{});
-  ASSERT_TRUE(t2.ok());
-  Scheduler second(SchedulerOptions{other}, std::move(t2).value());
-  ASSERT_TRUE(second.Start(*address).ok());
+  auto second = NewScheduler(other, *address);
+  ASSERT_TRUE(second->Start(*address).ok());
   const Status s = node.Barrier("b", wire::BarrierScope::TRAINERS, Millis(10000));
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
   EXPECT_THAT(s.ToString(), HasSubstr("1 trainers"));
   EXPECT_THAT(s.ToString(), HasSubstr("cluster.trainers 2"));
-  EXPECT_TRUE(second.view().nodes.empty());
+  EXPECT_TRUE(second->view().nodes.empty());
   (void)node.Leave(Millis(200));
 }
 
