@@ -18,10 +18,10 @@ struct TpCalls {
 };
 
 TpCalls UnitTpCalls(const ModelOptions& m, int u, int n_units, const UnitProfile& p, Recompute rc,
-                    int64_t micro_batch) {
+                    int64_t micro_batch, int value_bytes) {
   TpCalls t;
   if (m.kind == ModelOptions::Kind::kGpt) {
-    t.bytes = micro_batch * m.context * m.width * 4;
+    t.bytes = micro_batch * m.context * m.width * value_bytes;
     if (u == 0) {
       t.forward = 1;  // the vocab-parallel embedding's rows
     } else if (u + 1 == n_units) {
@@ -85,7 +85,8 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
   for (int s = 0; s < stages; ++s) {
     double f = 0, b = 0, i = 0, w = 0;
     for (int u = plan.stages[s].first; u < plan.stages[s].last; ++u) {
-      const TpCalls t = c.tp > 1 ? UnitTpCalls(job.model, u, n_units, (*prof)[u], c.recompute, c.micro_batch) : TpCalls{};
+      const TpCalls t =
+          c.tp > 1 ? UnitTpCalls(job.model, u, n_units, (*prof)[u], c.recompute, c.micro_batch, o.value_bytes) : TpCalls{};
       const double tf = t.forward * comm.AllReduce(c.tp, static_cast<double>(t.bytes));
       const double tb = t.backward * comm.AllReduce(c.tp, static_cast<double>(t.bytes));
       f += unit_f(u) + tf;
@@ -103,7 +104,10 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
   // A hand-off between ranks: the largest stage boundary's activation.
   int64_t boundary = 0;
   for (int s = 0; s + 1 < stages; ++s) boundary = std::max(boundary, (*prof)[plan.stages[s].last - 1].output_bytes);
-  costs.comm = stages > 1 ? comm.P2P(static_cast<double>(boundary)) : 0;
+  // Ranks in mesh order (pp, dp, tp): a tp group is consecutive, a dp group tp apart, a
+  // pipeline's neighbours dp x tp apart (CommCosts picks the intra- or inter-node link).
+  const int dp_stride = c.tp, pp_stride = c.dp * c.tp;
+  costs.comm = stages > 1 ? comm.P2P(static_cast<double>(boundary), c.pp, pp_stride) : 0;
   STRATA_ASSIGN_OR_RETURN(pipeline::Simulation sim, pipeline::Simulate(c.schedule, plan.shape(), costs));
 
   // Per pipeline rank: memory by the ZeRO formulas and the schedule's live activations, and the
@@ -129,16 +133,18 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
     }
     first_unit = units[plan.stages[*std::min_element(mine.begin(), mine.end())].first].params;
     const double p = static_cast<double>(psi);
+    const double pb = o.mixed_precision ? 2 : 4;              // a weight's bytes
+    const double state = k + (o.mixed_precision ? 4 : 0);     // the optimizer's, fp32 master included
     PlanMemory mem;
     switch (c.zero) {
-      case 0: mem = {static_cast<int64_t>(4 * p), static_cast<int64_t>(4 * p), static_cast<int64_t>(k * p)}; break;
+      case 0: mem = {static_cast<int64_t>(pb * p), static_cast<int64_t>(4 * p), static_cast<int64_t>(state * p)}; break;
       case 1:
       case 2:  // the full buffers during a step, beside the reduced shard
-        mem = {static_cast<int64_t>(4 * p), static_cast<int64_t>(4 * p + 4 * p / n), static_cast<int64_t>(k * p / n)};
+        mem = {static_cast<int64_t>(pb * p), static_cast<int64_t>(4 * p + 4 * p / n), static_cast<int64_t>(state * p / n)};
         break;
       default:  // ZeRO-3: shards, the unit computing and the one prefetched gathered, every full gradient at worst
-        mem = {static_cast<int64_t>(4 * p / n + 2 * 4 * largest_unit), static_cast<int64_t>(4 * p + 4 * p / n),
-               static_cast<int64_t>(k * p / n)};
+        mem = {static_cast<int64_t>(pb * p / n + 2 * pb * largest_unit), static_cast<int64_t>(4 * p + 4 * p / n),
+               static_cast<int64_t>(state * p / n)};
         break;
     }
     mem.activations = act * sim.peak_live[r];
@@ -146,14 +152,15 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
 
     // The dp gradient sync: all-reduce (ZeRO-0) or reduce-scatter + all-gather (1, 2), with
     // ZeRO-3's gathers of every unit at each forward and backward of a micro-batch.
-    const double grad_bytes = 4 * p;
+    const double grad_bytes = 4 * p, weight_bytes = pb * p;
     double sync = 0, gathers = 0;
     if (c.dp > 1) {
       if (c.zero == 0) {
-        sync = comm.AllReduce(c.dp, grad_bytes);
+        sync = comm.AllReduce(c.dp, grad_bytes, dp_stride);
       } else {
-        sync = comm.ReduceScatter(c.dp, grad_bytes);
-        gathers = c.zero == 3 ? 2.0 * c.micro_batches * comm.AllGather(c.dp, grad_bytes) : comm.AllGather(c.dp, grad_bytes);
+        sync = comm.ReduceScatter(c.dp, grad_bytes, dp_stride);
+        const double gather = comm.AllGather(c.dp, weight_bytes, dp_stride);
+        gathers = c.zero == 3 ? 2.0 * c.micro_batches * gather : gather;
       }
     }
     // Overlap: backward hands buckets to the sync as the last micro-batch's backward finishes
@@ -171,7 +178,7 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
       }
     }
     // Scalars a step: the loss and gradient norm over pp, the loss over dp, the norm over tp.
-    exposed += 2 * comm.AllReduce(c.pp, 8) + comm.AllReduce(c.dp, 8) + comm.AllReduce(c.tp, 8);
+    exposed += 2 * comm.AllReduce(c.pp, 8, pp_stride) + comm.AllReduce(c.dp, 8, dp_stride) + comm.AllReduce(c.tp, 8);
     const double optimizer = slow * cal.optimizer_s_per_param * (c.zero > 0 ? p / n : p);
     const double busy = sim.busy[r];
     const double step = sim.makespan + exposed + optimizer;
