@@ -53,14 +53,18 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
                                       std::to_string(n_units));
   }
   const std::vector<UnitSpec> units = ShardUnitsForTp(job.model, full_units, c.tp);
+  // More processes than cores: the schedule simulator shares the cores among the ranks computing
+  // at each moment (processor sharing: a pipeline rank alone in the bubble has a core to itself,
+  // dp x tp copies of the pipeline run side by side), and what every process does at once (the
+  // optimizer) is slowed by world / cores.
   const double slow = o.cores > 0 ? std::max(1.0, static_cast<double>(o.world) / o.cores) : 1.0;
   const double tp = c.tp;
   // Tensor parallelism divides a unit's compute and its inner activations by tp (its matrix
   // products and attention heads split); the activation it hands on stays whole.
-  auto unit_f = [&](int u) { return slow * (*prof)[u].f / tp; };
-  auto unit_b = [&](int u) { return slow * (*prof)[u].b / tp; };
-  auto unit_i = [&](int u) { return slow * (*prof)[u].i / tp; };
-  auto unit_w = [&](int u) { return slow * (*prof)[u].w / tp; };
+  auto unit_f = [&](int u) { return (*prof)[u].f / tp; };
+  auto unit_b = [&](int u) { return (*prof)[u].b / tp; };
+  auto unit_i = [&](int u) { return (*prof)[u].i / tp; };
+  auto unit_w = [&](int u) { return (*prof)[u].w / tp; };
   auto unit_saved = [&](int u) {
     const UnitProfile& p = (*prof)[u];
     return p.output_bytes + static_cast<int64_t>((p.saved_bytes - p.output_bytes) / tp);
@@ -87,8 +91,10 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
     for (int u = plan.stages[s].first; u < plan.stages[s].last; ++u) {
       const TpCalls t =
           c.tp > 1 ? UnitTpCalls(job.model, u, n_units, (*prof)[u], c.recompute, c.micro_batch, o.value_bytes) : TpCalls{};
-      const double tf = t.forward * comm.AllReduce(c.tp, static_cast<double>(t.bytes));
-      const double tb = t.backward * comm.AllReduce(c.tp, static_cast<double>(t.bytes));
+      // Measured collectives already ran as many threads as ranks on these cores: divided by
+      // `slow` here, the simulator's sharing gives them back their measured time.
+      const double tf = t.forward * comm.AllReduce(c.tp, static_cast<double>(t.bytes)) / slow;
+      const double tb = t.backward * comm.AllReduce(c.tp, static_cast<double>(t.bytes)) / slow;
       f += unit_f(u) + tf;
       b += unit_b(u) + tb;
       i += unit_i(u) + tb;
@@ -108,6 +114,7 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
   // pipeline's neighbours dp x tp apart (CommCosts picks the intra- or inter-node link).
   const int dp_stride = c.tp, pp_stride = c.dp * c.tp;
   costs.comm = stages > 1 ? comm.P2P(static_cast<double>(boundary), c.pp, pp_stride) : 0;
+  if (slow > 1) costs.slots = static_cast<double>(o.cores) / (c.dp * c.tp);
   STRATA_ASSIGN_OR_RETURN(pipeline::Simulation sim, pipeline::Simulate(c.schedule, plan.shape(), costs));
 
   // Per pipeline rank: memory by the ZeRO formulas and the schedule's live activations, and the
@@ -128,8 +135,8 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
       }
       act = std::max(act, stage_saved[s]);
       transient = std::max(transient, stage_transient[s]);
-      backward += costs.B(s);
-      forward += costs.F(s);
+      backward += slow * costs.B(s);  // the windows the dp sync hides in, with every rank busy
+      forward += slow * costs.F(s);
     }
     first_unit = units[plan.stages[*std::min_element(mine.begin(), mine.end())].first].params;
     const double p = static_cast<double>(psi);
