@@ -131,6 +131,8 @@ int main(int argc, char** argv) {
       app.add_option("--stats-interval-ms", stats_interval_ms,
                      "log statistics this often, 0: never (overrides server.stats_interval_ms)")
           ->check(CLI::Range(0, 86400000));
+  int metrics_port = 0;
+  AddMetricsPortFlag(app, &metrics_port);
   CLI11_PARSE(app, argc, argv);
 
   JobConfig job;
@@ -193,6 +195,25 @@ int main(int argc, char** argv) {
     if (e.kind == NodeEvent::Kind::kDead) spdlog::warn("event: dead {}", e.node.Describe());
   });
   PsServer server(node, server_options, serve ? StoreFactory() : MakeStoreFactory(store, dir));
+  // /metrics and /healthz: started before loading and registering when the port is known by
+  // then (--metrics-port, or a fixed rank), so a readiness probe sees 503 until this server
+  // serves; else once joined.
+  MetricsRegistry metrics;
+  const int known_rank = node_options.requested_rank;
+  MetricsEndpoint metrics_endpoint("server", known_rank, &metrics,
+                                   [&server](MetricsRegistry& m) {
+                                     CollectServerMetrics(server.StatsJson(), m);
+                                     CollectServerTimings(server.ReadTimings(), m);
+                                   });
+  auto start_metrics = [&](int rank) {
+    return StartMetricsIfAsked(metrics_endpoint, metrics_port, job.cluster.metrics_port, Role::kServer, rank,
+                               job.cluster.servers);
+  };
+  const bool early_metrics = metrics_port > 0 || (job.cluster.metrics_port > 0 && known_rank >= 0);
+  if (early_metrics) {
+    metrics_endpoint.SetReady(false, serve ? "loading " + checkpoint : "loading tables");
+    if (!start_metrics(known_rank)) return 1;
+  }
   // Before Join: the first request after a restart already sees every reloaded table, and a
   // checkpoint that does not load whole is never served.
   Status loaded = serve ? server.LoadCheckpoint(checkpoint, static_cast<uint32_t>(node_options.requested_rank),
@@ -202,6 +223,7 @@ int main(int argc, char** argv) {
     spdlog::error("{}", loaded.ToString());
     return 1;
   }
+  metrics_endpoint.SetReady(false, "registering with the scheduler at " + job.cluster.scheduler);
   if (Status s = node.Join(); !s.ok()) {
     spdlog::error("{}", s.ToString());
     return 1;
@@ -213,14 +235,10 @@ int main(int argc, char** argv) {
                   node_options.requested_rank, job.cluster.servers, node.rank(), node.view().Count(Role::kServer));
     return 1;
   }
-  MetricsRegistry metrics;
-  MetricsEndpoint metrics_endpoint("server", node.rank(), &metrics,
-                           [&server](MetricsRegistry& m) {
-                                     CollectServerMetrics(server.StatsJson(), m);
-                                     CollectServerTimings(server.ReadTimings(), m);
-                                   });
-  if (!StartMetricsIfAsked(metrics_endpoint, job.cluster.metrics_port, Role::kServer, node.rank(), job.cluster.servers)) {
-    return 1;
+  metrics_endpoint.SetReady(true);
+  if (!early_metrics) {
+    metrics_endpoint.set_rank(node.rank());  // the rank came from the scheduler: the port only now
+    if (!start_metrics(node.rank())) return 1;
   }
   int code = 0;
   while (!node.WaitForShutdown(Millis(100))) {

@@ -10,16 +10,22 @@ PersistentVolumeClaim each (server.store.path: the RocksDB tier and WAL); the tr
 Indexed Job. Every process learns its place from strata's environment convention
 (docs/deploy.md): STRATA_SCHEDULER, STRATA_SERVERS, STRATA_TRAINERS, STRATA_RANK (a server's
 StatefulSet ordinal, a trainer's completion index) and STRATA_ADVERTISE_HOST (the pod IP).
-strata has no HTTP health endpoint yet, so the probes are TCP probes on each process's port.
+Every process serves /metrics, /healthz and /livez on the job's cluster.metrics_port (default
+9100; --metrics-port sets it exactly, each pod has its own address): readiness probes
+/healthz (a server answers 503 while it loads its tables or registers), liveness probes /livez
+(which a long load does not fail), and a trainer, whose endpoint starts once it has joined and
+built its model, has a startup probe giving it that long.
 Only the standard library is needed (the YAML is written by hand, keys in a fixed order).
 """
 import argparse
 import json
+import re
 import sys
 
 SCHEDULER_PORT = 7000
 SERVER_PORT = 7100
 TRAINER_PORT = 7200
+DEFAULT_METRICS_PORT = 9100
 
 
 def labels(role):
@@ -40,26 +46,45 @@ def field(path):
     return {"fieldRef": {"fieldPath": path}}
 
 
-def tcp_probes(port):
-    return {
-        "readinessProbe": {"tcpSocket": {"port": port}, "periodSeconds": 5},
-        "livenessProbe": {"tcpSocket": {"port": port}, "initialDelaySeconds": 30,
-                          "periodSeconds": 10, "failureThreshold": 6},
+def http_probes(startup):
+    """Readiness on /healthz, liveness on /livez, both on the container's "metrics" port."""
+    def get(path):
+        return {"httpGet": {"path": path, "port": "metrics"}}
+    probes = {
+        "readinessProbe": dict(get("/healthz"), periodSeconds=5),
+        "livenessProbe": dict(get("/livez"), periodSeconds=10, timeoutSeconds=5, failureThreshold=6),
     }
+    if startup:
+        # Until its endpoint is up (joined the cluster, model built): up to 10 minutes.
+        probes["startupProbe"] = dict(get("/livez"), periodSeconds=10, failureThreshold=60)
+    return probes
 
 
-def container(name, image, command, env_pairs, port, resources, mounts):
+def container(name, image, command, env_pairs, port, metrics_port, resources, mounts, startup=False):
     c = {
         "name": name,
         "image": image,
-        "command": ["sh", "-c", command],
+        "command": ["sh", "-c", command + f" --metrics-port {metrics_port}"],
         "env": env(env_pairs),
-        "ports": [{"name": "strata", "containerPort": port}],
+        "ports": [{"name": "strata", "containerPort": port},
+                  {"name": "metrics", "containerPort": metrics_port}],
         "resources": resources,
         "volumeMounts": mounts,
     }
-    c.update(tcp_probes(port))
+    c.update(http_probes(startup))
     return c
+
+
+def job_metrics_port(job_text):
+    """cluster.metrics_port of the job file, or None (PyYAML when present, else a plain scan)."""
+    try:
+        import yaml
+        cluster = (yaml.safe_load(job_text) or {}).get("cluster") or {}
+        port = cluster.get("metrics_port")
+        return int(port) if port else None
+    except ImportError:
+        m = re.search(r"^\s*metrics_port:\s*([0-9]+)", job_text, re.M)
+        return int(m.group(1)) if m and int(m.group(1)) else None
 
 
 def generate(a, job_text):
@@ -101,7 +126,7 @@ def generate(a, job_text):
                     "containers": [container(
                         "scheduler", a.image,
                         f"exec strata-scheduler -c {job_file} --bind tcp://0.0.0.0:{SCHEDULER_PORT}",
-                        common_env[1:3], SCHEDULER_PORT,
+                        common_env[1:3], SCHEDULER_PORT, a.metrics_port,
                         {"requests": {"cpu": "250m", "memory": "256Mi"}}, job_mount)],
                     "volumes": job_volume,
                 },
@@ -133,7 +158,7 @@ def generate(a, job_text):
                             "export STRATA_RANK=${HOSTNAME##*-}; exec strata-server -c "
                             f"{job_file} --bind tcp://0.0.0.0:{SERVER_PORT} "
                             "--set server.store.path=/var/lib/strata",
-                            common_env, SERVER_PORT, cpu,
+                            common_env, SERVER_PORT, a.metrics_port, cpu,
                             job_mount + [{"name": "store", "mountPath": "/var/lib/strata"}])],
                         "volumes": job_volume,
                     },
@@ -162,7 +187,8 @@ def generate(a, job_text):
                     "containers": [container(
                         "trainer", a.image,
                         f"exec strata-trainer -c {job_file} --bind tcp://0.0.0.0:{TRAINER_PORT}",
-                        trainer_env, TRAINER_PORT, trainer_res, job_mount)],
+                        trainer_env, TRAINER_PORT, a.metrics_port, trainer_res, job_mount,
+                        startup=True)],
                     "volumes": job_volume,
                 },
             },
@@ -217,6 +243,9 @@ def main():
     p.add_argument("--cpu", default="2", help="CPU request of a server or trainer")
     p.add_argument("--memory", default="4Gi", help="memory request and limit of a server or trainer")
     p.add_argument("--storage", default="20Gi", help="each server's volume (RocksDB tier, WAL)")
+    p.add_argument("--metrics-port", type=int, default=None,
+                   help="every process's /metrics, /healthz and /livez port (default: the job's "
+                        f"cluster.metrics_port, else {DEFAULT_METRICS_PORT})")
     a = p.parse_args()
     if a.servers < 0 or a.trainers < 1 or a.gpus < 0:
         p.error("need --servers >= 0, --trainers >= 1, --gpus >= 0")
@@ -225,6 +254,11 @@ def main():
             job_text = f.read()
     except OSError as e:
         p.error(f"cannot read the job file: {e}")
+    if a.metrics_port is None:
+        a.metrics_port = job_metrics_port(job_text) or DEFAULT_METRICS_PORT
+    if not 0 < a.metrics_port < 65536 or a.metrics_port in (SCHEDULER_PORT, SERVER_PORT, TRAINER_PORT):
+        p.error(f"--metrics-port {a.metrics_port}: need 1..65535, not one of the strata ports "
+                f"{SCHEDULER_PORT}, {SERVER_PORT}, {TRAINER_PORT}")
     out = [f"# strata on Kubernetes: 1 scheduler, {a.servers} servers, {a.trainers} trainers.",
            f"# Generated by deploy/k8s/generate.py --servers {a.servers} --trainers {a.trainers} "
            f"--job {a.job} --image {a.image} --gpus {a.gpus}; do not edit, regenerate."]

@@ -77,11 +77,15 @@ for w in workloads:
     vols |= {t["metadata"]["name"] for t in w["spec"].get("volumeClaimTemplates", [])}
     for c in spec["containers"]:
         check(c["image"] and c["command"][:2] == ["sh", "-c"], f"{name}: image and command")
-        port = c["ports"][0]["containerPort"]
+        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        port = ports["strata"]
         cmd = c["command"][2]
         check(f"--bind tcp://0.0.0.0:{port}" in cmd, f"{name}: binds the port it exposes ({port})")
-        for probe in ("readinessProbe", "livenessProbe"):
-            check(c[probe]["tcpSocket"]["port"] == port, f"{name}: {probe} on port {port}")
+        check(f"--metrics-port {ports.get('metrics')}" in cmd, f"{name}: serves /healthz on its metrics port")
+        for probe, path in (("readinessProbe", "/healthz"), ("livenessProbe", "/livez")):
+            get = c[probe].get("httpGet", {})
+            check(get.get("port") == "metrics" and get.get("path") == path,
+                  f"{name}: {probe} is GET {path} on the metrics port: {c[probe]}")
         for m in c["volumeMounts"]:
             check(m["name"] in vols, f"{name}: volume {m['name']} exists")
         check("requests" in c["resources"], f"{name}: resource requests")
