@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import sys
 
-src, work = sys.argv[1], sys.argv[2]
+src, work = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 PACKAGES = {"kubernetes-models": "5.1.0", "typescript": "5.4.5"}
 
 
@@ -180,7 +180,8 @@ def broken(change):
 
 
 def workload(objects, kind):
-    return next(o for o in objects if o["kind"] == kind)
+    """The trainers' object of that kind."""
+    return next(o for o in objects if o["kind"] == kind and o["metadata"]["name"] == "strata-trainer")
 
 
 def first_container(objects, kind):
@@ -212,7 +213,7 @@ schema_cases = {
 for what, (change, expect) in schema_cases.items():
     ok, out = schema_check("broken", broken(change))
     check(not ok and expect in out, f"{what}: not rejected by the schemas ({expect!r}):\n{out}")
-    if not ok:
+    if not ok and "invalid" in out:
         print(f"rejected, {what}: {[l for l in out.splitlines() if l.startswith('invalid')][0][:160]}")
 
 
