@@ -204,6 +204,14 @@ int main(int argc, char** argv) {
   LogOptions log = config.log;
   log.role = "trainer";
   InitLogging(log);
+  if (placement.local_task.set()) {
+    // A plain `device: cuda` then takes GPU local_task % visible (ChooseCudaDevice).
+    config.trainer.train.local_task = placement.local_task.value;
+    if (config.trainer.train.device == "cuda") {
+      spdlog::info("train.device cuda: GPU {}={} modulo the visible GPUs", placement.local_task.var,
+                   placement.local_task.value);
+    }
+  }
   AutoSelectOptions planner;  // parallel.auto: what the planner needs to know of this host
   planner.cores = static_cast<int>(std::thread::hardware_concurrency());
   if (char host[256] = {}; gethostname(host, sizeof(host) - 1) == 0) planner.host = host;
