@@ -27,6 +27,11 @@ double MaxRelativeDifference(const std::vector<double>& a, const std::vector<dou
 // checkpoint_dir's latest or a full-model file), unsplit, by name.
 std::map<std::string, std::vector<float>> ReadCheckpoint(const std::string& path);
 
+// Runs strata-launch with `args` and SIGKILLs the process it started as `victim` ("trainer 1",
+// "scheduler") once progress shows; returns the launcher's exit code and its log in *log.
+int LaunchAndKill(const std::vector<std::string>& args, const std::string& victim, const std::string& log_path,
+                  std::string* log);
+
 // Runs strata-launch with the job on `servers` and `trainers` and SIGKILLs trainer `victim_rank`
 // once progress shows; returns the launcher's exit code, its log in *log and the pid of every
 // process it started in *started.
