@@ -99,6 +99,8 @@ void CollectServerMetrics(const std::string& stats_json, MetricsRegistry& m) {
   counter("strata_server_errors_total", "requests answered with an error", "errors");
   m.Set("strata_server_queue_depth", "requests waiting for a worker", T::kGauge, j.value("queue_depth", 0.0));
   m.Set("strata_server_parked_pulls", "pulls waiting for their clock (bsp, ssp)", T::kGauge, j.value("parked_pulls", 0.0));
+  counter("strata_server_parked_refused_total",
+          "pulls refused because their peer had server.max_parked_per_peer (or _mb_) parked already", "parked_refused");
   if (!j.contains("tables") || !j["tables"].is_array()) return;
   m.Set("strata_server_tables", "tables this server holds a shard of", T::kGauge, static_cast<double>(j["tables"].size()));
   for (const auto& t : j["tables"]) {
