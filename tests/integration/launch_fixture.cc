@@ -72,20 +72,27 @@ int LaunchFixture::Launch(const std::string& job, int servers, int trainers,
 }
 
 int LaunchAndKill(const std::vector<std::string>& args, const std::string& victim, const std::string& log_path,
-                  std::string* log) {
+                  std::string* log, int kills, const std::string& ready) {
   using Millis = std::chrono::milliseconds;
   std::vector<std::string> argv = {BinPath("strata-launch")};
   argv.insert(argv.end(), args.begin(), args.end());
   Subprocess launch(argv, log_path);
-  pid_t pid = -1;
   const std::regex started_re("started " + victim + " \\(pid ([0-9]+)\\)");
-  EXPECT_TRUE(testing::WaitFor([&] {
-    const std::string l = launch.Log();
-    std::smatch m;
-    if (pid < 0 && std::regex_search(l, m, started_re)) pid = std::stoi(m[1]);
-    return pid > 0 && l.find("progress: step") != std::string::npos;
-  }, Millis(120000))) << launch.Log();
-  if (pid > 0) kill(pid, SIGKILL);
+  for (int k = 0; k < kills; ++k) {
+    // The k-th process started as `victim` (a restarted one after the first), once progress shows.
+    pid_t pid = -1;
+    EXPECT_TRUE(testing::WaitFor([&] {
+      const std::string l = launch.Log();
+      int seen = 0;
+      for (auto it = std::sregex_iterator(l.begin(), l.end(), started_re); it != std::sregex_iterator(); ++it) {
+        if (seen++ == k) pid = std::stoi((*it)[1]);
+      }
+      size_t readies = 0;
+      for (size_t at = 0; !ready.empty() && (at = l.find(ready, at)) != std::string::npos; ++at) ++readies;
+      return pid > 0 && l.find("progress: step") != std::string::npos && (ready.empty() || readies > static_cast<size_t>(k));
+    }, Millis(120000))) << launch.Log();
+    if (pid > 0) kill(pid, SIGKILL);
+  }
   const int code = launch.Wait(Millis(220000));
   *log = launch.Log();
   return code;

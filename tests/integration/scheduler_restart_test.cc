@@ -123,10 +123,11 @@ TEST_F(SchedulerRestartTest, WithoutARestartTheNodesExitNamingTheScheduler) {
 
 // strata-launch restarts its own scheduler, killed with SIGKILL mid-job, at the same address;
 // the job finishes every step. Returns the launcher's exit code and its output in *log.
-int LaunchAndKillTheScheduler(const std::string& job, int restarts, const std::string& log_path, std::string* log) {
+int LaunchAndKillTheScheduler(const std::string& job, int restarts, const std::string& log_path, std::string* log,
+                              int kills = 1) {
   return testing::LaunchAndKill({"--servers", "1", "--trainers", "2", job, "--timeout", "200", "--scheduler-restarts",
                                  std::to_string(restarts), "--set", "train.progress=true"},
-                                "scheduler", log_path, log);
+                                "scheduler", log_path, log, kills, "scheduler: listening on");
 }
 
 TEST_F(SchedulerRestartTest, TheLauncherRestartsItsSchedulerAndTheJobFinishes) {
@@ -157,6 +158,18 @@ TEST_F(SchedulerRestartTest, WithoutRestartsLeftTheLauncherStopsTheJob) {
   EXPECT_NE(log.find("scheduler (pid"), std::string::npos) << log;
   EXPECT_NE(log.find("exited with signal 9; stopped the cluster"), std::string::npos) << log;
   EXPECT_EQ(log.find("starting it again"), std::string::npos) << log;
+}
+
+// The bound: with --scheduler-restarts 1 the first death is survived, the second stops the job.
+TEST_F(SchedulerRestartTest, TheLauncherRestartsItsSchedulerOnlyAsOftenAsAllowed) {
+  std::string log;
+  EXPECT_EQ(LaunchAndKillTheScheduler(Job("ctr", kCtr), 1, dir_.File("launch.log"), &log, 2), 1) << log;
+  EXPECT_NE(log.find("(restart 1 of at most 1)"), std::string::npos) << log;
+  EXPECT_NE(log.find("exited with signal 9; it was restarted 1 time(s) already (--scheduler-restarts 1); "
+                     "stopped the cluster"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("restart 2 of"), std::string::npos) << log;
 }
 
 }  // namespace
