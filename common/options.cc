@@ -91,6 +91,10 @@ void Bind(config::Binder& b, TransportOptions& o) {
   b.Field("io_threads", o.io_threads, "ZeroMQ I/O threads (one moves about 1 GB/s)").Range(1, 64);
   b.Field("linger_ms", o.linger_ms, "on shutdown, how long queued messages may take to leave")
       .Range(0, 60000);
+  b.Field("max_message_mb", o.max_message_mb,
+          "largest frame (message part) a socket accepts, MiB: a peer sending more is disconnected before "
+          "it is buffered, sending more fails at once; above a dense chunk and a sparse push's gradients")
+      .Range(1, 1 << 20);
   b.Section("fault", o.fault, "fault injection on messages this process sends (off by default)");
 }
 

@@ -71,7 +71,11 @@ const float* GradientFloats(const Buffer& b, DType dtype, std::vector<float>* sc
 
 
 PsServer::PsServer(Node& node, ServerOptions options, StoreFactory store_factory)
-    : node_(node), options_(options), store_factory_(std::move(store_factory)) {
+    : node_(node),
+      options_(options),
+      store_factory_(std::move(store_factory)),
+      parked_quota_(static_cast<uint64_t>(options.max_parked_per_peer),
+                    static_cast<uint64_t>(options.max_parked_mb_per_peer) << 20) {
   if (!store_factory_) {
     store_factory_ = [](const TableSpec& spec) -> Result<std::unique_ptr<RowStore>> {
       return std::unique_ptr<RowStore>(std::make_unique<MemoryRowStore>(spec.RecordWidth()));
@@ -536,7 +540,14 @@ void PsServer::HandlePull(Request& request) {
     }
     Status error;
     if (!PullReadyLocked(t, pull.getClock(), &error)) {
-      parked_.push_back({std::move(request), &t, pull.getClock()});
+      const std::string& route = request.source().route;
+      const std::string peer = route.empty() ? "node " + std::to_string(msg.sender()) : route;
+      uint64_t bytes = 0;
+      for (size_t i = 0; i < msg.num_payloads(); ++i) bytes += msg.payload(i).size();
+      if (Status s = parked_quota_.Admit(peer, bytes, "node " + std::to_string(msg.sender())); !s.ok()) {
+        return fail(s.WithContext("pull of table \"" + t.spec.name + "\" at clock " + std::to_string(pull.getClock())));
+      }
+      parked_.push_back({std::move(request), &t, pull.getClock(), peer, bytes});
       return;
     }
     if (!error.ok()) return fail(error);

@@ -35,6 +35,7 @@
 
 #include "cluster/node.h"
 #include "offload/row_store.h"
+#include "ps/parked_quota.h"
 #include "ps/recent_ids.h"
 #include "ps/server_options.h"
 #include "ps/table.h"
@@ -89,6 +90,8 @@ class PsServer {
     Request request;
     Table* table;
     int64_t clock;
+    std::string peer;  // its connection, for parked_quota_
+    uint64_t bytes;    // its payload bytes, for parked_quota_
   };
   struct Worker {
     std::mutex mu;
@@ -145,6 +148,7 @@ class PsServer {
   std::map<uint32_t, int64_t> trainer_clock_;  // live trainers: clocks finished
   std::map<uint32_t, std::string> lost_trainers_;  // node id -> description
   std::vector<Parked> parked_;
+  ParkedQuota parked_quota_;  // per peer, over parked_
 
   std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<bool> stop_{false};

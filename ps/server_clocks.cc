@@ -104,6 +104,7 @@ void PsServer::TakeReadyLocked(std::vector<Parked>* ready) {
   for (auto it = parked_.begin(); it != parked_.end();) {
     Status error;
     if (PullReadyLocked(*it->table, it->clock, &error)) {
+      parked_quota_.Release(it->peer, it->bytes);
       ready->push_back(std::move(*it));
       it = parked_.erase(it);
     } else {

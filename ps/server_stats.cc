@@ -39,6 +39,7 @@ std::string PsServer::StatsJson() const {
   {
     std::lock_guard lock(clock_mu_);
     j["parked_pulls"] = parked_.size();
+    j["parked_refused"] = parked_quota_.refused();
     nlohmann::json clocks;
     for (const auto& [id, c] : trainer_clock_) clocks[std::to_string(id)] = c;
     j["trainer_clocks"] = clocks;

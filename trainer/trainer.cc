@@ -141,7 +141,8 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
                                    " (the global micro-batch) must be divisible by the " +
                                    std::to_string(t->plan_.dp) + " data-parallel replicas");
   }
-  STRATA_ASSIGN_OR_RETURN(t->device_, ComputeDevice::Open(job.train.device, cluster, t->rank_, job.train.memory_limit_mb));
+  STRATA_ASSIGN_OR_RETURN(t->device_, ComputeDevice::Open(job.train.device, cluster, t->rank_, job.train.memory_limit_mb,
+                                                               job.train.local_task));
   const ops::Exec& exec = t->device_->exec();
   if (job.parallel.partition == "cost" && t->plan_.stages.size() > 1) {
     STRATA_ASSIGN_OR_RETURN(std::vector<double> costs, t->SharedUnitCosts());
