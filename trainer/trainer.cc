@@ -205,7 +205,8 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
   // Under ZeRO-3 every replica takes part in evaluation's forwards (they gather parameters);
   // under context parallelism every cp rank of the first replica (the ring needs them all).
   if (t->groups_.dp_rank == 0 || t->zero3_) t->eval_set_ = t->data_->EvalSet(local_batch);
-  t->executor_ = std::make_unique<pipeline::StageExecutor>(*t->model_, t->plan_, t->rank_,
+  // An elastic trainer is rank 0 of its own replica of the plan (trainer_connect.cc).
+  t->executor_ = std::make_unique<pipeline::StageExecutor>(*t->model_, t->plan_, t->elastic_ ? 0 : t->rank_,
                                                            t->groups_.pp.get(), t->trace_.get());
   if (job.data.kind == DataOptions::Kind::kText) {
     // The bar a language model must clear: a model without context reaches this loss at best.
