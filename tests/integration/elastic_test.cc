@@ -8,6 +8,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <iostream>
 #include <cmath>
 #include <regex>
 #include <string>
@@ -92,6 +93,7 @@ TEST_F(ElasticTest, ATrainerJoinsARunningAspJob) {
   EXPECT_NE(nodes_[1]->Log().find("done: 20000 steps"), std::string::npos) << nodes_[1]->Log();
   const double auc = Auc(nodes_[1]->Log());
   EXPECT_NEAR(auc, undisturbed, kAucTolerance) << nodes_[1]->Log();
+  std::cout << "join at step " << first << ": auc " << auc << ", undisturbed " << undisturbed << "\n";
   EXPECT_NE(schedulers_[0]->Log().find("trainer 2 (node 4"), std::string::npos) << schedulers_[0]->Log();
 }
 
@@ -111,6 +113,7 @@ TEST_F(ElasticTest, ATrainerLeavesOnSigtermAndTheOthersFinish) {
   const std::string log = nodes_[1]->Log();
   EXPECT_NE(log.find("done: 20000 steps"), std::string::npos) << log;
   EXPECT_GT(Auc(log), 0.7) << log;
+  std::cout << "left after step " << last << ": auc " << Auc(log) << "\n";
   EXPECT_NE(schedulers_[0]->Log().find("leaves the data split from step " + std::to_string(last)), std::string::npos)
       << schedulers_[0]->Log();
 }
@@ -230,6 +233,9 @@ TEST_F(ElasticTest, AServerAddedMidRunTakesItsRowsAndNothingIsLost) {
   const std::string trainer = nodes_[2]->Log();
   EXPECT_NE(trainer.find("done: 20000 steps"), std::string::npos) << trainer;
   EXPECT_NEAR(Auc(trainer), undisturbed, kAucTolerance) << trainer;
+  std::cout << "server added: " << in << " rows moved in, ledger " << ledger.acknowledged() << " acknowledged, "
+            << ledger.resplits() << " parts re-sent to the new layout; auc " << Auc(trainer) << ", undisturbed "
+            << undisturbed << "\n";
 }
 
 TEST_F(ElasticTest, WhatCannotBeElasticIsRefusedNamingTheField) {
