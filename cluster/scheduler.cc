@@ -305,8 +305,10 @@ void Scheduler::HandleDeregister(Request request) {
   ++epoch_;
   spdlog::info("scheduler: {} left", m->info.Describe());
   request.Reply(request.MakeReply());
-  if (options_.cluster.elastic && m->info.role == Role::kTrainer) split_.Leave(m->info.rank);
-  NotifyEventLocked(wire::NodeEvent::Kind::LEFT, m->info);
+  if (options_.cluster.elastic) {  // the others drop it (servers: from the SSP clocks)
+    if (m->info.role == Role::kTrainer) split_.Leave(m->info.rank);
+    NotifyEventLocked(wire::NodeEvent::Kind::LEFT, m->info);
+  }
   std::vector<std::string> names;
   for (const auto& [name, b] : barriers_) names.push_back(name);
   for (const auto& name : names) MaybeReleaseBarrierLocked(name);

@@ -88,7 +88,10 @@ PsServer::PsServer(Node& node, ServerOptions options, StoreFactory store_factory
     w->thread = std::thread([this, w] { RunWorker(*w); });
   }
   node_.SetRequestHandler([this](Request r) { Dispatch(std::move(r)); });
-  node_.OnEvent([this](const NodeEvent& e) { OnNodeEvent(e); });
+  node_.OnEvent([this, guard = event_guard_](const NodeEvent& e) {
+    std::lock_guard lock(guard->mu);
+    if (guard->alive) OnNodeEvent(e);
+  });
   if (options_.stats_interval_ms > 0) {
     stats_thread_ = std::thread([this] {
       std::unique_lock lock(stats_mu_);
@@ -101,6 +104,10 @@ PsServer::PsServer(Node& node, ServerOptions options, StoreFactory store_factory
 }
 
 PsServer::~PsServer() {
+  {
+    std::lock_guard lock(event_guard_->mu);  // waits out an event being handled
+    event_guard_->alive = false;
+  }
   {
     std::lock_guard lock(stats_mu_);
     stop_ = true;

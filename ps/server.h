@@ -173,6 +173,12 @@ class PsServer {
   std::atomic<uint32_t> layout_servers_{0};  // 0: the job's first servers
   std::atomic<bool> taking_over_{false};
   std::atomic<uint64_t> rows_moved_in_{0}, rows_moved_out_{0};
+  // The node's event callbacks outlive this server: they check it is still there (under mu).
+  struct EventGuard {
+    std::mutex mu;
+    bool alive = true;
+  };
+  std::shared_ptr<EventGuard> event_guard_ = std::make_shared<EventGuard>();
 
   std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<bool> stop_{false};
