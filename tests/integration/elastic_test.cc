@@ -247,7 +247,7 @@ TEST_F(ElasticTest, WhatCannotBeElasticIsRefusedNamingTheField) {
   EXPECT_NE(log.find("cluster.elastic: trainers join and leave a sync.mode ps job"), std::string::npos) << log;
   // A --join without cluster.elastic is refused by the scheduler, naming the field.
   const auto common = std::vector<std::string>{"--config", job, "--set", "cluster.servers=1", "--set",
-                                               "cluster.trainers=1"};
+                                               "cluster.trainers=1", "--set", "train.steps=300"};
   const std::string address = StartScheduler(common, "tcp://127.0.0.1:0");
   Start("strata-server", common, address, 0);
   Start("strata-trainer", common, address, 0);
