@@ -39,6 +39,10 @@ std::string_view OpName(Op op) {
     case Op::GET_STATS: return "getStats";
     case Op::STATS: return "stats";
     case Op::SAVE_TABLES: return "saveTables";
+    case Op::SPLIT_LEASE: return "splitLease";
+    case Op::SPLIT_SCHEDULE: return "splitSchedule";
+    case Op::MIGRATE: return "migrate";
+    case Op::MIGRATE_ROWS: return "migrateRows";
   }
   return {};  // unknown: IsKnownOp relies on this being empty
 }
@@ -54,7 +58,8 @@ bool EnumBelow(Enum value, uint16_t count) {
 
 constexpr uint16_t kRoleCount = 4;
 constexpr uint16_t kBarrierScopeCount = 3;
-constexpr uint16_t kNodeEventKindCount = 2;
+constexpr uint16_t kNodeEventKindCount = 4;
+constexpr uint16_t kSplitChangeCount = 3;
 constexpr uint16_t kTableKindCount = 2;
 constexpr uint16_t kOptimizerKindCount = 4;
 constexpr uint16_t kInitKindCount = 4;
@@ -259,6 +264,30 @@ Status CheckBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
     case Op::KV_VALUE:
       (void)body.getKvValue();
       return Status::OK();
+    case Op::SPLIT_LEASE:
+      if (!EnumBelow(body.getSplitLease().getChange(), kSplitChangeCount)) {
+        return Status::InvalidArgument("splitLease.change out of range");
+      }
+      return Status::OK();
+    case Op::SPLIT_SCHEDULE:
+      for (auto e : body.getSplitSchedule().getEntries()) (void)e.getTrainers();
+      return Status::OK();
+    case Op::MIGRATE:
+      (void)body.getMigrate();
+      return Status::OK();
+    case Op::MIGRATE_ROWS: {
+      auto m = body.getMigrateRows();
+      (void)m.getTrainerClocks();
+      for (auto t : m.getTables()) {
+        if (!EnumBelow(t.getKind(), kTableKindCount) || !EnumBelow(t.getOptimizer().getKind(), kOptimizerKindCount) ||
+            !EnumBelow(t.getInit().getKind(), kInitKindCount) || !EnumBelow(t.getConsistency(), kConsistencyCount) ||
+            !EnumBelow(t.getAggregate(), kAggregateCount)) {
+          return Status::InvalidArgument("migrateRows: an enum field of a table is out of range");
+        }
+        STRATA_RETURN_IF_ERROR(CheckText(t.getName(), "migrateRows.tables.name", limits));
+      }
+      return Status::OK();
+    }
     case Op::EMPTY:
     case Op::GET_VIEW:
     case Op::HEARTBEAT:

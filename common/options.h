@@ -40,6 +40,12 @@ struct ClusterOptions {
   // Prometheus /metrics (docs/metrics.md): the scheduler listens on this port, server r on
   // port + 1 + r, trainer r on port + 1 + servers + r. 0 (the default): no endpoint.
   int metrics_port = 0;
+  // Elastic membership (docs/reliability.md, "Elastic membership"): trainers may join
+  // (strata-trainer --join) or leave a running ps job under ASP or SSP, and servers may join
+  // (strata-server --join). Trainers then lease the data split of their steps from the
+  // scheduler (one call every few steps). false (the default): the membership is fixed at
+  // start and a --join is refused.
+  bool elastic = false;
   // none: anyone who can reach a port may join, push, pull and read the kv store. curve: every
   // ZeroMQ socket of every role uses CURVE (encrypted, and only clients whose key is in
   // curve.authorized_keys are accepted; docs/security.md). The files are read at start into

@@ -53,6 +53,8 @@ struct RegisterRequest {
   nodeId @6 :UInt32;
   incarnation @7 :UInt32;
   view @8 :ClusterView;
+  # Elastic membership (cluster.elastic): join a running job at the next free rank of the role.
+  join @9 :Bool;
 }
 
 struct RegisterReply {
@@ -87,7 +89,7 @@ struct KvGet {
 }
 
 struct NodeEvent {
-  enum Kind { dead @0; rejoined @1; }
+  enum Kind { dead @0; rejoined @1; joined @2; left @3; }   # joined: an elastic join; left: deregistered
   kind @0 :Kind;
   node @1 :NodeInfo;
   view @2 :ClusterView;
@@ -160,6 +162,47 @@ struct PullRequest {
   bf16 @2 :Bool;                 # dense: the reply's values rounded to bf16 (half the bytes)
 }
 
+# ---- elastic membership (docs/reliability.md, "Elastic membership") ---------------------------
+
+enum SplitChange { none @0; join @1; leave @2; }
+
+# The trainers that split the global batches of steps fromStep.. (until the next entry's).
+struct SplitEntry {
+  fromStep @0 :Int64;
+  trainers @1 :List(Int32);      # trainer ranks, ascending: rank r reads slot index(r)
+}
+
+# trainer -> scheduler: fix the membership of every step below `until` (a lease), after adding
+# or removing the sender (join / leave) from the first step not fixed yet.
+struct SplitLease {
+  until @0 :Int64;
+  change @1 :SplitChange;
+}
+
+# reply to splitLease: every entry, and the first step whose membership is not fixed yet.
+struct SplitSchedule {
+  entries @0 :List(SplitEntry);
+  horizon @1 :Int64;
+}
+
+# joining server -> every older server: switch to a layout of `servers` sparse servers and send
+# the rows (with optimizer state) that it gives to the joining server. Reply: migrateRows.
+struct MigrateRequest {
+  servers @0 :UInt32;
+}
+
+# Payloads: per table, its keys (i64 [n]) then its records (f32 [n, width]); then the push ids
+# the sender has seen (i64 [m, 2]: sender node, id).
+struct MigrateRows {
+  tables @0 :List(TableSpec);
+  trainerClocks @1 :List(TrainerClock);
+}
+
+struct TrainerClock {
+  node @0 :UInt32;
+  clock @1 :Int64;
+}
+
 struct ClockRequest {
   clock @0 :Int64;               # the sender finished this clock
 }
@@ -198,5 +241,9 @@ struct Envelope {
     stats @27 :Text;                # reply to getStats: JSON
     saveTables @28 :Text;           # trainer -> every server: write its shard of every table
                                     # under this checkpoint directory (ps/server_checkpoint.h)
+    splitLease @29 :SplitLease;     # trainer -> scheduler (elastic data split)
+    splitSchedule @30 :SplitSchedule;  # reply to splitLease
+    migrate @31 :MigrateRequest;    # joining server -> older server
+    migrateRows @32 :MigrateRows;   # reply to migrate
   }
 }

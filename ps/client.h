@@ -16,6 +16,11 @@
 // updates it kept. A memory store keeps nothing across a restart, ids included; a BSP push
 // accumulated for a clock not yet applied is lost by a crash and its retry is applied.
 // Pulls, clocks and createTable are idempotent.
+//
+// Elastic jobs: a server may join (cluster.elastic). The client places keys with its PsLayout
+// (ps/layout.h) and takes the new server in as soon as its view shows it (before every call and
+// clock); a server answers a sparse key another server holds now with kLayoutMoved, and the
+// client sends those keys of the request, with the same push id, where they live now.
 #pragma once
 
 #include <chrono>
@@ -27,6 +32,7 @@
 #include <vector>
 
 #include "cluster/node.h"
+#include "ps/layout.h"
 #include "ps/table.h"
 
 namespace strata {
@@ -35,9 +41,20 @@ namespace strata {
 class PsTicket {
  private:
   friend class PsClient;
+  // A sparse request's contents, to send its keys elsewhere if they moved (elastic servers).
+  struct Sparse {
+    uint32_t table = 0;
+    int64_t clock = 0;
+    bool push = false, return_values = false;
+    uint64_t push_id = 0;
+    size_t dim = 0;
+    std::shared_ptr<std::vector<uint64_t>> keys;
+    std::shared_ptr<std::vector<float>> grads;  // push: keys.size() * dim
+  };
   struct Part {
     Part(uint32_t server_rank, std::function<Status(const Message& reply)> scatter, std::function<Message()> build)
         : server(server_rank), on_reply(std::move(scatter)), make(std::move(build)) {}
+    std::shared_ptr<const Sparse> sparse;  // set for sparse pushes and pulls
     Ticket ticket;
     uint32_t server;
     std::function<Status(const Message& reply)> on_reply;  // scatters values, if any
@@ -82,6 +99,8 @@ class PsClient {
   // it, which ZeroMQ keeps in order), then advances. Pushes and pulls carry the current clock.
   Status Clock();
   int64_t clock() const { return clock_; }
+  // A trainer that joined a running job starts at the others' clock, not at 0.
+  void set_clock(int64_t clock) { clock_ = clock; }
 
   // Every server writes its shard of every table under checkpoint directory `checkpoint`
   // (ps/server_checkpoint.h). Blocking; the caller keeps pushes away until it returns.
@@ -92,6 +111,8 @@ class PsClient {
 
   // Requests sent again after a retryable failure (see above), since construction.
   uint64_t retries() const { return retries_; }
+  // Parts sent again to other servers because their keys moved (elastic servers).
+  uint64_t resplits() const { return resplits_; }
 
  private:
   // The spec of a table this client created, which must be of `kind`.
@@ -109,12 +130,24 @@ class PsClient {
   // Points servers_[rank] at the rank's address in the current view (reconnecting if it moved).
   // Unavailable while the scheduler reports it dead.
   Status Reconnect(uint32_t rank);
+  static bool Retryable(const Status& s);
+  // Elastic: takes in the servers that joined since (the view has more), growing the layout.
+  Status GrowLayout();
+  // A sparse part whose server answered kLayoutMoved: sends its keys to where they live now (the
+  // same push id), waits, and answers as the part's server would have (client_layout.cc).
+  Result<Message> Resplit(PsTicket::Part& part, int depth = 0);
+  // Waits for a part, retrying an outage and following moved keys.
+  Result<Message> Finish(PsTicket::Part& part, Millis timeout);
+  // A sparse request's part to `server` (built again on a retry).
+  PsTicket::Part SparsePart(uint32_t server, std::shared_ptr<const PsTicket::Sparse> q);
 
   Node& node_;
   const Millis timeout_;
+  PsLayout layout_;  // where keys and chunks live (elastic servers: grows)
   std::vector<PeerId> servers_;  // by server rank
   std::vector<std::string> addresses_;  // what servers_ are connected to
   uint64_t retries_ = 0;
+  uint64_t resplits_ = 0;
   // Push ids: this node's id in the high bits, a counter below (unique per client, repeated
   // only by a retry of the same request).
   uint64_t NextPushId() { return (static_cast<uint64_t>(node_.id()) << 40) | ++pushes_sent_; }

@@ -9,6 +9,8 @@
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
+#include <vector>
 
 namespace strata {
 
@@ -32,6 +34,17 @@ class RecentIds {
       s.ids.erase(s.order.front());
       s.order.pop_front();
     }
+  }
+
+  // Every (sender, id) held, oldest first per sender: what a server hands over with rows that
+  // move to another server (ps/server_migrate.cc), so retries reaching it are known there too.
+  std::vector<std::pair<uint32_t, uint64_t>> Snapshot() const {
+    std::lock_guard lock(mu_);
+    std::vector<std::pair<uint32_t, uint64_t>> out;
+    for (const auto& [sender, s] : senders_) {
+      for (uint64_t id : s.order) out.emplace_back(sender, id);
+    }
+    return out;
   }
 
  private:

@@ -40,6 +40,11 @@ RowStore::Init MakeInit(const TableSpec& spec) {
   };
 }
 
+// A server that joined an elastic job, before it holds its keys: the clients retry.
+Status TakingOver() {
+  return Status::Unavailable("this server joined the job and is taking over its keys from the older servers");
+}
+
 // Payload floats may sit at any address inside a received frame; copy only when misaligned.
 const float* AlignedFloats(const Buffer& b, std::vector<float>* scratch) {
   if (reinterpret_cast<uintptr_t>(b.data()) % alignof(float) == 0) {
@@ -87,7 +92,10 @@ PsServer::PsServer(Node& node, ServerOptions options, StoreFactory store_factory
     w->thread = std::thread([this, w] { RunWorker(*w); });
   }
   node_.SetRequestHandler([this](Request r) { Dispatch(std::move(r)); });
-  node_.OnEvent([this](const NodeEvent& e) { OnNodeEvent(e); });
+  node_.OnEvent([this, guard = event_guard_](const NodeEvent& e) {
+    std::lock_guard lock(guard->mu);
+    if (guard->alive) OnNodeEvent(e);
+  });
   if (options_.stats_interval_ms > 0) {
     stats_thread_ = std::thread([this] {
       std::unique_lock lock(stats_mu_);
@@ -100,6 +108,10 @@ PsServer::PsServer(Node& node, ServerOptions options, StoreFactory store_factory
 }
 
 PsServer::~PsServer() {
+  {
+    std::lock_guard lock(event_guard_->mu);  // waits out an event being handled
+    event_guard_->alive = false;
+  }
   {
     std::lock_guard lock(stats_mu_);
     stop_ = true;
@@ -150,6 +162,7 @@ void PsServer::Handle(Request& request) {
       HandlePull(request);
       return pull_seconds_.Observe(seconds());
     case Op::CLOCK: return HandleClock(request);
+    case Op::MIGRATE: return HandleMigrate(request);
     case Op::SAVE_TABLES:
       HandleSaveTables(request);
       return save_seconds_.Observe(seconds());
@@ -287,23 +300,25 @@ Status PsServer::ValidateKeys(const Table& t, const Message& msg, bool with_grad
   if (n > kMaxKeysPerRequest) return Status::InvalidArgument(where() + std::to_string(n) + " keys is too many");
   keys->resize(n);
   if (n) std::memcpy(keys->data(), k.buffer->data(), n * sizeof(uint64_t));
-  const uint32_t servers = static_cast<uint32_t>(node_.view().Count(Role::kServer));
+  const PsLayout layout = KeyLayout();
   const uint32_t me = static_cast<uint32_t>(node_.rank());
   *value_floats = 0;
   for (uint64_t key : *keys) {
     if (spec.kind == TableKind::kSparse) {
-      if (SparseServer(key, servers) != me) {
-        return Status::InvalidArgument(where() + "key " + std::to_string(key) + " belongs to server " +
-                                       std::to_string(SparseServer(key, servers)) + ", not " + std::to_string(me));
+      if (const uint32_t owner = layout.SparseOwner(key); owner != me) {
+        // FailedPrecondition: a client on an older layout refreshes it and sends the key there.
+        return Status::FailedPrecondition(where() + "key " + std::to_string(key) + " belongs to server " +
+                                          std::to_string(owner) + " of " + std::to_string(layout.servers) +
+                                          ", not " + std::to_string(me) + ": " + std::string(kLayoutMoved));
       }
     } else {
       if (key >= spec.NumChunks()) {
         return Status::InvalidArgument(where() + "chunk " + std::to_string(key) + " out of range (" +
                                        std::to_string(spec.NumChunks()) + " chunks)");
       }
-      if (DenseServer(spec.id, key, servers) != me) {
+      if (layout.DenseOwner(spec.id, key) != me) {
         return Status::InvalidArgument(where() + "chunk " + std::to_string(key) + " belongs to server " +
-                                       std::to_string(DenseServer(spec.id, key, servers)));
+                                       std::to_string(layout.DenseOwner(spec.id, key)));
       }
     }
     *value_floats += t.ValueFloats(key);
@@ -339,6 +354,9 @@ void PsServer::HandlePush(Request& request) {
     ++errors_;
     request.ReplyError(s);
   };
+  // Held until the push is applied: a migrate copies rows either before or after it.
+  std::shared_lock layout_lock(migrate_mu_);
+  if (taking_over_) return fail(TakingOver());
   auto table = FindTable(push.getTable());
   if (!table.ok()) return fail(table.status());
   Table& t = **table;
@@ -409,8 +427,7 @@ void PsServer::HandlePush(Request& request) {
     }
     if (t.spec.pushers > 0) {
       if (t.my_chunks == 0) {
-        t.my_chunks = ChunksOn(t.spec, static_cast<uint32_t>(node_.rank()),
-                               static_cast<uint32_t>(node_.view().Count(Role::kServer)));
+        t.my_chunks = ChunksOn(t.spec, static_cast<uint32_t>(node_.rank()), KeyLayout().base);
       }
       for (uint64_t key : keys) t.ApplyCompleteLocked(key);
       const bool advanced = t.ReadyClockLocked() > t.applied_clock;
@@ -525,6 +542,8 @@ void PsServer::HandlePull(Request& request) {
     ++errors_;
     request.ReplyError(s);
   };
+  std::shared_lock layout_lock(migrate_mu_);
+  if (taking_over_) return fail(TakingOver());
   auto table = FindTable(pull.getTable());
   if (!table.ok()) return fail(table.status());
   Table& t = **table;

@@ -36,6 +36,7 @@
 #include "cluster/node.h"
 #include "offload/row_store.h"
 #include "ps/parked_quota.h"
+#include "ps/layout.h"
 #include "ps/recent_ids.h"
 #include "ps/server_options.h"
 #include "ps/table.h"
@@ -69,6 +70,18 @@ class PsServer {
   // error (naming the file) no table was added. Call before node.Join(), instead of
   // RestoreTables().
   Status LoadCheckpoint(const std::string& checkpoint, uint32_t rank, uint32_t servers);
+
+  // Elastic jobs (cluster.elastic, ps/server_migrate.cc): a server started with --join calls
+  // ExpectTakeOver() before node.Join(), so it answers pushes and pulls with Unavailable (the
+  // clients retry) until TakeOver() has brought it the rows of its keys: it asks every older
+  // server in turn to switch to a layout that includes it (PsLayout) and to send the rows (with
+  // optimizer state), the push ids and the trainers' clocks of the keys that layout gives it.
+  // An older server switches and copies under a lock that pushes and pulls also take, so a
+  // push is applied before the copy (and moves with it) or refused after it (kLayoutMoved: the
+  // client sends it to the new server, which knows its id if the first try was applied). BSP
+  // tables refuse (FailedPrecondition naming the mode).
+  void ExpectTakeOver() { taking_over_ = true; }
+  Status TakeOver(Millis timeout);
 
   // Statistics as JSON (also the reply to getStats).
   std::string StatsJson() const;
@@ -107,6 +120,12 @@ class PsServer {
   void HandlePush(Request& request);
   void HandlePull(Request& request);
   void HandleClock(Request& request);
+  // An older server's side of a take-over (see TakeOver).
+  void HandleMigrate(Request& request);
+  // Adds the rows, push ids and clocks of an older server's migrateRows reply.
+  Status ImportRows(const Message& reply, uint32_t from);
+  // Where keys live now: the job's first servers, and the servers of this server's layout.
+  PsLayout KeyLayout() const;
   // Writes this server's shard of every table into the checkpoint the request names.
   void HandleSaveTables(Request& request);
   // createTable while serving a checkpoint: the spec must describe a loaded table.
@@ -127,6 +146,8 @@ class PsServer {
   // Is a pull of `t` at `clock` allowed now? Expects clock_mu_ held. Sets *error if it never will.
   bool PullReadyLocked(const Table& t, int64_t clock, Status* error) const;
   int64_t MinClockLocked() const;
+  // The same, 0 with no trainer.
+  int64_t MinClockOrZeroLocked() const;
   // Applies BSP accumulations up to the min clock and takes the parked pulls that became ready.
   void AdvanceLocked(std::vector<Parked>* ready);
   void TakeReadyLocked(std::vector<Parked>* ready);
@@ -149,6 +170,19 @@ class PsServer {
   std::map<uint32_t, std::string> lost_trainers_;  // node id -> description
   std::vector<Parked> parked_;
   ParkedQuota parked_quota_;  // per peer, over parked_
+
+  // Elastic: pushes and pulls hold it shared while they check a key's owner and apply; a
+  // migrate switches the layout and copies the moving rows holding it exclusively.
+  mutable std::shared_mutex migrate_mu_;
+  std::atomic<uint32_t> layout_servers_{0};  // 0: the job's first servers
+  std::atomic<bool> taking_over_{false};
+  std::atomic<uint64_t> rows_moved_in_{0}, rows_moved_out_{0};
+  // The node's event callbacks outlive this server: they check it is still there (under mu).
+  struct EventGuard {
+    std::mutex mu;
+    bool alive = true;
+  };
+  std::shared_ptr<EventGuard> event_guard_ = std::make_shared<EventGuard>();
 
   std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<bool> stop_{false};

@@ -21,6 +21,9 @@ std::string PsServer::StatsJson() const {
   j["apply_ms"] = apply_ns_.load() / 1e6;
   j["errors"] = errors_.load();
   j["duplicate_pushes"] = duplicates_.load();
+  j["layout_servers"] = KeyLayout().servers;
+  j["rows_moved_in"] = rows_moved_in_.load();
+  j["rows_moved_out"] = rows_moved_out_.load();
   j["queue_depth"] = queued_.load();
   if (!serving_.empty()) {
     j["serving"] = serving_;

@@ -17,6 +17,24 @@ void Bind(config::Binder& b, JobConfig& o) {
   Bind(b, o.trainer);  // strata-trainer's sections, at the top level
 }
 
+Status CheckElasticJob(const JobConfig& job) {
+  if (!job.cluster.elastic) return Status::OK();
+  const SyncOptions& sync = job.trainer.sync;
+  if (sync.mode != SyncOptions::Mode::kPs) {
+    return Status::InvalidArgument(std::string("cluster.elastic: trainers join and leave a sync.mode ps job; sync.mode ") +
+                                   ModeName(sync.mode) + " keeps a fixed group of trainers");
+  }
+  if (sync.consistency == Consistency::kBsp) {
+    return Status::InvalidArgument(
+        "cluster.elastic: sync.consistency bsp is not elastic (a BSP clock needs every trainer of a fixed "
+        "membership); use asp or ssp");
+  }
+  if (job.trainer.parallel.auto_plan) {
+    return Status::InvalidArgument("cluster.elastic: parallel.auto picks a plan for a fixed number of trainers");
+  }
+  return Status::OK();
+}
+
 Result<JobConfig> LoadJobConfig(const std::string& path,
                                 const std::vector<std::string>& overrides) {
   YAML::Node root(YAML::NodeType::Map);
@@ -34,6 +52,7 @@ Result<JobConfig> LoadJobConfig(const std::string& path,
   if (!errors.empty()) return Status::InvalidArgument(errors);
   Result<JobConfig> job =
       config::Parse<JobConfig>(root, path.empty() ? "(no job file)" : path, overrides);
+  if (job.ok()) STRATA_RETURN_IF_ERROR(CheckElasticJob(*job));
   // An `auto` section derives parallel.dp and parallel.tp from placements (auto_plan.h).
   if (job.ok() && job->trainer.auto_parallel.enabled()) {
     STRATA_RETURN_IF_ERROR(ApplyAutoPlan(job->trainer));

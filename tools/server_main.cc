@@ -175,6 +175,14 @@ int main(int argc, char** argv) {
     checkpoint = *resolved;
   }
   const ServerStoreOptions& store = server_options.store;
+  if (node_options.join && (serve || store.kind == StoreKind::kTiered)) {
+    // A joining server learns its rank when it joins; a tiered store's directory (and a served
+    // checkpoint's keys) need it before.
+    std::cerr << "strata-server: --join takes the next rank when it joins, and "
+              << (serve ? "serving infer.checkpoint" : "server.store.kind: tiered") << " needs the rank before: use "
+              << (serve ? "--rank" : "server.store.kind: memory for a joining server") << "\n";
+    return 2;
+  }
   std::string dir;
   if (store.kind == StoreKind::kTiered && !serve) {
     // The directory is this server's identity across restarts, so the rank must be fixed.
@@ -226,11 +234,18 @@ int main(int argc, char** argv) {
     return 1;
   }
   metrics_endpoint.SetReady(false, "registering with the scheduler at " + job.cluster.scheduler);
+  if (node_options.join) server.ExpectTakeOver();  // serves nothing until it holds its keys
   if (Status s = node.Join(); !s.ok()) {
     spdlog::error("{}", s.ToString());
     return 1;
   }
   SetLogIdentity("server", node.rank());
+  if (node_options.join) {
+    if (Status s = server.TakeOver(Millis(job.trainer.sync.timeout_ms)); !s.ok()) {
+      spdlog::error("{}", s.ToString());
+      return 1;
+    }
+  }
   if (serve && (node.rank() != node_options.requested_rank ||
                 static_cast<int>(node.view().Count(Role::kServer)) != job.cluster.servers)) {
     spdlog::error("serving {}: loaded the keys of server {} of {}, but joined as server {} of {}", checkpoint,
