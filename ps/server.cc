@@ -532,7 +532,25 @@ Status PsServer::AnswerDensePull(Table& t, Request& request, const std::vector<u
     reply.AddPayload(DType::kF32, {len}, Buffer(values[i].get(), len * sizeof(float), values[i]));
   }
   request.Reply(std::move(reply));
+  ReadNextTableAhead(t);
   return Status::OK();
+}
+
+void PsServer::ReadNextTableAhead(const Table& t) {
+  Table* next = nullptr;
+  {
+    std::shared_lock lock(tables_mu_);
+    auto it = tables_.upper_bound(t.spec.id);
+    if (it == tables_.end() || !it->second->snapshots) return;
+    next = it->second.get();
+  }
+  const uint32_t servers = KeyLayout().base, me = static_cast<uint32_t>(node_.rank());
+  if (servers == 0 || me >= servers) return;  // a joined server holds no dense chunks
+  std::vector<uint64_t> keys;
+  for (uint64_t k = (me + servers - next->spec.id % servers) % servers; k < next->spec.NumChunks(); k += servers) {
+    keys.push_back(k);
+  }
+  read_ahead_.Ask(next->store.get(), std::move(keys));
 }
 
 void PsServer::HandlePull(Request& request) {

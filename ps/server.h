@@ -37,6 +37,7 @@
 #include "offload/row_store.h"
 #include "ps/parked_quota.h"
 #include "ps/layout.h"
+#include "ps/read_ahead.h"
 #include "ps/recent_ids.h"
 #include "ps/server_options.h"
 #include "ps/table.h"
@@ -143,6 +144,9 @@ class PsServer {
                       size_t* value_floats);
   Status AnswerPull(Table& t, Request& request, const std::vector<uint64_t>& keys, size_t floats);
   Status AnswerDensePull(Table& t, Request& request, const std::vector<uint64_t>& keys, size_t floats);
+  // After a pull of dense table t: the chunks this server holds of the next dense table (the
+  // one the trainer pulls next in forward order) are read ahead into DRAM (ps/read_ahead.h).
+  void ReadNextTableAhead(const Table& t);
   // Is a pull of `t` at `clock` allowed now? Expects clock_mu_ held. Sets *error if it never will.
   bool PullReadyLocked(const Table& t, int64_t clock, Status* error) const;
   int64_t MinClockLocked() const;
@@ -185,6 +189,8 @@ class PsServer {
   std::shared_ptr<EventGuard> event_guard_ = std::make_shared<EventGuard>();
 
   std::vector<std::unique_ptr<Worker>> workers_;
+  // Declared after tables_: it stops (and its reads of their stores end) before they go.
+  ReadAhead read_ahead_;
   std::atomic<bool> stop_{false};
   std::thread stats_thread_;
   std::mutex stats_mu_;

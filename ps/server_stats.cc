@@ -90,6 +90,9 @@ std::string PsServer::StatsLine() const {
                         100.0 * static_cast<double>(hits) / static_cast<double>(hits + misses), hits, misses,
                         miss_bytes / 1048576.0, up > 0 ? miss_bytes / 1048576.0 / up : 0.0, up, resident);
   }
+  if (read_ahead_.records_read() > 0) {
+    line += fmt::format(", {} records read ahead of their pulls", read_ahead_.records_read());
+  }
   if (!serving_.empty()) tables += fmt::format("; rows added since loading {}",
                                               static_cast<int64_t>(records) - static_cast<int64_t>(loaded_rows_));
   return line + tables;
