@@ -171,6 +171,13 @@ struct Envelope {
   status @3 :StatusCode;    # replies only
   errorMessage @4 :Text;    # replies only, when status != ok
   payloads @5 :List(PayloadDesc);
+  # Parameter-server requests: the shard (the key range of that server rank) addressed; -1: the
+  # receiver's own rank. With server.replication: backup a server also holds the backup of
+  # another rank's shard, and serves it once that rank's primary is dead.
+  shard @29 :Int32 = -1;
+  # A request a shard's primary forwards to the shard's backup: the node that sent it to the
+  # primary (push ids are remembered per origin); 0xffffffff: not forwarded.
+  origin @30 :UInt32 = 0xffffffff;
 
   # The operation. Add new members at the end; never renumber.
   body :union {

@@ -66,8 +66,15 @@ uint64_t FirstPushCounter() {
 }
 }  // namespace
 
-PsClient::PsClient(Node& node, Millis timeout)
-    : node_(node), timeout_(timeout), pushes_sent_(FirstPushCounter()) {}
+PsClient::PsClient(Node& node, Millis timeout, Replication replication)
+    : node_(node), timeout_(timeout), replication_(replication), pushes_sent_(FirstPushCounter()) {}
+
+Result<NodeInfo> PsClient::ServerFor(const ClusterView& view, uint32_t shard) const {
+  STRATA_ASSIGN_OR_RETURN(uint32_t rank, ServingRank(view, shard, replication_));
+  const NodeInfo* n = view.Find(Role::kServer, static_cast<int>(rank));
+  if (!n) return Status::Internal("server rank " + std::to_string(rank) + " is missing from the view");
+  return *n;
+}
 
 Status PsClient::Connect() {
   if (!servers_.empty()) return Status::OK();
@@ -75,7 +82,9 @@ Status PsClient::Connect() {
   const int count = view.Count(Role::kServer);
   if (count == 0) return Status::FailedPrecondition("the cluster has no servers");
   for (int r = 0; r < count; ++r) {
-    const NodeInfo* n = view.Find(Role::kServer, r);
+    // A shard nobody serves yet starts at its own rank's address; Retry moves it.
+    auto serving = ServerFor(view, static_cast<uint32_t>(r));
+    const NodeInfo* n = serving.ok() ? &*serving : view.Find(Role::kServer, r);
     if (!n) return Status::Internal("server rank " + std::to_string(r) + " is missing from the view");
     STRATA_ASSIGN_OR_RETURN(PeerId peer, node_.rpc().Connect(n->address));
     servers_.push_back(peer);
@@ -84,25 +93,26 @@ Status PsClient::Connect() {
   return Status::OK();
 }
 
-Status PsClient::Reconnect(uint32_t rank) {
+Status PsClient::Reconnect(uint32_t shard) {
   // The Node keeps its view current from the scheduler's dead/rejoined events; asking the
   // scheduler as well covers an event still on its way.
   auto fresh = node_.RefreshView();
   const ClusterView view = fresh.ok() ? *fresh : node_.view();
-  const NodeInfo* n = view.Find(Role::kServer, static_cast<int>(rank));
-  if (!n) return Status::Internal("server rank " + std::to_string(rank) + " is missing from the view");
-  if (!n->alive) return Status::Unavailable(n->Describe() + " is down");
-  if (n->address != addresses_[rank]) {
-    STRATA_ASSIGN_OR_RETURN(PeerId peer, node_.rpc().Connect(n->address));
-    servers_[rank] = peer;
-    addresses_[rank] = n->address;
+  STRATA_ASSIGN_OR_RETURN(NodeInfo n, ServerFor(view, shard));
+  if (!n.alive) return Status::Unavailable(n.Describe() + " is down");
+  if (n.address != addresses_[shard]) {
+    STRATA_ASSIGN_OR_RETURN(PeerId peer, node_.rpc().Connect(n.address));
+    servers_[shard] = peer;
+    addresses_[shard] = n.address;
   }
   return Status::OK();
 }
 
 void PsClient::Send(PsTicket::Part& part, Millis timeout) {
   part.sent_to = addresses_[part.server];
-  part.ticket = node_.rpc().Call(servers_[part.server], part.make(), timeout);
+  Message m = part.make();
+  m.builder().setShard(static_cast<int32_t>(part.server));
+  part.ticket = node_.rpc().Call(servers_[part.server], std::move(m), timeout);
 }
 
 Result<Message> PsClient::Await(PsTicket::Part& part, Millis timeout) {
@@ -122,9 +132,8 @@ Result<Message> PsClient::Await(PsTicket::Part& part, Millis timeout) {
     // A node that lost its scheduler ends (cluster.scheduler_timeout_ms): a BSP pull parked on
     // a peer that has already gone that way would otherwise wait out the whole timeout.
     if (Status lost = node_.SchedulerStatus(); !lost.ok()) return Status::Aborted(lost.message());
-    const ClusterView view = node_.view();
-    const NodeInfo* n = view.Find(Role::kServer, static_cast<int>(part.server));
-    if (n && (!n->alive || n->address != address)) {
+    auto n = ServerFor(node_.view(), part.server);
+    if (!n.ok() || !n->alive || n->address != address) {
       return Status::Unavailable("server " + std::to_string(part.server) + " at " + address +
                                  " went down while the request was in flight");
     }
@@ -135,9 +144,15 @@ Result<Message> PsClient::Retry(PsTicket::Part& part, Result<Message> failed) {
   using SteadyClock = std::chrono::steady_clock;
   const auto give_up = SteadyClock::now() + timeout_;
   Result<Message> r = std::move(failed);
-  while (!r.ok() && Retryable(r.status()) && part.make) {
-    const auto left = std::chrono::duration_cast<Millis>(give_up - SteadyClock::now());
+  for (int attempt = 0; !r.ok() && Retryable(r.status()) && part.make; ++attempt) {
+    auto left = std::chrono::duration_cast<Millis>(give_up - SteadyClock::now());
     if (left <= Millis(0)) break;
+    // A server that answered Unavailable at once (a backup that has not yet heard of its
+    // primary's death) is asked again after a pause, not in a tight loop.
+    if (attempt > 0) {
+      std::this_thread::sleep_for(std::min(left, Millis(20)));
+      left = std::chrono::duration_cast<Millis>(give_up - SteadyClock::now());
+    }
     if (Status s = Reconnect(part.server); !s.ok()) {
       if (!Retryable(s)) return s;
       std::this_thread::sleep_for(std::min(left, Millis(50)));  // down: wait for it to rejoin

@@ -16,6 +16,11 @@
 // updates it kept. A memory store keeps nothing across a restart, ids included; a BSP push
 // accumulated for a clock not yet applied is lost by a crash and its retry is applied.
 // Pulls, clocks and createTable are idempotent.
+//
+// With the servers' replication (server.replication: backup; ps/replication.h) a request for
+// shard r goes to the server ServingRank names: r's primary, or its backup once the primary is
+// dead, which a retry reaches with the same push id (a push the primary forwarded before dying
+// is answered there as a duplicate). ServerFor is the one place that maps a shard to a server.
 #pragma once
 
 #include <chrono>
@@ -27,6 +32,7 @@
 #include <vector>
 
 #include "cluster/node.h"
+#include "ps/replication.h"
 #include "ps/table.h"
 
 namespace strata {
@@ -52,7 +58,8 @@ class PsTicket {
 // Not thread-safe: one trainer thread uses it (the Node underneath is).
 class PsClient {
  public:
-  explicit PsClient(Node& node, Millis timeout = Millis(30000));
+  // `replication`: the servers' server.replication (where a dead primary's shard is served).
+  explicit PsClient(Node& node, Millis timeout = Millis(30000), Replication replication = Replication::kNone);
 
   // Creates a table on every server (or checks that the same spec exists). Blocking.
   Status CreateTable(const TableSpec& spec);
@@ -106,13 +113,17 @@ class PsClient {
   Result<Message> Await(PsTicket::Part& part, Millis timeout);
   // Re-sends a failed part until it succeeds, fails otherwise, or the retry budget runs out.
   Result<Message> Retry(PsTicket::Part& part, Result<Message> failed);
-  // Points servers_[rank] at the rank's address in the current view (reconnecting if it moved).
-  // Unavailable while the scheduler reports it dead.
-  Status Reconnect(uint32_t rank);
+  // The server that serves shard `shard` under `view`: the server of that rank, or with
+  // replication the one ServingRank names. Unavailable when none does.
+  Result<NodeInfo> ServerFor(const ClusterView& view, uint32_t shard) const;
+  // Points servers_[shard] at ServerFor's address in the current view (reconnecting if it
+  // moved). Unavailable while the scheduler reports it dead.
+  Status Reconnect(uint32_t shard);
 
   Node& node_;
   const Millis timeout_;
-  std::vector<PeerId> servers_;  // by server rank
+  const Replication replication_;
+  std::vector<PeerId> servers_;  // by shard (server rank), the server serving it
   std::vector<std::string> addresses_;  // what servers_ are connected to
   uint64_t retries_ = 0;
   // Push ids: this node's id in the high bits, a counter below (unique per client, repeated

@@ -17,6 +17,14 @@
 // Requests from one sender are handled in order (one worker queue per sender), so a trainer's
 // clock message is processed after its pushes. Every request is validated completely before
 // anything is applied: a bad one gets an error reply and changes nothing.
+//
+// Replication (options.replication = backup; ps/replication.h): this server is the primary of
+// shard `rank` and holds the backup of shard rank - 1 in a second PsServer of its own (one
+// worker, so forwarded requests apply in the order the primary applied them). As primary it
+// applies a push, clock or createTable and forwards it under one lock (so the forwards leave in
+// apply order), and answers the sender when the backup acknowledged it. The backup copy takes
+// requests forwarded by its primary, and the shard's own requests once the primary is dead
+// (take-over, logged once); it forwards nothing (the shard then has no backup).
 #pragma once
 
 #include <atomic>
@@ -36,6 +44,7 @@
 #include "cluster/node.h"
 #include "offload/row_store.h"
 #include "ps/recent_ids.h"
+#include "ps/replication.h"
 #include "ps/server_options.h"
 #include "ps/table.h"
 
@@ -90,6 +99,11 @@ class PsServer {
     Table* table;
     int64_t clock;
   };
+  // The sender that counts for a request: the trainer a forwarded request came from.
+  static uint32_t SenderOf(const Message& m) {
+    const uint32_t origin = m.reader().getOrigin();
+    return origin != kUnassignedNode ? origin : m.sender();
+  }
   struct Worker {
     std::mutex mu;
     std::condition_variable cv;
@@ -97,13 +111,32 @@ class PsServer {
     std::thread thread;
   };
 
+  // The backup copy of shard `shard` (server_replication.cc): no handler of its own on the node,
+  // one worker, no statistics thread.
+  PsServer(Node& node, ServerOptions options, StoreFactory store_factory, uint32_t shard);
+  void StartWorkers(int workers);
   void Dispatch(Request request);
   void RunWorker(Worker& w);
   void Handle(Request& request);
-  void HandleCreateTable(Request& request);
-  void HandlePush(Request& request);
+  // The requests that change state: the reply, or the error that changed nothing.
+  Result<Message> CreateTable(const Request& request);
+  Result<Message> Push(const Request& request);
+  Result<Message> Clock(const Request& request, std::vector<Parked>* ready);
   void HandlePull(Request& request);
-  void HandleClock(Request& request);
+
+  // Replication (server_replication.cc).
+  // The key range this instance holds: its node's rank, or the shard it holds the backup of.
+  uint32_t Shard() const { return backup_of_ >= 0 ? static_cast<uint32_t>(backup_of_) : static_cast<uint32_t>(node_.rank()); }
+  // Routes a request addressed to another shard to the backup copy. False if it was answered.
+  bool RouteToBackup(Request& request);
+  // Whether this request may be handled here; answers it with an error if not.
+  bool Admit(Request& request);
+  // Held while a state change is applied and its forward sent, when this primary forwards.
+  std::unique_lock<std::mutex> ReplicationLock();
+  // Answers a state change: at once, or (primary with a live backup) once the backup
+  // acknowledged its forwarded copy. `lock` is ReplicationLock()'s and released here.
+  void Finish(Request& request, Result<Message> reply, std::unique_lock<std::mutex>& lock);
+  void OnServerEvent(const NodeEvent& e);
   // Writes this server's shard of every table into the checkpoint the request names.
   void HandleSaveTables(Request& request);
   // createTable while serving a checkpoint: the spec must describe a loaded table.
@@ -120,7 +153,8 @@ class PsServer {
   Status ValidateKeys(const Table& t, const Message& msg, bool with_grads, std::vector<uint64_t>* keys,
                       size_t* value_floats);
   Status AnswerPull(Table& t, Request& request, const std::vector<uint64_t>& keys, size_t floats);
-  Status AnswerDensePull(Table& t, Request& request, const std::vector<uint64_t>& keys, size_t floats);
+  Result<Message> PullReply(Table& t, const Request& request, const std::vector<uint64_t>& keys, size_t floats);
+  Result<Message> DensePullReply(Table& t, const Request& request, const std::vector<uint64_t>& keys, size_t floats);
   // Is a pull of `t` at `clock` allowed now? Expects clock_mu_ held. Sets *error if it never will.
   bool PullReadyLocked(const Table& t, int64_t clock, Status* error) const;
   int64_t MinClockLocked() const;
@@ -132,6 +166,17 @@ class PsServer {
 
   Node& node_;
   const ServerOptions options_;
+  // Replication: the shard this instance holds the backup of (-1: it is the node's own server),
+  // the backup copy the node's own server holds (made at the first request for that shard),
+  // the lock ordering applies with their forwards, the backup's link, and what was forwarded.
+  const int backup_of_ = -1;
+  mutable std::mutex backup_mu_;
+  std::unique_ptr<PsServer> backup_;
+  std::mutex forward_mu_;
+  std::string backup_address_;  // what backup_peer_ is connected to (under forward_mu_)
+  PeerId backup_peer_ = kNoPeer;
+  std::atomic<bool> took_over_{false};
+  std::atomic<uint64_t> forwards_{0}, replicated_bytes_{0}, forward_errors_{0};
   // Set by LoadCheckpoint before the node joins, read-only after: the checkpoint served
   // read-only (empty: training) and how many rows it gave this server.
   std::string serving_;

@@ -32,28 +32,22 @@ int64_t PsServer::MinClockLocked() const {
 }
 
 
-void PsServer::HandleClock(Request& request) {
-  const uint32_t sender = request.message().sender();
+Result<Message> PsServer::Clock(const Request& request, std::vector<Parked>* ready) {
+  const uint32_t sender = SenderOf(request.message());
   const int64_t finished = request.message().reader().getBody().getClock().getClock();
-  std::vector<Parked> ready;
-  {
-    std::lock_guard lock(clock_mu_);
-    if (trainer_clock_.empty() && lost_trainers_.empty()) {
-      for (const NodeInfo& n : node_.view().WithRole(Role::kTrainer)) {
-        if (n.alive) trainer_clock_[n.id] = 0;
-      }
+  std::lock_guard lock(clock_mu_);
+  if (trainer_clock_.empty() && lost_trainers_.empty()) {
+    for (const NodeInfo& n : node_.view().WithRole(Role::kTrainer)) {
+      if (n.alive) trainer_clock_[n.id] = 0;
     }
-    auto it = trainer_clock_.find(sender);
-    if (it == trainer_clock_.end()) {
-      ++errors_;
-      return request.ReplyError(Status::FailedPrecondition(
-          "clock from node " + std::to_string(sender) + ", which is not a live trainer"));
-    }
-    it->second = std::max(it->second, finished + 1);
-    AdvanceLocked(&ready);
   }
-  request.Reply(request.MakeReply());
-  for (Parked& p : ready) HandlePull(p.request);  // re-checks and answers (or re-parks)
+  auto it = trainer_clock_.find(sender);
+  if (it == trainer_clock_.end()) {
+    return Status::FailedPrecondition("clock from node " + std::to_string(sender) + ", which is not a live trainer");
+  }
+  it->second = std::max(it->second, finished + 1);
+  AdvanceLocked(ready);
+  return request.MakeReply();
 }
 
 void PsServer::AdvanceLocked(std::vector<Parked>* ready) {

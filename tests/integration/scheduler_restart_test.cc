@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/integration/launch_fixture.h"
+#include "tests/integration/process_fixture.h"
 #include "tests/test_util.h"
 
 namespace strata {
@@ -29,45 +29,13 @@ const char* kCtr =
     "sync: {mode: ps, consistency: bsp}\n"
     "train: {steps: 1500, batch_size: 256, log_every: 25, progress: false}\n";
 
-class SchedulerRestartTest : public testing::LaunchFixture {
+class SchedulerRestartTest : public testing::ProcessFixture {
  protected:
   std::vector<std::string> Common(const std::string& job, int scheduler_timeout_ms) {
     return {"--config", job, "--set", "cluster.servers=1", "--set", "cluster.trainers=2",
             "--set", "cluster.scheduler_timeout_ms=" + std::to_string(scheduler_timeout_ms),
             "--set", "train.metrics_path=" + Metrics("run")};
   }
-  // Starts strata-scheduler at `bind`; returns the address it listens on.
-  std::string StartScheduler(const std::vector<std::string>& common, const std::string& bind) {
-    const std::string file = dir_.File("scheduler-" + std::to_string(schedulers_.size()) + ".address");
-    std::vector<std::string> argv = {BinPath("strata-scheduler"), "--bind", bind, "--address-file", file};
-    argv.insert(argv.end(), common.begin(), common.end());
-    schedulers_.push_back(std::make_unique<Subprocess>(
-        argv, dir_.File("scheduler-" + std::to_string(schedulers_.size()) + ".log")));
-    std::string address;
-    EXPECT_TRUE(WaitFor([&] {
-      std::ifstream in(file);
-      return static_cast<bool>(in >> address);
-    }, Millis(20000))) << schedulers_.back()->Log();
-    return address;
-  }
-  Subprocess& Start(const std::string& binary, const std::vector<std::string>& common,
-                    const std::string& address, int rank) {
-    std::vector<std::string> argv = {BinPath(binary)};
-    argv.insert(argv.end(), common.begin(), common.end());
-    argv.insert(argv.end(), {"--set", "cluster.scheduler=" + address, "--rank", std::to_string(rank)});
-    nodes_.push_back(std::make_unique<Subprocess>(argv, dir_.File(binary + "-" + std::to_string(rank) + ".log")));
-    return *nodes_.back();
-  }
-  // Lines in trainer 0's metrics file so far: one per train.log_every steps.
-  size_t MetricsLines() {
-    std::ifstream in(Rank("run", 0));
-    size_t n = 0;
-    for (std::string line; std::getline(in, line);) n += line.find("\"loss\"") != std::string::npos;
-    return n;
-  }
-
-  std::vector<std::unique_ptr<Subprocess>> schedulers_;
-  std::vector<std::unique_ptr<Subprocess>> nodes_;
 };
 
 TEST_F(SchedulerRestartTest, TrainingContinuesAcrossASchedulerKilledAndRestarted) {
