@@ -87,7 +87,9 @@ class ReplicationTest : public testing::ProcessFixture {
     if (schedulers_.empty()) return;
     schedulers_[0]->Signal(SIGTERM);  // ends the job: the live server is told to shut down
     EXPECT_EQ(schedulers_[0]->Wait(Millis(20000)), 0) << schedulers_[0]->Log();
-    if (servers_[1]) EXPECT_EQ(servers_[1]->Wait(Millis(20000)), 0) << servers_[1]->Log();
+    if (servers_[1]) {
+      EXPECT_EQ(servers_[1]->Wait(Millis(20000)), 0) << servers_[1]->Log();
+    }
   }
 
   std::string address_;

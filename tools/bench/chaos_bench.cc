@@ -12,6 +12,10 @@
 //     retried) and two in-process trainers pushing counted increments through --ledger-cycles
 //     kill -9s of the server: every acknowledged increment must be applied once (lost and
 //     duplicated updates, the goal 0 for both).
+// --replication: the servers keep their shards in memory with server.replication: backup, and a
+// server killed is not restarted: its backup takes its shard over (one kill per run, since a
+// server that comes back holds nothing and a second kill would lose a shard; docs/reliability.md).
+// The ledger then runs on two such servers, killing one primary, without dropped messages.
 #include <CLI/CLI.hpp>
 
 #include <signal.h>
@@ -54,7 +58,11 @@ struct Options {
   double drop_rate = 0.02;
   int timeout_s = 900;
   bool keep = false;
+  bool replication = false;
 };
+
+// With --replication: at most one server is killed per run (see the top of the file).
+int ServerKills(const Options& o, int cycles) { return o.replication ? std::min(cycles, 1) : cycles; }
 
 std::string JobYaml(const Options& o, const std::string& store) {
   std::ostringstream y;
@@ -64,8 +72,12 @@ std::string JobYaml(const Options& o, const std::string& store) {
     << "train: {steps: " << o.steps << ", batch_size: 1024, log_every: 50, progress: false}\n"
     << "sync: {mode: ps, consistency: asp, timeout_ms: 60000}\n"
     << "cluster: {heartbeat_interval_ms: 100, heartbeat_timeout_ms: 1500, scheduler_timeout_ms: 60000}\n"
-    << "server: {workers: 2, stats_interval_ms: 0, store: {kind: tiered, path: " << store
-    << ", dram_budget_mb: 8, durability: wal}}\n";
+    << "server: {workers: 2, stats_interval_ms: 0, ";
+  if (o.replication) {
+    y << "replication: backup}\n";  // the memory store
+  } else {
+    y << "store: {kind: tiered, path: " << store << ", dram_budget_mb: 8, durability: wal}}\n";
+  }
   return y.str();
 }
 
@@ -177,11 +189,17 @@ RunFigures RunTraining(const Options& o, const std::string& bin, const fs::path&
     std::this_thread::sleep_for(Millis(static_cast<int>(o.fault_interval_s * 1000)));
     if (!disturb || cl.TrainersDone()) continue;
     // Round robin over the kinds of fault still to run.
-    const bool server = f.server_kills < o.server_cycles, scheduler = f.scheduler_kills < o.scheduler_cycles,
+    const bool server = f.server_kills < ServerKills(o, o.server_cycles), scheduler = f.scheduler_kills < o.scheduler_cycles,
                stop = f.stops < o.stop_cycles;
     if (!server && !scheduler && !stop) continue;
     const int kind = fault++ % 3;
-    if (kind == 0 && server) {
+    if (kind == 0 && server && o.replication) {
+      if (Status s = cl.KillServer(0, Millis(30000)); !s.ok()) {
+        f.error = s.ToString();
+        break;
+      }
+      ++f.server_kills;
+    } else if (kind == 0 && server) {
       Result<double> s = cl.KillAndRestartServer(f.server_kills % o.servers, Millis(30000));
       if (!s.ok()) {
         f.error = s.status().ToString();
@@ -229,17 +247,26 @@ LedgerFigures RunLedger(const Options& o, const std::string& bin, const fs::path
   const fs::path dir = work / "ledger";
   fs::create_directories(dir);
   const fs::path job = dir / "job.yaml";
-  std::ofstream(job) << "cluster: {heartbeat_interval_ms: 100, heartbeat_timeout_ms: 1500}\n"
-                     << "server: {stats_interval_ms: 0, store: {kind: tiered, path: " << (dir / "store").string()
-                     << ", dram_budget_mb: 1, durability: wal}}\n";
+  const int servers = o.replication ? 2 : 1;
+  std::ofstream out(job);
+  out << "cluster: {heartbeat_interval_ms: 100, heartbeat_timeout_ms: 1500}\n";
+  if (o.replication) {
+    out << "server: {stats_interval_ms: 0, replication: backup}\n";
+  } else {
+    out << "server: {stats_interval_ms: 0, store: {kind: tiered, path: " << (dir / "store").string()
+        << ", dram_budget_mb: 1, durability: wal}}\n";
+  }
+  out.close();
   ChaosClusterOptions c;
   c.bin_dir = bin;
   c.job = job.string();
   c.work = dir.string();
-  c.servers = 1;
+  c.servers = servers;
   c.trainers = 0;  // in this process
-  c.sets = {"cluster.servers=1", "cluster.trainers=2"};
-  c.server_sets = {"transport.fault.drop_rate=" + std::to_string(o.drop_rate), "transport.fault.seed=11"};
+  c.sets = {"cluster.servers=" + std::to_string(servers), "cluster.trainers=2"};
+  if (!o.replication) {
+    c.server_sets = {"transport.fault.drop_rate=" + std::to_string(o.drop_rate), "transport.fault.seed=11"};
+  }
   auto cluster = ChaosCluster::Start(c);
   if (!cluster.ok()) {
     f.error = cluster.status().ToString();
@@ -251,7 +278,7 @@ LedgerFigures RunLedger(const Options& o, const std::string& bin, const fs::path
   for (int t = 0; t < 2; ++t) {
     NodeOptions n;
     n.cluster.scheduler = cl.scheduler_address();
-    n.cluster.servers = 1;
+    n.cluster.servers = servers;
     n.cluster.trainers = 2;
     n.cluster.heartbeat_interval_ms = 100;
     n.cluster.heartbeat_timeout_ms = 1500;
@@ -265,7 +292,10 @@ LedgerFigures RunLedger(const Options& o, const std::string& bin, const fs::path
     if (Status s = j.get(); !s.ok()) f.error = s.ToString();
   }
   if (!f.error.empty()) return f;
-  for (auto& n : nodes) clients.push_back(std::make_unique<PsClient>(*n, Millis(30000)));
+  for (auto& n : nodes) {
+    clients.push_back(std::make_unique<PsClient>(*n, Millis(30000),
+                                                 o.replication ? Replication::kBackup : Replication::kNone));
+  }
   TableSpec spec;
   spec.id = 1;
   spec.name = "ledger";
@@ -298,11 +328,11 @@ LedgerFigures RunLedger(const Options& o, const std::string& bin, const fs::path
       }
     });
   }
-  for (int k = 0; k < o.ledger_cycles; ++k) {
+  for (int k = 0; k < ServerKills(o, o.ledger_cycles); ++k) {
     std::this_thread::sleep_for(Millis(static_cast<int>(o.fault_interval_s * 1000)));
-    Result<double> s = cl.KillAndRestartServer(0, Millis(30000));
+    Status s = o.replication ? cl.KillServer(0, Millis(30000)) : cl.KillAndRestartServer(0, Millis(30000)).status();
     if (!s.ok()) {
-      f.error = s.status().ToString();
+      f.error = s.ToString();
       break;
     }
     ++f.kills;
@@ -352,8 +382,10 @@ Result<Report> RunChaosBench(const Options& o) {
   report.config = {{"servers", o.servers}, {"trainers", o.trainers}, {"steps", o.steps},
                    {"server_cycles", o.server_cycles}, {"scheduler_cycles", o.scheduler_cycles},
                    {"stop_cycles", o.stop_cycles}, {"delay_rate", o.delay_rate}, {"delay_ms", o.delay_ms},
-                   {"hostile", o.hostile}, {"ledger_cycles", o.ledger_cycles}, {"drop_rate", o.drop_rate}};
-  Table runs("ctr training (ps, ASP, tiered store with durability wal)",
+                   {"hostile", o.hostile}, {"ledger_cycles", o.ledger_cycles}, {"drop_rate", o.drop_rate},
+                   {"replication", o.replication}};
+  Table runs(o.replication ? "ctr training (ps, ASP, memory store, server.replication: backup)"
+                           : "ctr training (ps, ASP, tiered store with durability wal)",
              {{"run", "run"}, {"wall s", "seconds", Table::Format::kFixed1}, {"eval AUC", "auc", Table::Format::kFixed3},
               {"finished", "finished"}, {"crashes", "crashes", Table::Format::kInteger},
               {"server kills", "server_kills", Table::Format::kInteger},
@@ -376,7 +408,8 @@ Result<Report> RunChaosBench(const Options& o) {
   goals.AddRow({"duplicates applied (ledger)", ledger.duplicated, "0",
                 ledger.duplicated == 0 && ledger.error.empty() ? "yes" : "no"});
   report.tables.push_back(std::move(goals));
-  Table led("ledger: 1 server (replies dropped at --drop-rate), 2 in-process trainers, kill -9 cycles",
+  Table led(o.replication ? "ledger: 2 servers (replication: backup), 2 in-process trainers, a primary killed"
+                          : "ledger: 1 server (replies dropped at --drop-rate), 2 in-process trainers, kill -9 cycles",
             {{"server kills", "kills", Table::Format::kInteger}, {"acknowledged", "acknowledged", Table::Format::kInteger},
              {"applied", "applied", Table::Format::kInteger}, {"lost", "lost", Table::Format::kInteger},
              {"duplicated", "duplicated", Table::Format::kInteger}, {"retried requests", "retries", Table::Format::kInteger},
@@ -394,6 +427,10 @@ Result<Report> RunChaosBench(const Options& o) {
       "idle connections to each, and the trainers' outgoing messages are delayed (transport.fault).",
       "crashes: processes that exited non-zero on their own (not the ones killed). ASP training is not "
       "deterministic: the AUC gap includes run-to-run variation."};
+  if (o.replication) {
+    report.notes.push_back("--replication: server 0 killed once and not restarted (its backup, server 1, took "
+                           "its shard over); the ledger's messages are not dropped; 'kill->restart' does not apply.");
+  }
   for (const std::string& c : hit.crashes) report.notes.push_back("crash: " + c);
   if (!hit.error.empty()) report.notes.push_back("disturbed run stopped early: " + hit.error);
   if (!ledger.error.empty()) report.notes.push_back("ledger: " + ledger.error);
@@ -426,6 +463,9 @@ BenchFn SetupChaosBench(CLI::App& app) {
   app.add_flag("!--no-hostile", o->hostile, "no hostile client");
   app.add_option("--timeout", o->timeout_s, "limit on each training run, seconds")->capture_default_str();
   app.add_flag("--keep", o->keep, "keep the work directory (logs, stores, metrics)");
+  app.add_flag("--replication", o->replication,
+               "servers with server.replication: backup (memory store); a killed server is not restarted, "
+               "its backup takes over (one kill per run)");
   return [o] { return RunChaosBench(*o); };
 }
 
