@@ -39,6 +39,8 @@ std::string_view OpName(Op op) {
     case Op::GET_STATS: return "getStats";
     case Op::STATS: return "stats";
     case Op::SAVE_TABLES: return "saveTables";
+    case Op::REPLICA_JOIN: return "replicaJoin";
+    case Op::STATE_TRANSFER: return "stateTransfer";
   }
   return {};  // unknown: IsKnownOp relies on this being empty
 }
@@ -194,6 +196,16 @@ Status CheckView(wire::ClusterView::Reader view, const WireLimits& limits) {
   return Status::OK();
 }
 
+Status CheckTableSpec(wire::TableSpec::Reader t, const char* where, const WireLimits& limits) {
+  if (!EnumBelow(t.getKind(), kTableKindCount) || !EnumBelow(t.getOptimizer().getKind(), kOptimizerKindCount) ||
+      !EnumBelow(t.getInit().getKind(), kInitKindCount) || !EnumBelow(t.getConsistency(), kConsistencyCount) ||
+      !EnumBelow(t.getAggregate(), kAggregateCount)) {
+    return Status::InvalidArgument(std::string(where) + ": an enum field is out of range");
+  }
+  (void)t.getInit().getShardGlobal();  // a pointer of the wrong kind throws here, not in a handler
+  return CheckText(t.getName(), (std::string(where) + ".name").c_str(), limits);
+}
+
 // Per-op checks of the body: enums in range, texts terminated and bounded, and every pointer
 // field read once, since reading a pointer of the wrong kind throws (totalSize() does not check
 // kinds).
@@ -232,17 +244,10 @@ Status CheckBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
     case Op::HEARTBEAT_REPLY:
       (void)body.getHeartbeatReply();
       return Status::OK();
-    case Op::CREATE_TABLE: {
-      auto t = body.getCreateTable();
-      if (!EnumBelow(t.getKind(), kTableKindCount) ||
-          !EnumBelow(t.getOptimizer().getKind(), kOptimizerKindCount) ||
-          !EnumBelow(t.getInit().getKind(), kInitKindCount) ||
-          !EnumBelow(t.getConsistency(), kConsistencyCount) ||
-          !EnumBelow(t.getAggregate(), kAggregateCount)) {
-        return Status::InvalidArgument("createTable: an enum field is out of range");
-      }
-      return CheckText(t.getName(), "createTable.name", limits);
-    }
+    case Op::CREATE_TABLE: return CheckTableSpec(body.getCreateTable(), "createTable", limits);
+    case Op::STATE_TRANSFER:
+      for (auto t : body.getStateTransfer()) STRATA_RETURN_IF_ERROR(CheckTableSpec(t, "stateTransfer", limits));
+      return Status::OK();
     case Op::PUSH:
       (void)body.getPush();
       return Status::OK();
@@ -267,6 +272,7 @@ Status CheckBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
     case Op::ECHO:
     case Op::VALUES:
     case Op::GET_STATS:
+    case Op::REPLICA_JOIN:
       return Status::OK();
   }
   return Status::InvalidArgument("unknown op " + std::to_string(static_cast<unsigned>(body.which())));

@@ -205,5 +205,13 @@ struct Envelope {
     stats @27 :Text;                # reply to getStats: JSON
     saveTables @28 :Text;           # trainer -> every server: write its shard of every table
                                     # under this checkpoint directory (ps/server_checkpoint.h)
+    # Replication (ps/replication.h). A restarted server asks the server serving `shard` for a
+    # copy of it; that server answers, then sends the copy as a stateTransfer on the link its
+    # forwarded updates take, so the restarted server applies the copy before any of them.
+    replicaJoin @31 :Void;
+    # The tables of shard `shard`: payloads per table, in order, the keys (i64 [n]) and the
+    # records (f32 [n, width]: value, optimizer state, step); then the push ids applied (i64
+    # [m, 2]: sender, id; oldest first per sender) and the trainers' clocks (i64 [k, 2]: node, clock).
+    stateTransfer @32 :List(TableSpec);
   }
 }

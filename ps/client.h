@@ -17,10 +17,11 @@
 // accumulated for a clock not yet applied is lost by a crash and its retry is applied.
 // Pulls, clocks and createTable are idempotent.
 //
-// With the servers' replication (server.replication: backup; ps/replication.h) a request for
-// shard r goes to the server ServingRank names: r's primary, or its backup once the primary is
-// dead, which a retry reaches with the same push id (a push the primary forwarded before dying
-// is answered there as a duplicate). ServerFor is the one place that maps a shard to a server.
+// With the servers' replication (server.replication: backup; ps/replication.h) shard r lives on
+// servers r and r + 1, one serving it. Requests go to the one last used; when it is down, or
+// answers that it does not serve the shard, they go to the other (NextHolder), as a retry with
+// the same push id: a push the dead server forwarded before dying is a duplicate there.
+// Route() is the one place that maps a shard to a server.
 #pragma once
 
 #include <chrono>
@@ -94,7 +95,7 @@ class PsClient {
   // (ps/server_checkpoint.h). Blocking; the caller keeps pushes away until it returns.
   Status SaveTables(const std::string& checkpoint);
 
-  // A server's statistics (JSON).
+  // Server rank `server`'s statistics (JSON), whichever shards it serves.
   Result<std::string> ServerStats(uint32_t server);
 
   // Requests sent again after a retryable failure (see above), since construction.
@@ -113,17 +114,16 @@ class PsClient {
   Result<Message> Await(PsTicket::Part& part, Millis timeout);
   // Re-sends a failed part until it succeeds, fails otherwise, or the retry budget runs out.
   Result<Message> Retry(PsTicket::Part& part, Result<Message> failed);
-  // The server that serves shard `shard` under `view`: the server of that rank, or with
-  // replication the one ServingRank names. Unavailable when none does.
-  Result<NodeInfo> ServerFor(const ClusterView& view, uint32_t shard) const;
-  // Points servers_[shard] at ServerFor's address in the current view (reconnecting if it
-  // moved). Unavailable while the scheduler reports it dead.
-  Status Reconnect(uint32_t shard);
+  // Points servers_[shard] at the server to send shard `shard`'s requests to now: the one used
+  // so far, or its other holder when that one is down or `refused` them (NextHolder); at its
+  // address in the current view (reconnecting if it moved). Unavailable while it is down.
+  Status Route(uint32_t shard, bool refused);
 
   Node& node_;
   const Millis timeout_;
   const Replication replication_;
-  std::vector<PeerId> servers_;  // by shard (server rank), the server serving it
+  std::vector<PeerId> servers_;  // by shard (server rank), the server its requests go to
+  std::vector<uint32_t> holders_;  // by shard: that server's rank
   std::vector<std::string> addresses_;  // what servers_ are connected to
   uint64_t retries_ = 0;
   // Push ids: this node's id in the high bits, a counter below (unique per client, repeated

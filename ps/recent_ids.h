@@ -9,6 +9,8 @@
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
+#include <vector>
 
 namespace strata {
 
@@ -32,6 +34,17 @@ class RecentIds {
       s.ids.erase(s.order.front());
       s.order.pop_front();
     }
+  }
+
+  // Every (sender, id) kept, oldest first per sender: what a state transfer copies to a new
+  // backup (ps/replication.h), which Remembers them in this order.
+  std::vector<std::pair<uint32_t, uint64_t>> Export() const {
+    std::lock_guard lock(mu_);
+    std::vector<std::pair<uint32_t, uint64_t>> out;
+    for (const auto& [sender, s] : senders_) {
+      for (uint64_t id : s.order) out.emplace_back(sender, id);
+    }
+    return out;
   }
 
  private:

@@ -5,24 +5,17 @@
 
 namespace strata {
 
-bool Original(const ClusterView& view, uint32_t rank) {
-  const NodeInfo* n = view.Find(Role::kServer, static_cast<int>(rank));
-  return n && n->alive && n->incarnation == 0;
-}
-
-Result<uint32_t> ServingRank(const ClusterView& view, uint32_t shard, Replication replication) {
+uint32_t NextHolder(const ClusterView& view, uint32_t shard, uint32_t current, bool refused,
+                    Replication replication) {
   if (replication == Replication::kNone) return shard;
   const auto servers = static_cast<uint32_t>(view.Count(Role::kServer));
-  if (Original(view, shard)) return shard;
-  const uint32_t backup = BackupRank(shard, servers);
-  if (backup != shard && Original(view, backup)) return backup;
-  auto describe = [&](uint32_t rank) {
+  if (servers < 2) return shard;
+  auto up = [&](uint32_t rank) {
     const NodeInfo* n = view.Find(Role::kServer, static_cast<int>(rank));
-    if (!n) return "server " + std::to_string(rank) + " (not in the view)";
-    return n->Describe() + (n->alive ? " (restarted: incarnation " + std::to_string(n->incarnation) + ")" : " (dead)");
+    return n && n->alive;
   };
-  return Status::Unavailable("shard " + std::to_string(shard) + " has no server holding it: its primary " +
-                             describe(shard) + " and its backup " + describe(backup) + " are both gone");
+  const uint32_t other = OtherHolder(shard, current, servers);
+  return (refused || !up(current)) && up(other) ? other : current;
 }
 
 Message ForwardedCopy(const Message& request, uint32_t shard) {

@@ -116,9 +116,10 @@ PsServer::~PsServer() {
     w->thread.join();
   }
   if (stats_thread_.joinable()) stats_thread_.join();
+  if (copy_thread_.joinable()) copy_thread_.join();
   // Forwards still in flight complete now, while this server exists (their callbacks use it).
   std::lock_guard lock(forward_mu_);
-  if (backup_peer_ != kNoPeer) node_.rpc().FailCallsTo(backup_peer_, Status::Cancelled("the server is stopping"));
+  if (replica_ && replica_->peer != kNoPeer) node_.rpc().FailCallsTo(replica_->peer, Status::Cancelled("the server is stopping"));
 }
 
 void PsServer::Dispatch(Request request) {
@@ -172,6 +173,11 @@ void PsServer::Handle(Request& request) {
     case Op::SAVE_TABLES:
       HandleSaveTables(request);
       return save_seconds_.Observe(seconds());
+    case Op::REPLICA_JOIN: return HandleReplicaJoin(request);
+    case Op::STATE_TRANSFER: {
+      std::unique_lock<std::mutex> none;  // installing a copy forwards nothing
+      return Finish(request, InstallTransfer(request), none);
+    }
     case Op::GET_STATS: {
       Message reply = request.MakeReply();
       reply.builder().getBody().setStats(StatsJson());

@@ -18,13 +18,14 @@
 // clock message is processed after its pushes. Every request is validated completely before
 // anything is applied: a bad one gets an error reply and changes nothing.
 //
-// Replication (options.replication = backup; ps/replication.h): this server is the primary of
-// shard `rank` and holds the backup of shard rank - 1 in a second PsServer of its own (one
-// worker, so forwarded requests apply in the order the primary applied them). As primary it
-// applies a push, clock or createTable and forwards it under one lock (so the forwards leave in
-// apply order), and answers the sender when the backup acknowledged it. The backup copy takes
-// requests forwarded by its primary, and the shard's own requests once the primary is dead
-// (take-over, logged once); it forwards nothing (the shard then has no backup).
+// Replication (options.replication = backup; ps/replication.h): this server holds shard `rank`
+// and, in a second PsServer of its own, shard rank - 1 (one worker, so forwarded requests apply
+// in the order they were applied where the shard is served). Each holds its shard in one role:
+// serving (it applies a push, clock or createTable and forwards it to the shard's other holder
+// under one lock, so the forwards leave in apply order, and answers the sender once that one
+// acknowledged), backup (it applies what the serving holder forwards; it serves the shard once
+// that one is dead: take-over, logged) or empty (a restarted server, until the serving holder's
+// state transfer arrives; Joined() asks for it).
 #pragma once
 
 #include <atomic>
@@ -35,6 +36,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <thread>
@@ -78,6 +80,11 @@ class PsServer {
   // RestoreTables().
   Status LoadCheckpoint(const std::string& checkpoint, uint32_t rank, uint32_t servers);
 
+  // Call after node.Join(). With replication, a server started again after being declared dead
+  // holds none of its shards: it asks the servers serving them for a copy each (in the
+  // background, until they answer or the server stops) and is their backup once it arrived.
+  void Joined();
+
   // Statistics as JSON (also the reply to getStats).
   std::string StatsJson() const;
   // The same, as one line for people: "8200 pulls, 8000 pushes (190/s), 300.6 MiB in, ...".
@@ -111,9 +118,16 @@ class PsServer {
     std::thread thread;
   };
 
-  // The backup copy of shard `shard` (server_replication.cc): no handler of its own on the node,
-  // one worker, no statistics thread.
-  PsServer(Node& node, ServerOptions options, StoreFactory store_factory, uint32_t shard);
+  enum class ShardRole { kUnknown, kServing, kBackup, kEmpty };  // kUnknown: the node's server before its first request
+  // Where the serving holder forwards its updates: the shard's other holder (this incarnation).
+  struct Replica {
+    uint32_t rank = 0, incarnation = 0;
+    std::string address;
+    PeerId peer = kNoPeer;
+  };
+  // The copy of shard `shard` (server_replication.cc): no handler of its own on the node, one
+  // worker, no statistics thread.
+  PsServer(Node& node, ServerOptions options, StoreFactory store_factory, uint32_t shard, ShardRole role);
   void StartWorkers(int workers);
   void Dispatch(Request request);
   void RunWorker(Worker& w);
@@ -127,16 +141,33 @@ class PsServer {
   // Replication (server_replication.cc).
   // The key range this instance holds: its node's rank, or the shard it holds the backup of.
   uint32_t Shard() const { return backup_of_ >= 0 ? static_cast<uint32_t>(backup_of_) : static_cast<uint32_t>(node_.rank()); }
-  // Routes a request addressed to another shard to the backup copy. False if it was answered.
+  // Routes a request addressed to another shard to the copy. False if it was answered.
   bool RouteToBackup(Request& request);
+  // The copy of shard rank - 1, made on first use (nullptr without replication).
+  PsServer* Copy();
   // Whether this request may be handled here; answers it with an error if not.
   bool Admit(Request& request);
-  // Held while a state change is applied and its forward sent, when this primary forwards.
+  // Held while a state change is applied and its forward sent (with replication).
   std::unique_lock<std::mutex> ReplicationLock();
-  // Answers a state change: at once, or (primary with a live backup) once the backup
-  // acknowledged its forwarded copy. `lock` is ReplicationLock()'s and released here.
+  // Answers a state change: at once, or (serving, with a backup) once the backup acknowledged
+  // its forwarded copy. `lock` is ReplicationLock()'s and released here.
   void Finish(Request& request, Result<Message> reply, std::unique_lock<std::mutex>& lock);
-  void OnServerEvent(const NodeEvent& e);
+  // This shard's role; the node's own server resolves kUnknown from the view at its first use
+  // (an original server serves its shard, a restarted one holds none of it).
+  ShardRole RoleNow();
+  // The rank of this shard's other holder.
+  uint32_t OtherRank() const;
+  // Serving: the backup to forward to, if any. Expects forward_mu_ held.
+  Replica* ReplicaLocked();
+  void OnServerEvent(const NodeEvent& e);  // the node's own server: for itself and its copy
+  void OnHolderEvent(const NodeEvent& e);  // one shard's: its other holder died
+  // State transfer (server_transfer.cc): the serving holder's answer to replicaJoin, the copy
+  // of its shard as a stateTransfer message, and installing one.
+  void HandleReplicaJoin(Request& request);
+  Message SnapshotLocked(uint64_t* rows);
+  Result<Message> InstallTransfer(const Request& request);
+  // Joined(): asks the other holder of this shard for a copy until it answers.
+  void RequestCopy(const std::atomic<bool>& stop);
   // Writes this server's shard of every table into the checkpoint the request names.
   void HandleSaveTables(Request& request);
   // createTable while serving a checkpoint: the spec must describe a loaded table.
@@ -166,17 +197,21 @@ class PsServer {
 
   Node& node_;
   const ServerOptions options_;
-  // Replication: the shard this instance holds the backup of (-1: it is the node's own server),
-  // the backup copy the node's own server holds (made at the first request for that shard),
-  // the lock ordering applies with their forwards, the backup's link, and what was forwarded.
+  // Replication: the shard this instance is the copy of (-1: it is the node's own server), its
+  // role, the copy the node's own server holds (made on first use), the lock ordering applies
+  // with their forwards, and what was forwarded.
   const int backup_of_ = -1;
+  std::atomic<ShardRole> role_{ShardRole::kUnknown};
   mutable std::mutex backup_mu_;
   std::unique_ptr<PsServer> backup_;
   std::mutex forward_mu_;
-  std::string backup_address_;  // what backup_peer_ is connected to (under forward_mu_)
-  PeerId backup_peer_ = kNoPeer;
-  std::atomic<bool> took_over_{false};
-  std::atomic<uint64_t> forwards_{0}, replicated_bytes_{0}, forward_errors_{0};
+  // Serving: the backup forwarded to (none: the shard has no backup now); whether the original
+  // backup was looked up yet; a transfer to the replica failed (dropped at the next update).
+  std::optional<Replica> replica_;
+  bool replica_known_ = false;
+  std::atomic<bool> replica_failed_{false};
+  std::thread copy_thread_;  // Joined(): RequestCopy
+  std::atomic<uint64_t> forwards_{0}, replicated_bytes_{0}, forward_errors_{0}, transferred_rows_{0};
   // Set by LoadCheckpoint before the node joins, read-only after: the checkpoint served
   // read-only (empty: training) and how many rows it gave this server.
   std::string serving_;

@@ -1,96 +1,150 @@
-// server_replication.cc: PsServer's primary-backup replication (ps/replication.h): the backup
-// copy of the previous rank's shard, routing requests to it, forwarding state changes from the
-// primary, and take-over when the primary dies.
+// server_replication.cc: PsServer's primary-backup replication (ps/replication.h): the copy of
+// the previous rank's shard, routing requests to it, each shard's role, forwarding state
+// changes from the serving holder to the backup, and take-over when the serving holder dies
+// (the state transfer to a restarted holder is in server_transfer.cc).
 #include <spdlog/spdlog.h>
 
 #include "ps/server.h"
 #include "ps/server_table.h"
 
 namespace strata {
+namespace {
 
-PsServer::PsServer(Node& node, ServerOptions options, StoreFactory store_factory, uint32_t shard)
-    : node_(node), options_(std::move(options)), backup_of_(static_cast<int>(shard)),
+// Whether server `rank` in `view` is alive in incarnation `incarnation`.
+bool Current(const ClusterView& view, uint32_t rank, uint32_t incarnation) {
+  const NodeInfo* n = view.Find(Role::kServer, static_cast<int>(rank));
+  return n && n->alive && n->incarnation == incarnation;
+}
+
+}  // namespace
+
+PsServer::PsServer(Node& node, ServerOptions options, StoreFactory store_factory, uint32_t shard, ShardRole role)
+    : node_(node), options_(std::move(options)), backup_of_(static_cast<int>(shard)), role_(role),
       store_factory_(std::move(store_factory)) {
-  // One worker: forwarded requests apply in the order the primary applied them, and a
-  // trainer's retry after a take-over never races the forwarded original's duplicate check.
+  // One worker: forwarded requests apply in the order the serving holder applied them.
   StartWorkers(1);
 }
 
+PsServer* PsServer::Copy() {
+  if (backup_of_ >= 0 || options_.replication != Replication::kBackup) return nullptr;
+  const ClusterView view = node_.view();
+  const auto servers = static_cast<uint32_t>(view.Count(Role::kServer));
+  const int rank = node_.rank();
+  if (servers < 2 || rank < 0) return nullptr;
+  std::lock_guard lock(backup_mu_);
+  if (!backup_) {
+    // An original server holds the backup of the previous shard from the start; a restarted one
+    // holds nothing until a state transfer arrives.
+    const NodeInfo* self = view.Find(Role::kServer, rank);
+    const ShardRole role = self && self->incarnation == 0 ? ShardRole::kBackup : ShardRole::kEmpty;
+    backup_.reset(new PsServer(node_, options_, store_factory_, BackedUpShard(static_cast<uint32_t>(rank), servers), role));
+  }
+  return backup_.get();
+}
+
 bool PsServer::RouteToBackup(Request& request) {
-  if (backup_of_ >= 0) return true;  // this is the backup copy
+  if (backup_of_ >= 0) return true;  // this is the copy
   const int32_t shard = request.message().reader().getShard();
   const int rank = node_.rank();
   if (shard < 0 || shard == rank) return true;
   const auto servers = static_cast<uint32_t>(node_.view().Count(Role::kServer));
-  const bool replicated = options_.replication == Replication::kBackup && servers >= 2;
-  if (!replicated || static_cast<uint32_t>(shard) != BackedUpShard(static_cast<uint32_t>(rank), servers)) {
+  PsServer* copy = Copy();
+  if (!copy || static_cast<uint32_t>(shard) != copy->Shard()) {
     ++requests_;
     ++errors_;
     request.ReplyError(Status::InvalidArgument(
         std::string(OpName(request.message().op())) + " for shard " + std::to_string(shard) + " from node " +
         std::to_string(request.message().sender()) + " reached server " + std::to_string(rank) +
         ", which holds shard " + std::to_string(rank) +
-        (replicated ? " and the backup of shard " + std::to_string(BackedUpShard(static_cast<uint32_t>(rank), servers))
-                    : std::string(" only (server.replication: none)"))));
+        (copy ? " and shard " + std::to_string(BackedUpShard(static_cast<uint32_t>(rank), servers))
+              : std::string(" only (server.replication: none)"))));
     return false;
   }
-  PsServer* backup = nullptr;
-  {
-    std::lock_guard lock(backup_mu_);
-    if (!backup_) backup_.reset(new PsServer(node_, options_, store_factory_, static_cast<uint32_t>(shard)));
-    backup = backup_.get();
-  }
-  backup->Dispatch(std::move(request));
+  copy->Dispatch(std::move(request));
   return false;
+}
+
+PsServer::ShardRole PsServer::RoleNow() {
+  ShardRole role = role_.load();
+  if (role != ShardRole::kUnknown) return role;
+  const NodeInfo* self = node_.view().Find(Role::kServer, node_.rank());
+  const ShardRole resolved = self && self->incarnation == 0 ? ShardRole::kServing : ShardRole::kEmpty;
+  role_.compare_exchange_strong(role, resolved);
+  return role_.load();
+}
+
+uint32_t PsServer::OtherRank() const {
+  return OtherHolder(Shard(), static_cast<uint32_t>(node_.rank()),
+                     static_cast<uint32_t>(node_.view().Count(Role::kServer)));
 }
 
 bool PsServer::Admit(Request& request) {
   const Message& m = request.message();
   const Op op = m.op();
   if (op == Op::GET_STATS || options_.replication == Replication::kNone) return true;
-  const uint32_t origin = m.reader().getOrigin();
   const ClusterView view = node_.view();
-  const auto rank = static_cast<uint32_t>(node_.rank());
+  const uint32_t shard = Shard();
+  const NodeInfo* other = view.Find(Role::kServer, static_cast<int>(OtherRank()));
+  const ShardRole role = RoleNow();
   auto refuse = [&](const Status& s) {
     ++errors_;
     request.ReplyError(s);
     return false;
   };
-  if (backup_of_ < 0) {
-    if (origin != kUnassignedNode) {
-      return refuse(Status::InvalidArgument("a request forwarded by node " + std::to_string(m.sender()) +
-                                            " for shard " + std::to_string(rank) + ": this server is its primary"));
+  const std::string self = "server " + std::to_string(node_.rank());
+  const std::string not_serving =
+      self + " " + std::string(kNotServing) + " " + std::to_string(shard) +
+      (role == ShardRole::kBackup ? " (it holds its backup)" : " (it is waiting for a copy of it)");
+  if (m.reader().getOrigin() != kUnassignedNode || op == Op::STATE_TRANSFER || op == Op::REPLICA_JOIN) {
+    // Between the shard's two holders only.
+    if (!other || other->id != m.sender()) {
+      return refuse(Status::InvalidArgument(std::string(OpName(op)) + " for shard " + std::to_string(shard) +
+                                            " from node " + std::to_string(m.sender()) +
+                                            ", which is not that shard's other holder (" +
+                                            (other ? other->Describe() : "none in the view") + ")"));
     }
-    // A restarted process of a replicated rank holds nothing of its shard: its backup serves it.
-    if (!Original(view, rank)) {
-      return refuse(Status::Unavailable("server " + std::to_string(rank) +
-                                        " was restarted after its backup took its shard over; it holds none of it"));
+    if (op == Op::STATE_TRANSFER) return true;
+    if (op == Op::REPLICA_JOIN) return role == ShardRole::kServing || refuse(Status::Unavailable(not_serving));
+    if (role != ShardRole::kBackup) {
+      return refuse(Status::FailedPrecondition(
+          "an update of shard " + std::to_string(shard) + " forwarded by " + other->Describe() + ", but " + self +
+          (role == ShardRole::kServing ? " serves that shard" : " holds no copy of it yet")));
     }
     return true;
   }
-  const NodeInfo* primary = view.Find(Role::kServer, backup_of_);
-  if (origin != kUnassignedNode) {  // forwarded: only by the shard's primary
-    if (!primary || primary->id != m.sender()) {
-      return refuse(Status::InvalidArgument(
-          "a request for shard " + std::to_string(backup_of_) + " forwarded by node " + std::to_string(m.sender()) +
-          ", which is not that shard's primary (" + (primary ? primary->Describe() : "none in the view") + ")"));
-    }
-    return true;
-  }
-  // From a trainer: served only once the primary is gone.
-  auto serving = ServingRank(view, static_cast<uint32_t>(backup_of_), options_.replication);
-  if (!serving.ok()) return refuse(serving.status());
-  if (*serving != rank) {
-    return refuse(Status::Unavailable("shard " + std::to_string(backup_of_) + " is served by its primary, " +
-                                      (primary ? primary->Describe() : "server " + std::to_string(backup_of_)) +
-                                      "; server " + std::to_string(rank) + " holds its backup"));
-  }
-  return true;
+  return role == ShardRole::kServing || refuse(Status::Unavailable(not_serving));
 }
 
 std::unique_lock<std::mutex> PsServer::ReplicationLock() {
-  if (backup_of_ >= 0 || options_.replication != Replication::kBackup) return {};
+  if (options_.replication != Replication::kBackup) return {};
   return std::unique_lock(forward_mu_);
+}
+
+PsServer::Replica* PsServer::ReplicaLocked() {
+  if (replica_failed_.exchange(false)) replica_.reset();
+  if (!replica_known_) {
+    // The original backup: the other holder, while both have run since the job started.
+    replica_known_ = true;
+    const ClusterView view = node_.view();
+    const NodeInfo* self = view.Find(Role::kServer, node_.rank());
+    const uint32_t other = OtherRank();
+    const NodeInfo* b = view.Find(Role::kServer, static_cast<int>(other));
+    if (backup_of_ < 0 && self && self->incarnation == 0 && b && b->alive && b->incarnation == 0 && b != self) {
+      replica_ = Replica{other, 0, b->address, kNoPeer};
+    }
+  }
+  if (!replica_) return nullptr;
+  if (replica_->peer == kNoPeer) {
+    auto peer = node_.rpc().Connect(replica_->address);
+    if (!peer.ok()) {
+      spdlog::error("replication: shard {}: cannot reach its backup at {}: {}; it runs without one", Shard(),
+                    replica_->address, peer.status().ToString());
+      replica_.reset();
+      return nullptr;
+    }
+    replica_->peer = *peer;
+  }
+  return &*replica_;
 }
 
 void PsServer::Finish(Request& request, Result<Message> reply, std::unique_lock<std::mutex>& lock) {
@@ -99,84 +153,88 @@ void PsServer::Finish(Request& request, Result<Message> reply, std::unique_lock<
     request.ReplyError(reply.status());
     return;
   }
-  if (!lock.owns_lock()) return request.Reply(std::move(reply).value());
-  // The primary: forward to the backup while it holds a complete copy.
-  const ClusterView view = node_.view();
-  const uint32_t shard = Shard();
-  const uint32_t backup = BackupRank(shard, static_cast<uint32_t>(view.Count(Role::kServer)));
-  const NodeInfo* b = view.Find(Role::kServer, static_cast<int>(backup));
-  if (backup == shard || !b || !Original(view, backup)) return request.Reply(std::move(reply).value());
-  if (b->address != backup_address_) {
-    auto peer = node_.rpc().Connect(b->address);
-    if (!peer.ok()) {
-      ++errors_;
-      return request.ReplyError(peer.status().WithContext("forwarding to the backup of shard " + std::to_string(shard)));
-    }
-    backup_peer_ = *peer;
-    backup_address_ = b->address;
-  }
-  Message forward = ForwardedCopy(request.message(), shard);
+  Replica* replica = lock.owns_lock() && RoleNow() == ShardRole::kServing ? ReplicaLocked() : nullptr;
+  if (!replica) return request.Reply(std::move(reply).value());
+  Message forward = ForwardedCopy(request.message(), Shard());
   const uint64_t bytes = PayloadBytes(forward);
   struct Pending {
     Request request;
     Message reply;
   };
   auto pending = std::make_shared<Pending>(Pending{std::move(request), std::move(reply).value()});
+  const uint32_t shard = Shard(), rank = replica->rank, incarnation = replica->incarnation;
   // Sent under the lock the update was applied under: forwards leave in apply order (one link,
-  // which ZeroMQ keeps in order), and the backup's single worker applies them in that order.
-  node_.rpc().CallAsync(backup_peer_, std::move(forward), [this, pending, bytes, shard, backup](Result<Message> ack) {
+  // which ZeroMQ keeps in order), and the backup's single worker for the link applies them so.
+  // The callback may run before CallAsync returns: it must not take forward_mu_.
+  node_.rpc().CallAsync(replica->peer, std::move(forward), [this, pending, bytes, shard, rank, incarnation](Result<Message> ack) {
     if (ack.ok()) {
       ++forwards_;
       replicated_bytes_ += bytes;
       return pending->request.Reply(std::move(pending->reply));
     }
-    // The backup died (or was replaced) meanwhile: the shard goes on without one, and the update,
+    // The backup died or was replaced meanwhile: the shard goes on without it, and the update,
     // applied here, is acknowledged.
-    if (!Original(node_.view(), backup)) return pending->request.Reply(std::move(pending->reply));
+    if (!Current(node_.view(), rank, incarnation)) return pending->request.Reply(std::move(pending->reply));
     ++forward_errors_;
-    ++errors_;
     const Status& s = ack.status();
-    const bool transient = s.code() == StatusCode::kDeadlineExceeded || s.code() == StatusCode::kUnavailable ||
-                           s.code() == StatusCode::kCancelled;
-    // Transient: the sender retries, the retry is a duplicate here and is forwarded again.
-    pending->request.ReplyError(
-        transient ? Status::Unavailable("the backup of shard " + std::to_string(shard) + ", server " +
-                                        std::to_string(backup) + ", did not acknowledge the update: " + s.message())
-                  : Status::Internal("the backup of shard " + std::to_string(shard) + ", server " +
-                                     std::to_string(backup) + ", refused an update its primary applied: " + s.ToString()));
+    if (s.code() == StatusCode::kDeadlineExceeded || s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kCancelled) {
+      // The sender retries; the retry is a duplicate here, forwarded again behind this one.
+      ++errors_;
+      return pending->request.ReplyError(Status::Unavailable("the backup of shard " + std::to_string(shard) + ", server " +
+                                                             std::to_string(rank) + ", did not acknowledge the update: " +
+                                                             s.message()));
+    }
+    // It refused an update this server applied: its copy is no longer the same; drop it.
+    if (!replica_failed_.exchange(true)) {
+      spdlog::error("replication: shard {}: its backup, server {}, refused an update: {}; the shard runs without a "
+                    "backup from now on", shard, rank, s.ToString());
+    }
+    pending->request.Reply(std::move(pending->reply));
   });
   lock.unlock();
 }
 
 void PsServer::OnServerEvent(const NodeEvent& e) {
-  {
-    std::lock_guard lock(backup_mu_);
-    if (backup_) backup_->OnNodeEvent(e);  // trainers lost leave the backup's clocks too
+  if (options_.replication != Replication::kBackup || e.kind == NodeEvent::Kind::kShutdown) return;
+  if (PsServer* copy = Copy()) {
+    copy->OnNodeEvent(e);  // trainers lost leave the copy's clocks too
+    copy->OnHolderEvent(e);
   }
-  if (options_.replication != Replication::kBackup || e.kind == NodeEvent::Kind::kShutdown ||
-      e.node.role != Role::kServer) {
-    return;
-  }
-  const auto rank = static_cast<uint32_t>(node_.rank());
-  const auto servers = static_cast<uint32_t>(e.view.Count(Role::kServer));
-  if (servers < 2 || !Original(e.view, rank)) return;
-  const NodeInfo* self = e.view.Find(Role::kServer, static_cast<int>(rank));
-  const auto other = static_cast<uint32_t>(e.node.rank);
-  if (e.kind == NodeEvent::Kind::kDead && other == BackedUpShard(rank, servers) && !took_over_.exchange(true)) {
-    spdlog::warn("replication: take-over of shard {}: its primary {} is dead; {} serves the shard from its backup "
-                 "copy from now on, without a backup",
-                 other, e.node.Describe(), self ? self->Describe() : "server " + std::to_string(rank));
-  }
-  if (other == BackupRank(rank, servers)) {
-    if (e.kind == NodeEvent::Kind::kDead) {
-      spdlog::warn("replication: shard {} lost its backup, {}: it runs without one from now on", rank, e.node.Describe());
-    } else {
-      spdlog::warn("replication: {} rejoined with none of shard {}: the shard stays without a backup (no state "
-                   "transfer; docs/reliability.md)", e.node.Describe(), rank);
+  OnHolderEvent(e);
+}
+
+void PsServer::OnHolderEvent(const NodeEvent& e) {
+  if (e.kind != NodeEvent::Kind::kDead || e.node.role != Role::kServer) return;
+  if (static_cast<uint32_t>(e.node.rank) != OtherRank()) return;
+  const uint32_t shard = Shard();
+  const NodeInfo* self = e.view.Find(Role::kServer, node_.rank());
+  const std::string me = self ? self->Describe() : "server " + std::to_string(node_.rank());
+  switch (RoleNow()) {
+    case ShardRole::kBackup: {
+      {
+        std::lock_guard lock(forward_mu_);
+        replica_.reset();
+        replica_known_ = true;
+      }
+      role_ = ShardRole::kServing;
+      spdlog::warn("replication: take-over of shard {} from {}, dead: {} serves it from its copy from now on, "
+                   "without a backup until the dead server comes back", shard, e.node.Describe(), me);
+      return;
     }
-    // Forwards in flight to it fail now; Finish's callback then acknowledges them.
-    std::lock_guard lock(forward_mu_);
-    if (backup_peer_ != kNoPeer) node_.rpc().FailCallsTo(backup_peer_, Status::Unavailable("the backup is gone"));
+    case ShardRole::kServing: {
+      std::lock_guard lock(forward_mu_);
+      replica_known_ = true;
+      if (!replica_ || replica_->rank != static_cast<uint32_t>(e.node.rank)) return;
+      // Forwards in flight to it complete now; Finish's callback acknowledges them.
+      if (replica_->peer != kNoPeer) node_.rpc().FailCallsTo(replica_->peer, Status::Unavailable("the backup is dead"));
+      replica_.reset();
+      spdlog::warn("replication: shard {} lost its backup, {}: {} serves it without one until that server comes back",
+                   shard, e.node.Describe(), me);
+      return;
+    }
+    default:
+      spdlog::error("replication: shard {}: {} died before its copy reached {}: no server holds the shard now", shard,
+                    e.node.Describe(), me);
   }
 }
 

@@ -26,7 +26,10 @@ std::string PsServer::StatsJson() const {
     // As primary: updates forwarded to the backup and acknowledged, their payload bytes, and
     // forwards that failed while the backup was still up. The backup copy's own statistics.
     j["shard"] = Shard();
+    const ShardRole role = role_.load();
+    j["role"] = role == ShardRole::kServing ? "serving" : role == ShardRole::kBackup ? "backup" : role == ShardRole::kEmpty ? "empty" : "unknown";
     j["forwarded"] = forwards_.load();
+    j["transferred_rows"] = transferred_rows_.load();
     j["replicated_bytes"] = replicated_bytes_.load();
     j["forward_errors"] = forward_errors_.load();
     std::lock_guard lock(backup_mu_);

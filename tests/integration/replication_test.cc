@@ -1,8 +1,10 @@
 // replication_test.cc: issue #16's replicated servers with real processes on loopback
 // (strata-scheduler, two strata-server with server.replication: backup and the memory store):
-// a primary killed with SIGKILL mid-stream and not restarted, its backup taking its shard over.
+// a primary killed with SIGKILL mid-stream, its backup taking its shard over.
 //  - ledger: two in-process trainers push counted increments through the kill: every
-//    acknowledged increment is applied exactly once (none lost, none applied twice);
+//    acknowledged increment is applied exactly once (none lost, none applied twice); the same
+//    with the killed server started again (it rejoins as the backup of both shards, by state
+//    transfer) and then the other server killed;
 //  - a push the primary forwarded before dying, retried to the backup with its id, is a duplicate;
 //  - ctr (ps, ASP) trained by two strata-trainer processes finishes every step.
 #include <gtest/gtest.h>
@@ -35,10 +37,10 @@ class ReplicationTest : public testing::ProcessFixture {
   }
   // The scheduler and both servers; the trainers are this process's nodes.
   void StartServersAndJoin() {
-    const auto common = Common(Job("servers", ""));
-    address_ = StartScheduler(common, "tcp://127.0.0.1:0");
-    servers_[0] = &Start("strata-server", common, address_, 0);
-    servers_[1] = &Start("strata-server", common, address_, 1);
+    common_ = Common(Job("servers", ""));
+    address_ = StartScheduler(common_, "tcp://127.0.0.1:0");
+    servers_[0] = &Start("strata-server", common_, address_, 0);
+    servers_[1] = &Start("strata-server", common_, address_, 1);
     std::vector<std::future<Status>> joins;
     for (int t = 0; t < 2; ++t) {
       NodeOptions o;
@@ -63,13 +65,19 @@ class ReplicationTest : public testing::ProcessFixture {
     spec.consistency = Consistency::kAsp;
     for (auto& c : clients_) ASSERT_TRUE(c->CreateTable(spec).ok());
   }
-  // SIGKILL of server 0, not restarted; waits until server 1 logged the take-over.
-  void KillServer0() {
-    servers_[0]->Signal(SIGKILL);
-    EXPECT_EQ(servers_[0]->Wait(Millis(10000)), 128 + SIGKILL);
-    EXPECT_TRUE(WaitFor([&] { return servers_[1]->Log().find("take-over of shard 0") != std::string::npos; },
-                        Millis(30000)))
-        << servers_[1]->Log();
+  // SIGKILL of server `rank`; waits until the other one logged the take-over of `shards` shards.
+  void Kill(int rank, size_t shards = 1) {
+    Subprocess* other = servers_[1 - rank];
+    servers_[rank]->Signal(SIGKILL);
+    EXPECT_EQ(servers_[rank]->Wait(Millis(10000)), 128 + SIGKILL);
+    servers_[rank] = nullptr;
+    const std::string line = "take-over of shard ";
+    EXPECT_TRUE(WaitFor([&] { return Count(other->Log(), line) >= shards; }, Millis(30000))) << other->Log();
+  }
+  static size_t Count(const std::string& text, const std::string& needle) {
+    size_t n = 0;
+    for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+    return n;
   }
   std::vector<float> PullAll() {
     std::vector<uint64_t> keys(kKeys);
@@ -87,76 +95,127 @@ class ReplicationTest : public testing::ProcessFixture {
     if (schedulers_.empty()) return;
     schedulers_[0]->Signal(SIGTERM);  // ends the job: the live server is told to shut down
     EXPECT_EQ(schedulers_[0]->Wait(Millis(20000)), 0) << schedulers_[0]->Log();
-    if (servers_[1]) {
-      EXPECT_EQ(servers_[1]->Wait(Millis(20000)), 0) << servers_[1]->Log();
+    for (Subprocess* server : servers_) {
+      if (!server) continue;
+      EXPECT_EQ(server->Wait(Millis(20000)), 0) << server->Log();
     }
   }
 
+  std::vector<std::string> common_;
   std::string address_;
-  Subprocess* servers_[2] = {nullptr, nullptr};
+  Subprocess* servers_[2] = {nullptr, nullptr};  // each rank's live process
   std::vector<std::unique_ptr<Node>> trainers_;
   std::vector<std::unique_ptr<PsClient>> clients_;
 };
 
+// Two trainers pushing +1 to 8 keys over both shards per push until Stop(); what each saw
+// acknowledged, per key.
+class Ledger {
+ public:
+  explicit Ledger(std::vector<std::unique_ptr<PsClient>>& clients) : clients_(clients) {
+    for (int t = 0; t < 2; ++t) {
+      threads_.emplace_back([this, t] {
+        const std::vector<float> ones(8 * kDim, 1.0f);
+        for (uint64_t i = 0; !stop_; ++i) {
+          std::vector<uint64_t> keys;  // 8 distinct keys, rotating
+          for (uint64_t j = 0; j < 8; ++j) keys.push_back((i * 5 + t + 8 * j) % kKeys);
+          PsTicket tk = clients_[t]->Push(1, keys, ones.data());
+          if (Status s = clients_[t]->Wait(tk); !s.ok()) {
+            ++failed_;
+            ADD_FAILURE() << "trainer " << t << " push " << i << ": " << s.ToString();
+            continue;
+          }
+          for (uint64_t k : keys) ++acked_[t][k];
+          ++pushes_[t];
+        }
+      });
+    }
+  }
+  ~Ledger() { Stop(); }
+  // Waits until both trainers had `more` further pushes acknowledged.
+  bool PushMore(uint64_t more) {
+    const uint64_t target = std::max(pushes_[0].load(), pushes_[1].load()) + more;
+    return WaitFor([&] { return pushes_[0] >= target && pushes_[1] >= target; }, Millis(60000));
+  }
+  void Stop() {
+    stop_ = true;
+    for (auto& th : threads_) th.join();
+    threads_.clear();
+  }
+  // After Stop: checks `values` (minus the pushes applied to each key) against the acknowledged.
+  void Check(const std::vector<float>& values) {
+    uint64_t acknowledged = 0, applied = 0, lost = 0, twice = 0;
+    for (uint64_t k = 0; k < kKeys; ++k) {
+      const uint64_t want = acked_[0][k] + acked_[1][k];
+      const auto got = static_cast<uint64_t>(std::llround(-values[k * kDim]));
+      acknowledged += want;
+      applied += got;
+      lost += got < want ? want - got : 0;
+      twice += got > want ? got - want : 0;
+      for (uint32_t j = 0; j < kDim; ++j) EXPECT_EQ(values[k * kDim + j], values[k * kDim]) << "key " << k;
+    }
+    EXPECT_EQ(lost, 0u) << "acknowledged updates lost";
+    EXPECT_EQ(twice, 0u) << "updates applied twice";
+    EXPECT_GT(acknowledged, 0u);
+    std::printf("replication ledger: %llu acknowledged key updates, %llu applied, %llu lost, %llu applied twice, "
+                "%llu requests retried, %llu pushes failed\n",
+                static_cast<unsigned long long>(acknowledged), static_cast<unsigned long long>(applied),
+                static_cast<unsigned long long>(lost), static_cast<unsigned long long>(twice),
+                static_cast<unsigned long long>(clients_[0]->retries() + clients_[1]->retries()),
+                static_cast<unsigned long long>(failed_.load()));
+  }
+
+ private:
+  std::vector<std::unique_ptr<PsClient>>& clients_;
+  std::vector<std::vector<uint64_t>> acked_ = std::vector<std::vector<uint64_t>>(2, std::vector<uint64_t>(kKeys, 0));
+  std::atomic<uint64_t> pushes_[2] = {0, 0};
+  std::atomic<uint64_t> failed_{0};
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+};
+
 TEST_F(ReplicationTest, APrimaryKilledLosesNoAcknowledgedUpdateAndAppliesNoneTwice) {
   StartServersAndJoin();
-  std::vector<std::vector<uint64_t>> acked(2, std::vector<uint64_t>(kKeys, 0));
-  std::vector<std::atomic<uint64_t>> pushes(2);
-  std::vector<uint64_t> failed(2, 0);
-  std::atomic<bool> stop{false};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 2; ++t) {
-    threads.emplace_back([&, t] {
-      const std::vector<float> ones(8 * kDim, 1.0f);
-      for (uint64_t i = 0; !stop; ++i) {
-        std::vector<uint64_t> keys;  // 8 distinct keys over both shards, rotating
-        for (uint64_t j = 0; j < 8; ++j) keys.push_back((i * 5 + t + 8 * j) % kKeys);
-        PsTicket tk = clients_[t]->Push(1, keys, ones.data());
-        if (Status s = clients_[t]->Wait(tk); !s.ok()) {
-          ++failed[t];
-          ADD_FAILURE() << "trainer " << t << " push " << i << ": " << s.ToString();
-          continue;
-        }
-        for (uint64_t k : keys) ++acked[t][k];
-        ++pushes[t];
-      }
-    });
-  }
-  auto all_pushed_past = [&](uint64_t n) {
-    return WaitFor([&] { return pushes[0] >= n && pushes[1] >= n; }, Millis(60000));
-  };
-  EXPECT_TRUE(all_pushed_past(50));
-  KillServer0();
-  const uint64_t at_kill = std::max(pushes[0].load(), pushes[1].load());
-  EXPECT_TRUE(all_pushed_past(at_kill + 50));  // the backup serves shard 0 now
-  stop = true;
-  for (auto& th : threads) th.join();
-
-  const std::vector<float> values = PullAll();
-  uint64_t acknowledged = 0, applied = 0, lost = 0, twice = 0;
-  for (uint64_t k = 0; k < kKeys; ++k) {
-    const uint64_t want = acked[0][k] + acked[1][k];
-    const auto got = static_cast<uint64_t>(std::llround(-values[k * kDim]));
-    acknowledged += want;
-    applied += got;
-    lost += got < want ? want - got : 0;
-    twice += got > want ? got - want : 0;
-    for (uint32_t j = 0; j < kDim; ++j) EXPECT_EQ(values[k * kDim + j], values[k * kDim]) << "key " << k;
-  }
-  EXPECT_EQ(lost, 0u) << "acknowledged updates lost";
-  EXPECT_EQ(twice, 0u) << "updates applied twice";
-  EXPECT_GT(acknowledged, 0u);
-  std::printf("replication ledger: %llu acknowledged key updates, %llu applied, %llu lost, %llu applied twice, "
-              "%llu requests retried, %llu pushes failed\n",
-              static_cast<unsigned long long>(acknowledged), static_cast<unsigned long long>(applied),
-              static_cast<unsigned long long>(lost), static_cast<unsigned long long>(twice),
-              static_cast<unsigned long long>(clients_[0]->retries() + clients_[1]->retries()),
-              static_cast<unsigned long long>(failed[0] + failed[1]));
+  Ledger ledger(clients_);
+  EXPECT_TRUE(ledger.PushMore(50));
+  Kill(0);
+  EXPECT_TRUE(ledger.PushMore(50));  // server 1 serves shard 0 now
+  ledger.Stop();
+  ledger.Check(PullAll());
   auto stats = clients_[0]->ServerStats(1);
   ASSERT_TRUE(stats.ok()) << stats.status().ToString();
   const auto j = nlohmann::json::parse(*stats);
   EXPECT_GT(j["replicated_bytes"].get<uint64_t>(), 0u) << *stats;  // shard 1's updates, until server 0 died
   EXPECT_GT(j["backup"]["pushes"].get<uint64_t>(), 0u) << *stats;
+  EXPECT_EQ(j["backup"]["role"], "serving") << *stats;
+}
+
+// The killed server started again holds nothing; it asks server 1 for copies of both shards and
+// is their backup from then on, so that killing server 1 then loses nothing either.
+TEST_F(ReplicationTest, ARestartedServerRejoinsAsTheBackupAndASecondKillLosesNothing) {
+  StartServersAndJoin();
+  Ledger ledger(clients_);
+  EXPECT_TRUE(ledger.PushMore(50));
+  Kill(0);
+  EXPECT_TRUE(ledger.PushMore(30));
+  servers_[0] = &Start("strata-server", common_, address_, 0);
+  EXPECT_TRUE(WaitFor([&] { return Count(servers_[0]->Log(), "copy received") >= 2; }, Millis(30000)))
+      << servers_[0]->Log();
+  EXPECT_TRUE(ledger.PushMore(50));  // forwarded to the restarted server, after its copy
+  auto stats = clients_[0]->ServerStats(0);
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  auto j = nlohmann::json::parse(*stats);
+  EXPECT_EQ(j["role"], "backup") << *stats;
+  EXPECT_EQ(j["backup"]["role"], "backup") << *stats;
+  Kill(1, 2);  // server 0 takes both shards over
+  EXPECT_TRUE(ledger.PushMore(50));
+  ledger.Stop();
+  ledger.Check(PullAll());
+  stats = clients_[0]->ServerStats(0);
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  j = nlohmann::json::parse(*stats);
+  EXPECT_EQ(j["role"], "serving") << *stats;
+  EXPECT_EQ(j["backup"]["role"], "serving") << *stats;
 }
 
 // A push the primary applied and forwarded before it died, retried to the backup with the same
@@ -182,7 +241,7 @@ TEST_F(ReplicationTest, APushForwardedBeforeTheKillIsADuplicateOnTheBackup) {
   };
   const uint64_t id = (static_cast<uint64_t>(node.id()) << 40) | (uint64_t{1} << 39);
   ASSERT_TRUE(raw_push(0, id).ok());
-  KillServer0();
+  Kill(0);
   Status again = raw_push(1, id);
   ASSERT_TRUE(again.ok()) << again.ToString();
   std::vector<float> values = PullAll();
@@ -203,14 +262,14 @@ const char* kCtr =
     "train: {steps: 1000, batch_size: 256, log_every: 25, progress: false}\n";
 
 TEST_F(ReplicationTest, CtrTrainsToTheEndWithAPrimaryKilledAndNotRestarted) {
-  const auto common = Common(Job("ctr", kCtr));
-  address_ = StartScheduler(common, "tcp://127.0.0.1:0");
-  servers_[0] = &Start("strata-server", common, address_, 0);
-  servers_[1] = &Start("strata-server", common, address_, 1);
-  Subprocess& t0 = Start("strata-trainer", common, address_, 0);
-  Subprocess& t1 = Start("strata-trainer", common, address_, 1);
+  common_ = Common(Job("ctr", kCtr));
+  address_ = StartScheduler(common_, "tcp://127.0.0.1:0");
+  servers_[0] = &Start("strata-server", common_, address_, 0);
+  servers_[1] = &Start("strata-server", common_, address_, 1);
+  Subprocess& t0 = Start("strata-trainer", common_, address_, 0);
+  Subprocess& t1 = Start("strata-trainer", common_, address_, 1);
   ASSERT_TRUE(WaitFor([&] { return MetricsLines() >= 2; }, Millis(120000))) << t0.Log();
-  KillServer0();
+  Kill(0);
   EXPECT_LT(MetricsLines(), 1000u / 25) << "server 0 was killed after training ended: make the job longer";
   for (Subprocess* t : {&t0, &t1}) EXPECT_EQ(t->Wait(Millis(180000)), 0) << t->Log();
   const std::string log = t0.Log();
@@ -218,8 +277,9 @@ TEST_F(ReplicationTest, CtrTrainsToTheEndWithAPrimaryKilledAndNotRestarted) {
   std::smatch m;
   ASSERT_TRUE(std::regex_search(log, m, std::regex("auc ([0-9.]+) \\(oracle"))) << log;
   EXPECT_GT(std::stod(m[1]), 0.7) << log;  // the planted model was learnt (chance is 0.5)
+  ASSERT_TRUE(servers_[1]) << "server 1 was killed";
   const std::string server1 = servers_[1]->Log();
-  EXPECT_NE(server1.find("take-over of shard 0: its primary server 0"), std::string::npos) << server1;
+  EXPECT_NE(server1.find("take-over of shard 0 from server 0"), std::string::npos) << server1;
   EXPECT_EQ(server1.find("did not acknowledge"), std::string::npos) << server1;
 }
 

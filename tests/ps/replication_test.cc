@@ -1,9 +1,10 @@
 // replication_test.cc: primary-backup replication of the servers' shards (ps/replication.h) as
-// threads in one process: which server serves a shard under a view, a primary's forwards leave
+// threads in one process: where a trainer sends a shard under a view, a primary's forwards leave
 // its backup with the same rows and optimizer state bit for bit under concurrent pushes (the
 // backup applies them in the primary's order), clocks reach the backup, a retried push id is a
 // duplicate on the backup too, and requests that do not belong are refused naming why. The
-// take-over after a kill -9 runs with real processes in tests/integration/replication_test.cc.
+// take-over after a kill -9 and the state transfer to a restarted server run with real processes
+// in tests/integration/replication_test.cc.
 #include <gtest/gtest.h>
 
 #include <future>
@@ -37,26 +38,27 @@ ClusterView ViewOf(std::vector<std::pair<bool, uint32_t>> servers) {  // (alive,
   return v;
 }
 
-TEST(ServingRankTest, PrimaryWhileOriginalThenItsBackupThenNobody) {
+TEST(NextHolderTest, TheOtherHolderWhenTheCurrentOneIsDownOrRefuses) {
   const ClusterView all = ViewOf({{true, 0}, {true, 0}, {true, 0}});
-  for (uint32_t s = 0; s < 3; ++s) EXPECT_EQ(*ServingRank(all, s, Replication::kBackup), s);
   EXPECT_EQ(BackupRank(2, 3), 0u);
   EXPECT_EQ(BackedUpShard(0, 3), 2u);
+  EXPECT_EQ(OtherHolder(2, 2, 3), 0u);
+  EXPECT_EQ(OtherHolder(2, 0, 3), 2u);
+  for (uint32_t s = 0; s < 3; ++s) EXPECT_EQ(NextHolder(all, s, s, false, Replication::kBackup), s);
+  // Shard 0's server refused it (it holds the backup, or waits for a copy): its other holder.
+  EXPECT_EQ(NextHolder(all, 0, 0, true, Replication::kBackup), 1u);
+  EXPECT_EQ(NextHolder(all, 0, 1, true, Replication::kBackup), 0u);
   const ClusterView dead0 = ViewOf({{false, 0}, {true, 0}, {true, 0}});
-  EXPECT_EQ(*ServingRank(dead0, 0, Replication::kBackup), 1u);
-  EXPECT_EQ(*ServingRank(dead0, 2, Replication::kBackup), 2u);
-  // Without replication a dead rank still serves its shard (it reloads its store on restart).
-  EXPECT_EQ(*ServingRank(dead0, 0, Replication::kNone), 0u);
-  // A restarted primary holds none of its shard: the backup keeps serving it.
-  const ClusterView back0 = ViewOf({{true, 1}, {true, 0}, {true, 0}});
-  EXPECT_EQ(*ServingRank(back0, 0, Replication::kBackup), 1u);
-  // Primary and backup both gone: nobody, named.
-  const ClusterView lost = ViewOf({{false, 0}, {true, 2}, {true, 0}});
-  auto none = ServingRank(lost, 0, Replication::kBackup);
-  ASSERT_FALSE(none.ok());
-  EXPECT_EQ(none.status().code(), StatusCode::kUnavailable);
-  EXPECT_NE(none.status().message().find("shard 0"), std::string::npos) << none.status().ToString();
-  EXPECT_NE(none.status().message().find("incarnation 2"), std::string::npos) << none.status().ToString();
+  EXPECT_EQ(NextHolder(dead0, 0, 0, false, Replication::kBackup), 1u);
+  EXPECT_EQ(NextHolder(dead0, 2, 2, false, Replication::kBackup), 2u);
+  // Both holders down: stay (the retry waits for one to come back).
+  const ClusterView dead01 = ViewOf({{false, 0}, {false, 0}, {true, 0}});
+  EXPECT_EQ(NextHolder(dead01, 0, 1, false, Replication::kBackup), 1u);
+  // A restarted server is up: it is tried, and refuses until it serves the shard again.
+  const ClusterView back0 = ViewOf({{true, 1}, {false, 0}, {true, 0}});
+  EXPECT_EQ(NextHolder(back0, 0, 1, false, Replication::kBackup), 0u);
+  // Without replication a shard always goes to its own rank (which reloads its store on restart).
+  EXPECT_EQ(NextHolder(dead0, 0, 0, true, Replication::kNone), 0u);
 }
 
 // Every store a server makes, in order (a front's own tables and its backup copy's).
@@ -225,6 +227,8 @@ TEST_F(ReplicationTest, TheBackupHoldsThePrimarysRowsAndOptimizerStateBitForBit)
     EXPECT_EQ(j["forwarded"].get<uint64_t>(), 2u + 160u + 40u) << j.dump();
     EXPECT_GT(j["replicated_bytes"].get<uint64_t>(), 0u);
     ASSERT_TRUE(j.contains("backup")) << j.dump();
+    EXPECT_EQ(j["role"], "serving") << j.dump();
+    EXPECT_EQ(j["backup"]["role"], "backup") << j.dump();
     EXPECT_EQ(j["backup"]["trainer_clocks"], j["trainer_clocks"]) << "the backup's clocks follow the primary's";
   }
 }
@@ -258,12 +262,12 @@ TEST_F(ReplicationTest, RequestsThatDoNotBelongAreRefusedNamingWhy) {
   // Shard 0's backup while its primary is alive: not served there.
   s = RawPush(1, keys, 0, /*shard=*/0);
   EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
-  EXPECT_NE(s.message().find("served by its primary"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find(std::string(kNotServing) + " 0 (it holds its backup)"), std::string::npos) << s.ToString();
   // A forwarded request from a node that is not the shard's primary (a trainer posing as one).
   s = RawPush(1, keys, 0, /*shard=*/0, /*origin=*/trainer_nodes_[1]->id());
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
-  EXPECT_NE(s.message().find("not that shard's primary"), std::string::npos) << s.ToString();
-  // A forwarded request sent to the shard's primary itself.
+  EXPECT_NE(s.message().find("not that shard's other holder"), std::string::npos) << s.ToString();
+  // A forwarded request sent to the shard's serving server by a node that is not its other holder.
   s = RawPush(0, keys, 0, /*shard=*/0, /*origin=*/trainer_nodes_[1]->id());
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
   // BSP is not replicated.

@@ -12,10 +12,10 @@
 //     retried) and two in-process trainers pushing counted increments through --ledger-cycles
 //     kill -9s of the server: every acknowledged increment must be applied once (lost and
 //     duplicated updates, the goal 0 for both).
-// --replication: the servers keep their shards in memory with server.replication: backup, and a
-// server killed is not restarted: its backup takes its shard over (one kill per run, since a
-// server that comes back holds nothing and a second kill would lose a shard; docs/reliability.md).
-// The ledger then runs on two such servers, killing one primary, without dropped messages.
+// --replication: the servers keep their shards in memory with server.replication: backup; a
+// killed server's backup takes its shards over at once, the server started again copies them
+// back (state transfer) and the next kill waits for those copies (docs/reliability.md). The
+// ledger then runs on two such servers, killing each in turn, without dropped messages.
 #include <CLI/CLI.hpp>
 
 #include <signal.h>
@@ -61,8 +61,30 @@ struct Options {
   bool replication = false;
 };
 
-// With --replication: at most one server is killed per run (see the top of the file).
-int ServerKills(const Options& o, int cycles) { return o.replication ? std::min(cycles, 1) : cycles; }
+// --replication: the copies of shards server `rank` received so far (its log is appended to
+// across restarts).
+size_t Copies(const ChaosCluster& cl, int rank) {
+  const std::string log = cl.Log("server-" + std::to_string(rank));
+  size_t n = 0;
+  for (size_t at = log.find("copy received"); at != std::string::npos; at = log.find("copy received", at + 1)) ++n;
+  return n;
+}
+
+// Kills server `rank` with SIGKILL and starts it again; with --replication, waits until it holds
+// copies of its two shards again (before that, killing the other holder would lose them).
+Result<double> KillAndRestart(const Options& o, ChaosCluster& cl, int rank, Millis timeout) {
+  const size_t before = Copies(cl, rank);
+  STRATA_ASSIGN_OR_RETURN(double outage, cl.KillAndRestartServer(rank, timeout));
+  const auto end = std::chrono::steady_clock::now() + 2 * timeout;
+  while (o.replication) {
+    if (Copies(cl, rank) >= before + 2) break;
+    if (std::chrono::steady_clock::now() >= end) {
+      return Status::DeadlineExceeded("server " + std::to_string(rank) + " did not receive copies of its shards");
+    }
+    std::this_thread::sleep_for(Millis(50));
+  }
+  return outage;
+}
 
 std::string JobYaml(const Options& o, const std::string& store) {
   std::ostringstream y;
@@ -189,18 +211,13 @@ RunFigures RunTraining(const Options& o, const std::string& bin, const fs::path&
     std::this_thread::sleep_for(Millis(static_cast<int>(o.fault_interval_s * 1000)));
     if (!disturb || cl.TrainersDone()) continue;
     // Round robin over the kinds of fault still to run.
-    const bool server = f.server_kills < ServerKills(o, o.server_cycles), scheduler = f.scheduler_kills < o.scheduler_cycles,
+    const bool server = f.server_kills < o.server_cycles, scheduler = f.scheduler_kills < o.scheduler_cycles,
                stop = f.stops < o.stop_cycles;
     if (!server && !scheduler && !stop) continue;
     const int kind = fault++ % 3;
-    if (kind == 0 && server && o.replication) {
-      if (Status s = cl.KillServer(0, Millis(30000)); !s.ok()) {
-        f.error = s.ToString();
-        break;
-      }
-      ++f.server_kills;
-    } else if (kind == 0 && server) {
-      Result<double> s = cl.KillAndRestartServer(f.server_kills % o.servers, Millis(30000));
+    if (kind == 0 && server) {
+      const int rank = f.server_kills % o.servers;
+      Result<double> s = KillAndRestart(o, cl, rank, Millis(30000));
       if (!s.ok()) {
         f.error = s.status().ToString();
         break;
@@ -328,9 +345,10 @@ LedgerFigures RunLedger(const Options& o, const std::string& bin, const fs::path
       }
     });
   }
-  for (int k = 0; k < ServerKills(o, o.ledger_cycles); ++k) {
+  for (int k = 0; k < o.ledger_cycles; ++k) {
     std::this_thread::sleep_for(Millis(static_cast<int>(o.fault_interval_s * 1000)));
-    Status s = o.replication ? cl.KillServer(0, Millis(30000)) : cl.KillAndRestartServer(0, Millis(30000)).status();
+    const int rank = o.replication ? k % servers : 0;
+    Status s = KillAndRestart(o, cl, rank, Millis(30000)).status();
     if (!s.ok()) {
       f.error = s.ToString();
       break;
@@ -408,7 +426,7 @@ Result<Report> RunChaosBench(const Options& o) {
   goals.AddRow({"duplicates applied (ledger)", ledger.duplicated, "0",
                 ledger.duplicated == 0 && ledger.error.empty() ? "yes" : "no"});
   report.tables.push_back(std::move(goals));
-  Table led(o.replication ? "ledger: 2 servers (replication: backup), 2 in-process trainers, a primary killed"
+  Table led(o.replication ? "ledger: 2 servers (replication: backup), 2 in-process trainers, kill -9 cycles"
                           : "ledger: 1 server (replies dropped at --drop-rate), 2 in-process trainers, kill -9 cycles",
             {{"server kills", "kills", Table::Format::kInteger}, {"acknowledged", "acknowledged", Table::Format::kInteger},
              {"applied", "applied", Table::Format::kInteger}, {"lost", "lost", Table::Format::kInteger},
@@ -428,8 +446,9 @@ Result<Report> RunChaosBench(const Options& o) {
       "crashes: processes that exited non-zero on their own (not the ones killed). ASP training is not "
       "deterministic: the AUC gap includes run-to-run variation."};
   if (o.replication) {
-    report.notes.push_back("--replication: server 0 killed once and not restarted (its backup, server 1, took "
-                           "its shard over); the ledger's messages are not dropped; 'kill->restart' does not apply.");
+    report.notes.push_back("--replication: a killed server's backup takes its shards over at once; the server started "
+                           "again copies them back, and the next kill waits for those copies; the ledger's messages "
+                           "are not dropped.");
   }
   for (const std::string& c : hit.crashes) report.notes.push_back("crash: " + c);
   if (!hit.error.empty()) report.notes.push_back("disturbed run stopped early: " + hit.error);
@@ -464,8 +483,8 @@ BenchFn SetupChaosBench(CLI::App& app) {
   app.add_option("--timeout", o->timeout_s, "limit on each training run, seconds")->capture_default_str();
   app.add_flag("--keep", o->keep, "keep the work directory (logs, stores, metrics)");
   app.add_flag("--replication", o->replication,
-               "servers with server.replication: backup (memory store); a killed server is not restarted, "
-               "its backup takes over (one kill per run)");
+               "servers with server.replication: backup (memory store): a killed server's backup takes over, "
+               "the restarted server copies its shards back");
   return [o] { return RunChaosBench(*o); };
 }
 
