@@ -37,6 +37,11 @@ inline uint32_t OtherHolder(uint32_t shard, uint32_t holder, uint32_t servers) {
 
 // What the Unavailable error of a server asked for a shard it holds but does not serve says.
 inline constexpr std::string_view kNotServing = "does not serve shard";
+// What a server that serves a shard answers an update of it forwarded by the other holder: that
+// one was declared dead (while alive, e.g. stalled past the heartbeat timeout) and this one took
+// the shard over. The forwarding server steps down (serves the shard no more) and answers its
+// sender kNotServing, which sends the update here.
+inline constexpr std::string_view kTookOver = "took the shard over";
 
 // Where a trainer sends shard `shard`'s requests next, having sent them to holder `current`:
 // the other holder when `current` is down in `view` or answered kNotServing (`refused`) and the

@@ -108,7 +108,7 @@ bool PsServer::Admit(Request& request) {
     if (role != ShardRole::kBackup) {
       return refuse(Status::FailedPrecondition(
           "an update of shard " + std::to_string(shard) + " forwarded by " + other->Describe() + ", but " + self +
-          (role == ShardRole::kServing ? " serves that shard" : " holds no copy of it yet")));
+          (role == ShardRole::kServing ? " " + std::string(kTookOver) : " holds no copy of it yet")));
     }
     return true;
   }
@@ -183,6 +183,21 @@ void PsServer::Finish(Request& request, Result<Message> reply, std::unique_lock<
       return pending->request.ReplyError(Status::Unavailable("the backup of shard " + std::to_string(shard) + ", server " +
                                                              std::to_string(rank) + ", did not acknowledge the update: " +
                                                              s.message()));
+    }
+    if (s.code() == StatusCode::kFailedPrecondition && s.message().find(kTookOver) != std::string::npos) {
+      // This server was declared dead while it ran, and its backup took the shard over: it must
+      // not go on serving it alone. The update applied here was never acknowledged; the sender
+      // sends it to the server serving the shard now.
+      if (role_.exchange(ShardRole::kEmpty) == ShardRole::kServing) {
+        replica_failed_ = true;
+        spdlog::error("replication: shard {}: server {} {} (this server was declared dead): this server stops "
+                      "serving it and holds no copy of it until it is restarted", shard, rank, kTookOver);
+      }
+      ++errors_;
+      return pending->request.ReplyError(Status::Unavailable("server " + std::to_string(node_.rank()) + " " +
+                                                             std::string(kNotServing) + " " + std::to_string(shard) +
+                                                             " any more: server " + std::to_string(rank) + " " +
+                                                             std::string(kTookOver)));
     }
     // It refused an update this server applied: its copy is no longer the same; drop it.
     if (!replica_failed_.exchange(true)) {

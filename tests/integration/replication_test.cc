@@ -79,6 +79,29 @@ class ReplicationTest : public testing::ProcessFixture {
     for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
     return n;
   }
+  // A push written by hand from trainer 0 to server `to`: gradient 1 for `keys` (of shard 0), push
+  // id `id`, as a trainer's retry sends it.
+  Status RawPush(int to, const std::vector<uint64_t>& keys, uint64_t id) {
+    Node& node = *trainers_[0];
+    STRATA_ASSIGN_OR_RETURN(ClusterView view, node.RefreshView());
+    STRATA_ASSIGN_OR_RETURN(PeerId peer, node.rpc().Connect(view.Find(Role::kServer, to)->address));
+    Message m;
+    m.builder().setShard(0);
+    auto b = m.builder().getBody().initPush();
+    b.setTable(1);
+    b.setPushId(id);
+    const auto n = static_cast<int64_t>(keys.size());
+    m.AddPayload(DType::kI64, {n}, Buffer::Take(std::vector<uint64_t>(keys)));
+    m.AddPayload(DType::kF32, {n, kDim}, Buffer::Take(std::vector<float>(keys.size() * kDim, 1.0f)));
+    return node.rpc().CallAndWait(peer, std::move(m), Millis(10000)).status();
+  }
+  static std::vector<uint64_t> Shard0Keys() {
+    std::vector<uint64_t> keys;
+    for (uint64_t k = 0; keys.size() < 4; ++k) {
+      if (SparseServer(k, 2) == 0) keys.push_back(k);
+    }
+    return keys;
+  }
   std::vector<float> PullAll() {
     std::vector<uint64_t> keys(kKeys);
     for (uint64_t k = 0; k < kKeys; ++k) keys[k] = k;
@@ -222,36 +245,54 @@ TEST_F(ReplicationTest, ARestartedServerRejoinsAsTheBackupAndASecondKillLosesNot
 // id (as a trainer does when the reply was lost with the primary): a duplicate there.
 TEST_F(ReplicationTest, APushForwardedBeforeTheKillIsADuplicateOnTheBackup) {
   StartServersAndJoin();
-  Node& node = *trainers_[0];
-  std::vector<uint64_t> keys;  // keys of shard 0
-  for (uint64_t k = 0; keys.size() < 4; ++k) {
-    if (SparseServer(k, 2) == 0) keys.push_back(k);
-  }
-  auto raw_push = [&](int to, uint64_t id) -> Status {
-    STRATA_ASSIGN_OR_RETURN(ClusterView view, node.RefreshView());
-    STRATA_ASSIGN_OR_RETURN(PeerId peer, node.rpc().Connect(view.Find(Role::kServer, to)->address));
-    Message m;
-    m.builder().setShard(0);
-    auto b = m.builder().getBody().initPush();
-    b.setTable(1);
-    b.setPushId(id);
-    m.AddPayload(DType::kI64, {4}, Buffer::Take(std::vector<uint64_t>(keys)));
-    m.AddPayload(DType::kF32, {4, kDim}, Buffer::Take(std::vector<float>(4 * kDim, 1.0f)));
-    return node.rpc().CallAndWait(peer, std::move(m)).status();
-  };
-  const uint64_t id = (static_cast<uint64_t>(node.id()) << 40) | (uint64_t{1} << 39);
-  ASSERT_TRUE(raw_push(0, id).ok());
+  const std::vector<uint64_t> keys = Shard0Keys();
+  const uint64_t id = (static_cast<uint64_t>(trainers_[0]->id()) << 40) | (uint64_t{1} << 39);
+  ASSERT_TRUE(RawPush(0, keys, id).ok());
   Kill(0);
-  Status again = raw_push(1, id);
+  Status again = RawPush(1, keys, id);
   ASSERT_TRUE(again.ok()) << again.ToString();
   std::vector<float> values = PullAll();
   for (uint64_t k : keys) EXPECT_EQ(values[k * kDim], -1.0f) << "key " << k;
   auto stats = clients_[0]->ServerStats(1);
   ASSERT_TRUE(stats.ok()) << stats.status().ToString();
   EXPECT_EQ(nlohmann::json::parse(*stats)["backup"]["duplicate_pushes"].get<uint64_t>(), 1u) << *stats;
-  ASSERT_TRUE(raw_push(1, id + 1).ok());
+  ASSERT_TRUE(RawPush(1, keys, id + 1).ok());
   values = PullAll();
   for (uint64_t k : keys) EXPECT_EQ(values[k * kDim], -2.0f) << "key " << k;
+}
+
+// Server 0 stopped (SIGSTOP) past the heartbeat timeout is declared dead while it still runs, and
+// server 1 takes its shard over. Resumed, server 0 still believes it serves shard 0: the first
+// update it gets, its backup refuses (it took the shard over), so server 0 steps down instead of
+// serving the shard alone, and its sender is sent to server 1.
+TEST_F(ReplicationTest, AServerDeclaredDeadWhileRunningStepsDownAtItsNextUpdate) {
+  StartServersAndJoin();
+  const std::vector<uint64_t> keys = Shard0Keys();
+  const uint64_t id = (static_cast<uint64_t>(trainers_[0]->id()) << 40) | (uint64_t{1} << 38);
+  ASSERT_TRUE(RawPush(0, keys, id).ok());
+  servers_[0]->Signal(SIGSTOP);
+  EXPECT_TRUE(WaitFor([&] { return Count(servers_[1]->Log(), "take-over of shard 0") >= 1; }, Millis(30000)))
+      << servers_[1]->Log();
+  servers_[0]->Signal(SIGCONT);
+  Status s = RawPush(0, keys, id + 1);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  EXPECT_NE(s.message().find(std::string(kNotServing) + " 0 any more"), std::string::npos) << s.ToString();
+  EXPECT_TRUE(WaitFor([&] { return servers_[0]->Log().find("this server stops serving it") != std::string::npos; },
+                      Millis(10000)))
+      << servers_[0]->Log();
+  s = RawPush(0, keys, id + 2);  // refused before anything is applied now
+  EXPECT_NE(s.message().find(kNotServing), std::string::npos) << s.ToString();
+  // The update server 0 applied but could not replicate is not in the shard; the trainer's retry
+  // of it, sent to server 1, is applied there once.
+  std::vector<float> values = PullAll();
+  for (uint64_t k : keys) EXPECT_EQ(values[k * kDim], -1.0f) << "key " << k;
+  ASSERT_TRUE(RawPush(1, keys, id + 1).ok());
+  ASSERT_TRUE(RawPush(1, keys, id + 1).ok());
+  values = PullAll();
+  for (uint64_t k : keys) EXPECT_EQ(values[k * kDim], -2.0f) << "key " << k;
+  servers_[0]->Signal(SIGKILL);  // a node declared dead cannot leave the job cleanly
+  servers_[0]->Wait(Millis(10000));
+  servers_[0] = nullptr;
 }
 
 const char* kCtr =
