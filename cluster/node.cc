@@ -65,6 +65,7 @@ Status Node::Join() {
   r.setRequestedRank(options_.requested_rank);
   r.setHostname(Hostname());
   r.setPid(static_cast<uint32_t>(getpid()));
+  r.setJoin(options_.join);
   const Millis join_timeout(options_.cluster.join_timeout_ms);
   auto reply = rpc_.CallAndWait(scheduler_, std::move(req), join_timeout);
   if (!reply.ok()) {
@@ -97,17 +98,24 @@ void Node::Handle(Request request) {
   switch (msg.op()) {
     case Op::NODE_EVENT: {
       auto e = msg.reader().getBody().getNodeEvent();
-      NodeEvent event{e.getKind() == wire::NodeEvent::Kind::DEAD ? NodeEvent::Kind::kDead
-                                                                 : NodeEvent::Kind::kRejoined,
-                      FromWire(e.getNode()), FromWire(e.getView())};
+      NodeEvent::Kind kind = NodeEvent::Kind::kRejoined;
+      switch (e.getKind()) {
+        case wire::NodeEvent::Kind::DEAD: kind = NodeEvent::Kind::kDead; break;
+        case wire::NodeEvent::Kind::REJOINED: kind = NodeEvent::Kind::kRejoined; break;
+        case wire::NodeEvent::Kind::JOINED: kind = NodeEvent::Kind::kJoined; break;
+        case wire::NodeEvent::Kind::LEFT: kind = NodeEvent::Kind::kLeft; break;
+      }
+      NodeEvent event{kind, FromWire(e.getNode()), FromWire(e.getView())};
       {
         std::lock_guard lock(mu_);
         if (event.view.epoch > view_.epoch) view_ = event.view;
       }
-      if (event.kind == NodeEvent::Kind::kDead) {
-        spdlog::warn("node: {} is dead", event.node.Describe());
-      } else {
-        spdlog::info("node: {} rejoined", event.node.Describe());
+      switch (event.kind) {
+        case NodeEvent::Kind::kDead: spdlog::warn("node: {} is dead", event.node.Describe()); break;
+        case NodeEvent::Kind::kRejoined: spdlog::info("node: {} rejoined", event.node.Describe()); break;
+        case NodeEvent::Kind::kJoined: spdlog::info("node: {} joined", event.node.Describe()); break;
+        case NodeEvent::Kind::kLeft: spdlog::info("node: {} left", event.node.Describe()); break;
+        case NodeEvent::Kind::kShutdown: break;
       }
       for (auto& cb : on_event_) cb(event);
       return;
@@ -418,6 +426,22 @@ Result<ClusterView> Node::RefreshView() {
   std::lock_guard lock(mu_);
   if (fresh.epoch >= view_.epoch && !fresh.nodes.empty()) view_ = fresh;
   return view_;
+}
+
+Result<SplitSchedule> Node::LeaseSplit(int64_t until, wire::SplitChange change) {
+  STRATA_ASSIGN_OR_RETURN(Message reply, CallScheduler(
+                                             [&] {
+                                               Message req;
+                                               auto l = req.builder().getBody().initSplitLease();
+                                               l.setUntil(until);
+                                               l.setChange(change);
+                                               return req;
+                                             },
+                                             Timeout()));
+  if (reply.op() != Op::SPLIT_SCHEDULE) {
+    return Status::Internal("splitLease answered with " + std::string(OpName(reply.op())));
+  }
+  return SplitSchedule::FromWire(reply.reader().getBody().getSplitSchedule());
 }
 
 Status Node::RequestShutdown() {

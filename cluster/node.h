@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cluster/cluster.h"
+#include "cluster/split_schedule.h"
 #include "common/options.h"
 #include "common/rpc.h"
 
@@ -35,10 +36,14 @@ struct NodeOptions {
   // this machine's hostname when `bind` names every interface (tcp://*:0, tcp://0.0.0.0:0).
   std::string advertise_host;
   int requested_rank = -1;  // -1: let the scheduler assign one
+  // Join a running elastic job (cluster.elastic) at the next rank of the role instead of
+  // waiting for the job's first registrations (--join).
+  bool join = false;
 };
 
 struct NodeEvent {
-  enum class Kind { kDead, kRejoined, kShutdown };
+  // kJoined: a node joined the running job (elastic); kLeft: a node deregistered.
+  enum class Kind { kDead, kRejoined, kShutdown, kJoined, kLeft };
   Kind kind;
   NodeInfo node;  // unset for kShutdown
   ClusterView view;
@@ -78,6 +83,10 @@ class Node {
   Result<std::string> KvGet(const std::string& key, Millis wait = Millis(0));
   // Asks the scheduler for the current view.
   Result<ClusterView> RefreshView();
+  // Elastic jobs: fixes the data split of every step below `until` and returns the whole
+  // schedule, after adding (join) or removing (leave) this trainer from the first step not fixed
+  // yet (cluster/split_schedule.h).
+  Result<SplitSchedule> LeaseSplit(int64_t until, wire::SplitChange change = wire::SplitChange::NONE);
   // Asks the scheduler to end the job: every node is told to shut down.
   Status RequestShutdown();
   // Deregisters and stops heartbeating, waiting up to `timeout` (default: the cluster's call
@@ -92,6 +101,7 @@ class Node {
   uint32_t id() const { return id_; }
   int rank() const { return rank_; }
   Role role() const { return options_.role; }
+  const NodeOptions& options() const { return options_; }
   const std::string& address() const { return address_; }
   ClusterView view() const;
   RpcEndpoint& rpc() { return rpc_; }

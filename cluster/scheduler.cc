@@ -121,6 +121,7 @@ void Scheduler::Dispatch(Request request) {
     case Op::KV_GET: return HandleKvGet(std::move(request));
     case Op::DEREGISTER: return HandleDeregister(std::move(request));
     case Op::SHUTDOWN: return HandleShutdown(std::move(request));
+    case Op::SPLIT_LEASE: return HandleSplitLease(std::move(request));
     case Op::GET_VIEW: {
       Message reply = request.MakeReply();
       ToWire(view(), reply.builder().getBody().initView());
@@ -163,16 +164,8 @@ void Scheduler::DeclareDeadLocked(Member& m, const std::string& why) {
   ++epoch_;
   spdlog::warn("scheduler: {} declared dead: {}", m.info.Describe(), why);
   FailBarriersWithLocked(m, why);
-  const NodeInfo about = m.info;
-  const ClusterView v = ViewLocked();
-  NotifyAllLocked([&] {
-    Message msg;
-    auto e = msg.builder().getBody().initNodeEvent();
-    e.setKind(wire::NodeEvent::Kind::DEAD);
-    ToWire(about, e.initNode());
-    ToWire(v, e.initView());
-    return msg;
-  });
+  if (options_.cluster.elastic && m.info.role == Role::kTrainer) split_.Leave(m.info.rank);
+  NotifyEventLocked(wire::NodeEvent::Kind::DEAD, m.info);
   MaybeFinishLocked();
 }
 
@@ -312,6 +305,10 @@ void Scheduler::HandleDeregister(Request request) {
   ++epoch_;
   spdlog::info("scheduler: {} left", m->info.Describe());
   request.Reply(request.MakeReply());
+  if (options_.cluster.elastic) {  // the others drop it (servers: from the SSP clocks)
+    if (m->info.role == Role::kTrainer) split_.Leave(m->info.rank);
+    NotifyEventLocked(wire::NodeEvent::Kind::LEFT, m->info);
+  }
   std::vector<std::string> names;
   for (const auto& [name, b] : barriers_) names.push_back(name);
   for (const auto& name : names) MaybeReleaseBarrierLocked(name);

@@ -7,6 +7,10 @@
 //    (a NodeEvent); barriers waiting on it fail with an error naming it. A dead node may
 //    re-register with its rank and rejoins with a new incarnation.
 //  - A key-value store (set / get / get-with-wait) that bootstraps collectives.
+//  - Elastic membership (cluster.elastic, scheduler_elastic.cc): a node registering with `join`
+//    takes the next rank of its role and a fresh node id while the job runs (every node is
+//    told: NodeEvent joined), a node deregistering is announced (NodeEvent left), and the
+//    trainers' data split is leased from a SplitSchedule (cluster/split_schedule.h).
 //  - Clean shutdown: when every node has deregistered, or when someone asks for it.
 //  - Restart (docs/architecture.md, "Restarting the scheduler"): a scheduler restarted at the
 //    same address keeps no state of its own. It answers a heartbeat from a node it does not
@@ -30,6 +34,7 @@
 #include <vector>
 
 #include "cluster/cluster.h"
+#include "cluster/split_schedule.h"
 #include "common/metrics.h"
 #include "common/options.h"
 #include "common/rpc.h"
@@ -117,6 +122,7 @@ class Scheduler {
   void HandleKvGet(Request request);
   void HandleDeregister(Request request);
   void HandleShutdown(Request request);
+  void HandleSplitLease(Request request);
 
   // The helpers below expect mu_ held.
   ClusterView ViewLocked() const;
@@ -131,6 +137,15 @@ class Scheduler {
   // not know it yet.
   bool NeedsRejoinLocked(uint32_t sender);
   uint32_t NodeIdFor(Role role, int rank) const;
+  // Does node id `id` belong to `role` rank `rank`? The job's first ranks have fixed ids
+  // (NodeIdFor); ranks that joined later have the id they were given.
+  bool IdMatchesLocked(Role role, int rank, uint32_t id) const;
+  // Ranks a role has now: the job's count, or more once nodes joined.
+  int RanksLocked(Role role) const;
+  // An elastic join: the next rank of the role and a fresh id; tells the others.
+  void HandleJoinLocked(Request& request, const Registration& reg);
+  // Tells every live node but `about` of a membership change.
+  void NotifyEventLocked(wire::NodeEvent::Kind kind, const NodeInfo& about);
   void CompleteRegistrationLocked();
   void ReplyRegisteredLocked(Request& request, const Member& m);
   Member* FindMemberLocked(uint32_t id);
@@ -158,6 +173,7 @@ class Scheduler {
   std::map<std::string, Barrier> barriers_;
   std::map<std::string, std::string> kv_;
   std::vector<KvWaiter> kv_waiters_;
+  SplitSchedule split_;  // cluster.elastic: the trainers' data split
   bool done_ = false;
   bool stopping_ = false;
 

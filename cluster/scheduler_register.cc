@@ -26,8 +26,6 @@ void Scheduler::HandleRegister(Request request) {
                          r.getPid(), r.getRequestedRank()};
   const Role role = reg.role;
   const std::string& address = reg.address;
-  const std::string& hostname = reg.hostname;
-  const uint32_t pid = reg.pid;
   const int requested = reg.requested_rank;
   auto reject = [&](const Status& s) {
     spdlog::warn("scheduler: rejected registration of {} at {}: {}", RoleName(role), address,
@@ -45,16 +43,22 @@ void Scheduler::HandleRegister(Request request) {
         "register: address " + address + " names every interface, which peers cannot dial; "
         "advertise a host they can reach (--advertise or STRATA_ADVERTISE_HOST)"));
   }
-  const int expected = role == Role::kServer ? options_.cluster.servers : options_.cluster.trainers;
+  if (r.getJoin() && requested != -1) {
+    return reject(Status::InvalidArgument("register: a node joining a running job (--join) gets the next rank of "
+                                          "its role; it cannot ask for rank " + std::to_string(requested)));
+  }
+
+  std::lock_guard lock(mu_);
+  if (stopping_ || done_) return reject(Status::Unavailable("the scheduler is shutting down"));
+  // A re-registration's id and rank are checked against the job it rebuilds.
+  if (r.getRejoin()) return HandleRejoinLocked(request, reg);
+  const int expected = RanksLocked(role);
   if (requested < -1 || requested >= expected) {
     return reject(Status::InvalidArgument(
         "register: requested rank " + std::to_string(requested) + " is out of range for " +
         std::to_string(expected) + " " + std::string(RoleName(role)) + "s"));
   }
-
-  std::lock_guard lock(mu_);
-  if (stopping_ || done_) return reject(Status::Unavailable("the scheduler is shutting down"));
-  if (r.getRejoin()) return HandleRejoinLocked(request, reg);
+  if (r.getJoin()) return HandleJoinLocked(request, reg);
   HandleRegisterLocked(request, reg);
 }
 
@@ -64,7 +68,7 @@ void Scheduler::HandleRegisterLocked(Request& request, const Registration& reg) 
   const std::string& hostname = reg.hostname;
   const uint32_t pid = reg.pid;
   const int requested = reg.requested_rank;
-  const int expected = role == Role::kServer ? options_.cluster.servers : options_.cluster.trainers;
+  const int expected = RanksLocked(role);
   auto reject = [&](const Status& s) {
     spdlog::warn("scheduler: rejected registration of {} at {}: {}", RoleName(role), address,
                  s.ToString());
@@ -176,6 +180,11 @@ void Scheduler::CompleteRegistrationLocked() {
   }
   view_complete_ = true;
   epoch_ = 1;
+  if (options_.cluster.elastic) {
+    std::vector<int> trainers;
+    for (int r = 0; r < options_.cluster.trainers; ++r) trainers.push_back(r);
+    split_ = SplitSchedule(std::move(trainers));
+  }
   for (auto& p : pending_registrations_) ReplyRegisteredLocked(p.request, members_[p.member]);
   pending_registrations_.clear();
   spdlog::info("scheduler: cluster complete: {} servers, {} trainers (epoch {})",
@@ -208,18 +217,7 @@ void Scheduler::RejoinDeadLocked(Request& request, Member& target, const Registr
   ++epoch_;
   spdlog::info("scheduler: {} rejoined (incarnation {})", target.info.Describe(), target.info.incarnation);
   ReplyRegisteredLocked(request, target);
-  const NodeInfo about = target.info;
-  const ClusterView v = ViewLocked();
-  NotifyAllLocked(
-      [&] {
-        Message m;
-        auto e = m.builder().getBody().initNodeEvent();
-        e.setKind(wire::NodeEvent::Kind::REJOINED);
-        ToWire(about, e.initNode());
-        ToWire(v, e.initView());
-        return m;
-      },
-      about.id);
+  NotifyEventLocked(wire::NodeEvent::Kind::REJOINED, target.info);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -236,16 +234,23 @@ bool Scheduler::NeedsRejoinLocked(uint32_t sender) {
 
 Status Scheduler::AdoptViewLocked(const ClusterView& v, const Registration& reg) {
   const int servers = v.Count(Role::kServer), trainers = v.Count(Role::kTrainer);
-  if (servers != options_.cluster.servers || trainers != options_.cluster.trainers) {
+  // An elastic job may have grown past its first counts; it never has fewer ranks.
+  const bool fits = options_.cluster.elastic
+                        ? servers >= options_.cluster.servers && trainers >= options_.cluster.trainers
+                        : servers == options_.cluster.servers && trainers == options_.cluster.trainers;
+  if (!fits) {
     return Status::FailedPrecondition(
         "re-register: the view of " + reg.address + " (epoch " + std::to_string(v.epoch) + ") has " +
         std::to_string(servers) + " servers and " + std::to_string(trainers) +
         " trainers; this scheduler's job has cluster.servers " + std::to_string(options_.cluster.servers) +
         " and cluster.trainers " + std::to_string(options_.cluster.trainers));
   }
+  const int first = options_.cluster.servers + options_.cluster.trainers;
   for (const NodeInfo& n : v.nodes) {
+    const int initial = n.role == Role::kServer ? options_.cluster.servers : options_.cluster.trainers;
+    const bool id_ok = n.rank < initial ? n.id == NodeIdFor(n.role, n.rank) : n.id > static_cast<uint32_t>(first);
     if ((n.role != Role::kServer && n.role != Role::kTrainer) || n.rank < 0 ||
-        n.rank >= (n.role == Role::kServer ? servers : trainers) || n.id != NodeIdFor(n.role, n.rank)) {
+        n.rank >= (n.role == Role::kServer ? servers : trainers) || !id_ok) {
       return Status::FailedPrecondition("re-register: the view of " + reg.address + " holds " + n.Describe() +
                                         ", whose id does not match its role and rank");
     }
@@ -269,6 +274,15 @@ Status Scheduler::AdoptViewLocked(const ClusterView& v, const Registration& reg)
   }
   view_complete_ = true;
   epoch_ = v.epoch + 1;
+  if (options_.cluster.elastic) {
+    // The schedule is not in the view: the live trainers split the steps from here on. Steps a
+    // trainer leased before the restart keep the split it holds (docs/reliability.md).
+    std::vector<int> live;
+    for (const NodeInfo& n : v.nodes) {
+      if (n.role == Role::kTrainer && n.alive) live.push_back(n.rank);
+    }
+    split_ = SplitSchedule(std::move(live));
+  }
   spdlog::warn("scheduler: restarted mid-job: rebuilt the membership from the view of {} (epoch {}, {} servers, "
                "{} trainers); waiting for every live node to re-register",
                reg.address, v.epoch, servers, trainers);
@@ -284,7 +298,7 @@ void Scheduler::HandleRejoinLocked(Request& request, const Registration& reg) {
     spdlog::warn("scheduler: rejected the re-registration of {}: {}", who, s.ToString());
     request.ReplyError(s);
   };
-  if (reg.requested_rank < 0 || id != NodeIdFor(reg.role, reg.requested_rank)) {
+  if (reg.requested_rank < 0 || !IdMatchesLocked(reg.role, reg.requested_rank, id)) {
     return reject(Status::InvalidArgument("re-register: node id " + std::to_string(id) + " does not match " +
                                           std::string(RoleName(reg.role)) + " rank " +
                                           std::to_string(reg.requested_rank)));

@@ -39,6 +39,10 @@ std::string_view OpName(Op op) {
     case Op::GET_STATS: return "getStats";
     case Op::STATS: return "stats";
     case Op::SAVE_TABLES: return "saveTables";
+    case Op::SPLIT_LEASE: return "splitLease";
+    case Op::SPLIT_SCHEDULE: return "splitSchedule";
+    case Op::MIGRATE: return "migrate";
+    case Op::MIGRATE_ROWS: return "migrateRows";
     case Op::REPLICA_JOIN: return "replicaJoin";
     case Op::STATE_TRANSFER: return "stateTransfer";
   }
@@ -56,7 +60,8 @@ bool EnumBelow(Enum value, uint16_t count) {
 
 constexpr uint16_t kRoleCount = 4;
 constexpr uint16_t kBarrierScopeCount = 3;
-constexpr uint16_t kNodeEventKindCount = 2;
+constexpr uint16_t kNodeEventKindCount = 4;
+constexpr uint16_t kSplitChangeCount = 3;
 constexpr uint16_t kTableKindCount = 2;
 constexpr uint16_t kOptimizerKindCount = 4;
 constexpr uint16_t kInitKindCount = 4;
@@ -245,9 +250,6 @@ Status CheckBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
       (void)body.getHeartbeatReply();
       return Status::OK();
     case Op::CREATE_TABLE: return CheckTableSpec(body.getCreateTable(), "createTable", limits);
-    case Op::STATE_TRANSFER:
-      for (auto t : body.getStateTransfer()) STRATA_RETURN_IF_ERROR(CheckTableSpec(t, "stateTransfer", limits));
-      return Status::OK();
     case Op::PUSH:
       (void)body.getPush();
       return Status::OK();
@@ -264,6 +266,27 @@ Status CheckBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
     case Op::KV_VALUE:
       (void)body.getKvValue();
       return Status::OK();
+    case Op::SPLIT_LEASE:
+      if (!EnumBelow(body.getSplitLease().getChange(), kSplitChangeCount)) {
+        return Status::InvalidArgument("splitLease.change out of range");
+      }
+      return Status::OK();
+    case Op::SPLIT_SCHEDULE:
+      for (auto e : body.getSplitSchedule().getEntries()) (void)e.getTrainers();
+      return Status::OK();
+    case Op::MIGRATE:
+      (void)body.getMigrate();
+      return Status::OK();
+    case Op::MIGRATE_ROWS:
+    case Op::STATE_TRANSFER: {
+      const bool migrate = body.which() == Op::MIGRATE_ROWS;
+      auto m = migrate ? body.getMigrateRows() : body.getStateTransfer();
+      (void)m.getTrainerClocks();
+      for (auto t : m.getTables()) {
+        STRATA_RETURN_IF_ERROR(CheckTableSpec(t, migrate ? "migrateRows.tables" : "stateTransfer.tables", limits));
+      }
+      return Status::OK();
+    }
     case Op::EMPTY:
     case Op::GET_VIEW:
     case Op::HEARTBEAT:

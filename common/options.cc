@@ -43,6 +43,9 @@ void Bind(config::Binder& b, ClusterOptions& o) {
           "Prometheus /metrics: the scheduler's port; server r takes port+1+r, trainer r "
           "port+1+servers+r (docs/metrics.md); 0: off")
       .Range(0, 65535);
+  b.Field("elastic", o.elastic,
+          "trainers (ps mode, asp or ssp) and servers may join a running job with --join, and trainers "
+          "leave it on SIGTERM; trainers lease their data split from the scheduler (docs/reliability.md)");
   b.Enum("auth", o.auth, {{"none", AuthMode::kNone}, {"curve", AuthMode::kCurve}},
          "none: anyone who reaches a port may join; curve: ZeroMQ CURVE on every socket, only "
          "keys in curve.authorized_keys may connect (docs/security.md)");
@@ -91,6 +94,10 @@ void Bind(config::Binder& b, TransportOptions& o) {
   b.Field("io_threads", o.io_threads, "ZeroMQ I/O threads (one moves about 1 GB/s)").Range(1, 64);
   b.Field("linger_ms", o.linger_ms, "on shutdown, how long queued messages may take to leave")
       .Range(0, 60000);
+  b.Field("max_message_mb", o.max_message_mb,
+          "largest frame (message part) a socket accepts, MiB: a peer sending more is disconnected before "
+          "it is buffered, sending more fails at once; above a dense chunk and a sparse push's gradients")
+      .Range(1, 1 << 20);
   b.Section("fault", o.fault, "fault injection on messages this process sends (off by default)");
 }
 

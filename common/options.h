@@ -40,6 +40,12 @@ struct ClusterOptions {
   // Prometheus /metrics (docs/metrics.md): the scheduler listens on this port, server r on
   // port + 1 + r, trainer r on port + 1 + servers + r. 0 (the default): no endpoint.
   int metrics_port = 0;
+  // Elastic membership (docs/reliability.md, "Elastic membership"): trainers may join
+  // (strata-trainer --join) or leave a running ps job under ASP or SSP, and servers may join
+  // (strata-server --join). Trainers then lease the data split of their steps from the
+  // scheduler (one call every few steps). false (the default): the membership is fixed at
+  // start and a --join is refused.
+  bool elastic = false;
   // none: anyone who can reach a port may join, push, pull and read the kv store. curve: every
   // ZeroMQ socket of every role uses CURVE (encrypted, and only clients whose key is in
   // curve.authorized_keys are accepted; docs/security.md). The files are read at start into
@@ -69,6 +75,14 @@ struct TransportOptions {
   // On shutdown, how long queued messages (a last reply, say) may take to leave before they
   // are dropped. Bounds how long a shutdown can wait on a dead peer.
   int linger_ms = 500;
+  // The largest frame (one part of a message) any socket accepts, in MiB: a peer sending a
+  // larger one is disconnected by ZeroMQ (ZMQ_MAXMSGSIZE) as soon as its header arrives, before
+  // anything is buffered, so a hostile peer cannot make a process allocate more than this per
+  // connection. Sending a larger frame fails at once naming this field. The largest legal
+  // frames are a dense chunk (the table's chunk_floats x 4 bytes, 2 MiB by default) and a
+  // sparse push's gradients to one server (its keys x dim x 4 bytes); every process of a job
+  // must agree (they read the same job file).
+  int max_message_mb = 256;
   FaultOptions fault;
   // Not in the job file: the keys of cluster.curve, read at start (LoadJobConfig) when
   // cluster.auth is curve. Empty: no CURVE.

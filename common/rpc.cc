@@ -84,7 +84,14 @@ struct RpcCore {
 
   void SendReply(const Source& to, Message reply) {
     Status s = transport->Reply(to, Encode(reply));
-    if (!s.ok()) spdlog::debug("rpc: reply not sent: {}", s.ToString());
+    if (s.ok()) return;
+    spdlog::debug("rpc: reply not sent: {}", s.ToString());
+    // A reply the transport refuses (a frame over transport.max_message_mb) becomes an error
+    // reply naming why, so the caller learns it now rather than at its deadline.
+    if (s.code() == StatusCode::kInvalidArgument && reply.status().ok()) {
+      Message error = ErrorReply(reply.request_id(), s.WithContext("the reply"));
+      (void)transport->Reply(to, Encode(error));
+    }
   }
 
   Message ErrorReply(uint64_t request_id, const Status& error) {

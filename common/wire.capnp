@@ -53,6 +53,8 @@ struct RegisterRequest {
   nodeId @6 :UInt32;
   incarnation @7 :UInt32;
   view @8 :ClusterView;
+  # Elastic membership (cluster.elastic): join a running job at the next free rank of the role.
+  join @9 :Bool;
 }
 
 struct RegisterReply {
@@ -87,7 +89,7 @@ struct KvGet {
 }
 
 struct NodeEvent {
-  enum Kind { dead @0; rejoined @1; }
+  enum Kind { dead @0; rejoined @1; joined @2; left @3; }   # joined: an elastic join; left: deregistered
   kind @0 :Kind;
   node @1 :NodeInfo;
   view @2 :ClusterView;
@@ -160,6 +162,47 @@ struct PullRequest {
   bf16 @2 :Bool;                 # dense: the reply's values rounded to bf16 (half the bytes)
 }
 
+# ---- elastic membership (docs/reliability.md, "Elastic membership") ---------------------------
+
+enum SplitChange { none @0; join @1; leave @2; }
+
+# The trainers that split the global batches of steps fromStep.. (until the next entry's).
+struct SplitEntry {
+  fromStep @0 :Int64;
+  trainers @1 :List(Int32);      # trainer ranks, ascending: rank r reads slot index(r)
+}
+
+# trainer -> scheduler: fix the membership of every step below `until` (a lease), after adding
+# or removing the sender (join / leave) from the first step not fixed yet.
+struct SplitLease {
+  until @0 :Int64;
+  change @1 :SplitChange;
+}
+
+# reply to splitLease: every entry, and the first step whose membership is not fixed yet.
+struct SplitSchedule {
+  entries @0 :List(SplitEntry);
+  horizon @1 :Int64;
+}
+
+# joining server -> every older server: switch to a layout of `servers` sparse servers and send
+# the rows (with optimizer state) that it gives to the joining server. Reply: migrateRows.
+struct MigrateRequest {
+  servers @0 :UInt32;
+}
+
+# Payloads: per table, its keys (i64 [n]) then its records (f32 [n, width]); then the push ids
+# the sender has seen (i64 [m, 2]: sender node, id).
+struct MigrateRows {
+  tables @0 :List(TableSpec);
+  trainerClocks @1 :List(TrainerClock);
+}
+
+struct TrainerClock {
+  node @0 :UInt32;
+  clock @1 :Int64;
+}
+
 struct ClockRequest {
   clock @0 :Int64;               # the sender finished this clock
 }
@@ -174,10 +217,10 @@ struct Envelope {
   # Parameter-server requests: the shard (the key range of that server rank) addressed; -1: the
   # receiver's own rank. With server.replication: backup a server also holds the backup of
   # another rank's shard, and serves it once that rank's primary is dead.
-  shard @29 :Int32 = -1;
+  shard @33 :Int32 = -1;
   # A request a shard's primary forwards to the shard's backup: the node that sent it to the
   # primary (push ids are remembered per origin); 0xffffffff: not forwarded.
-  origin @30 :UInt32 = 0xffffffff;
+  origin @34 :UInt32 = 0xffffffff;
 
   # The operation. Add new members at the end; never renumber.
   body :union {
@@ -205,13 +248,14 @@ struct Envelope {
     stats @27 :Text;                # reply to getStats: JSON
     saveTables @28 :Text;           # trainer -> every server: write its shard of every table
                                     # under this checkpoint directory (ps/server_checkpoint.h)
+    splitLease @29 :SplitLease;     # trainer -> scheduler (elastic data split)
+    splitSchedule @30 :SplitSchedule;  # reply to splitLease
+    migrate @31 :MigrateRequest;    # joining server -> older server
+    migrateRows @32 :MigrateRows;   # reply to migrate
     # Replication (ps/replication.h). A restarted server asks the server serving `shard` for a
     # copy of it; that server answers, then sends the copy as a stateTransfer on the link its
     # forwarded updates take, so the restarted server applies the copy before any of them.
-    replicaJoin @31 :Void;
-    # The tables of shard `shard`: payloads per table, in order, the keys (i64 [n]) and the
-    # records (f32 [n, width]: value, optimizer state, step); then the push ids applied (i64
-    # [m, 2]: sender, id; oldest first per sender) and the trainers' clocks (i64 [k, 2]: node, clock).
-    stateTransfer @32 :List(TableSpec);
+    replicaJoin @35 :Void;
+    stateTransfer @36 :MigrateRows;  # every row of shard `shard` (the layout of migrateRows)
   }
 }

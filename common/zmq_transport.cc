@@ -77,6 +77,19 @@ void ZmqTransport::ConfigureSocket(zmq::socket_t& socket) {
   socket.set(zmq::sockopt::linger, 0);
   socket.set(zmq::sockopt::sndhwm, options_.send_hwm);
   socket.set(zmq::sockopt::rcvhwm, options_.recv_hwm);
+  // Checked against each frame's header: a larger frame drops the connection unbuffered.
+  socket.set(zmq::sockopt::maxmsgsize, MaxFrameBytes());
+}
+
+Status ZmqTransport::CheckFrameSizes(const Frames& frames) const {
+  for (const Buffer& b : frames) {
+    if (static_cast<int64_t>(b.size()) > MaxFrameBytes()) {
+      return Status::InvalidArgument("a message frame of " + std::to_string(b.size()) + " bytes exceeds transport.max_message_mb (" +
+                                     std::to_string(options_.max_message_mb) +
+                                     " MiB), past which the receiver drops the connection; raise it in the job file");
+    }
+  }
+  return Status::OK();
 }
 
 void ZmqTransport::AnswerZap() {
@@ -185,12 +198,14 @@ Status ZmqTransport::Enqueue(Outgoing out) {
 
 Status ZmqTransport::Send(PeerId peer, Frames frames) {
   if (peer == kNoPeer) return Status::InvalidArgument("send to no peer");
+  STRATA_RETURN_IF_ERROR(CheckFrameSizes(frames));
   return Enqueue(Outgoing{peer, {}, std::move(frames)});
 }
 
 Status ZmqTransport::Reply(const Source& to, Frames frames) {
   if (to.from_peer()) return Send(to.peer, std::move(frames));
   if (to.route.empty()) return Status::InvalidArgument("reply without a route");
+  STRATA_RETURN_IF_ERROR(CheckFrameSizes(frames));
   return Enqueue(Outgoing{kNoPeer, to.route, std::move(frames)});
 }
 

@@ -60,6 +60,9 @@ class ZmqTransport final : public Transport {
   void Flush(Link& link);
   void Drain(zmq::socket_t& socket, PeerId peer);
   void ConfigureSocket(zmq::socket_t& socket);
+  // options_.max_message_mb in bytes, and InvalidArgument naming it for a larger frame.
+  int64_t MaxFrameBytes() const { return int64_t{options_.max_message_mb} << 20; }
+  Status CheckFrameSizes(const Frames& frames) const;
   // Answers one ZAP request: 200 for an authorized CURVE client key, 400 otherwise.
   void AnswerZap();
 

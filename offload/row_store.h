@@ -22,6 +22,7 @@ struct RowStoreStats {
   uint64_t hits = 0;           // lookups served from DRAM
   uint64_t misses = 0;         // lookups that went to a lower tier (or created a record)
   uint64_t created = 0;        // records made by the initializer
+  uint64_t prefetched = 0;     // records read ahead into DRAM (Prefetch), not counted as misses
   // Durable stores: seconds of each synced write (durability wal: one per update batch, RocksDB
   // groups concurrent ones into one fsync) and of each checkpoint. Empty (no bounds, count 0)
   // for a store that keeps no such times.
@@ -96,6 +97,12 @@ class RowStore {
   virtual Status Scan(const ScanVisit& visit) = 0;
 
   virtual RowStoreStats stats() const = 0;
+
+  // A read-ahead: brings the records of `keys` that a lower tier holds into DRAM while they fit
+  // without evicting anything, so the calls that touch them next find them resident. Keys
+  // already resident, absent from every tier, or past the room left are skipped; nothing is
+  // created or changed. Returns the records read. Stores with one tier read nothing.
+  virtual Result<uint64_t> Prefetch([[maybe_unused]] std::span<const uint64_t> keys) { return uint64_t{0}; }
 
   // Tells the store that `clock` (the slowest trainer's) began; clocks only grow. Stores that
   // expire rows or checkpoint on a clock schedule act on it (TieredRowStore); others ignore it.

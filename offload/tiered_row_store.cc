@@ -295,10 +295,10 @@ void TieredRowStore::Acquire(Call& call) {
         r.data = AllocRecord(s);
         slot.kind = SlotKind::kFetched;
         call.misses.push_back(call.by_shard[j]);
-        ++s.misses;
+        if (!call.prefetch) ++s.misses;
       } else {
         slot.kind = SlotKind::kHit;
-        s.hits += slot.accesses;
+        if (!call.prefetch) s.hits += slot.accesses;
       }
       r.busy = true;
       slot.record = &r;
@@ -332,6 +332,10 @@ Status TieredRowStore::Fetch(Call& call, const Init& init) {
       }
       std::memcpy(slot.data, values[i].data(), record_bytes_);
     } else if (statuses[i].IsNotFound()) {
+      if (call.prefetch) {  // nothing to read ahead: the placeholder is dropped
+        slot.kind = SlotKind::kScratch;
+        continue;
+      }
       if (!init) return Status::NotFound("no record for key " + std::to_string(slot.key));
       slot.kind = SlotKind::kCreated;
     } else {

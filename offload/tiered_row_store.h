@@ -118,6 +118,7 @@ struct TieredStoreStats {
   uint64_t created = 0;           // records made by the initializer and stored
   uint64_t not_admitted = 0;      // visits on scratch records (admission filter)
   uint64_t evictions = 0;         // records dropped from DRAM to make room
+  uint64_t prefetched = 0;        // records read ahead (Prefetch): a later call finds them resident
   uint64_t written_back = 0;      // dirty evicted records written to RocksDB
   uint64_t multigets = 0;         // MultiGet calls (at most one per Update/Read)
   uint64_t write_batches = 0;     // RocksDB writes (eviction, WAL, flush, import)
@@ -168,6 +169,8 @@ class TieredRowStore final : public RowStore {
   Result<std::vector<UpdateId>> RecordedUpdateIds() const override;
   // Writes dirty records back, then iterates a RocksDB snapshot (calls go on meanwhile).
   Status Scan(const ScanVisit& visit) override;
+  // One MultiGet for the keys not resident that fit each shard's room left (duplicates once).
+  Result<uint64_t> Prefetch(std::span<const uint64_t> keys) override;
   RowStoreStats stats() const override;
   TieredStoreStats detailed_stats() const;
 

@@ -14,6 +14,7 @@ TieredStoreStats TieredRowStore::detailed_stats() const {
     st.created += sp->created;
     st.not_admitted += sp->not_admitted;
     st.evictions += sp->evictions;
+    st.prefetched += sp->prefetched;
   }
   st.bytes_in_memory = st.records_in_memory * footprint_bytes_;
   st.records = records_.load();
@@ -35,6 +36,7 @@ RowStoreStats TieredRowStore::stats() const {
   st.hits = d.hits;
   st.misses = d.misses;
   st.created = d.created;
+  st.prefetched = d.prefetched;
   st.wal_sync_seconds = wal_sync_seconds_.Read();
   st.checkpoint_seconds = checkpoint_seconds_.Read();
   return st;

@@ -33,18 +33,12 @@ Status CheckValues(const Message& reply, const std::vector<size_t>& floats, DTyp
 // one chunk while the next is still on the wire, and several calls' chunks interleave
 // (BytePS-style partitioning). Tensors of one chunk take one request.
 std::vector<std::pair<uint32_t, std::vector<uint64_t>>> DenseRequests(const TableSpec& spec,
-                                                                       uint32_t servers) {
+                                                                       const PsLayout& layout) {
   std::vector<std::pair<uint32_t, std::vector<uint64_t>>> requests;
   for (uint64_t c = 0; c < spec.NumChunks(); ++c) {
-    requests.push_back({DenseServer(spec.id, c, servers), {c}});
+    requests.push_back({layout.DenseOwner(spec.id, c), {c}});
   }
   return requests;
-}
-
-// Failures a server outage produces; anything else (a bad request, our own shutdown, which
-// reports Cancelled) is final.
-bool Retryable(const Status& s) {
-  return s.code() == StatusCode::kDeadlineExceeded || s.code() == StatusCode::kUnavailable;
 }
 
 // A frame viewing a vector shared by every (re)send of one request.
@@ -66,6 +60,12 @@ uint64_t FirstPushCounter() {
 }
 }  // namespace
 
+// Failures a server outage produces; anything else (a bad request, our own shutdown, which
+// reports Cancelled) is final.
+bool PsClient::Retryable(const Status& s) {
+  return s.code() == StatusCode::kDeadlineExceeded || s.code() == StatusCode::kUnavailable;
+}
+
 PsClient::PsClient(Node& node, Millis timeout, Replication replication)
     : node_(node), timeout_(timeout), replication_(replication), pushes_sent_(FirstPushCounter()) {}
 
@@ -83,6 +83,11 @@ Status PsClient::Connect() {
     addresses_.push_back(n->address);
     holders_.push_back(static_cast<uint32_t>(r));
   }
+  // Dense chunks live on the job's first servers (cluster.servers); servers that joined an
+  // elastic job later take sparse keys only (ps/layout.h).
+  const int first = node_.options().cluster.servers;
+  layout_.base = static_cast<uint32_t>(first > 0 && first <= count ? first : count);
+  layout_.servers = static_cast<uint32_t>(count);
   return Status::OK();
 }
 
@@ -214,8 +219,12 @@ PsTicket PsClient::Sparse(uint32_t table, std::span<const uint64_t> keys, const 
     ticket.early_ = spec_or.status();
     return ticket;
   }
+  if (Status s = GrowLayout(); !s.ok()) {
+    ticket.early_ = s;
+    return ticket;
+  }
   const TableSpec& spec = **spec_or;
-  const uint32_t servers = static_cast<uint32_t>(servers_.size());
+  const uint32_t servers = layout_.servers;
   const size_t dim = spec.dim;
   // Per server: distinct keys, their summed gradients, and which of them each of the call's
   // keys (input position, position among the distinct) reads back into `out`.
@@ -231,7 +240,7 @@ PsTicket PsClient::Sparse(uint32_t table, std::span<const uint64_t> keys, const 
     if (out) s.scatter.reserve(keys.size() / servers + 1);
   }
   for (size_t i = 0; i < keys.size(); ++i) {
-    Slice& s = slices[SparseServer(keys[i], servers)];
+    Slice& s = slices[layout_.SparseOwner(keys[i])];
     bool fresh = false;
     const uint32_t at = index.FindOrInsert(keys[i], static_cast<uint32_t>(s.keys.size()), &fresh);
     if (fresh) {
@@ -247,28 +256,16 @@ PsTicket PsClient::Sparse(uint32_t table, std::span<const uint64_t> keys, const 
     Slice& s = slices[sv];
     if (s.keys.empty()) continue;
     const int64_t n = static_cast<int64_t>(s.keys.size());
-    auto keys_v = std::make_shared<std::vector<uint64_t>>(std::move(s.keys));
-    auto grads_v = std::make_shared<std::vector<float>>(std::move(s.grads));
-    const int64_t clock = clock_;
-    const bool return_values = out != nullptr;
-    const uint64_t push_id = push ? NextPushId() : 0;
-    PsTicket::Part part(sv, nullptr, [=] {
-                          Message m;
-                          if (push) {
-                            auto p = m.builder().getBody().initPush();
-                            p.setTable(table);
-                            p.setClock(clock);
-                            p.setReturnValues(return_values);
-                            p.setPushId(push_id);
-                          } else {
-                            auto p = m.builder().getBody().initPull();
-                            p.setTable(table);
-                            p.setClock(clock);
-                          }
-                          m.AddPayload(DType::kI64, {n}, View(keys_v));
-                          if (push) m.AddPayload(DType::kF32, {n, static_cast<int64_t>(dim)}, View(grads_v));
-                          return m;
-                        });
+    auto q = std::make_shared<PsTicket::Sparse>();
+    q->table = table;
+    q->clock = clock_;
+    q->push = push;
+    q->return_values = out != nullptr;
+    q->push_id = push ? NextPushId() : 0;
+    q->dim = dim;
+    q->keys = std::make_shared<std::vector<uint64_t>>(std::move(s.keys));
+    q->grads = std::make_shared<std::vector<float>>(std::move(s.grads));
+    PsTicket::Part part = SparsePart(sv, std::move(q));
     Send(part, timeout_);
     if (out) {
       part.on_reply = [scatter = std::move(s.scatter), dim, n, out](const Message& reply) {
@@ -301,9 +298,8 @@ PsTicket PsClient::PullDense(uint32_t table, float* out, bool bf16) {
     return ticket;
   }
   const TableSpec spec = **spec_or;
-  const uint32_t servers = static_cast<uint32_t>(servers_.size());
   const int64_t clock = clock_;
-  for (auto& [sv, mine_chunks] : DenseRequests(spec, servers)) {
+  for (auto& [sv, mine_chunks] : DenseRequests(spec, layout_)) {
     auto chunks = std::make_shared<std::vector<uint64_t>>(std::move(mine_chunks));
     std::vector<size_t> floats;
     for (uint64_t c : *chunks) floats.push_back(spec.ChunkLength(c));
@@ -354,12 +350,11 @@ PsTicket PsClient::PushDenseAs(uint32_t table, const void* grads, DType dtype) {
     return ticket;
   }
   const TableSpec spec = **spec_or;
-  const uint32_t servers = static_cast<uint32_t>(servers_.size());
   const int64_t clock = clock_;
   // Zero-copy: frames point into the caller's buffer, which outlives the call and its retries
   // (see Wait).
   const std::shared_ptr<const void> borrowed(grads, [](const void*) {});
-  for (auto& [sv, mine_chunks] : DenseRequests(spec, servers)) {
+  for (auto& [sv, mine_chunks] : DenseRequests(spec, layout_)) {
     auto chunks = std::make_shared<std::vector<uint64_t>>(std::move(mine_chunks));
     const int64_t n = static_cast<int64_t>(chunks->size());
     const uint64_t push_id = NextPushId();
@@ -391,8 +386,7 @@ Status PsClient::Wait(PsTicket& ticket, std::optional<Millis> timeout) {
   Status first;
   for (auto& part : ticket.parts_) {
     const auto left = std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
-    auto r = Await(part, std::max(left, Millis(0)));
-    if (!r.ok() && Retryable(r.status())) r = Retry(part, std::move(r));
+    auto r = Finish(part, std::max(left, Millis(0)));
     if (auto t = part.ticket.completed_at()) ticket.completed_ = std::max(ticket.completed_, *t);
     Status s = r.ok() ? (part.on_reply ? part.on_reply(*r) : Status::OK()) : r.status();
     if (!s.ok() && first.ok()) first = s.WithContext("server " + std::to_string(part.server));
@@ -408,6 +402,7 @@ std::optional<std::chrono::steady_clock::time_point> PsClient::CompletedAt(const
 
 Status PsClient::Clock() {
   STRATA_RETURN_IF_ERROR(Connect());
+  STRATA_RETURN_IF_ERROR(GrowLayout());
   PsTicket ticket;
   const int64_t clock = clock_;
   for (uint32_t s = 0; s < servers_.size(); ++s) {

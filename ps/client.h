@@ -22,6 +22,11 @@
 // answers that it does not serve the shard, they go to the other (NextHolder), as a retry with
 // the same push id: a push the dead server forwarded before dying is a duplicate there.
 // Route() is the one place that maps a shard to a server.
+//
+// Elastic jobs: a server may join (cluster.elastic). The client places keys with its PsLayout
+// (ps/layout.h) and takes the new server in as soon as its view shows it (before every call and
+// clock); a server answers a sparse key another server holds now with kLayoutMoved, and the
+// client sends those keys of the request, with the same push id, where they live now.
 #pragma once
 
 #include <chrono>
@@ -33,6 +38,7 @@
 #include <vector>
 
 #include "cluster/node.h"
+#include "ps/layout.h"
 #include "ps/replication.h"
 #include "ps/table.h"
 
@@ -42,9 +48,20 @@ namespace strata {
 class PsTicket {
  private:
   friend class PsClient;
+  // A sparse request's contents, to send its keys elsewhere if they moved (elastic servers).
+  struct Sparse {
+    uint32_t table = 0;
+    int64_t clock = 0;
+    bool push = false, return_values = false;
+    uint64_t push_id = 0;
+    size_t dim = 0;
+    std::shared_ptr<std::vector<uint64_t>> keys;
+    std::shared_ptr<std::vector<float>> grads;  // push: keys.size() * dim
+  };
   struct Part {
     Part(uint32_t server_rank, std::function<Status(const Message& reply)> scatter, std::function<Message()> build)
         : server(server_rank), on_reply(std::move(scatter)), make(std::move(build)) {}
+    std::shared_ptr<const Sparse> sparse;  // set for sparse pushes and pulls
     Ticket ticket;
     uint32_t server;
     std::function<Status(const Message& reply)> on_reply;  // scatters values, if any
@@ -90,6 +107,8 @@ class PsClient {
   // it, which ZeroMQ keeps in order), then advances. Pushes and pulls carry the current clock.
   Status Clock();
   int64_t clock() const { return clock_; }
+  // A trainer that joined a running job starts at the others' clock, not at 0.
+  void set_clock(int64_t clock) { clock_ = clock; }
 
   // Every server writes its shard of every table under checkpoint directory `checkpoint`
   // (ps/server_checkpoint.h). Blocking; the caller keeps pushes away until it returns.
@@ -100,6 +119,8 @@ class PsClient {
 
   // Requests sent again after a retryable failure (see above), since construction.
   uint64_t retries() const { return retries_; }
+  // Parts sent again to other servers because their keys moved (elastic servers).
+  uint64_t resplits() const { return resplits_; }
 
  private:
   // The spec of a table this client created, which must be of `kind`.
@@ -118,14 +139,26 @@ class PsClient {
   // so far, or its other holder when that one is down or `refused` them (NextHolder); at its
   // address in the current view (reconnecting if it moved). Unavailable while it is down.
   Status Route(uint32_t shard, bool refused);
+  static bool Retryable(const Status& s);
+  // Elastic: takes in the servers that joined since (the view has more), growing the layout.
+  Status GrowLayout();
+  // A sparse part whose server answered kLayoutMoved: sends its keys to where they live now (the
+  // same push id), waits, and answers as the part's server would have (client_layout.cc).
+  Result<Message> Resplit(PsTicket::Part& part, int depth = 0);
+  // Waits for a part, retrying an outage and following moved keys.
+  Result<Message> Finish(PsTicket::Part& part, Millis timeout);
+  // A sparse request's part to `server` (built again on a retry).
+  PsTicket::Part SparsePart(uint32_t server, std::shared_ptr<const PsTicket::Sparse> q);
 
   Node& node_;
   const Millis timeout_;
   const Replication replication_;
+  PsLayout layout_;  // where keys and chunks live (elastic servers: grows)
   std::vector<PeerId> servers_;  // by shard (server rank), the server its requests go to
-  std::vector<uint32_t> holders_;  // by shard: that server's rank
+  std::vector<uint32_t> holders_;  // by shard: that server's rank (replication: it may be the next one)
   std::vector<std::string> addresses_;  // what servers_ are connected to
   uint64_t retries_ = 0;
+  uint64_t resplits_ = 0;
   // Push ids: this node's id in the high bits, a counter below (unique per client, repeated
   // only by a retry of the same request).
   uint64_t NextPushId() { return (static_cast<uint64_t>(node_.id()) << 40) | ++pushes_sent_; }

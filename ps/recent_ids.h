@@ -36,9 +36,9 @@ class RecentIds {
     }
   }
 
-  // Every (sender, id) kept, oldest first per sender: what a state transfer copies to a new
-  // backup (ps/replication.h), which Remembers them in this order.
-  std::vector<std::pair<uint32_t, uint64_t>> Export() const {
+  // Every (sender, id) held, oldest first per sender: what a server hands over with rows that
+  // move to another server (ps/server_migrate.cc), so retries reaching it are known there too.
+  std::vector<std::pair<uint32_t, uint64_t>> Snapshot() const {
     std::lock_guard lock(mu_);
     std::vector<std::pair<uint32_t, uint64_t>> out;
     for (const auto& [sender, s] : senders_) {

@@ -40,6 +40,11 @@ RowStore::Init MakeInit(const TableSpec& spec) {
   };
 }
 
+// A server that joined an elastic job, before it holds its keys: the clients retry.
+Status TakingOver() {
+  return Status::Unavailable("this server joined the job and is taking over its keys from the older servers");
+}
+
 // Payload floats may sit at any address inside a received frame; copy only when misaligned.
 const float* AlignedFloats(const Buffer& b, std::vector<float>* scratch) {
   if (reinterpret_cast<uintptr_t>(b.data()) % alignof(float) == 0) {
@@ -71,7 +76,11 @@ const float* GradientFloats(const Buffer& b, DType dtype, std::vector<float>* sc
 
 
 PsServer::PsServer(Node& node, ServerOptions options, StoreFactory store_factory)
-    : node_(node), options_(options), store_factory_(std::move(store_factory)) {
+    : node_(node),
+      options_(options),
+      store_factory_(std::move(store_factory)),
+      parked_quota_(static_cast<uint64_t>(options.max_parked_per_peer),
+                    static_cast<uint64_t>(options.max_parked_mb_per_peer) << 20) {
   if (!store_factory_) {
     store_factory_ = [](const TableSpec& spec) -> Result<std::unique_ptr<RowStore>> {
       return std::unique_ptr<RowStore>(std::make_unique<MemoryRowStore>(spec.RecordWidth()));
@@ -79,7 +88,9 @@ PsServer::PsServer(Node& node, ServerOptions options, StoreFactory store_factory
   }
   StartWorkers(options_.workers);
   node_.SetRequestHandler([this](Request r) { Dispatch(std::move(r)); });
-  node_.OnEvent([this](const NodeEvent& e) {
+  node_.OnEvent([this, guard = event_guard_](const NodeEvent& e) {
+    std::lock_guard lock(guard->mu);
+    if (!guard->alive) return;
     OnNodeEvent(e);
     OnServerEvent(e);
   });
@@ -103,6 +114,10 @@ void PsServer::StartWorkers(int workers) {
 }
 
 PsServer::~PsServer() {
+  {
+    std::lock_guard lock(event_guard_->mu);  // waits out an event being handled
+    event_guard_->alive = false;
+  }
   {
     std::lock_guard lock(stats_mu_);
     stop_ = true;
@@ -170,6 +185,7 @@ void PsServer::Handle(Request& request) {
       for (Parked& p : ready) HandlePull(p.request);  // re-checks and answers (or re-parks)
       return;
     }
+    case Op::MIGRATE: return HandleMigrate(request);
     case Op::SAVE_TABLES:
       HandleSaveTables(request);
       return save_seconds_.Observe(seconds());
@@ -303,23 +319,25 @@ Status PsServer::ValidateKeys(const Table& t, const Message& msg, bool with_grad
   if (n > kMaxKeysPerRequest) return Status::InvalidArgument(where() + std::to_string(n) + " keys is too many");
   keys->resize(n);
   if (n) std::memcpy(keys->data(), k.buffer->data(), n * sizeof(uint64_t));
-  const uint32_t servers = static_cast<uint32_t>(node_.view().Count(Role::kServer));
+  const PsLayout layout = KeyLayout();
   const uint32_t me = Shard();
   *value_floats = 0;
   for (uint64_t key : *keys) {
     if (spec.kind == TableKind::kSparse) {
-      if (SparseServer(key, servers) != me) {
-        return Status::InvalidArgument(where() + "key " + std::to_string(key) + " belongs to server " +
-                                       std::to_string(SparseServer(key, servers)) + ", not " + std::to_string(me));
+      if (const uint32_t owner = layout.SparseOwner(key); owner != me) {
+        // FailedPrecondition: a client on an older layout refreshes it and sends the key there.
+        return Status::FailedPrecondition(where() + "key " + std::to_string(key) + " belongs to server " +
+                                          std::to_string(owner) + " of " + std::to_string(layout.servers) +
+                                          ", not " + std::to_string(me) + ": " + std::string(kLayoutMoved));
       }
     } else {
       if (key >= spec.NumChunks()) {
         return Status::InvalidArgument(where() + "chunk " + std::to_string(key) + " out of range (" +
                                        std::to_string(spec.NumChunks()) + " chunks)");
       }
-      if (DenseServer(spec.id, key, servers) != me) {
+      if (layout.DenseOwner(spec.id, key) != me) {
         return Status::InvalidArgument(where() + "chunk " + std::to_string(key) + " belongs to server " +
-                                       std::to_string(DenseServer(spec.id, key, servers)));
+                                       std::to_string(layout.DenseOwner(spec.id, key)));
       }
     }
     *value_floats += t.ValueFloats(key);
@@ -352,6 +370,9 @@ Result<Message> PsServer::Push(const Request& request) {
   const Message& msg = request.message();
   auto push = msg.reader().getBody().getPush();
   const uint32_t sender = SenderOf(msg);
+  // Held until the push is applied: a migrate copies rows either before or after it.
+  std::shared_lock layout_lock(migrate_mu_);
+  if (taking_over_) return TakingOver();
   STRATA_ASSIGN_OR_RETURN(Table * table, FindTable(push.getTable()));
   Table& t = *table;
   std::vector<uint64_t> keys;
@@ -416,8 +437,7 @@ Result<Message> PsServer::Push(const Request& request) {
     }
     if (t.spec.pushers > 0) {
       if (t.my_chunks == 0) {
-        t.my_chunks = ChunksOn(t.spec, Shard(),
-                               static_cast<uint32_t>(node_.view().Count(Role::kServer)));
+        t.my_chunks = ChunksOn(t.spec, Shard(), KeyLayout().base);
       }
       for (uint64_t key : keys) t.ApplyCompleteLocked(key);
       const bool advanced = t.ReadyClockLocked() > t.applied_clock;
@@ -535,6 +555,8 @@ void PsServer::HandlePull(Request& request) {
     ++errors_;
     request.ReplyError(s);
   };
+  std::shared_lock layout_lock(migrate_mu_);
+  if (taking_over_) return fail(TakingOver());
   auto table = FindTable(pull.getTable());
   if (!table.ok()) return fail(table.status());
   Table& t = **table;
@@ -550,7 +572,14 @@ void PsServer::HandlePull(Request& request) {
     }
     Status error;
     if (!PullReadyLocked(t, pull.getClock(), &error)) {
-      parked_.push_back({std::move(request), &t, pull.getClock()});
+      const std::string& route = request.source().route;
+      const std::string peer = route.empty() ? "node " + std::to_string(msg.sender()) : route;
+      uint64_t bytes = 0;
+      for (size_t i = 0; i < msg.num_payloads(); ++i) bytes += msg.payload(i).size();
+      if (Status s = parked_quota_.Admit(peer, bytes, "node " + std::to_string(msg.sender())); !s.ok()) {
+        return fail(s.WithContext("pull of table \"" + t.spec.name + "\" at clock " + std::to_string(pull.getClock())));
+      }
+      parked_.push_back({std::move(request), &t, pull.getClock(), peer, bytes});
       return;
     }
     if (!error.ok()) return fail(error);

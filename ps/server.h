@@ -45,6 +45,8 @@
 
 #include "cluster/node.h"
 #include "offload/row_store.h"
+#include "ps/parked_quota.h"
+#include "ps/layout.h"
 #include "ps/recent_ids.h"
 #include "ps/replication.h"
 #include "ps/server_options.h"
@@ -85,6 +87,18 @@ class PsServer {
   // background, until they answer or the server stops) and is their backup once it arrived.
   void Joined();
 
+  // Elastic jobs (cluster.elastic, ps/server_migrate.cc): a server started with --join calls
+  // ExpectTakeOver() before node.Join(), so it answers pushes and pulls with Unavailable (the
+  // clients retry) until TakeOver() has brought it the rows of its keys: it asks every older
+  // server in turn to switch to a layout that includes it (PsLayout) and to send the rows (with
+  // optimizer state), the push ids and the trainers' clocks of the keys that layout gives it.
+  // An older server switches and copies under a lock that pushes and pulls also take, so a
+  // push is applied before the copy (and moves with it) or refused after it (kLayoutMoved: the
+  // client sends it to the new server, which knows its id if the first try was applied). BSP
+  // tables refuse (FailedPrecondition naming the mode).
+  void ExpectTakeOver() { taking_over_ = true; }
+  Status TakeOver(Millis timeout);
+
   // Statistics as JSON (also the reply to getStats).
   std::string StatsJson() const;
   // The same, as one line for people: "8200 pulls, 8000 pushes (190/s), 300.6 MiB in, ...".
@@ -105,6 +119,8 @@ class PsServer {
     Request request;
     Table* table;
     int64_t clock;
+    std::string peer;  // its connection, for parked_quota_
+    uint64_t bytes;    // its payload bytes, for parked_quota_
   };
   // The sender that counts for a request: the trainer a forwarded request came from.
   static uint32_t SenderOf(const Message& m) {
@@ -168,6 +184,12 @@ class PsServer {
   Result<Message> InstallTransfer(const Request& request);
   // Joined(): asks the other holder of this shard for a copy until it answers.
   void RequestCopy(const std::atomic<bool>& stop);
+  // An older server's side of a take-over (see TakeOver).
+  void HandleMigrate(Request& request);
+  // Adds the rows, push ids and clocks of an older server's migrateRows reply.
+  Status ImportRows(const Message& reply, uint32_t from);
+  // Where keys live now: the job's first servers, and the servers of this server's layout.
+  PsLayout KeyLayout() const;
   // Writes this server's shard of every table into the checkpoint the request names.
   void HandleSaveTables(Request& request);
   // createTable while serving a checkpoint: the spec must describe a loaded table.
@@ -189,6 +211,8 @@ class PsServer {
   // Is a pull of `t` at `clock` allowed now? Expects clock_mu_ held. Sets *error if it never will.
   bool PullReadyLocked(const Table& t, int64_t clock, Status* error) const;
   int64_t MinClockLocked() const;
+  // The same, 0 with no trainer.
+  int64_t MinClockOrZeroLocked() const;
   // Applies BSP accumulations up to the min clock and takes the parked pulls that became ready.
   void AdvanceLocked(std::vector<Parked>* ready);
   void TakeReadyLocked(std::vector<Parked>* ready);
@@ -225,6 +249,20 @@ class PsServer {
   std::map<uint32_t, int64_t> trainer_clock_;  // live trainers: clocks finished
   std::map<uint32_t, std::string> lost_trainers_;  // node id -> description
   std::vector<Parked> parked_;
+  ParkedQuota parked_quota_;  // per peer, over parked_
+
+  // Elastic: pushes and pulls hold it shared while they check a key's owner and apply; a
+  // migrate switches the layout and copies the moving rows holding it exclusively.
+  mutable std::shared_mutex migrate_mu_;
+  std::atomic<uint32_t> layout_servers_{0};  // 0: the job's first servers
+  std::atomic<bool> taking_over_{false};
+  std::atomic<uint64_t> rows_moved_in_{0}, rows_moved_out_{0};
+  // The node's event callbacks outlive this server: they check it is still there (under mu).
+  struct EventGuard {
+    std::mutex mu;
+    bool alive = true;
+  };
+  std::shared_ptr<EventGuard> event_guard_ = std::make_shared<EventGuard>();
 
   std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<bool> stop_{false};

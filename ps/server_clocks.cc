@@ -42,6 +42,12 @@ Result<Message> PsServer::Clock(const Request& request, std::vector<Parked>* rea
     }
   }
   auto it = trainer_clock_.find(sender);
+  if (it == trainer_clock_.end() && !lost_trainers_.count(sender)) {
+    // A trainer that joined a running job (its joined event may still be on its way): it
+    // starts at the current minimum clock, so it holds nobody back.
+    const NodeInfo* n = node_.view().Find(sender);
+    if (n && n->role == Role::kTrainer && n->alive) it = trainer_clock_.emplace(sender, MinClockOrZeroLocked()).first;
+  }
   if (it == trainer_clock_.end()) {
     return Status::FailedPrecondition("clock from node " + std::to_string(sender) + ", which is not a live trainer");
   }
@@ -98,6 +104,7 @@ void PsServer::TakeReadyLocked(std::vector<Parked>* ready) {
   for (auto it = parked_.begin(); it != parked_.end();) {
     Status error;
     if (PullReadyLocked(*it->table, it->clock, &error)) {
+      parked_quota_.Release(it->peer, it->bytes);
       ready->push_back(std::move(*it));
       it = parked_.erase(it);
     } else {
@@ -121,16 +128,31 @@ void PsServer::AdvanceEarly(Table& t) {
   for (Parked& p : ready) HandlePull(p.request);
 }
 
+int64_t PsServer::MinClockOrZeroLocked() const {
+  const int64_t m = MinClockLocked();
+  return m == std::numeric_limits<int64_t>::max() ? 0 : m;
+}
+
 void PsServer::OnNodeEvent(const NodeEvent& e) {
-  if (e.kind != NodeEvent::Kind::kDead || e.node.role != Role::kTrainer) return;
+  if (e.node.role != Role::kTrainer) return;
+  const bool dead = e.kind == NodeEvent::Kind::kDead, left = e.kind == NodeEvent::Kind::kLeft;
+  if (!dead && !left && e.kind != NodeEvent::Kind::kJoined) return;
   std::vector<Parked> ready;
   {
     std::lock_guard lock(clock_mu_);
     if (trainer_clock_.empty() && lost_trainers_.empty()) {
-      for (const NodeInfo& n : e.view.WithRole(Role::kTrainer)) trainer_clock_[n.id] = 0;
+      for (const NodeInfo& n : e.view.WithRole(Role::kTrainer)) {
+        if (n.alive || n.id == e.node.id) trainer_clock_[n.id] = 0;
+      }
+    }
+    if (e.kind == NodeEvent::Kind::kJoined) {
+      // Elastic: a joined trainer starts at the current minimum clock (SSP counts it from there).
+      trainer_clock_.emplace(e.node.id, MinClockOrZeroLocked());
+      return;
     }
     trainer_clock_.erase(e.node.id);
-    lost_trainers_[e.node.id] = e.node.Describe();
+    // A trainer that left cleanly holds no clock back; one that died fails BSP pulls.
+    if (dead) lost_trainers_[e.node.id] = e.node.Describe();
     AdvanceLocked(&ready);
   }
   // Runs on the I/O thread: answering parked pulls only reads and sends, it does not block.

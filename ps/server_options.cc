@@ -37,6 +37,13 @@ void Bind(config::Binder& b, ServerOptions& o) {
       .Range(1, 256);
   b.Field("stats_interval_ms", o.stats_interval_ms, "log statistics this often (0: never)")
       .Range(0, 86400000);
+  b.Field("max_parked_per_peer", o.max_parked_per_peer,
+          "most pulls one peer may have waiting for their clock (bsp, ssp) here; past it a pull is "
+          "refused with an error; bounds what a hostile peer can park")
+      .Range(1, 1 << 24);
+  b.Field("max_parked_mb_per_peer", o.max_parked_mb_per_peer,
+          "most MiB of request payload (keys) one peer may have parked here")
+      .Range(1, 1 << 20);
   b.Section("store", o.store, "where the server keeps its shard of every table");
   b.Enum("replication", o.replication, {{"none", Replication::kNone}, {"backup", Replication::kBackup}},
          "none: a dead server's shard waits for it to restart; backup: each shard also lives on the "

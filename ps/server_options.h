@@ -41,6 +41,13 @@ struct ServerOptions {
   int workers = 2;
   // How often statistics are logged, at debug level (0: never); the final ones at info.
   int stats_interval_ms = 10000;
+  // What one peer (a connection) may have parked at once: BSP/SSP pulls waiting for their
+  // clock. A trainer parks at most its pulls of a step or two (one per sparse table, one per
+  // dense chunk on this server), far below the defaults; past either bound a pull is refused
+  // with ResourceExhausted (counted as parked_refused) and other peers are served as before.
+  // Lower bounds what a hostile or broken peer can make a server hold.
+  int max_parked_per_peer = 65536;
+  int max_parked_mb_per_peer = 256;  // payload bytes (the keys) of those parked pulls
   // The stores behind the tables; read by whoever makes the server's StoreFactory
   // (strata-server), not by PsServer itself.
   ServerStoreOptions store;

@@ -20,7 +20,9 @@ bool Current(const ClusterView& view, uint32_t rank, uint32_t incarnation) {
 
 PsServer::PsServer(Node& node, ServerOptions options, StoreFactory store_factory, uint32_t shard, ShardRole role)
     : node_(node), options_(std::move(options)), backup_of_(static_cast<int>(shard)), role_(role),
-      store_factory_(std::move(store_factory)) {
+      store_factory_(std::move(store_factory)),
+      parked_quota_(static_cast<uint64_t>(options_.max_parked_per_peer),
+                    static_cast<uint64_t>(options_.max_parked_mb_per_peer) << 20) {
   // One worker: forwarded requests apply in the order the serving holder applied them.
   StartWorkers(1);
 }

@@ -21,6 +21,9 @@ std::string PsServer::StatsJson() const {
   j["apply_ms"] = apply_ns_.load() / 1e6;
   j["errors"] = errors_.load();
   j["duplicate_pushes"] = duplicates_.load();
+  j["layout_servers"] = KeyLayout().servers;
+  j["rows_moved_in"] = rows_moved_in_.load();
+  j["rows_moved_out"] = rows_moved_out_.load();
   j["queue_depth"] = queued_.load();
   if (options_.replication == Replication::kBackup) {
     // As primary: updates forwarded to the backup and acknowledged, their payload bytes, and
@@ -52,6 +55,7 @@ std::string PsServer::StatsJson() const {
   {
     std::lock_guard lock(clock_mu_);
     j["parked_pulls"] = parked_.size();
+    j["parked_refused"] = parked_quota_.refused();
     nlohmann::json clocks;
     for (const auto& [id, c] : trainer_clock_) clocks[std::to_string(id)] = c;
     j["trainer_clocks"] = clocks;

@@ -12,18 +12,6 @@
 #include "ps/server_table.h"
 
 namespace strata {
-namespace {
-
-// A payload as `n` values of T (copied: frames may be unaligned).
-template <typename T>
-std::vector<T> Values(const Buffer& b) {
-  std::vector<T> v(b.size() / sizeof(T));
-  if (!v.empty()) std::memcpy(v.data(), b.data(), v.size() * sizeof(T));
-  return v;
-}
-
-}  // namespace
-
 void PsServer::Joined() {
   if (options_.replication != Replication::kBackup || backup_of_ >= 0) return;
   PsServer* copy = Copy();
@@ -104,10 +92,12 @@ void PsServer::HandleReplicaJoin(Request& request) {
 }
 
 Message PsServer::SnapshotLocked(uint64_t* rows) {
+  // The layout of migrateRows (ps/server_migrate.cc), every row: ImportRows reads both.
   Message m;
   m.builder().setShard(static_cast<int32_t>(Shard()));
+  auto copy = m.builder().getBody().initStateTransfer();
   std::shared_lock tables_lock(tables_mu_);
-  auto specs = m.builder().getBody().initStateTransfer(static_cast<unsigned>(tables_.size()));
+  auto specs = copy.initTables(static_cast<unsigned>(tables_.size()));
   unsigned i = 0;
   for (const auto& [id, t] : tables_) {
     ToWire(t->spec, specs[i++]);
@@ -118,7 +108,7 @@ Message PsServer::SnapshotLocked(uint64_t* rows) {
       records.insert(records.end(), record.begin(), record.end());
       return Status::OK();
     });
-    // A memory store's scan does not fail; a partial copy would be refused by its size check.
+    // Replication keeps shards in memory stores, whose scan does not fail.
     STRATA_CHECK(s.ok()) << s.ToString();
     const auto n = static_cast<int64_t>(keys.size());
     *rows += keys.size();
@@ -126,71 +116,32 @@ Message PsServer::SnapshotLocked(uint64_t* rows) {
     m.AddPayload(DType::kF32, {n, static_cast<int64_t>(t->spec.RecordWidth())}, Buffer::Take(std::move(records)));
   }
   std::vector<int64_t> ids;
-  for (const auto& [sender, id] : push_ids_.Export()) ids.insert(ids.end(), {sender, static_cast<int64_t>(id)});
+  for (const auto& [sender, id] : push_ids_.Snapshot()) ids.insert(ids.end(), {sender, static_cast<int64_t>(id)});
   const auto nids = static_cast<int64_t>(ids.size() / 2);
   m.AddPayload(DType::kI64, {nids, 2}, Buffer::Take(std::move(ids)));
-  std::vector<int64_t> clocks;
-  {
-    std::lock_guard lock(clock_mu_);
-    for (const auto& [node, c] : trainer_clock_) clocks.insert(clocks.end(), {node, c});
+  std::lock_guard lock(clock_mu_);
+  auto clocks = copy.initTrainerClocks(static_cast<unsigned>(trainer_clock_.size()));
+  unsigned c = 0;
+  for (const auto& [node, clock] : trainer_clock_) {
+    clocks[c].setNode(node);
+    clocks[c++].setClock(clock);
   }
-  const auto nclocks = static_cast<int64_t>(clocks.size() / 2);
-  m.AddPayload(DType::kI64, {nclocks, 2}, Buffer::Take(std::move(clocks)));
   return m;
 }
 
 Result<Message> PsServer::InstallTransfer(const Request& request) {
-  const Message& m = request.message();
-  const std::string where = "stateTransfer of shard " + std::to_string(Shard()) + " from node " + std::to_string(m.sender());
-  auto specs = m.reader().getBody().getStateTransfer();
-  const size_t want = 2 * specs.size() + 2;
-  if (m.num_payloads() != want) {
-    return Status::InvalidArgument(where + ": expected " + std::to_string(want) + " payloads, got " +
-                                   std::to_string(m.num_payloads()));
-  }
-  auto pairs = [&](size_t i, const char* what) -> Result<std::vector<int64_t>> {
-    const PayloadInfo p = m.payload_info(i);
-    if (p.dtype != DType::kI64 || p.shape.size() != 2 || p.shape[1] != 2) {
-      return Status::InvalidArgument(where + ": " + what + " must be i64 [n, 2]");
-    }
-    return Values<int64_t>(*p.buffer);
-  };
-  STRATA_ASSIGN_OR_RETURN(std::vector<int64_t> ids, pairs(want - 2, "the push ids"));
-  STRATA_ASSIGN_OR_RETURN(std::vector<int64_t> clocks, pairs(want - 1, "the clocks"));
-  std::map<uint32_t, std::unique_ptr<Table>> made;
-  uint64_t rows = 0;
-  {
+  {  // a fresh copy replaces whatever this instance held
     std::unique_lock lock(tables_mu_);
-    for (unsigned i = 0; i < specs.size(); ++i) {
-      const TableSpec spec = FromWire(specs[i]);
-      STRATA_RETURN_IF_ERROR(spec.Validate().WithContext(where));
-      const PayloadInfo k = m.payload_info(2 * i), r = m.payload_info(2 * i + 1);
-      const auto width = static_cast<int64_t>(spec.RecordWidth());
-      if (k.dtype != DType::kI64 || k.shape.size() != 1 || r.dtype != DType::kF32 || r.shape.size() != 2 ||
-          r.shape[0] != k.shape[0] || r.shape[1] != width) {
-        return Status::InvalidArgument(where + ": table \"" + spec.name + "\" needs keys (i64 [n]) and records (f32 [n, " +
-                                       std::to_string(width) + "])");
-      }
-      STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Table> t, MakeTableLocked(spec));
-      const std::vector<uint64_t> keys = Values<uint64_t>(*k.buffer);
-      const std::vector<float> records = Values<float>(*r.buffer);
-      STRATA_RETURN_IF_ERROR(t->store->Update(keys, t->init, [&](size_t j, std::span<float> record) {
-        std::copy_n(records.data() + j * static_cast<size_t>(width), static_cast<size_t>(width), record.begin());
-      }).WithContext(where));
-      rows += keys.size();
-      made.emplace(spec.id, std::move(t));
-    }
-    tables_ = std::move(made);
+    tables_.clear();
   }
-  for (size_t j = 0; j + 1 < ids.size(); j += 2) push_ids_.Remember(static_cast<uint32_t>(ids[j]), static_cast<uint64_t>(ids[j + 1]));
   {
     std::lock_guard lock(clock_mu_);
     trainer_clock_.clear();
-    for (size_t j = 0; j + 1 < clocks.size(); j += 2) trainer_clock_[static_cast<uint32_t>(clocks[j])] = clocks[j + 1];
   }
+  STRATA_RETURN_IF_ERROR(ImportRows(request.message(), OtherRank()));
   role_ = ShardRole::kBackup;
-  spdlog::info("replication: shard {}: copy received from node {} ({} tables, {} rows, {} push ids): this server is its "
-               "backup", Shard(), m.sender(), specs.size(), rows, ids.size() / 2);
+  spdlog::info("replication: shard {}: copy received from node {}: this server is its backup", Shard(),
+               request.message().sender());
   return request.MakeReply();
 }
 

@@ -19,8 +19,8 @@ void Bind(config::Binder& b, JobConfig& o) {
 
 namespace {
 
-// What a section's own Binder cannot check: fields of two sections that must agree.
-Status CheckAcrossSections(const JobConfig& job) {
+// server.replication against the other sections (a section's own Binder sees only its fields).
+Status CheckReplication(const JobConfig& job) {
   if (job.server.replication == Replication::kBackup) {
     if (job.cluster.servers < 2) {
       return Status::InvalidArgument(
@@ -34,11 +34,34 @@ Status CheckAcrossSections(const JobConfig& job) {
           "trainer's death reaches the primary and the backup at different points of the update "
           "stream, which changes a clock's mean; use sync.consistency asp or ssp");
     }
+    if (job.cluster.elastic) {
+      return Status::InvalidArgument(
+          "server.replication: backup with cluster.elastic: a server joining takes keys over from "
+          "every shard, which replication does not follow; use one or the other");
+    }
   }
   return Status::OK();
 }
 
 }  // namespace
+
+Status CheckElasticJob(const JobConfig& job) {
+  if (!job.cluster.elastic) return Status::OK();
+  const SyncOptions& sync = job.trainer.sync;
+  if (sync.mode != SyncOptions::Mode::kPs) {
+    return Status::InvalidArgument(std::string("cluster.elastic: trainers join and leave a sync.mode ps job; sync.mode ") +
+                                   ModeName(sync.mode) + " keeps a fixed group of trainers");
+  }
+  if (sync.consistency == Consistency::kBsp) {
+    return Status::InvalidArgument(
+        "cluster.elastic: sync.consistency bsp is not elastic (a BSP clock needs every trainer of a fixed "
+        "membership); use asp or ssp");
+  }
+  if (job.trainer.parallel.auto_plan) {
+    return Status::InvalidArgument("cluster.elastic: parallel.auto picks a plan for a fixed number of trainers");
+  }
+  return Status::OK();
+}
 
 Result<JobConfig> LoadJobConfig(const std::string& path,
                                 const std::vector<std::string>& overrides) {
@@ -57,7 +80,8 @@ Result<JobConfig> LoadJobConfig(const std::string& path,
   if (!errors.empty()) return Status::InvalidArgument(errors);
   Result<JobConfig> job =
       config::Parse<JobConfig>(root, path.empty() ? "(no job file)" : path, overrides);
-  if (job.ok()) STRATA_RETURN_IF_ERROR(CheckAcrossSections(*job));
+  if (job.ok()) STRATA_RETURN_IF_ERROR(CheckReplication(*job));
+  if (job.ok()) STRATA_RETURN_IF_ERROR(CheckElasticJob(*job));
   // An `auto` section derives parallel.dp and parallel.tp from placements (auto_plan.h).
   if (job.ok() && job->trainer.auto_parallel.enabled()) {
     STRATA_RETURN_IF_ERROR(ApplyAutoPlan(job->trainer));

@@ -47,6 +47,10 @@ void Bind(config::Binder& b, JobConfig& o);
 Result<JobConfig> LoadJobConfig(const std::string& path,
                                 const std::vector<std::string>& overrides);
 
+// cluster.elastic's cross-section rules: sync.mode ps, consistency asp or ssp, no parallel.auto
+// (InvalidArgument naming the fields). LoadJobConfig applies it.
+Status CheckElasticJob(const JobConfig& job);
+
 // The job-related command line of every binary.
 struct JobFlags {
   std::string config_path;             // --config,-c FILE (must exist)

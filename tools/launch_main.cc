@@ -29,6 +29,10 @@ int main(int argc, char** argv) {
                  "warnings and errors, the progress line and the summary table");
   app.add_option("--server-command", o.server_command, "server program and its arguments (one string is split at spaces)");
   app.add_option("--trainer-command", o.trainer_command, "trainer program and its arguments (one string is split at spaces)");
+  app.add_option("--scheduler-restarts", o.scheduler_restarts,
+                 "start a scheduler that dies mid-job (a crash, kill -9) again at its address, this many times "
+                 "in all; the nodes re-register with it (0: its death stops the job)")
+      ->check(CLI::Range(0, 1000));
   app.add_flag("--keep-going", o.keep_going,
                "a failed trainer (other than 0) does not stop the others; on by default for "
                "asynchronous jobs (sync.mode ps or hybrid with consistency asp)");

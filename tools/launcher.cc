@@ -256,20 +256,55 @@ void Launcher::ShowProgressLocked(bool force) {
   std::fflush(stdout);
 }
 
-Result<std::string> Launcher::WaitForSchedulerAddress(const std::string& path) {
+Result<std::string> Launcher::WaitForSchedulerAddress(const std::string& path, const Child& scheduler) {
   const auto deadline = Clock::now() + std::chrono::seconds(30);
   while (Clock::now() < deadline) {
     std::ifstream in(path);
     std::string address;
     if (in >> address && !address.empty()) return address;
     Reap();
-    if (!children_[0]->running) {
-      return Status::Unavailable("the scheduler exited with " + Code(children_[0]->exit_code) +
-                                 " before listening");
+    if (!scheduler.running) {
+      return Status::Unavailable("the scheduler exited with " + Code(scheduler.exit_code) + " before listening");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return Status::DeadlineExceeded("the scheduler did not start listening within 30 s");
+}
+
+Status Launcher::SpawnScheduler(const std::string& bind) {
+  const std::string address_file = work_dir_ + "/scheduler-" + std::to_string(scheduler_restarts_) + ".address";
+  std::vector<std::string> argv = {"strata-scheduler", "--bind", bind, "--address-file", address_file};
+  argv.insert(argv.end(), common_args_.begin(), common_args_.end());
+  STRATA_RETURN_IF_ERROR(Spawn("scheduler", argv));
+  STRATA_ASSIGN_OR_RETURN(std::string address, WaitForSchedulerAddress(address_file, *children_.back()));
+  if (!scheduler_address_.empty() && address != scheduler_address_) {
+    return Status::Internal("the restarted scheduler listens on " + address + ", not " + scheduler_address_);
+  }
+  scheduler_address_ = address;
+  return Status::OK();
+}
+
+Status Launcher::RestartScheduler(Child& dead) {
+  const std::string what = "the scheduler (pid " + std::to_string(dead.pid) + ") exited with " + Code(dead.exit_code);
+  bool others = false;
+  for (const auto& c : children_) others |= c.get() != &dead && c->running;
+  if (!others) return Status::Aborted(what + " after every other process had ended");
+  if (scheduler_restarts_ >= options_.scheduler_restarts) {
+    return Status::Aborted(what + "; it was restarted " + std::to_string(scheduler_restarts_) +
+                           " time(s) already (--scheduler-restarts " + std::to_string(options_.scheduler_restarts) +
+                           "); stopped the cluster");
+  }
+  dead.replaced = true;
+  dead.name = "scheduler (restarted)";
+  ++scheduler_restarts_;
+  OnLine("", fmt::format("strata-launch: {}; starting it again at {} (restart {} of at most {}); the nodes "
+                         "re-register with it\n",
+                         what, scheduler_address_, scheduler_restarts_, options_.scheduler_restarts));
+  // The same address: the nodes dial it again on their own (ZeroMQ reconnects).
+  if (Status s = SpawnScheduler(scheduler_address_); !s.ok()) {
+    return Status::Aborted("restarting the scheduler at " + scheduler_address_ + ": " + s.ToString());
+  }
+  return Status::OK();
 }
 
 void Launcher::Reap() {
@@ -376,27 +411,22 @@ int Launcher::Run() {
     return 1;
   };
 
-  const std::string address_file = work_dir_ + "/scheduler.address";
-  std::vector<std::string> sched = {"strata-scheduler", "--bind", "tcp://127.0.0.1:0",
-                                    "--address-file", address_file};
-  for (auto& a : common_args()) sched.push_back(a);
-  if (Status s = Spawn("scheduler", sched); !s.ok()) return fail(s);
-  auto address = WaitForSchedulerAddress(address_file);
-  if (!address.ok()) return fail(address.status());
+  common_args_ = common_args();
+  if (Status s = SpawnScheduler("tcp://127.0.0.1:0"); !s.ok()) return fail(s);
 
   for (int role = 0; role < 2; ++role) {
     const int count = role == 0 ? options_.servers : options_.trainers;
     for (int rank = 0; rank < count; ++rank) {
       std::vector<std::string> argv = role == 0 ? options_.server_command : options_.trainer_command;
-      for (auto& a : common_args()) argv.push_back(a);
-      argv.insert(argv.end(), {"--set", "cluster.scheduler=" + *address, "--rank", std::to_string(rank)});
+      argv.insert(argv.end(), common_args_.begin(), common_args_.end());
+      argv.insert(argv.end(), {"--set", "cluster.scheduler=" + scheduler_address_, "--rank", std::to_string(rank)});
       const std::string name = std::string(role == 0 ? "server " : "trainer ") + std::to_string(rank);
       if (Status s = Spawn(name, argv); !s.ok()) return fail(s);
     }
   }
   if (log_) {
     OnLine("", fmt::format("strata-launch: scheduler at {}, {} server{} and {} trainer{} running; all their output: {}\n",
-                           *address, options_.servers, options_.servers == 1 ? "" : "s", options_.trainers,
+                           scheduler_address_, options_.servers, options_.servers == 1 ? "" : "s", options_.trainers,
                            options_.trainers == 1 ? "" : "s", options_.log_path));
   }
 
@@ -410,8 +440,19 @@ int Launcher::Run() {
       sampled = Clock::now();
     }
     Reap();
+    bool restarted = false;
     for (const auto& c : children_) {
-      if (c->running || c->exit_code == 0) continue;
+      if (c->running || c->exit_code == 0 || c->replaced) continue;
+      if (c->name == "scheduler" && options_.scheduler_restarts > 0) {
+        Child* dead = c.get();  // children_ grows below: `c` may not survive it
+        const Status s = RestartScheduler(*dead);
+        if (s.ok()) {
+          restarted = true;  // look again from the top
+          break;
+        }
+        ShowTail(*dead);
+        return fail(s);
+      }
       const std::string what = c->name + " (pid " + std::to_string(c->pid) + ") exited with " + Code(c->exit_code);
       if (options_.keep_going && c->name.rfind("trainer ", 0) == 0 && c->name != "trainer 0") {
         if (std::find(lost.begin(), lost.end(), what) == lost.end()) {
@@ -423,6 +464,7 @@ int Launcher::Run() {
       ShowTail(*c);
       return fail(Status::Aborted(what + "; stopped the cluster"));
     }
+    if (restarted) continue;
     if (!AnyRunning()) break;
     if (StopRequested()) {
       std::fprintf(stderr, "strata-launch: interrupted; stopping the cluster\n");

@@ -5,7 +5,9 @@
 // fails, or on Ctrl-C, everything is stopped (SIGTERM, then SIGKILL after a grace period);
 // children also die with the launcher (PDEATHSIG), so no process is left behind. The one
 // exception is asynchronous training (sync.mode ps, consistency asp, or --keep-going): a lost
-// trainer is reported and the others finish without it; the job still exits non-zero.
+// trainer is reported and the others finish without it; the job still exits non-zero. A
+// scheduler that dies mid-job is started again at the same address, up to
+// LaunchOptions::scheduler_restarts times: the nodes re-register with it (docs/reliability.md).
 // At the end it prints a table of its processes and trainer 0's figures (launch_report.h).
 // With a log file, every line goes there and the screen keeps what people read: its own set-up
 // lines, the children's warnings and errors, a few of trainer 0's set-up lines, the progress
@@ -39,6 +41,10 @@ struct LaunchOptions {
   bool keep_going = false;  // a failed trainer does not stop the others (set for ASP jobs)
   int grace_ms = 3000;    // between SIGTERM and SIGKILL when stopping
   int timeout_s = 0;      // stop the job after this long; 0: no limit
+  // A scheduler that exits non-zero (a crash, kill -9) while the job runs is started again at
+  // its address this many times in all; past that, or with 0, its failure stops the job.
+  // Each restart must come within cluster.scheduler_timeout_ms of the death.
+  int scheduler_restarts = 3;
   // Every process's output, in full; empty: it all goes to the screen.
   std::string log_path;
 };
@@ -64,6 +70,7 @@ class Launcher {
     long peak_rss_kib = 0;  // VmHWM sampled from /proc while it runs (wait4's as a fallback)
     std::deque<std::string> tail;  // its last kTailLines lines (under out_mu_), shown if it fails
     std::thread reader;
+    bool replaced = false;  // a dead scheduler started again: its exit does not fail the job
   };
 
   Status Spawn(const std::string& name, std::vector<std::string> argv);
@@ -77,7 +84,13 @@ class Launcher {
   void PrintReport();
   void ShowProgressLocked(bool force);
   std::string ProgressLineLocked() const;
-  Result<std::string> WaitForSchedulerAddress(const std::string& path);
+  // Waits for `scheduler` (a child) to write its address to `path`.
+  Result<std::string> WaitForSchedulerAddress(const std::string& path, const Child& scheduler);
+  // Starts the scheduler: at a free port the first time, at `address` after a crash.
+  Status SpawnScheduler(const std::string& bind);
+  // The scheduler died mid-job: starts it again at its address if restarts are left. OK: it
+  // runs again (or is not needed any more); else why the job must stop.
+  Status RestartScheduler(Child& dead);
   void Reap();  // collects exit codes of finished children
   void StopAll();
   bool AnyRunning() const;
@@ -85,6 +98,9 @@ class Launcher {
 
   const LaunchOptions options_;
   std::string work_dir_;
+  std::string scheduler_address_;
+  std::vector<std::string> common_args_;  // every process's --config and --set
+  int scheduler_restarts_ = 0;
   std::vector<std::unique_ptr<Child>> children_;
   std::mutex out_mu_;
   // Progress (under out_mu_): the latest report of each trainer rank.

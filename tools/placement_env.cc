@@ -315,6 +315,8 @@ void AddNodeFlags(CLI::App& app, NodeFlags& flags) {
   app.add_option("--advertise", flags.advertise,
                  "host peers dial to reach this process (default: STRATA_ADVERTISE_HOST, else the "
                  "bound address, or the hostname when bound on every interface)");
+  app.add_flag("--join", flags.join,
+               "join a running job at the next rank of the role (needs cluster.elastic: docs/reliability.md)");
 }
 
 Status PlaceNode(const NodeFlags& flags, const JobPlacement& placement, Role role,
@@ -327,6 +329,12 @@ Status PlaceNode(const NodeFlags& flags, const JobPlacement& placement, Role rol
   options->requested_rank = flags.rank >= 0 ? flags.rank : placement.rank.set() ? placement.rank.value : -1;
   options->bind = NodeBindEndpoint(flags.bind, placement, options->bind);
   options->advertise_host = !flags.advertise.empty() ? flags.advertise : placement.advertise_host.value;
+  options->join = flags.join;
+  if (flags.join) options->requested_rank = -1;  // STRATA_RANK, if set, is for the job's first nodes
+  if (flags.join && flags.rank >= 0) {
+    return Status::InvalidArgument("--join takes the next rank of the role; it cannot be given with --rank " +
+                                   std::to_string(flags.rank));
+  }
   return Status::OK();
 }
 

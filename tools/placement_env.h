@@ -96,6 +96,7 @@ struct NodeFlags {
   int rank = -1;           // --rank (-1: STRATA_RANK, else assigned by the scheduler)
   std::string bind;        // --bind endpoint ("": tcp://<STRATA_BIND_HOST>:0, else loopback)
   std::string advertise;   // --advertise host ("": STRATA_ADVERTISE_HOST, else see NodeOptions)
+  bool join = false;       // --join: join a running elastic job (cluster.elastic)
 };
 void AddNodeFlags(CLI::App& app, NodeFlags& flags);
 

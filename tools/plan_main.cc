@@ -24,6 +24,7 @@
 #include "tools/job_config.h"
 #include "trainer/auto/auto_plan.h"
 #include "trainer/auto/auto_select.h"
+#include "trainer/auto/device_model.h"
 #include "trainer/device.h"
 #include "trainer/parallel/comm_model.h"
 #include "trainer/parallel/plan.h"
@@ -116,7 +117,63 @@ struct RankFlags {
   int cores = 0;
   int top = 10;
   std::string cache, json, host;
+  std::string device_model;  // a stated device (device_model.h) instead of this one, measured
 };
+
+Status WriteJson(const std::string& path, const RankedPlans& ranked, const PlannerOptions& o) {
+  if (path.empty()) return Status::OK();
+  std::ofstream out(path);
+  out << RankedToJson(ranked, o) << "\n";
+  return out ? Status::OK() : Status::IOError("cannot write " + path);
+}
+
+// The plans for a device no machine here has: its costs come from the device file and the
+// model's shapes, not from a calibration run (trainer/auto/device_model.h).
+int RankStated(const JobConfig& config, const RankFlags& f) {
+  const TrainJob& job = config.trainer;
+  Result<DeviceModel> device = LoadDeviceModel(f.device_model);
+  if (!device.ok()) {
+    std::cerr << "strata-plan: --device-model: " << device.status().ToString() << "\n";
+    return kBadInput;
+  }
+  PlannerOptions o;
+  o.world = f.trainers > 0 ? f.trainers : static_cast<int>(config.cluster.trainers);
+  o.global_batch = f.global_batch > 0 ? f.global_batch : GlobalBatch(job);
+  o.memory_limit_bytes = f.memory_mb >= 0 ? (f.memory_mb << 20) : device->usable_bytes();
+  o.overlap = job.sync.overlap;
+  o.value_bytes = 2;
+  o.mixed_precision = true;
+  Result<std::vector<PlanChoice>> choices = EnumeratePlans(job, o);
+  Result<Calibration> cal = choices.ok() ? StatedCalibration(job, *device, NeededProfiles(*choices))
+                                         : Result<Calibration>(choices.status());
+  Result<RankedPlans> ranked =
+      cal.ok() ? RankPlans(job, *choices, *cal, StatedCommCosts(*device), o) : Result<RankedPlans>(cal.status());
+  if (!ranked.ok()) {
+    std::cerr << "strata-plan: " << ranked.status().ToString() << "\n";
+    return kBadInput;
+  }
+  int64_t params = 0;
+  if (Result<std::vector<UnitSpec>> units = ModelUnits(job.model); units.ok()) {
+    for (const UnitSpec& u : *units) params += u.params;
+  }
+  std::cout << fmt::format(
+      "{:.2f} B parameters on {} x {} ({} per node), global batch {} x {} tokens, {:.1f} GiB usable per device; "
+      "bf16 compute, fp32 gradients and master weights; costs stated in {}, not measured\n",
+      params / 1e9, o.world, device->name, device->ranks_per_node, o.global_batch, job.model.context,
+      o.memory_limit_bytes / double(1 << 30), f.device_model);
+  std::cout << fmt::format("{} plans valid, {} over the memory budget, {} ranked; the top {}:\n", ranked->enumerated,
+                           ranked->over_memory, ranked->plans.size(), std::min<size_t>(f.top, ranked->plans.size()));
+  for (const std::string& line : PlanTable(*ranked, f.top)) std::cout << line << "\n";
+  if (ranked->plans.empty()) {
+    std::cerr << "strata-plan: no plan fits the device's memory\n";
+    return 1;
+  }
+  if (Status s = WriteJson(f.json, *ranked, o); !s.ok()) {
+    std::cerr << "strata-plan: " << s.ToString() << "\n";
+    return 1;
+  }
+  return 0;
+}
 
 int Rank(const JobConfig& config, const RankFlags& f) {
   const TrainJob& job = config.trainer;
@@ -156,13 +213,9 @@ int Rank(const JobConfig& config, const RankFlags& f) {
     std::cerr << "strata-plan: no plan fits " << mb << " MiB per device (train.memory_limit_mb / --memory-mb)\n";
     return 1;
   }
-  if (!f.json.empty()) {
-    std::ofstream out(f.json);
-    out << RankedToJson(*ranked, o) << "\n";
-    if (!out) {
-      std::cerr << "strata-plan: cannot write " << f.json << "\n";
-      return 1;
-    }
+  if (Status s = WriteJson(f.json, *ranked, o); !s.ok()) {
+    std::cerr << "strata-plan: " << s.ToString() << "\n";
+    return 1;
   }
   return 0;
 }
@@ -190,12 +243,17 @@ int main(int argc, char** argv) {
   app.add_option("--cache", rank.cache, "calibration cache (default: ~/.cache/strata/plan_calibration.json)");
   app.add_option("--json", rank.json, "write every ranked plan as JSON");
   app.add_option("--top", rank.top, "rows of the table")->check(CLI::PositiveNumber);
+  app.add_option("--device-model", rank.device_model,
+                 "plan for a stated device (YAML: peak FLOP/s, memory, links; examples/auto/h100_dgx.yaml) "
+                 "instead of calibrating this one")
+      ->check(CLI::ExistingFile);
   CLI11_PARSE(app, argc, argv);
   Result<JobConfig> job = LoadJobConfig(job_path, overrides);
   if (!job.ok()) {
     std::cerr << "strata-plan: " << job.status().ToString() << "\n";
     return kBadInput;
   }
+  if (!explain && !rank.device_model.empty()) return RankStated(*job, rank);
   if (!explain) {
     if (rank.cores <= 0) rank.cores = static_cast<int>(std::thread::hardware_concurrency());
     if (rank.cache.empty()) {

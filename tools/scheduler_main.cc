@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
                  "endpoint to listen on; port 0 picks a free one (default: cluster.scheduler's port on "
                  "STRATA_BIND_HOST, else cluster.scheduler)");
   app.add_option("--address-file", address_file, "write the bound address to this file once listening");
+  int metrics_port = 0;
+  AddMetricsPortFlag(app, &metrics_port);
   CLI11_PARSE(app, argc, argv);
 
   JobConfig job_config;
@@ -80,7 +82,7 @@ int main(int argc, char** argv) {
     m.SetHistogram("strata_scheduler_request_duration_seconds",
                    "seconds handling each request (registration, heartbeat, barrier, kv)", scheduler.request_seconds());
   });
-  if (!StartMetricsIfAsked(metrics_endpoint, job->cluster.metrics_port, Role::kScheduler, 0, job->cluster.servers)) return 1;
+  if (!StartMetricsIfAsked(metrics_endpoint, metrics_port, job->cluster.metrics_port, Role::kScheduler, 0, job->cluster.servers)) return 1;
   while (!scheduler.WaitDone(Millis(100))) {
     if (StopRequested()) {
       spdlog::info("signal received: telling every node to shut down");

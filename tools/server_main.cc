@@ -99,6 +99,8 @@ void CollectServerMetrics(const std::string& stats_json, MetricsRegistry& m) {
   counter("strata_server_errors_total", "requests answered with an error", "errors");
   m.Set("strata_server_queue_depth", "requests waiting for a worker", T::kGauge, j.value("queue_depth", 0.0));
   m.Set("strata_server_parked_pulls", "pulls waiting for their clock (bsp, ssp)", T::kGauge, j.value("parked_pulls", 0.0));
+  counter("strata_server_parked_refused_total",
+          "pulls refused because their peer had server.max_parked_per_peer (or _mb_) parked already", "parked_refused");
   if (!j.contains("tables") || !j["tables"].is_array()) return;
   m.Set("strata_server_tables", "tables this server holds a shard of", T::kGauge, static_cast<double>(j["tables"].size()));
   for (const auto& t : j["tables"]) {
@@ -131,6 +133,8 @@ int main(int argc, char** argv) {
       app.add_option("--stats-interval-ms", stats_interval_ms,
                      "log statistics this often, 0: never (overrides server.stats_interval_ms)")
           ->check(CLI::Range(0, 86400000));
+  int metrics_port = 0;
+  AddMetricsPortFlag(app, &metrics_port);
   CLI11_PARSE(app, argc, argv);
 
   JobConfig job;
@@ -171,6 +175,14 @@ int main(int argc, char** argv) {
     checkpoint = *resolved;
   }
   const ServerStoreOptions& store = server_options.store;
+  if (node_options.join && (serve || store.kind == StoreKind::kTiered)) {
+    // A joining server learns its rank when it joins; a tiered store's directory (and a served
+    // checkpoint's keys) need it before.
+    std::cerr << "strata-server: --join takes the next rank when it joins, and "
+              << (serve ? "serving infer.checkpoint" : "server.store.kind: tiered") << " needs the rank before: use "
+              << (serve ? "--rank" : "server.store.kind: memory for a joining server") << "\n";
+    return 2;
+  }
   std::string dir;
   if (store.kind == StoreKind::kTiered && !serve) {
     // The directory is this server's identity across restarts, so the rank must be fixed.
@@ -193,6 +205,25 @@ int main(int argc, char** argv) {
     if (e.kind == NodeEvent::Kind::kDead) spdlog::warn("event: dead {}", e.node.Describe());
   });
   PsServer server(node, server_options, serve ? StoreFactory() : MakeStoreFactory(store, dir));
+  // /metrics and /healthz: started before loading and registering when the port is known by
+  // then (--metrics-port, or a fixed rank), so a readiness probe sees 503 until this server
+  // serves; else once joined.
+  MetricsRegistry metrics;
+  const int known_rank = node_options.requested_rank;
+  MetricsEndpoint metrics_endpoint("server", known_rank, &metrics,
+                                   [&server](MetricsRegistry& m) {
+                                     CollectServerMetrics(server.StatsJson(), m);
+                                     CollectServerTimings(server.ReadTimings(), m);
+                                   });
+  auto start_metrics = [&](int rank) {
+    return StartMetricsIfAsked(metrics_endpoint, metrics_port, job.cluster.metrics_port, Role::kServer, rank,
+                               job.cluster.servers);
+  };
+  const bool early_metrics = metrics_port > 0 || (job.cluster.metrics_port > 0 && known_rank >= 0);
+  if (early_metrics) {
+    metrics_endpoint.SetReady(false, serve ? "loading " + checkpoint : "loading tables");
+    if (!start_metrics(known_rank)) return 1;
+  }
   // Before Join: the first request after a restart already sees every reloaded table, and a
   // checkpoint that does not load whole is never served.
   Status loaded = serve ? server.LoadCheckpoint(checkpoint, static_cast<uint32_t>(node_options.requested_rank),
@@ -202,11 +233,19 @@ int main(int argc, char** argv) {
     spdlog::error("{}", loaded.ToString());
     return 1;
   }
+  metrics_endpoint.SetReady(false, "registering with the scheduler at " + job.cluster.scheduler);
+  if (node_options.join) server.ExpectTakeOver();  // serves nothing until it holds its keys
   if (Status s = node.Join(); !s.ok()) {
     spdlog::error("{}", s.ToString());
     return 1;
   }
   SetLogIdentity("server", node.rank());
+  if (node_options.join) {
+    if (Status s = server.TakeOver(Millis(job.trainer.sync.timeout_ms)); !s.ok()) {
+      spdlog::error("{}", s.ToString());
+      return 1;
+    }
+  }
   server.Joined();  // with replication, a restarted server asks for copies of its shards
   if (serve && (node.rank() != node_options.requested_rank ||
                 static_cast<int>(node.view().Count(Role::kServer)) != job.cluster.servers)) {
@@ -214,14 +253,10 @@ int main(int argc, char** argv) {
                   node_options.requested_rank, job.cluster.servers, node.rank(), node.view().Count(Role::kServer));
     return 1;
   }
-  MetricsRegistry metrics;
-  MetricsEndpoint metrics_endpoint("server", node.rank(), &metrics,
-                           [&server](MetricsRegistry& m) {
-                                     CollectServerMetrics(server.StatsJson(), m);
-                                     CollectServerTimings(server.ReadTimings(), m);
-                                   });
-  if (!StartMetricsIfAsked(metrics_endpoint, job.cluster.metrics_port, Role::kServer, node.rank(), job.cluster.servers)) {
-    return 1;
+  metrics_endpoint.SetReady(true);
+  if (!early_metrics) {
+    metrics_endpoint.set_rank(node.rank());  // the rank came from the scheduler: the port only now
+    if (!start_metrics(node.rank())) return 1;
   }
   int code = 0;
   while (!node.WaitForShutdown(Millis(100))) {

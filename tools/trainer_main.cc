@@ -121,7 +121,7 @@ void PrintSummary(const TrainJob& job, const Trainer& trainer, const TrainSummar
   }
 }
 
-int Train(const JobConfig& config, Node* node, bool launched, const AutoSelectOptions& planner) {
+int Train(const JobConfig& config, Node* node, bool launched, const AutoSelectOptions& planner, int metrics_port) {
   TrainJob job = config.trainer;
   job.server_replication = config.server.replication;
   if (job.parallel.auto_plan) {
@@ -153,7 +153,7 @@ int Train(const JobConfig& config, Node* node, bool launched, const AutoSelectOp
   // cluster.metrics_port: this trainer's /metrics, fed by its progress reports.
   MetricsRegistry metrics;
   MetricsEndpoint metrics_endpoint("trainer", (*trainer)->rank(), &metrics);
-  if (!StartMetricsIfAsked(metrics_endpoint, config.cluster.metrics_port, Role::kTrainer, (*trainer)->rank(),
+  if (!StartMetricsIfAsked(metrics_endpoint, metrics_port, config.cluster.metrics_port, Role::kTrainer, (*trainer)->rank(),
                            config.cluster.servers)) {
     return 1;
   }
@@ -192,6 +192,8 @@ int main(int argc, char** argv) {
   AddJobFlags(app, flags);
   NodeFlags node_flags;
   AddNodeFlags(app, node_flags);
+  int metrics_port = 0;
+  AddMetricsPortFlag(app, &metrics_port);
   CLI11_PARSE(app, argc, argv);
 
   const Environment env = CaptureEnvironment(environ);
@@ -203,13 +205,21 @@ int main(int argc, char** argv) {
   LogOptions log = config.log;
   log.role = "trainer";
   InitLogging(log);
+  if (placement.local_task.set()) {
+    // A plain `device: cuda` then takes GPU local_task % visible (ChooseCudaDevice).
+    config.trainer.train.local_task = placement.local_task.value;
+    if (config.trainer.train.device == "cuda") {
+      spdlog::info("train.device cuda: GPU {}={} modulo the visible GPUs", placement.local_task.var,
+                   placement.local_task.value);
+    }
+  }
   AutoSelectOptions planner;  // parallel.auto: what the planner needs to know of this host
   planner.cores = static_cast<int>(std::thread::hardware_concurrency());
   if (char host[256] = {}; gethostname(host, sizeof(host) - 1) == 0) planner.host = host;
   // Under strata-launch, progress goes out as @progress lines the launcher folds together.
   const auto progress = env.find("STRATA_PROGRESS");
   const bool launched = progress != env.end() && progress->second == "launcher";
-  if (config.trainer.sync.mode == SyncOptions::Mode::kLocal) return Train(config, nullptr, launched, planner);
+  if (config.trainer.sync.mode == SyncOptions::Mode::kLocal) return Train(config, nullptr, launched, planner, metrics_port);
 
   InstallStopSignals();
   NodeOptions options;
@@ -228,7 +238,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   SetLogIdentity("trainer", node.rank());
-  const int code = Train(config, &node, launched, planner);
+  const int code = Train(config, &node, launched, planner, metrics_port);
   if (code == 0) {
     if (node.rank() == 0) {
       // Every trainer is done (Run's final barrier): end the job for the servers too.

@@ -26,7 +26,8 @@ std::vector<uint64_t> ShardSeeds(uint64_t seed, int64_t k, int64_t global_batch,
   const int64_t local = global_batch / shard.count;
   std::vector<uint64_t> out(local);
   const uint64_t bs = BatchSeed(seed, k);
-  for (int64_t i = 0; i < local; ++i) out[i] = SampleSeed(bs, shard.rank * local + i);
+  const int64_t first = shard.SpanOf(k, local).in_batch;
+  for (int64_t i = 0; i < local; ++i) out[i] = SampleSeed(bs, first + i);
   return out;
 }
 
@@ -204,7 +205,7 @@ class CriteoSource final : public DataSource {
     // Global batch k is lines [k * batch, (k + 1) * batch) of the training part (cyclic); this
     // shard reads its slice of them.
     const int64_t local = batch_ / shard_.count;
-    const int64_t start = (position_++ * batch_ + shard_.rank * local) % train_;
+    const int64_t start = shard_.SpanOf(position_++, local).in_stream % train_;
     std::vector<int64_t> rows(local);
     for (int64_t i = 0; i < local; ++i) rows[i] = (start + i) % train_;
     return Make(rows);

@@ -48,9 +48,42 @@ class DataSource {
 // global batch (samples [rank * b, (rank + 1) * b) with b = batch / count). Sample i of batch k
 // depends only on (seed, k, i), so the shards of any split are disjoint and together are exactly
 // the batch one trainer would read: losses and gradients match the single-trainer run.
+//
+// Elastic jobs (cluster.elastic) set `split`: then the trainers that split global batch k change
+// with the membership, each reads batch / count samples (count: the job's first trainer
+// count) at the slot the split gives it, and batch k holds as many slices as it has members.
+class SplitPlan {
+ public:
+  struct Slot {
+    int slot = 0;               // which slice of the global batch this trainer reads
+    int64_t slots_before = 0;   // slices of all the global batches before it (stream position)
+  };
+  virtual ~SplitPlan() = default;
+  // This trainer's slot in the global batch of data position `position`; it must be one of
+  // the batch's members (the trainer checks that before it reads).
+  virtual Slot At(int64_t position) const = 0;
+};
+
 struct DataShard {
+  DataShard() = default;
+  DataShard(int shard_rank, int shard_count, std::shared_ptr<const SplitPlan> elastic = nullptr)
+      : rank(shard_rank), count(shard_count), split(std::move(elastic)) {}
+
   int rank = 0;
   int count = 1;
+  std::shared_ptr<const SplitPlan> split;  // set: elastic (see SplitPlan)
+
+  // Where this shard's slice of global batch `position` starts, in samples of the batch and of
+  // the whole stream, for a per-trainer slice of `local` samples.
+  struct Span {
+    int64_t in_batch = 0;
+    int64_t in_stream = 0;
+  };
+  Span SpanOf(int64_t position, int64_t local) const {
+    if (!split) return {rank * local, position * count * local + rank * local};
+    const SplitPlan::Slot s = split->At(position);
+    return {s.slot * local, (s.slots_before + s.slot) * local};
+  }
 };
 
 // `batch_size` is the global batch; it must be divisible by shard.count.

@@ -20,8 +20,28 @@ void Limit(std::unique_ptr<Allocator>* holder, ops::Exec* exec, int64_t limit_mb
 }
 }  // namespace
 
+Result<int> ChooseCudaDevice(const std::string& spec, int visible, bool cluster, int rank, int local_task) {
+  STRATA_ASSIGN_OR_RETURN(Device where, ParseDevice(spec));
+  if (!where.is_cuda()) return Status::InvalidArgument("train.device " + spec + " is not a CUDA device");
+  if (visible <= 0) {
+    return Status::FailedPrecondition("train.device is " + spec +
+                                      " but no CUDA device is visible (check CUDA_VISIBLE_DEVICES and the "
+                                      "job's GPU request, e.g. srun --gpus-per-task 1)");
+  }
+  if (spec != "cuda") {  // an explicit index
+    if (where.index >= visible) {
+      return Status::InvalidArgument("train.device is " + spec + " but only " + std::to_string(visible) +
+                                     " CUDA device(s) are visible");
+    }
+    return where.index;
+  }
+  if (local_task >= 0) return local_task % visible;
+  if (cluster && rank >= 0) return rank % visible;
+  return 0;
+}
+
 Result<std::unique_ptr<ComputeDevice>> ComputeDevice::Open(const std::string& spec, bool cluster, int rank,
-                                                           int64_t memory_limit_mb) {
+                                                           int64_t memory_limit_mb, int local_task) {
   STRATA_ASSIGN_OR_RETURN(Device where, ParseDevice(spec));
   auto d = std::unique_ptr<ComputeDevice>(new ComputeDevice());
   if (!where.is_cuda()) {
@@ -29,10 +49,9 @@ Result<std::unique_ptr<ComputeDevice>> ComputeDevice::Open(const std::string& sp
     return d;
   }
 #if STRATA_HAVE_CUDA
-  if (cluster && spec == "cuda") {
-    int count = 0;
-    if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) where.index = rank % count;
-  }
+  int visible = 0;
+  if (cudaGetDeviceCount(&visible) != cudaSuccess) visible = 0;
+  STRATA_ASSIGN_OR_RETURN(where.index, ChooseCudaDevice(spec, visible, cluster, rank, local_task));
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<ops::CudaExec> cuda, ops::CudaExec::Create(where.index));
   d->exec_ = cuda->exec();
   d->owner_ = std::shared_ptr<ops::CudaExec>(std::move(cuda));
@@ -41,6 +60,7 @@ Result<std::unique_ptr<ComputeDevice>> ComputeDevice::Open(const std::string& sp
 #else
   (void)cluster;
   (void)rank;
+  (void)local_task;
   return Status::Unimplemented("train.device is " + spec + " but this build has no CUDA");
 #endif
 }

@@ -87,6 +87,10 @@ struct TrainOptions {
   // hold on its device; past it an allocation fails with ResourceExhausted naming this field.
   // 0: whatever the device has.
   int64_t memory_limit_mb = 0;
+  // Not in the job file: this process's index among the tasks on its machine (SLURM_LOCALID,
+  // LOCAL_RANK, STRATA_LOCAL_TASK), which strata-trainer's main() reads from the environment;
+  // -1: none. Picks the GPU of a plain `device: cuda` (ChooseCudaDevice, trainer/device.h).
+  int local_task = -1;
 };
 void Bind(config::Binder& b, TrainOptions& o);
 

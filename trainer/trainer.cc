@@ -12,6 +12,7 @@
 #include "trainer/data_split.h"
 #include "trainer/comm/gloo_communicator.h"
 #include "trainer/device.h"
+#include "trainer/elastic_split.h"
 #include "trainer/grad_sync.h"
 #include "trainer/ps_sync.h"
 #include "trainer/ops/ops.h"
@@ -124,7 +125,15 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
     return Status::InvalidArgument("infer.mode with sync.mode offload is not built (sync.mode local, allreduce, or "
                                    "ps and hybrid, whose servers serve the checkpoint's tables)");
   }
-  STRATA_ASSIGN_OR_RETURN(t->plan_, ResolvePlan(job, t->world_));
+  // Elastic: the plan is the job's first trainers', whose batch slice every trainer reads;
+  // trainers that joined later add slices (trainer_elastic.cc).
+  const bool elastic = cluster && node->options().cluster.elastic;
+  const int plan_world = elastic ? std::max(1, node->options().cluster.trainers) : t->world_;
+  STRATA_ASSIGN_OR_RETURN(t->plan_, ResolvePlan(job, plan_world));
+  if (elastic) {
+    STRATA_RETURN_IF_ERROR(t->CheckElastic());
+    t->elastic_ = std::make_shared<ElasticSplit>(*node, t->plan_.micro_batches, kElasticLeaseSteps);
+  }
   if (!cluster && t->plan_.pp > 1) {
     return Status::InvalidArgument("parallel.pp " + std::to_string(t->plan_.pp) +
                                    " needs a cluster of trainers (strata-launch --trainers N)");
@@ -141,11 +150,12 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
                                    " (the global micro-batch) must be divisible by the " +
                                    std::to_string(t->plan_.dp) + " data-parallel replicas");
   }
-  STRATA_ASSIGN_OR_RETURN(t->device_, ComputeDevice::Open(job.train.device, cluster, t->rank_, job.train.memory_limit_mb));
+  STRATA_ASSIGN_OR_RETURN(t->device_, ComputeDevice::Open(job.train.device, cluster, t->rank_, job.train.memory_limit_mb,
+                                                               job.train.local_task));
   const ops::Exec& exec = t->device_->exec();
   if (job.parallel.partition == "cost" && t->plan_.stages.size() > 1) {
     STRATA_ASSIGN_OR_RETURN(std::vector<double> costs, t->SharedUnitCosts());
-    STRATA_ASSIGN_OR_RETURN(t->plan_, ResolvePlan(job, t->world_, costs));
+    STRATA_ASSIGN_OR_RETURN(t->plan_, ResolvePlan(job, plan_world, costs));
   }
   t->trace_ = std::make_unique<Trace>(!sync.trace_path.empty());
   if (cluster) STRATA_RETURN_IF_ERROR(t->MakeGroups());
@@ -186,7 +196,7 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
     t->optimizer_ = Optimizer::Create(job.optimizer, t->model_->params());
   }
   STRATA_ASSIGN_OR_RETURN(t->data_, CreateDataSource(job.data, job.model, job.train.batch_size,
-                                                     {t->groups_.dp_rank, t->plan_.dp}));
+                                                     {t->groups_.dp_rank, t->plan_.dp, t->elastic_}));
   if (t->plan_.cp > 1) {
     // Each context-parallel rank reads its chunks of every sample (data_split.h).
     const int64_t length = job.model.kind == ModelOptions::Kind::kGpt ? job.model.context : job.data.seq_len;
@@ -196,7 +206,8 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
   // Under ZeRO-3 every replica takes part in evaluation's forwards (they gather parameters);
   // under context parallelism every cp rank of the first replica (the ring needs them all).
   if (t->groups_.dp_rank == 0 || t->zero3_) t->eval_set_ = t->data_->EvalSet(local_batch);
-  t->executor_ = std::make_unique<pipeline::StageExecutor>(*t->model_, t->plan_, t->rank_,
+  // An elastic trainer is rank 0 of its own replica of the plan (trainer_connect.cc).
+  t->executor_ = std::make_unique<pipeline::StageExecutor>(*t->model_, t->plan_, t->elastic_ ? 0 : t->rank_,
                                                            t->groups_.pp.get(), t->trace_.get());
   if (job.data.kind == DataOptions::Kind::kText) {
     // The bar a language model must clear: a model without context reaches this loss at best.
@@ -238,7 +249,8 @@ Result<double> Trainer::TrainStep() {
   std::vector<Batch> batches = NextBatches();
   lookahead_.clear();
   if (micro_batch_.empty()) micro_batch_ = model_->LeadingShape(batches.front());
-  const bool prefetch = ps_ && job_.sync.prefetch;
+  // Elastic: the next step's batch is read ahead only where this trainer is in its split.
+  const bool prefetch = ps_ && job_.sync.prefetch && (!elastic_ || elastic_->Member(step_ + 1));
   if (ps_) {
     STRATA_RETURN_IF_ERROR(ps_->Prepare(batches, step_));
     if (prefetch && ps_->prefetch_before_compute()) {
@@ -401,9 +413,16 @@ Result<TrainSummary> Trainer::RunSteps() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
   double window_start = elapsed();
+  if (elastic_) {
+    STRATA_RETURN_IF_ERROR(StartElastic());
+    summary.first_step = step_;
+  }
   comm_.Resume();
   while (step_ < to.steps) {
-    if (stop_check_) {
+    if (elastic_) {
+      STRATA_ASSIGN_OR_RETURN(const bool go_on, ElasticStep());
+      if (!go_on) break;
+    } else if (stop_check_) {
       if (Status s = stop_check_(); !s.ok()) {
         return s.WithContext("after step " + std::to_string(step_) + " of " + std::to_string(to.steps));
       }
@@ -505,6 +524,10 @@ Result<TrainSummary> Trainer::RunSteps() {
     STRATA_RETURN_IF_ERROR(trace_->Write(path, rank_));
     spdlog::info("wrote the timeline to {}", path);
     if (plan_.pp > 1 && steps_run > 0) STRATA_RETURN_IF_ERROR(WritePipelineTimeline());
+  }
+  if (leave_at_ >= 0) {  // left an elastic job: the others finish and evaluate
+    spdlog::info("left the job after step {}: the other trainers go on", step_);
+    return summary;
   }
   if (node_) STRATA_RETURN_IF_ERROR(Finish());
   STRATA_ASSIGN_OR_RETURN(summary.eval, Evaluate());

@@ -66,6 +66,7 @@ class Node;
 class MetricsRegistry;
 struct ShardTensor;
 class PsClient;
+class ElasticSplit;
 class PsSync;
 class GradSync;
 class BucketAllReducer;
@@ -148,6 +149,13 @@ class Trainer {
   Result<double> ClipGradients();
   std::string PipelineTrainers() const;  // "the pipeline of trainers 1 3" (errors)
   Status Finish();  // a cluster run: waits for every trainer
+  // Elastic jobs (cluster.elastic, trainer_elastic.cc): a trainer that joined the running job
+  // starts at the step the data split gives it; before each step the split is leased, a stop
+  // signal makes the trainer leave it (it trains the steps already leased, then stops), and
+  // false means this trainer's last step is done.
+  Status StartElastic();
+  Result<bool> ElasticStep();
+  Status CheckElastic() const;
   Status WritePipelineTimeline();  // sync.trace_path with pp > 1
   std::vector<ShardTensor> CheckpointTensors();  // parameters and optimizer state
   CommLayout Layout() const;  // this trainer's place in the job, for the comm model
@@ -171,6 +179,8 @@ class Trainer {
   std::unique_ptr<Trace> trace_;
   std::unique_ptr<PsClient> client_;
   std::unique_ptr<PsSync> ps_;
+  std::shared_ptr<ElasticSplit> elastic_;  // cluster.elastic
+  int64_t leave_at_ = -1;                  // leaving an elastic job: the step it stops at
   std::unique_ptr<BucketAllReducer> reducer_;  // all-reduce, ZeRO-1/2
   std::unique_ptr<Zero3Sync> zero3_;            // ZeRO-3 (the model's unit hooks)
   std::vector<GradSync*> syncs_;  // ps_ and/or reducer_ or zero3_

@@ -66,7 +66,8 @@ Status Trainer::MakeGroups() {
   const SyncOptions& sync = job_.sync;
   const bool dp_group = sync.mode == SyncOptions::Mode::kOffload ? sync.consistency == Consistency::kBsp
                                                                  : sync.mode != SyncOptions::Mode::kPs;
-  STRATA_ASSIGN_OR_RETURN(groups_, MakeParallelGroups(plan_, rank_, make, dp_group));
+  // An elastic trainer is a replica of its own in the first trainers' plan (ps mode: no group).
+  STRATA_ASSIGN_OR_RETURN(groups_, MakeParallelGroups(plan_, elastic_ ? 0 : rank_, make, dp_group));
   return Status::OK();
 }
 

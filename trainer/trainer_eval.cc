@@ -15,8 +15,10 @@ Result<EvalMetrics> Trainer::Evaluate() {
   // The first replica reports; under ZeRO-3 the others run the forwards too (each unit's
   // parameters are gathered from every replica), then report nothing. Under context
   // parallelism every cp rank of the replica runs them (ring attention), its first reports.
-  const bool run = groups_.dp_rank == 0 || zero3_;
-  const bool report = groups_.dp_rank == 0 && groups_.cp_rank == 0;
+  // Elastic trainers are each replica 0 of their own plan: trainer 0 evaluates for all.
+  const bool first = elastic_ ? rank_ == 0 : groups_.dp_rank == 0;
+  const bool run = first || zero3_;
+  const bool report = first && groups_.cp_rank == 0;
   if (!run) return m;
   std::vector<float> scores, labels, oracle;
   double weighted = 0;

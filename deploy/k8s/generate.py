@@ -5,21 +5,30 @@
     kubectl apply -f strata.yaml
 
 Writes, as one multi-document YAML: a ConfigMap holding the job file; the scheduler as a
-Service + Deployment; the servers as a headless Service + StatefulSet with a
-PersistentVolumeClaim each (server.store.path: the RocksDB tier and WAL); the trainers as an
-Indexed Job. Every process learns its place from strata's environment convention
-(docs/deploy.md): STRATA_SCHEDULER, STRATA_SERVERS, STRATA_TRAINERS, STRATA_RANK (a server's
-StatefulSet ordinal, a trainer's completion index) and STRATA_ADVERTISE_HOST (the pod IP).
-strata has no HTTP health endpoint yet, so the probes are TCP probes on each process's port.
+Service + a Job; the servers as a headless Service + one Job and one PersistentVolumeClaim per
+server (server.store.path: the RocksDB tier and WAL); the trainers as an Indexed Job. The
+scheduler's and servers' Jobs restart their pod in place after a crash (restartPolicy
+OnFailure) and complete when the job ends, so nothing starts again after training
+(docs/deploy.md says why not a Deployment and a StatefulSet). Every process learns its place
+from strata's environment convention (docs/deploy.md): STRATA_SCHEDULER, STRATA_SERVERS,
+STRATA_TRAINERS, STRATA_RANK (a server's number, a trainer's completion index) and
+STRATA_ADVERTISE_HOST (the pod IP).
+Every process serves /metrics, /healthz and /livez on the job's cluster.metrics_port (default
+9100; --metrics-port sets it exactly, each pod has its own address): readiness probes
+/healthz (a server answers 503 while it loads its tables or registers), liveness probes /livez
+(which a long load does not fail), and a trainer, whose endpoint starts once it has joined and
+built its model, has a startup probe giving it that long.
 Only the standard library is needed (the YAML is written by hand, keys in a fixed order).
 """
 import argparse
 import json
+import re
 import sys
 
 SCHEDULER_PORT = 7000
 SERVER_PORT = 7100
 TRAINER_PORT = 7200
+DEFAULT_METRICS_PORT = 9100
 
 
 def labels(role):
@@ -40,26 +49,62 @@ def field(path):
     return {"fieldRef": {"fieldPath": path}}
 
 
-def tcp_probes(port):
-    return {
-        "readinessProbe": {"tcpSocket": {"port": port}, "periodSeconds": 5},
-        "livenessProbe": {"tcpSocket": {"port": port}, "initialDelaySeconds": 30,
-                          "periodSeconds": 10, "failureThreshold": 6},
+def http_probes(startup):
+    """Readiness on /healthz, liveness on /livez, both on the container's "metrics" port."""
+    def get(path):
+        return {"httpGet": {"path": path, "port": "metrics"}}
+    probes = {
+        "readinessProbe": dict(get("/healthz"), periodSeconds=5),
+        "livenessProbe": dict(get("/livez"), periodSeconds=10, timeoutSeconds=5, failureThreshold=6),
     }
+    if startup:
+        # Until its endpoint is up (joined the cluster, model built): up to 10 minutes.
+        probes["startupProbe"] = dict(get("/livez"), periodSeconds=10, failureThreshold=60)
+    return probes
 
 
-def container(name, image, command, env_pairs, port, resources, mounts):
+def container(name, image, command, env_pairs, port, metrics_port, resources, mounts, startup=False):
     c = {
         "name": name,
         "image": image,
-        "command": ["sh", "-c", command],
+        "command": ["sh", "-c", command + f" --metrics-port {metrics_port}"],
         "env": env(env_pairs),
-        "ports": [{"name": "strata", "containerPort": port}],
+        "ports": [{"name": "strata", "containerPort": port},
+                  {"name": "metrics", "containerPort": metrics_port}],
         "resources": resources,
         "volumeMounts": mounts,
     }
-    c.update(tcp_probes(port))
+    c.update(http_probes(startup))
     return c
+
+
+def run_to_completion(name, pod_labels, backoff_limit, pod_spec):
+    """A Job of one pod that restarts in place on failure and is done when it exits 0."""
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "labels": pod_labels},
+        "spec": {
+            "completions": 1,
+            "parallelism": 1,
+            "backoffLimit": backoff_limit,
+            "template": {
+                "metadata": {"labels": pod_labels},
+                "spec": dict(restartPolicy="OnFailure", **pod_spec),
+            },
+        },
+    }
+
+
+def job_metrics_port(job_text):
+    """cluster.metrics_port of the job file, or None (PyYAML when present, else a plain scan)."""
+    try:
+        import yaml
+        cluster = (yaml.safe_load(job_text) or {}).get("cluster") or {}
+        port = cluster.get("metrics_port")
+        return int(port) if port else None
+    except ImportError:
+        m = re.search(r"^\s*metrics_port:\s*([0-9]+)", job_text, re.M)
+        return int(m.group(1)) if m and int(m.group(1)) else None
 
 
 def generate(a, job_text):
@@ -89,25 +134,19 @@ def generate(a, job_text):
         "spec": {"selector": labels("scheduler"),
                  "ports": [{"name": "strata", "port": SCHEDULER_PORT, "targetPort": SCHEDULER_PORT}]},
     })
-    docs.append({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "strata-scheduler", "labels": labels("scheduler")},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": labels("scheduler")},
-            "template": {
-                "metadata": {"labels": labels("scheduler")},
-                "spec": {
-                    "containers": [container(
-                        "scheduler", a.image,
-                        f"exec strata-scheduler -c {job_file} --bind tcp://0.0.0.0:{SCHEDULER_PORT}",
-                        common_env[1:3], SCHEDULER_PORT,
-                        {"requests": {"cpu": "250m", "memory": "256Mi"}}, job_mount)],
-                    "volumes": job_volume,
-                },
-            },
-        },
-    })
+    # The scheduler and each server run to completion: a Job whose pod restarts in place on a
+    # crash (restartPolicy OnFailure, up to --backoff-limit times) and stays Completed once the
+    # job has ended (exit 0), where a Deployment or StatefulSet would start them again.
+    docs.append(run_to_completion(
+        "strata-scheduler", labels("scheduler"), a.backoff_limit,
+        {
+            "containers": [container(
+                "scheduler", a.image,
+                f"exec strata-scheduler -c {job_file} --bind tcp://0.0.0.0:{SCHEDULER_PORT}",
+                common_env[1:3], SCHEDULER_PORT, a.metrics_port,
+                {"requests": {"cpu": "250m", "memory": "256Mi"}}, job_mount)],
+            "volumes": job_volume,
+        }))
     if a.servers > 0:
         docs.append({
             "apiVersion": "v1", "kind": "Service",
@@ -115,36 +154,27 @@ def generate(a, job_text):
             "spec": {"clusterIP": "None", "selector": labels("server"),
                      "ports": [{"name": "strata", "port": SERVER_PORT}]},
         })
+    for r in range(a.servers):
+        # Server r: its own claim (the RocksDB tier and WAL), so a restarted container, or a
+        # pod the Job makes again elsewhere, reloads that shard; the claim outlives the Job.
+        claim = f"store-strata-server-{r}"
         docs.append({
-            "apiVersion": "apps/v1", "kind": "StatefulSet",
-            "metadata": {"name": "strata-server", "labels": labels("server")},
-            "spec": {
-                "serviceName": "strata-server",
-                "replicas": a.servers,
-                "podManagementPolicy": "Parallel",
-                "selector": {"matchLabels": labels("server")},
-                "template": {
-                    "metadata": {"labels": labels("server")},
-                    "spec": {
-                        "containers": [container(
-                            "server", a.image,
-                            # The ordinal ends the pod's name: strata-server-3 is server 3, and
-                            # its volume keeps that shard across restarts.
-                            "export STRATA_RANK=${HOSTNAME##*-}; exec strata-server -c "
-                            f"{job_file} --bind tcp://0.0.0.0:{SERVER_PORT} "
-                            "--set server.store.path=/var/lib/strata",
-                            common_env, SERVER_PORT, cpu,
-                            job_mount + [{"name": "store", "mountPath": "/var/lib/strata"}])],
-                        "volumes": job_volume,
-                    },
-                },
-                "volumeClaimTemplates": [{
-                    "metadata": {"name": "store"},
-                    "spec": {"accessModes": ["ReadWriteOnce"],
-                             "resources": {"requests": {"storage": a.storage}}},
-                }],
-            },
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim, "labels": labels("server")},
+            "spec": {"accessModes": ["ReadWriteOnce"],
+                     "resources": {"requests": {"storage": a.storage}}},
         })
+        docs.append(run_to_completion(
+            f"strata-server-{r}", labels("server"), a.backoff_limit,
+            {
+                "containers": [container(
+                    "server", a.image,
+                    f"exec strata-server -c {job_file} --bind tcp://0.0.0.0:{SERVER_PORT} "
+                    "--set server.store.path=/var/lib/strata",
+                    common_env + [("STRATA_RANK", r)], SERVER_PORT, a.metrics_port, cpu,
+                    job_mount + [{"name": "store", "mountPath": "/var/lib/strata"}])],
+                "volumes": job_volume + [{"name": "store", "persistentVolumeClaim": {"claimName": claim}}],
+            }))
     trainer_env = common_env + [
         ("STRATA_RANK", field("metadata.annotations['batch.kubernetes.io/job-completion-index']"))]
     docs.append({
@@ -162,7 +192,8 @@ def generate(a, job_text):
                     "containers": [container(
                         "trainer", a.image,
                         f"exec strata-trainer -c {job_file} --bind tcp://0.0.0.0:{TRAINER_PORT}",
-                        trainer_env, TRAINER_PORT, trainer_res, job_mount)],
+                        trainer_env, TRAINER_PORT, a.metrics_port, trainer_res, job_mount,
+                        startup=True)],
                     "volumes": job_volume,
                 },
             },
@@ -217,14 +248,24 @@ def main():
     p.add_argument("--cpu", default="2", help="CPU request of a server or trainer")
     p.add_argument("--memory", default="4Gi", help="memory request and limit of a server or trainer")
     p.add_argument("--storage", default="20Gi", help="each server's volume (RocksDB tier, WAL)")
+    p.add_argument("--backoff-limit", type=int, default=6,
+                   help="restarts of the scheduler or a server after a crash before its Job fails")
+    p.add_argument("--metrics-port", type=int, default=None,
+                   help="every process's /metrics, /healthz and /livez port (default: the job's "
+                        f"cluster.metrics_port, else {DEFAULT_METRICS_PORT})")
     a = p.parse_args()
-    if a.servers < 0 or a.trainers < 1 or a.gpus < 0:
-        p.error("need --servers >= 0, --trainers >= 1, --gpus >= 0")
+    if a.servers < 0 or a.trainers < 1 or a.gpus < 0 or a.backoff_limit < 0:
+        p.error("need --servers >= 0, --trainers >= 1, --gpus >= 0, --backoff-limit >= 0")
     try:
         with open(a.job) as f:
             job_text = f.read()
     except OSError as e:
         p.error(f"cannot read the job file: {e}")
+    if a.metrics_port is None:
+        a.metrics_port = job_metrics_port(job_text) or DEFAULT_METRICS_PORT
+    if not 0 < a.metrics_port < 65536 or a.metrics_port in (SCHEDULER_PORT, SERVER_PORT, TRAINER_PORT):
+        p.error(f"--metrics-port {a.metrics_port}: need 1..65535, not one of the strata ports "
+                f"{SCHEDULER_PORT}, {SERVER_PORT}, {TRAINER_PORT}")
     out = [f"# strata on Kubernetes: 1 scheduler, {a.servers} servers, {a.trainers} trainers.",
            f"# Generated by deploy/k8s/generate.py --servers {a.servers} --trainers {a.trainers} "
            f"--job {a.job} --image {a.image} --gpus {a.gpus}; do not edit, regenerate."]

@@ -38,7 +38,7 @@ struct TieredRowStore::Shard {
   std::vector<std::unique_ptr<float[]>> blocks;  // record storage, never shrinks
   std::vector<float*> free;
   std::unordered_map<uint64_t, uint32_t> candidates;  // admission: sightings of new keys
-  uint64_t hits = 0, misses = 0, created = 0, not_admitted = 0, evictions = 0;
+  uint64_t hits = 0, misses = 0, created = 0, not_admitted = 0, evictions = 0, prefetched = 0;
 };
 
 enum class TieredRowStore::SlotKind : uint8_t {
@@ -70,6 +70,7 @@ struct TieredRowStore::Call {
   std::vector<uint32_t> shard_begin;  // by_shard offsets, one per shard + 1
   std::vector<uint32_t> misses;       // slots not resident at Acquire, in shard order
   std::vector<float> backup;          // kWal: the records before the visits
+  bool prefetch = false;              // a read-ahead: Acquire counts no hits or misses
 };
 
 }  // namespace strata

@@ -218,15 +218,18 @@ std::vector<Seed> Seeds() {
   {  // a copy of a shard: one sparse table of one row, push ids, clocks
     Message m = Request(13);
     m.builder().setShard(0);
-    auto t = m.builder().getBody().initStateTransfer(1)[0];
+    auto copy = m.builder().getBody().initStateTransfer();
+    auto t = copy.initTables(1)[0];
     t.setId(1);
     t.setName("emb");
     t.setKind(wire::TableKind::SPARSE);
     t.setDim(2);
+    auto clock = copy.initTrainerClocks(1)[0];
+    clock.setNode(3);
+    clock.setClock(4);
     m.AddPayload(DType::kI64, {1}, Values<int64_t>({5}));
     m.AddPayload(DType::kF32, {1, 3}, Values<float>({0.25f, -0.5f, 0}));
     m.AddPayload(DType::kI64, {1, 2}, Values<int64_t>({3, 7}));
-    m.AddPayload(DType::kI64, {1, 2}, Values<int64_t>({3, 4}));
     add("stateTransfer", std::move(m));
   }
   return seeds;

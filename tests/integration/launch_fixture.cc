@@ -71,27 +71,41 @@ int LaunchFixture::Launch(const std::string& job, int servers, int trainers,
   return code;
 }
 
+int LaunchAndKill(const std::vector<std::string>& args, const std::string& victim, const std::string& log_path,
+                  std::string* log, int kills, const std::string& ready) {
+  using Millis = std::chrono::milliseconds;
+  std::vector<std::string> argv = {BinPath("strata-launch")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Subprocess launch(argv, log_path);
+  const std::regex started_re("started " + victim + " \\(pid ([0-9]+)\\)");
+  for (int k = 0; k < kills; ++k) {
+    // The k-th process started as `victim` (a restarted one after the first), once progress shows.
+    pid_t pid = -1;
+    EXPECT_TRUE(testing::WaitFor([&] {
+      const std::string l = launch.Log();
+      int seen = 0;
+      for (auto it = std::sregex_iterator(l.begin(), l.end(), started_re); it != std::sregex_iterator(); ++it) {
+        if (seen++ == k) pid = std::stoi((*it)[1]);
+      }
+      size_t readies = 0;
+      for (size_t at = 0; !ready.empty() && (at = l.find(ready, at)) != std::string::npos; ++at) ++readies;
+      return pid > 0 && l.find("progress: step") != std::string::npos && (ready.empty() || readies > static_cast<size_t>(k));
+    }, Millis(120000))) << launch.Log();
+    if (pid > 0) kill(pid, SIGKILL);
+  }
+  const int code = launch.Wait(Millis(220000));
+  *log = launch.Log();
+  return code;
+}
+
 int RunAndKillATrainer(const std::string& job, int servers, int trainers, int victim_rank,
                        const std::vector<std::string>& sets, const std::string& log_path,
                        std::string* log, std::vector<pid_t>* started, bool keep_going) {
-  using Millis = std::chrono::milliseconds;
-  std::vector<std::string> argv = {BinPath("strata-launch"), "--servers", std::to_string(servers),
-                                   "--trainers", std::to_string(trainers), job, "--timeout", "200",
-                                   "--grace-ms", "2000"};
-  if (keep_going) argv.push_back("--keep-going");
-  for (const auto& s : sets) argv.insert(argv.end(), {"--set", s});
-  Subprocess launch(argv, log_path);
-  pid_t victim = -1;
-  const std::regex started_re("started trainer " + std::to_string(victim_rank) + " \\(pid ([0-9]+)\\)");
-  EXPECT_TRUE(testing::WaitFor([&] {
-    const std::string l = launch.Log();
-    std::smatch m;
-    if (victim < 0 && std::regex_search(l, m, started_re)) victim = std::stoi(m[1]);
-    return victim > 0 && l.find("progress: step") != std::string::npos;
-  }, Millis(120000))) << launch.Log();
-  if (victim > 0) kill(victim, SIGKILL);
-  const int code = launch.Wait(Millis(220000));
-  *log = launch.Log();
+  std::vector<std::string> args = {"--servers", std::to_string(servers), "--trainers", std::to_string(trainers),
+                                   job, "--timeout", "200", "--grace-ms", "2000"};
+  if (keep_going) args.push_back("--keep-going");
+  for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+  const int code = LaunchAndKill(args, "trainer " + std::to_string(victim_rank), log_path, log);
   const std::regex any_started("started [a-z]+ ?[0-9]* \\(pid ([0-9]+)\\)");
   for (auto it = std::sregex_iterator(log->begin(), log->end(), any_started); it != std::sregex_iterator(); ++it) {
     started->push_back(std::stoi((*it)[1]));

@@ -27,6 +27,13 @@ double MaxRelativeDifference(const std::vector<double>& a, const std::vector<dou
 // checkpoint_dir's latest or a full-model file), unsplit, by name.
 std::map<std::string, std::vector<float>> ReadCheckpoint(const std::string& path);
 
+// Runs strata-launch with `args` and SIGKILLs the process it started as `victim` ("trainer 1",
+// "scheduler") once progress shows, and then `kills` - 1 times the next process it starts under
+// that name (a restarted scheduler), the k-th (from 0) once `ready` (if not empty) has appeared
+// more than k times; returns the launcher's exit code and its log in *log.
+int LaunchAndKill(const std::vector<std::string>& args, const std::string& victim, const std::string& log_path,
+                  std::string* log, int kills = 1, const std::string& ready = "");
+
 // Runs strata-launch with the job on `servers` and `trainers` and SIGKILLs trainer `victim_rank`
 // once progress shows; returns the launcher's exit code, its log in *log and the pid of every
 // process it started in *started.

@@ -1,7 +1,8 @@
 // metrics_test.cc: cluster.metrics_port end to end: during a launch (ctr, hybrid, 2 servers, 2
 // trainers) the scheduler, every server and every trainer answer GET /metrics with every name
 // docs/metrics.md marks `live` for their role, the servers count real traffic, and the latency
-// histograms have every bucket, cumulative, and count what happened.
+// histograms have every bucket, cumulative, and count what happened. A server's /healthz (the
+// Kubernetes readiness probe) answers 503 while it registers and 200 once it serves.
 #include <gtest/gtest.h>
 #include <arpa/inet.h>
 #include <httplib.h>
@@ -9,12 +10,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <map>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <vector>
 
+#include "cluster/node.h"
 #include "common/metrics.h"
 #include "tests/integration/launch_fixture.h"
 
@@ -146,6 +149,47 @@ TEST_F(MetricsTest, EveryProcessAnswersWithTheDocumentedNames) {
     CheckHistogram(texts[base + server], "strata_server_request_duration_seconds", "op=\"push\"");
   }
   for (int trainer : {3, 4}) CheckHistogram(texts[base + trainer], "strata_trainer_step_duration_seconds");
+}
+
+// --metrics-port: a server waiting for the rest of the cluster is alive (/livez) but not ready
+// (/healthz 503 naming the scheduler); once the cluster is complete it is ready.
+TEST_F(MetricsTest, ServerHealthzIs503UntilItServes) {
+  const int port = FreePortRun(1);
+  ASSERT_GT(port, 0);
+  const std::vector<std::string> common = {"--set", "cluster.servers=1", "--set", "cluster.trainers=1"};
+  std::vector<std::string> argv = {BinPath("strata-scheduler"), "--bind", "tcp://127.0.0.1:0", "--address-file",
+                                   dir_.File("scheduler.address")};
+  argv.insert(argv.end(), common.begin(), common.end());
+  Subprocess scheduler(argv, dir_.File("scheduler.log"));
+  std::string address;
+  ASSERT_TRUE(WaitFor([&] { return static_cast<bool>(std::ifstream(dir_.File("scheduler.address")) >> address); },
+                      Millis(20000))) << scheduler.Log();
+  argv = {BinPath("strata-server"), "--rank", "0", "--metrics-port", std::to_string(port), "--set",
+          "cluster.scheduler=" + address};
+  argv.insert(argv.end(), common.begin(), common.end());
+  Subprocess server(argv, dir_.File("server.log"));
+  auto get = [&](const std::string& path) {
+    httplib::Client client("127.0.0.1", port);
+    client.set_connection_timeout(1);
+    auto res = client.Get(path);
+    return res ? std::pair(res->status, res->body) : std::pair(-1, std::string());
+  };
+  // Registered, but the cluster is not complete: nobody is served yet.
+  ASSERT_TRUE(WaitFor([&] { return get("/healthz").first == 503; }, Millis(20000))) << server.Log();
+  EXPECT_NE(get("/healthz").second.find("registering with the scheduler at " + address), std::string::npos);
+  EXPECT_EQ(get("/livez").first, 200);
+  NodeOptions trainer;  // the last node: its registration completes the cluster
+  trainer.cluster.scheduler = address;
+  trainer.role = Role::kTrainer;
+  Node node(trainer);
+  ASSERT_TRUE(node.Join().ok());
+  EXPECT_TRUE(WaitFor([&] { return get("/healthz").first == 200; }, Millis(30000))) << server.Log();
+  EXPECT_EQ(get("/healthz").second, "ok\n");
+  EXPECT_TRUE(node.RequestShutdown().ok());
+  node.WaitForShutdown(Millis(10000));
+  EXPECT_TRUE(node.Leave(Millis(5000)).ok());
+  EXPECT_EQ(server.Wait(Millis(30000)), 0) << server.Log();
+  EXPECT_EQ(scheduler.Wait(Millis(30000)), 0) << scheduler.Log();
 }
 
 }  // namespace

@@ -4,15 +4,20 @@
 // errors and change nothing, every dense pull under concurrent pushes is one applied version
 // (never a mix), a BSP table with pushers answers the next clock's pulls before the clock
 // messages and ends bit-identical to one without, and the servers shut down cleanly at the end.
+// Hostile peers are bounded: a frame over transport.max_message_mb is dropped unbuffered (the
+// server's peak memory does not grow, unlike a server without the bound), and a peer parking
+// more pulls than server.max_parked_per_peer gets errors while the others are served.
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <future>
 #include <thread>
 
+#include "common/transport.h"
 #include "ps/client.h"
 #include "ps/optimizer.h"
 #include "test_util.h"
@@ -45,6 +50,7 @@ class PsProcessTest : public ::testing::Test {
       std::vector<std::string> argv = {BinPath("strata-server"), "--rank", std::to_string(s),
                                        "--set", "cluster.scheduler=" + address};
       argv.insert(argv.end(), common.begin(), common.end());
+      argv.insert(argv.end(), server_sets_[s].begin(), server_sets_[s].end());
       servers_.push_back(std::make_unique<Subprocess>(argv, dir_.File("server" + std::to_string(s) + ".log")));
     }
     cluster_.scheduler = address;
@@ -74,6 +80,7 @@ class PsProcessTest : public ::testing::Test {
     for (auto& s : servers_) EXPECT_EQ(s->Wait(Millis(20000)), 0) << s->Log();
   }
 
+  std::vector<std::string> server_sets_[kServers];  // more arguments of server s
   TempDir dir_;
   ClusterOptions cluster_;
   std::unique_ptr<Subprocess> scheduler_;
@@ -354,6 +361,101 @@ TEST_F(PsProcessTest, BspPushersAnswerTheNextClockEarlyAndMatchTheClockedTable) 
       ASSERT_EQ(early_out[c * early.chunk_floats + j], record[j]) << "chunk " << c << " element " << j;
     }
   }
+}
+
+// Server 0 with small bounds; server 1 with the defaults (the control).
+class PsBoundsTest : public PsProcessTest {
+ protected:
+  PsBoundsTest() {
+    server_sets_[0] = {"--set", "transport.max_message_mb=1", "--set", "server.max_parked_per_peer=4"};
+  }
+  // The peak resident memory of server s, in MiB (VmHWM).
+  double PeakMiB(int s) {
+    std::ifstream in("/proc/" + std::to_string(servers_[s]->pid()) + "/status");
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+    }
+    return -1;
+  }
+  std::string ServerAddress(int s) {
+    const ClusterView view = nodes_[0]->view();
+    const NodeInfo* n = view.Find(Role::kServer, s);
+    return n ? n->address : "";
+  }
+};
+
+TEST_F(PsBoundsTest, AFrameOverTheLimitIsDroppedWithoutTheServersMemoryGrowing) {
+  OptimizerSpec sgd;
+  const TableSpec t = MakeTable(1, TableKind::kDense, Consistency::kAsp, sgd);
+  ASSERT_TRUE(clients_[0]->CreateTable(t).ok());
+  ASSERT_TRUE(clients_[1]->CreateTable(t).ok());
+  const double peak0 = PeakMiB(0), peak1 = PeakMiB(1);
+  ASSERT_GT(peak0, 0);
+  // A peer that is no member, sending 4 frames of 64 MiB to each server (server 0 first).
+  TransportOptions big;
+  big.max_message_mb = 1024;
+  auto hostile = MakeTransport("tcp://127.0.0.1:0", big);
+  ASSERT_TRUE(hostile.ok());
+  constexpr size_t kFrame = size_t{64} << 20;
+  const Buffer junk = Buffer::Copy(std::string(kFrame, 'x'));
+  for (int s : {0, 1}) {
+    auto peer = (*hostile)->Connect(ServerAddress(s));
+    ASSERT_TRUE(peer.ok()) << peer.status().ToString();
+    for (int i = 0; i < 4; ++i) ASSERT_TRUE((*hostile)->Send(*peer, {junk}).ok());
+  }
+  // The control server without the bound buffers each whole frame before it can reject it.
+  EXPECT_TRUE(WaitFor([&] { return PeakMiB(1) - peak1 >= 64; }, Millis(60000)))
+      << "server 1 (no bound) did not receive the frames: peak " << peak1 << " -> " << PeakMiB(1) << " MiB";
+  // Server 0 dropped the connection at each frame's header: its peak did not move by a frame.
+  EXPECT_LT(PeakMiB(0) - peak0, 16) << "peak " << peak0 << " -> " << PeakMiB(0) << " MiB";
+  std::printf("peak resident MiB: server 0 (1 MiB frames) %.1f -> %.1f, server 1 (256 MiB frames) %.1f -> %.1f\n",
+              peak0, PeakMiB(0), peak1, PeakMiB(1));
+  // And it serves its members as before.
+  std::vector<float> values(1000);
+  PsTicket p = clients_[1]->PullDense(1, values.data());
+  const Status pulled = clients_[1]->Wait(p);
+  EXPECT_TRUE(pulled.ok()) << pulled.ToString();
+  // Our own side refuses to send a frame the receivers would drop, naming the field.
+  auto small = MakeTransport("tcp://127.0.0.1:0", TransportOptions{});
+  auto peer = (*small)->Connect(ServerAddress(0));
+  const Status s = (*small)->Send(*peer, {Buffer::Copy(std::string((size_t{256} << 20) + 1, 'y'))});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("transport.max_message_mb (256 MiB)"), std::string::npos) << s.ToString();
+}
+
+TEST_F(PsBoundsTest, APeerParkingTooManyPullsGetsErrorsWhileOthersAreServed) {
+  OptimizerSpec sgd;
+  const TableSpec t = MakeTable(1, TableKind::kSparse, Consistency::kBsp, sgd);
+  for (auto& c : clients_) ASSERT_TRUE(c->CreateTable(t).ok());
+  // Keys of server 0 only (so each pull is one request); trainer 0 finishes clock 0 and pulls
+  // at clock 1 ten times, which parks until trainers 1 and 2 finish clock 0 too.
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; keys.size() < 16; ++k) {
+    if (SparseServer(k, kServers) == 0) keys.push_back(k);
+  }
+  ASSERT_TRUE(clients_[0]->Clock().ok());
+  std::vector<std::vector<float>> out(10, std::vector<float>(keys.size() * 8));
+  std::vector<PsTicket> pulls;
+  for (auto& o : out) pulls.push_back(clients_[0]->Pull(1, keys, o.data()));
+  // Server 0 (bound 4) refuses the 5th and later.
+  for (size_t i = 4; i < pulls.size(); ++i) {
+    const Status s = clients_[0]->Wait(pulls[i]);
+    EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+    EXPECT_NE(s.message().find("server.max_parked_per_peer (4)"), std::string::npos) << s.ToString();
+  }
+  // The others are served: their pulls at clock 0 answer at once.
+  std::vector<float> theirs(keys.size() * 8);
+  for (int c : {1, 2}) {
+    PsTicket p = clients_[c]->Pull(1, keys, theirs.data());
+    EXPECT_TRUE(clients_[c]->Wait(p).ok());
+  }
+  // Once every trainer finished clock 0, trainer 0's parked pulls are answered.
+  for (int c : {1, 2}) ASSERT_TRUE(clients_[c]->Clock().ok());
+  for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(clients_[0]->Wait(pulls[i]).ok()) << i;
+  auto stats = clients_[1]->ServerStats(0);
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_NE(stats->find("\"parked_refused\":6"), std::string::npos) << *stats;
+  EXPECT_NE(stats->find("\"parked_pulls\":0"), std::string::npos) << *stats;
 }
 
 }  // namespace

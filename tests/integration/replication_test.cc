@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "ps/client.h"
-#include "tests/integration/process_fixture.h"
+#include "tests/integration/process_cluster.h"
 
 namespace strata {
 namespace {
@@ -28,7 +28,7 @@ using testing::WaitFor;
 constexpr uint32_t kDim = 4;
 constexpr uint64_t kKeys = 64;
 
-class ReplicationTest : public testing::ProcessFixture {
+class ReplicationTest : public testing::ProcessClusterTest {
  protected:
   std::vector<std::string> Common(const std::string& job) {
     return {"--config", job, "--set", "cluster.servers=2", "--set", "cluster.trainers=2",
@@ -309,9 +309,9 @@ TEST_F(ReplicationTest, CtrTrainsToTheEndWithAPrimaryKilledAndNotRestarted) {
   servers_[1] = &Start("strata-server", common_, address_, 1);
   Subprocess& t0 = Start("strata-trainer", common_, address_, 0);
   Subprocess& t1 = Start("strata-trainer", common_, address_, 1);
-  ASSERT_TRUE(WaitFor([&] { return MetricsLines() >= 2; }, Millis(120000))) << t0.Log();
+  ASSERT_TRUE(WaitFor([&] { return MetricsLines("run") >= 2; }, Millis(120000))) << t0.Log();
   Kill(0);
-  EXPECT_LT(MetricsLines(), 1000u / 25) << "server 0 was killed after training ended: make the job longer";
+  EXPECT_LT(MetricsLines("run"), 1000u / 25) << "server 0 was killed after training ended: make the job longer";
   for (Subprocess* t : {&t0, &t1}) EXPECT_EQ(t->Wait(Millis(180000)), 0) << t->Log();
   const std::string log = t0.Log();
   EXPECT_NE(log.find("done: 1000 steps"), std::string::npos) << log;

@@ -162,6 +162,47 @@ TEST(TieredStore, MissesAreFetchedInOneMultiGetPerCall) {
   EXPECT_GE(after.misses - before.misses, 400u);
 }
 
+TEST(TieredStore, PrefetchReadsAheadIntoTheRoomLeftWithoutEvictingOrCreating) {
+  TempDir dir;
+  auto store = OpenOrDie(Small(dir, 4, 8), 4);  // 8 records of DRAM, one shard
+  std::vector<uint64_t> all(40);
+  for (uint64_t k = 0; k < all.size(); ++k) all[k] = k;
+  ASSERT_TRUE(store->Update(all, InitKey, [](size_t, std::span<float> r) { r[0] = -2; }).ok());
+  ASSERT_EQ(store->detailed_stats().records_in_memory, 8u);  // keys 32..39 (LRU)
+  // Room for none: nothing is read, nothing leaves.
+  auto none = store->Prefetch(std::vector<uint64_t>{0, 1, 2});
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_EQ(*none, 0u);
+  TieredStoreOptions roomy = Small(dir, 4, 16);
+  store.reset();
+  store = OpenOrDie(roomy, 4);  // reopened: nothing resident, 16 records of room
+  const TieredStoreStats before = store->detailed_stats();
+  std::vector<uint64_t> ahead = {3, 5, 5, 7, 1000 /* in no tier */};
+  for (uint64_t k = 10; k < 30; ++k) ahead.push_back(k);  // more than the room left
+  auto read = store->Prefetch(ahead);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  TieredStoreStats after = store->detailed_stats();
+  EXPECT_EQ(*read, after.prefetched - before.prefetched);
+  EXPECT_GE(*read, 3u);                           // 3, 5, 7 at least
+  EXPECT_LE(after.records_in_memory, 16u);        // never over the budget
+  EXPECT_EQ(after.evictions, before.evictions);   // nothing evicted to make room
+  EXPECT_EQ(after.created, before.created);       // 1000 was not created
+  EXPECT_EQ(after.misses, before.misses);         // a read-ahead is not a miss
+  EXPECT_EQ(after.hits, before.hits);
+  EXPECT_EQ(after.multigets - before.multigets, 1u);
+  // The calls that follow find them resident, with the values written before.
+  int visits = 0;
+  ASSERT_TRUE(store->Read(std::vector<uint64_t>{3, 5, 7}, nullptr, [&](size_t, std::span<const float> r) {
+    EXPECT_EQ(r[0], -2.0f);
+    ++visits;
+  }).ok());
+  EXPECT_EQ(visits, 3);
+  EXPECT_EQ(store->detailed_stats().hits - after.hits, 3u);
+  EXPECT_EQ(store->detailed_stats().misses, after.misses);
+  auto absent = store->Read(std::vector<uint64_t>{1000}, nullptr, [](size_t, std::span<const float>) {});
+  EXPECT_TRUE(absent.IsNotFound());
+}
+
 TEST(TieredStore, DirtyRecordsAreWrittenBackAndSurviveReopen) {
   TempDir dir;
   TieredStoreOptions o = Small(dir, 4, 8, 2);

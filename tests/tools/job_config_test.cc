@@ -164,9 +164,34 @@ TEST(ConfigJobTest, ServerReplicationIsCheckedAgainstTheServersStoreAndConsisten
   auto bsp = LoadJobConfig("", {"server.replication=backup", "cluster.servers=2", "sync.mode=ps",
                                 "sync.consistency=bsp"});
   EXPECT_THAT(bsp.status().message(), HasSubstr("does not replicate BSP tables (sync.consistency: bsp)"));
+  auto elastic = LoadJobConfig("", {"server.replication=backup", "cluster.servers=2", "sync.mode=ps",
+                                    "sync.consistency=asp", "cluster.elastic=true"});
+  EXPECT_THAT(elastic.status().message(), HasSubstr("server.replication: backup with cluster.elastic"));
   // allreduce jobs have no tables on servers: their consistency does not matter.
   EXPECT_TRUE(LoadJobConfig("", {"server.replication=backup", "cluster.servers=2", "sync.mode=allreduce",
                                  "sync.consistency=bsp"}).ok());
+}
+
+// What a peer can make a process hold (docs/security.md): defaults, overrides, and bad values
+// naming the field.
+TEST(ConfigJobTest, PeerBoundsHaveDefaultsAndErrorsNameTheField) {
+  auto defaults = LoadJobConfig("", {});
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  EXPECT_EQ(defaults->transport.max_message_mb, 256);
+  EXPECT_EQ(defaults->server.max_parked_per_peer, 65536);
+  EXPECT_EQ(defaults->server.max_parked_mb_per_peer, 256);
+  auto set = LoadJobConfig("", {"transport.max_message_mb=1", "server.max_parked_per_peer=4",
+                                "server.max_parked_mb_per_peer=8"});
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(set->transport.max_message_mb, 1);
+  EXPECT_EQ(set->server.max_parked_per_peer, 4);
+  EXPECT_EQ(set->server.max_parked_mb_per_peer, 8);
+  for (const char* bad : {"transport.max_message_mb=0", "transport.max_message_mb=x", "server.max_parked_per_peer=0",
+                          "server.max_parked_per_peer=-3", "server.max_parked_mb_per_peer=0"}) {
+    auto r = LoadJobConfig("", {bad});
+    const std::string field = std::string(bad).substr(0, std::string(bad).find('='));
+    EXPECT_THAT(r.status().message(), HasSubstr(field + ": expected")) << bad;
+  }
 }
 
 // Every example is one job file for every binary: the trainer's sections sit beside the

@@ -69,6 +69,70 @@ TEST(SimulateTest, SkipsSendsAndReceivesInGivenLists) {
   EXPECT_EQ(given->peak_live, built->peak_live);
 }
 
+// Processor sharing (Costs::slots): k ranks computing at once share `slots` processors.
+TEST(SimulateSharedTest, AsManySlotsAsRanksIsTheUnsharedClock) {
+  for (ScheduleKind kind : {ScheduleKind::kGpipe, ScheduleKind::k1F1B, ScheduleKind::kZbH1}) {
+    Costs costs;
+    costs.comm = 0.25;
+    auto alone = Simulate(kind, {4, 1, 8}, costs);
+    costs.slots = 4;
+    auto shared = Simulate(kind, {4, 1, 8}, costs);
+    ASSERT_TRUE(alone.ok() && shared.ok());
+    EXPECT_DOUBLE_EQ(shared->makespan, alone->makespan) << ScheduleKindName(kind);
+    EXPECT_EQ(shared->busy, alone->busy) << ScheduleKindName(kind);
+  }
+}
+
+TEST(SimulateSharedTest, OneRankOnHalfAProcessorTakesTwiceAsLong) {
+  Costs costs;
+  costs.slots = 0.5;
+  auto sim = Simulate(ScheduleKind::k1F1B, {1, 1, 4}, costs);
+  ASSERT_TRUE(sim.ok()) << sim.status().ToString();
+  EXPECT_DOUBLE_EQ(sim->makespan, 2 * 4 * 3.0);
+}
+
+TEST(SimulateSharedTest, ARankAloneInTheBubbleHasAProcessorToItself) {
+  // GPipe with one micro-batch: one rank computes at a time, so 2 processors for 4 ranks cost
+  // nothing; the unshared clock's 4 ranks x 3 units.
+  Costs costs;
+  costs.slots = 2;
+  auto sim = Simulate(ScheduleKind::kGpipe, {4, 1, 1}, costs);
+  ASSERT_TRUE(sim.ok()) << sim.status().ToString();
+  EXPECT_DOUBLE_EQ(sim->makespan, 12);
+}
+
+TEST(SimulateSharedTest, OneProcessorForTwoBusyRanksRunsTheWholeWorkBackToBack) {
+  // 1F1B on 2 ranks always has a rank computing (no latency), so one shared processor finishes
+  // exactly when the sum of every action's duration has run; the 2-processor clock is shorter.
+  Costs costs;
+  costs.slots = 1;
+  auto sim = Simulate(ScheduleKind::k1F1B, {2, 1, 8}, costs);
+  ASSERT_TRUE(sim.ok()) << sim.status().ToString();
+  EXPECT_NEAR(sim->makespan, 2 * 8 * 3.0, 1e-9);
+  costs.slots = 0;
+  auto alone = Simulate(ScheduleKind::k1F1B, {2, 1, 8}, costs);
+  ASSERT_TRUE(alone.ok());
+  EXPECT_LT(alone->makespan, sim->makespan);
+  // Each action ran at half speed (both computing) or full speed (alone), and some at half.
+  bool some_halved = false;
+  for (const auto& rank : sim->ranks) {
+    for (const TimedAction& t : rank) {
+      const double d = t.action.kind == ActionKind::kForward ? 1.0 : 2.0;
+      EXPECT_GE(t.end - t.start, d - 1e-9);
+      EXPECT_LE(t.end - t.start, 2 * d + 1e-9);
+      some_halved = some_halved || t.end - t.start > d + 1e-9;
+    }
+  }
+  EXPECT_TRUE(some_halved);
+}
+
+TEST(SimulateSharedTest, DeadlocksAreStillNamed) {
+  Costs costs;
+  costs.slots = 1;
+  auto sim = SimulateActions(ScheduleKind::k1F1B, kTwoByTwo, Lists({"1B0 0F0 0B0 0F1 0B1", "1F0 1F1 1B1"}), costs);
+  ASSERT_FALSE(sim.ok());
+}
+
 TEST(SimulateTest, DeadlockNamesEachRanksStuckAction) {
   // Rank 0 waits for micro-batch 0's gradient before sending micro-batch 1 forward, while
   // rank 1 wants micro-batch 1's forward before it runs micro-batch 0's backward.

@@ -105,23 +105,37 @@ LinkFit FromJson(const nlohmann::json& j) {
 
 }  // namespace
 
-double CommCosts::AllReduce(int n, double bytes) const {
-  if (n <= 1 || all_reduce.empty()) return 0;
-  auto it = all_reduce.lower_bound(n);
-  if (it == all_reduce.end()) it = std::prev(it);
+namespace {
+
+double RingAllReduce(const std::map<int, LinkFit>& fits, int n, double bytes) {
+  if (n <= 1 || fits.empty()) return 0;
+  auto it = fits.lower_bound(n);
+  if (it == fits.end()) it = std::prev(it);
   const int m = it->first;
   const double ring = (2.0 * (n - 1) / n) / (2.0 * (m - 1) / m);
   return it->second.latency_s + bytes * it->second.s_per_byte * ring;
 }
-double CommCosts::ReduceScatter(int n, double bytes) const {
-  if (n <= 1 || all_reduce.empty()) return 0;
-  const double whole = AllReduce(n, bytes);
-  const double lat = all_reduce.lower_bound(n) == all_reduce.end() ? all_reduce.rbegin()->second.latency_s
-                                                                   : all_reduce.lower_bound(n)->second.latency_s;
+
+double RingHalf(const std::map<int, LinkFit>& fits, int n, double bytes) {
+  if (n <= 1 || fits.empty()) return 0;
+  const double whole = RingAllReduce(fits, n, bytes);
+  auto it = fits.lower_bound(n);
+  const double lat = it == fits.end() ? fits.rbegin()->second.latency_s : it->second.latency_s;
   return lat + (whole - lat) / 2;
 }
-double CommCosts::AllGather(int n, double bytes) const { return ReduceScatter(n, bytes); }
-double CommCosts::P2P(double bytes) const { return p2p.Seconds(bytes); }
+
+}  // namespace
+
+double CommCosts::AllReduce(int n, double bytes, int stride) const {
+  return RingAllReduce(SpansNodes(n, stride) ? all_reduce_inter : all_reduce, n, bytes);
+}
+double CommCosts::ReduceScatter(int n, double bytes, int stride) const {
+  return RingHalf(SpansNodes(n, stride) ? all_reduce_inter : all_reduce, n, bytes);
+}
+double CommCosts::AllGather(int n, double bytes, int stride) const { return ReduceScatter(n, bytes, stride); }
+double CommCosts::P2P(double bytes, int n, int stride) const {
+  return (SpansNodes(n, stride) ? p2p_inter : p2p).Seconds(bytes);
+}
 
 Result<CommCosts> MeasureCommCosts(const std::vector<int>& sizes, int reps) {
   CommCosts costs;

@@ -19,17 +19,29 @@ struct LinkFit {
   double Seconds(double bytes) const { return latency_s + bytes * s_per_byte; }
 };
 
+// A group is n ranks `stride` apart (mesh order pp, dp, cp, tp: a tp group has stride 1, a dp
+// group stride tp, a pipeline's neighbours stride dp x tp). With `ranks_per_node` set, ranks
+// r / ranks_per_node share a node: a group that fits in one node (n x stride <= ranks_per_node)
+// uses the intra-node fits, one that spans nodes the inter-node fits (its ring is as slow as
+// the link between nodes). ranks_per_node 0: one host, every group intra-node (what
+// MeasureCommCosts measures).
 struct CommCosts {
   std::map<int, LinkFit> all_reduce;  // by group size: an all-reduce of `bytes` per rank
   LinkFit p2p;                        // one send of `bytes` to a peer (and its receive)
+  int ranks_per_node = 0;
+  std::map<int, LinkFit> all_reduce_inter;  // groups that span nodes
+  LinkFit p2p_inter;                        // a send between nodes
 
   // 0 for a group of one. A size not measured takes the nearest measured one, its bandwidth
   // term scaled by the ring's 2(n-1)/n. Reduce-scatter and all-gather (`bytes`: the full
   // buffer) are a ring's half of an all-reduce: latency + half the bandwidth term.
-  double AllReduce(int n, double bytes) const;
-  double ReduceScatter(int n, double bytes) const;
-  double AllGather(int n, double bytes) const;
-  double P2P(double bytes) const;
+  double AllReduce(int n, double bytes, int stride = 1) const;
+  double ReduceScatter(int n, double bytes, int stride = 1) const;
+  double AllGather(int n, double bytes, int stride = 1) const;
+  // A send between neighbours of a pipeline of `n` ranks `stride` apart: inter-node when the
+  // pipeline spans nodes (its slowest hop).
+  double P2P(double bytes, int n = 2, int stride = 1) const;
+  bool SpansNodes(int n, int stride) const { return ranks_per_node > 0 && n * stride > ranks_per_node; }
   bool empty() const { return all_reduce.empty(); }
 };
 

@@ -18,10 +18,10 @@ struct TpCalls {
 };
 
 TpCalls UnitTpCalls(const ModelOptions& m, int u, int n_units, const UnitProfile& p, Recompute rc,
-                    int64_t micro_batch) {
+                    int64_t micro_batch, int value_bytes) {
   TpCalls t;
   if (m.kind == ModelOptions::Kind::kGpt) {
-    t.bytes = micro_batch * m.context * m.width * 4;
+    t.bytes = micro_batch * m.context * m.width * value_bytes;
     if (u == 0) {
       t.forward = 1;  // the vocab-parallel embedding's rows
     } else if (u + 1 == n_units) {
@@ -53,14 +53,18 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
                                       std::to_string(n_units));
   }
   const std::vector<UnitSpec> units = ShardUnitsForTp(job.model, full_units, c.tp);
+  // More processes than cores: the schedule simulator shares the cores among the ranks computing
+  // at each moment (processor sharing: a pipeline rank alone in the bubble has a core to itself,
+  // dp x tp copies of the pipeline run side by side), and what every process does at once (the
+  // optimizer) is slowed by world / cores.
   const double slow = o.cores > 0 ? std::max(1.0, static_cast<double>(o.world) / o.cores) : 1.0;
   const double tp = c.tp;
   // Tensor parallelism divides a unit's compute and its inner activations by tp (its matrix
   // products and attention heads split); the activation it hands on stays whole.
-  auto unit_f = [&](int u) { return slow * (*prof)[u].f / tp; };
-  auto unit_b = [&](int u) { return slow * (*prof)[u].b / tp; };
-  auto unit_i = [&](int u) { return slow * (*prof)[u].i / tp; };
-  auto unit_w = [&](int u) { return slow * (*prof)[u].w / tp; };
+  auto unit_f = [&](int u) { return (*prof)[u].f / tp; };
+  auto unit_b = [&](int u) { return (*prof)[u].b / tp; };
+  auto unit_i = [&](int u) { return (*prof)[u].i / tp; };
+  auto unit_w = [&](int u) { return (*prof)[u].w / tp; };
   auto unit_saved = [&](int u) {
     const UnitProfile& p = (*prof)[u];
     return p.output_bytes + static_cast<int64_t>((p.saved_bytes - p.output_bytes) / tp);
@@ -85,9 +89,12 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
   for (int s = 0; s < stages; ++s) {
     double f = 0, b = 0, i = 0, w = 0;
     for (int u = plan.stages[s].first; u < plan.stages[s].last; ++u) {
-      const TpCalls t = c.tp > 1 ? UnitTpCalls(job.model, u, n_units, (*prof)[u], c.recompute, c.micro_batch) : TpCalls{};
-      const double tf = t.forward * comm.AllReduce(c.tp, static_cast<double>(t.bytes));
-      const double tb = t.backward * comm.AllReduce(c.tp, static_cast<double>(t.bytes));
+      const TpCalls t =
+          c.tp > 1 ? UnitTpCalls(job.model, u, n_units, (*prof)[u], c.recompute, c.micro_batch, o.value_bytes) : TpCalls{};
+      // Measured collectives already ran as many threads as ranks on these cores: divided by
+      // `slow` here, the simulator's sharing gives them back their measured time.
+      const double tf = t.forward * comm.AllReduce(c.tp, static_cast<double>(t.bytes)) / slow;
+      const double tb = t.backward * comm.AllReduce(c.tp, static_cast<double>(t.bytes)) / slow;
       f += unit_f(u) + tf;
       b += unit_b(u) + tb;
       i += unit_i(u) + tb;
@@ -103,7 +110,11 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
   // A hand-off between ranks: the largest stage boundary's activation.
   int64_t boundary = 0;
   for (int s = 0; s + 1 < stages; ++s) boundary = std::max(boundary, (*prof)[plan.stages[s].last - 1].output_bytes);
-  costs.comm = stages > 1 ? comm.P2P(static_cast<double>(boundary)) : 0;
+  // Ranks in mesh order (pp, dp, tp): a tp group is consecutive, a dp group tp apart, a
+  // pipeline's neighbours dp x tp apart (CommCosts picks the intra- or inter-node link).
+  const int dp_stride = c.tp, pp_stride = c.dp * c.tp;
+  costs.comm = stages > 1 ? comm.P2P(static_cast<double>(boundary), c.pp, pp_stride) : 0;
+  if (slow > 1) costs.slots = static_cast<double>(o.cores) / (c.dp * c.tp);
   STRATA_ASSIGN_OR_RETURN(pipeline::Simulation sim, pipeline::Simulate(c.schedule, plan.shape(), costs));
 
   // Per pipeline rank: memory by the ZeRO formulas and the schedule's live activations, and the
@@ -124,21 +135,23 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
       }
       act = std::max(act, stage_saved[s]);
       transient = std::max(transient, stage_transient[s]);
-      backward += costs.B(s);
-      forward += costs.F(s);
+      backward += slow * costs.B(s);  // the windows the dp sync hides in, with every rank busy
+      forward += slow * costs.F(s);
     }
     first_unit = units[plan.stages[*std::min_element(mine.begin(), mine.end())].first].params;
     const double p = static_cast<double>(psi);
+    const double pb = o.mixed_precision ? 2 : 4;              // a weight's bytes
+    const double state = k + (o.mixed_precision ? 4 : 0);     // the optimizer's, fp32 master included
     PlanMemory mem;
     switch (c.zero) {
-      case 0: mem = {static_cast<int64_t>(4 * p), static_cast<int64_t>(4 * p), static_cast<int64_t>(k * p)}; break;
+      case 0: mem = {static_cast<int64_t>(pb * p), static_cast<int64_t>(4 * p), static_cast<int64_t>(state * p)}; break;
       case 1:
       case 2:  // the full buffers during a step, beside the reduced shard
-        mem = {static_cast<int64_t>(4 * p), static_cast<int64_t>(4 * p + 4 * p / n), static_cast<int64_t>(k * p / n)};
+        mem = {static_cast<int64_t>(pb * p), static_cast<int64_t>(4 * p + 4 * p / n), static_cast<int64_t>(state * p / n)};
         break;
       default:  // ZeRO-3: shards, the unit computing and the one prefetched gathered, every full gradient at worst
-        mem = {static_cast<int64_t>(4 * p / n + 2 * 4 * largest_unit), static_cast<int64_t>(4 * p + 4 * p / n),
-               static_cast<int64_t>(k * p / n)};
+        mem = {static_cast<int64_t>(pb * p / n + 2 * pb * largest_unit), static_cast<int64_t>(4 * p + 4 * p / n),
+               static_cast<int64_t>(state * p / n)};
         break;
     }
     mem.activations = act * sim.peak_live[r];
@@ -146,14 +159,15 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
 
     // The dp gradient sync: all-reduce (ZeRO-0) or reduce-scatter + all-gather (1, 2), with
     // ZeRO-3's gathers of every unit at each forward and backward of a micro-batch.
-    const double grad_bytes = 4 * p;
+    const double grad_bytes = 4 * p, weight_bytes = pb * p;
     double sync = 0, gathers = 0;
     if (c.dp > 1) {
       if (c.zero == 0) {
-        sync = comm.AllReduce(c.dp, grad_bytes);
+        sync = comm.AllReduce(c.dp, grad_bytes, dp_stride);
       } else {
-        sync = comm.ReduceScatter(c.dp, grad_bytes);
-        gathers = c.zero == 3 ? 2.0 * c.micro_batches * comm.AllGather(c.dp, grad_bytes) : comm.AllGather(c.dp, grad_bytes);
+        sync = comm.ReduceScatter(c.dp, grad_bytes, dp_stride);
+        const double gather = comm.AllGather(c.dp, weight_bytes, dp_stride);
+        gathers = c.zero == 3 ? 2.0 * c.micro_batches * gather : gather;
       }
     }
     // Overlap: backward hands buckets to the sync as the last micro-batch's backward finishes
@@ -171,7 +185,7 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
       }
     }
     // Scalars a step: the loss and gradient norm over pp, the loss over dp, the norm over tp.
-    exposed += 2 * comm.AllReduce(c.pp, 8) + comm.AllReduce(c.dp, 8) + comm.AllReduce(c.tp, 8);
+    exposed += 2 * comm.AllReduce(c.pp, 8, pp_stride) + comm.AllReduce(c.dp, 8, dp_stride) + comm.AllReduce(c.tp, 8);
     const double optimizer = slow * cal.optimizer_s_per_param * (c.zero > 0 ? p / n : p);
     const double busy = sim.busy[r];
     const double step = sim.makespan + exposed + optimizer;

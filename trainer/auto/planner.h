@@ -44,6 +44,14 @@ struct PlannerOptions {
   int cores = 0;
   int max_micro_batches = 16;
   bool overlap = true;            // sync.overlap: the dp gradient sync overlaps backward
+  // Bytes of one activation value, what tensor-parallel all-reduces and pipeline hand-offs
+  // carry: 4 (fp32: the trainer today) or 2 (bf16 compute, a stated device: device_model.h).
+  int value_bytes = 4;
+  // The memory formulas. false: fp32 weights, gradients and optimizer state (the trainer
+  // today). true: mixed precision as Megatron keeps it: bf16 weights (2 B a parameter), fp32
+  // gradients (4 B), an fp32 master copy beside the optimizer's moments (4 + 8 B for Adam),
+  // ZeRO sharding the master with the moments, and ZeRO's all-gathers moving bf16 weights.
+  bool mixed_precision = false;
 };
 
 struct PlanMemory {

@@ -4,6 +4,7 @@
 #include "trainer/pipeline/simulate.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace strata::pipeline {
 namespace {
@@ -127,6 +128,80 @@ Status CheckLists(ScheduleKind kind, const PipelineShape& shape,
   return Status::OK();
 }
 
+
+// Where the next compute action of rank r could start: its dependencies' ends (plus the hand-off
+// when another rank ran them), at the earliest `free_at`; false while one has not run.
+bool ReadyAt(const Action& a, int r, int last_stage, ActionKind backward, double comm, double free_at,
+             Ledger& ledger, double* start) {
+  Action deps[2];
+  const int n = Dependencies(a, last_stage, backward, deps);
+  *start = free_at;
+  for (int d = 0; d < n; ++d) {
+    const Ledger::Entry& e = ledger.at(deps[d].kind, deps[d].stage, deps[d].micro);
+    if (!e.done) return false;
+    *start = std::max(*start, e.end + (e.rank != r ? comm : 0.0));
+  }
+  return true;
+}
+
+// The event-driven clock of processor sharing (Costs::slots > 0): between two events (an action
+// ends, or a waiting one's inputs arrive) the k ranks computing each progress at min(1, slots/k).
+template <typename Duration>
+void RunShared(const std::vector<std::vector<Action>>& lists, const Costs& costs, int last_stage,
+               ActionKind backward, const Duration& duration, Ledger& ledger, std::vector<size_t>& next,
+               Simulation& sim) {
+  const size_t p = lists.size();
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<bool> running(p, false);
+  std::vector<double> remaining(p, 0), started(p, 0);
+  double now = 0;
+  for (;;) {
+    double wake = inf;
+    for (size_t r = 0; r < p; ++r) {
+      if (running[r]) continue;
+      while (next[r] < lists[r].size() && !lists[r][next[r]].is_compute()) ++next[r];
+      if (next[r] == lists[r].size()) continue;
+      const Action& a = lists[r][next[r]];
+      double start = 0;
+      if (!ReadyAt(a, static_cast<int>(r), last_stage, backward, costs.comm, now, ledger, &start)) continue;
+      if (start > now) {
+        wake = std::min(wake, start);
+        continue;
+      }
+      running[r] = true;
+      remaining[r] = duration(a);
+      started[r] = now;
+    }
+    const auto k = static_cast<double>(std::count(running.begin(), running.end(), true));
+    if (k == 0) {
+      if (wake == inf) return;  // done, or stuck (the caller names the stuck actions)
+      now = wake;
+      continue;
+    }
+    const double rate = std::min(1.0, costs.slots / k);
+    double dt = inf;
+    for (size_t r = 0; r < p; ++r) {
+      if (running[r]) dt = std::min(dt, remaining[r] / rate);
+    }
+    const bool ends = dt <= wake - now;
+    if (!ends) dt = wake - now;
+    now += dt;
+    for (size_t r = 0; r < p; ++r) {
+      if (!running[r]) continue;
+      remaining[r] -= dt * rate;
+      // The action(s) setting dt end now; float error must not leave a sliver behind.
+      if (!ends || remaining[r] > 1e-12 * std::max(1.0, now)) continue;
+      const Action& a = lists[r][next[r]];
+      ledger.at(a.kind, a.stage, a.micro) = {true, true, static_cast<int>(r), now};
+      sim.ranks[r].push_back({a, started[r], now});
+      sim.busy[r] += now - started[r];
+      sim.makespan = std::max(sim.makespan, now);
+      running[r] = false;
+      ++next[r];
+    }
+  }
+}
+
 }  // namespace
 
 double Costs::F(int stage) const { return PerStage(f_stage, f, stage); }
@@ -166,33 +241,29 @@ Result<Simulation> SimulateActions(ScheduleKind kind, const PipelineShape& shape
   sim.ranks.resize(p);
   sim.busy.assign(p, 0.0);
   std::vector<size_t> next(p, 0);
-  std::vector<double> free_at(p, 0.0);
-  // Each pass runs, on every rank, the actions whose inputs are done. Because a rank runs its
-  // list in order, the start of an action depends only on its rank's previous action and its
-  // dependencies, so this order gives the same times as an event-driven clock would.
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int r = 0; r < p; ++r) {
-      for (; next[r] < lists[r].size(); ++next[r]) {
-        const Action& a = lists[r][next[r]];
-        if (!a.is_compute()) continue;
-        Action deps[2];
-        const int n = Dependencies(a, last_stage, backward, deps);
-        double start = free_at[r];
-        bool ready = true;
-        for (int d = 0; d < n && ready; ++d) {
-          const Ledger::Entry& e = ledger.at(deps[d].kind, deps[d].stage, deps[d].micro);
-          ready = e.done;
-          start = std::max(start, e.end + (e.rank != r ? costs.comm : 0.0));
+  if (costs.slots > 0) {
+    RunShared(lists, costs, last_stage, backward, duration, ledger, next, sim);
+  } else {
+    std::vector<double> free_at(p, 0.0);
+    // Each pass runs, on every rank, the actions whose inputs are done. Because a rank runs its
+    // list in order, the start of an action depends only on its rank's previous action and its
+    // dependencies, so this order gives the same times as an event-driven clock would.
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (int r = 0; r < p; ++r) {
+        for (; next[r] < lists[r].size(); ++next[r]) {
+          const Action& a = lists[r][next[r]];
+          if (!a.is_compute()) continue;
+          double start = 0;
+          if (!ReadyAt(a, r, last_stage, backward, costs.comm, free_at[r], ledger, &start)) break;
+          const double end = start + duration(a);
+          ledger.at(a.kind, a.stage, a.micro) = {true, true, r, end};
+          sim.ranks[r].push_back({a, start, end});
+          sim.busy[r] += end - start;
+          sim.makespan = std::max(sim.makespan, end);
+          free_at[r] = end;
+          progress = true;
         }
-        if (!ready) break;
-        const double end = start + duration(a);
-        ledger.at(a.kind, a.stage, a.micro) = {true, true, r, end};
-        sim.ranks[r].push_back({a, start, end});
-        sim.busy[r] += end - start;
-        sim.makespan = std::max(sim.makespan, end);
-        free_at[r] = end;
-        progress = true;
       }
     }
   }

@@ -19,6 +19,12 @@ namespace strata::pipeline {
 struct Costs {
   double f = 1, b = 2, i = 1, w = 1;  // equal F, I and W: the zero-bubble paper's unit
   double comm = 0;                    // latency of a send to another rank
+  // Processors the ranks share, for a pipeline whose processes outnumber the cores: 0, each rank
+  // has its own (actions take their durations). > 0 (fractions allowed), processor sharing:
+  // while k ranks compute, each runs at min(1, slots / k) of its speed, so a rank computing
+  // while the others idle in the bubble has a core to itself. The planner's case: `cores`
+  // shared by dp x tp copies of this pipeline gives slots = cores / (dp x tp).
+  double slots = 0;
   std::vector<double> f_stage, b_stage, i_stage, w_stage;  // per global stage, when measured
   double F(int stage) const;
   double B(int stage) const;

@@ -1,0 +1,127 @@
+// client_layout.cc: PsClient under elastic servers (ps/layout.h): building sparse parts, taking
+// joined servers into the layout, and sending the keys of a part its server no longer holds to
+// the server that holds them now.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "ps/client.h"
+
+namespace strata {
+namespace {
+
+bool Moved(const Status& s) {
+  return s.code() == StatusCode::kFailedPrecondition && s.message().find(kLayoutMoved) != std::string::npos;
+}
+
+template <typename T>
+Buffer View(const std::shared_ptr<std::vector<T>>& v) {
+  return Buffer(v->data(), v->size() * sizeof(T), v);
+}
+
+}  // namespace
+
+PsTicket::Part PsClient::SparsePart(uint32_t server, std::shared_ptr<const PsTicket::Sparse> q) {
+  PsTicket::Part part(server, nullptr, [q] {
+    Message m;
+    const int64_t n = static_cast<int64_t>(q->keys->size());
+    if (q->push) {
+      auto p = m.builder().getBody().initPush();
+      p.setTable(q->table);
+      p.setClock(q->clock);
+      p.setReturnValues(q->return_values);
+      p.setPushId(q->push_id);
+    } else {
+      auto p = m.builder().getBody().initPull();
+      p.setTable(q->table);
+      p.setClock(q->clock);
+    }
+    m.AddPayload(DType::kI64, {n}, View(q->keys));
+    if (q->push) m.AddPayload(DType::kF32, {n, static_cast<int64_t>(q->dim)}, View(q->grads));
+    return m;
+  });
+  part.sparse = std::move(q);
+  return part;
+}
+
+Status PsClient::GrowLayout() {
+  const ClusterView view = node_.view();
+  const int count = view.Count(Role::kServer);
+  for (int r = static_cast<int>(servers_.size()); r < count; ++r) {
+    const NodeInfo* n = view.Find(Role::kServer, r);
+    if (!n) return Status::Internal("server rank " + std::to_string(r) + " is missing from the view");
+    STRATA_ASSIGN_OR_RETURN(PeerId peer, node_.rpc().Connect(n->address));
+    servers_.push_back(peer);
+    addresses_.push_back(n->address);
+    holders_.push_back(static_cast<uint32_t>(r));
+  }
+  layout_.servers = std::max(layout_.servers, static_cast<uint32_t>(servers_.size()));
+  return Status::OK();
+}
+
+Result<Message> PsClient::Finish(PsTicket::Part& part, Millis timeout) {
+  Result<Message> r = Await(part, timeout);
+  if (!r.ok() && Retryable(r.status())) r = Retry(part, std::move(r));
+  if (!r.ok() && Moved(r.status()) && part.sparse) r = Resplit(part);
+  return r;
+}
+
+Result<Message> PsClient::Resplit(PsTicket::Part& part, int depth) {
+  const PsTicket::Sparse& q = *part.sparse;
+  const size_t n = q.keys->size(), dim = q.dim;
+  // The server that took the keys is in the view from the moment it joined, before any server
+  // refuses them: one refresh finds it.
+  std::map<uint32_t, std::vector<size_t>> by_owner;  // server -> positions in the part
+  (void)node_.RefreshView();
+  STRATA_RETURN_IF_ERROR(GrowLayout());
+  for (size_t i = 0; i < n; ++i) by_owner[layout_.SparseOwner((*q.keys)[i])].push_back(i);
+  if (depth > 8 || (by_owner.size() == 1 && by_owner.begin()->first == part.server)) {
+    return Status::Internal("server " + std::to_string(part.server) + " refused keys as moved, but the layout of " +
+                            std::to_string(layout_.servers) + " servers places them there");
+  }
+  ++resplits_;
+  struct Sub {
+    std::vector<size_t> positions;
+    PsTicket::Part part;
+  };
+  std::vector<Sub> subs;
+  for (auto& [server, positions] : by_owner) {
+    auto sub = std::make_shared<PsTicket::Sparse>(q);  // the same table, clock and push id
+    sub->keys = std::make_shared<std::vector<uint64_t>>();
+    sub->grads = std::make_shared<std::vector<float>>();
+    for (size_t i : positions) {
+      sub->keys->push_back((*q.keys)[i]);
+      if (q.push) sub->grads->insert(sub->grads->end(), q.grads->begin() + i * dim, q.grads->begin() + (i + 1) * dim);
+    }
+    subs.push_back({std::move(positions), SparsePart(server, std::move(sub))});
+    Send(subs.back().part, timeout_);
+  }
+  auto values = std::make_shared<std::vector<float>>(q.return_values ? n * dim : 0);
+  for (Sub& sub : subs) {
+    Result<Message> r = Await(sub.part, timeout_ + Millis(1000));
+    if (!r.ok() && Retryable(r.status())) r = Retry(sub.part, std::move(r));
+    if (!r.ok() && Moved(r.status())) r = Resplit(sub.part, depth + 1);  // another server joined meanwhile
+    if (!r.ok()) return r.status().WithContext("server " + std::to_string(sub.part.server));
+    if (!q.return_values) continue;
+    const size_t floats = sub.positions.size() * dim;
+    if (r->op() != Op::VALUES || r->num_payloads() != 1 || r->payload(0).size() != floats * sizeof(float)) {
+      return Status::Internal("server " + std::to_string(sub.part.server) + " answered moved keys with " +
+                              std::string(OpName(r->op())) + " of the wrong size");
+    }
+    const auto* v = reinterpret_cast<const float*>(r->payload(0).data());
+    for (size_t j = 0; j < sub.positions.size(); ++j) {
+      std::memcpy(values->data() + sub.positions[j] * dim, v + j * dim, dim * sizeof(float));
+    }
+  }
+  // Answered as the part's own server would have: values in the part's key order, or empty.
+  Message reply;
+  if (q.return_values) {
+    reply.builder().getBody().setValues();
+    reply.AddPayload(DType::kF32, {static_cast<int64_t>(n), static_cast<int64_t>(dim)}, View(values));
+  }
+  return reply;
+}
+
+}  // namespace strata

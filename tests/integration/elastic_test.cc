@@ -1,0 +1,264 @@
+// elastic_test.cc: issue #16's elastic membership with real processes on loopback (ctr, ps
+// mode, ASP, cluster.elastic): a third trainer joins a 2-trainer job mid-run; a trainer leaves
+// on SIGTERM and the others finish; a server is added to a 2-server job mid-run, takes its
+// share of the rows over while an in-process ledger pushes counted increments (none lost or
+// applied twice); and what cannot be elastic is refused naming the field. The AUC of each run is
+// compared with the same job undisturbed.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <iostream>
+#include <cmath>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cluster/node.h"
+#include "ps/client.h"
+#include "tests/integration/process_cluster.h"
+#include "tests/test_util.h"
+
+namespace strata {
+namespace {
+
+using testing::Subprocess;
+using testing::WaitFor;
+
+const char* kCtr =
+    "model: {kind: ctr, fields: 8, field_vocab: 300, embed_dim: 8, ctr_hidden: 32}\n"
+    "data: {kind: click_log, eval_samples: 20000}\n"
+    "optimizer: {kind: adamw, lr: 0.01}\n"
+    "sync: {mode: ps, consistency: asp}\n"
+    "train: {steps: 20000, batch_size: 384, log_every: 500, progress: false}\n";
+
+// How far an elastic run's AUC may be from the undisturbed run's: a joined trainer adds a third
+// slice to the global batches from its first step (more samples per step), a leaver removes one.
+constexpr double kAucTolerance = 0.02;
+
+double Auc(const std::string& log) {
+  std::smatch m;
+  if (!std::regex_search(log, m, std::regex("auc ([0-9.]+) \\(oracle"))) return -1;
+  return std::stod(m[1]);
+}
+
+int64_t Number(const std::string& log, const std::string& pattern) {
+  std::smatch m;
+  if (!std::regex_search(log, m, std::regex(pattern))) return -1;
+  return std::stoll(m[1]);
+}
+
+class ElasticTest : public testing::ProcessClusterTest {
+ protected:
+  std::vector<std::string> Common(const std::string& job, int servers, int trainers) {
+    return {"--config", job, "--set", "cluster.servers=" + std::to_string(servers), "--set",
+            "cluster.trainers=" + std::to_string(trainers), "--set", "cluster.elastic=true",
+            "--set", "train.metrics_path=" + Metrics("run")};
+  }
+  // The same job undisturbed under strata-launch: its AUC.
+  double Undisturbed(const std::string& job, int servers, int trainers) {
+    std::string log;
+    EXPECT_EQ(Launch(job, servers, trainers, {"cluster.elastic=true"}, &log), 0) << log;
+    const double auc = Auc(log);
+    EXPECT_GT(auc, 0.7) << log;  // the planted model was learnt (chance is 0.5)
+    return auc;
+  }
+  // Starts the scheduler, the servers and the trainers of a job; returns the scheduler's address.
+  std::string StartJob(const std::vector<std::string>& common, int servers, int trainers) {
+    const std::string address = StartScheduler(common, "tcp://127.0.0.1:0");
+    for (int r = 0; r < servers; ++r) Start("strata-server", common, address, r);
+    for (int r = 0; r < trainers; ++r) Start("strata-trainer", common, address, r);
+    return address;
+  }
+  // Every process started exits 0.
+  void ExpectAllExitCleanly() {
+    for (auto& n : nodes_) EXPECT_EQ(n->Wait(Millis(240000)), 0) << n->log_path() << "\n" << n->Log();
+    EXPECT_EQ(schedulers_[0]->Wait(Millis(20000)), 0) << schedulers_[0]->Log();
+  }
+};
+
+TEST_F(ElasticTest, ATrainerJoinsARunningAspJob) {
+  const std::string job = Job("ctr", kCtr);
+  const double undisturbed = Undisturbed(job, 1, 2);
+  const auto common = Common(job, 1, 2);
+  const std::string address = StartJob(common, 1, 2);
+  ASSERT_TRUE(WaitFor([&] { return MetricsLines("run") >= 2; }, Millis(120000))) << nodes_[1]->Log();
+  Subprocess& joined = Start("strata-trainer", common, address, -1, {"--join"});
+  ExpectAllExitCleanly();
+  const std::string log = joined.Log();
+  const int64_t first = Number(log, "joined the running job as trainer 2: training from step ([0-9]+)");
+  EXPECT_GT(first, 100) << log;
+  EXPECT_LT(first, 20000) << "the trainer joined after the job ended: make it longer\n" << log;
+  EXPECT_NE(nodes_[1]->Log().find("done: 20000 steps"), std::string::npos) << nodes_[1]->Log();
+  const double auc = Auc(nodes_[1]->Log());
+  EXPECT_NEAR(auc, undisturbed, kAucTolerance) << nodes_[1]->Log();
+  std::cout << "join at step " << first << ": auc " << auc << ", undisturbed " << undisturbed << "\n";
+  EXPECT_NE(schedulers_[0]->Log().find("trainer 2 (node 4"), std::string::npos) << schedulers_[0]->Log();
+}
+
+TEST_F(ElasticTest, ATrainerLeavesOnSigtermAndTheOthersFinish) {
+  const std::string job = Job("ctr", kCtr);
+  const auto common = Common(job, 1, 3);
+  StartJob(common, 1, 3);
+  Subprocess& leaver = *nodes_[3];  // trainer 2
+  ASSERT_TRUE(WaitFor([&] { return MetricsLines("run") >= 2; }, Millis(120000))) << nodes_[1]->Log();
+  leaver.Signal(SIGTERM);
+  EXPECT_EQ(leaver.Wait(Millis(60000)), 0) << leaver.Log();
+  const std::string left = leaver.Log();
+  const int64_t last = Number(left, "left the job after step ([0-9]+)");
+  EXPECT_GT(last, 100) << left;
+  EXPECT_LT(last, 20000) << left;
+  ExpectAllExitCleanly();
+  const std::string log = nodes_[1]->Log();
+  EXPECT_NE(log.find("done: 20000 steps"), std::string::npos) << log;
+  EXPECT_GT(Auc(log), 0.7) << log;
+  std::cout << "left after step " << last << ": auc " << Auc(log) << "\n";
+  EXPECT_NE(schedulers_[0]->Log().find("leaves the data split from step " + std::to_string(last)), std::string::npos)
+      << schedulers_[0]->Log();
+}
+
+// An in-process trainer joined to the job pushing +1 per key per push (SGD, lr 1): a key's value
+// is minus the pushes applied to it, to compare with the pushes acknowledged.
+class Ledger {
+ public:
+  static constexpr uint32_t kDim = 4;
+  static constexpr uint64_t kKeys = 512;
+
+  explicit Ledger(const std::string& scheduler, int servers, int trainers) {
+    NodeOptions o;
+    o.cluster.scheduler = scheduler;
+    o.cluster.servers = servers;
+    o.cluster.trainers = trainers;
+    o.cluster.elastic = true;
+    o.role = Role::kTrainer;
+    o.join = true;
+    node_ = std::make_unique<Node>(o);
+  }
+  Status Start() {
+    STRATA_RETURN_IF_ERROR(node_->Join());
+    client_ = std::make_unique<PsClient>(*node_, Millis(30000));
+    TableSpec spec;
+    spec.id = 4000;
+    spec.name = "ledger";
+    spec.kind = TableKind::kSparse;
+    spec.dim = kDim;
+    spec.optimizer.lr = 1.0f;
+    spec.consistency = Consistency::kAsp;
+    STRATA_RETURN_IF_ERROR(client_->CreateTable(spec));
+    pusher_ = std::thread([this] { Push(); });
+    return Status::OK();
+  }
+  // Stops pushing; returns the pushes acknowledged but not applied, and those applied twice.
+  Result<std::pair<uint64_t, uint64_t>> Stop() {
+    stop_ = true;
+    pusher_.join();
+    std::vector<uint64_t> keys(kKeys);
+    for (uint64_t k = 0; k < kKeys; ++k) keys[k] = k;
+    std::vector<float> values(kKeys * kDim);
+    PsTicket p = client_->Pull(4000, keys, values.data());
+    STRATA_RETURN_IF_ERROR(client_->Wait(p));
+    uint64_t lost = 0, doubled = 0;
+    for (uint64_t k = 0; k < kKeys; ++k) {
+      const auto got = static_cast<uint64_t>(std::llround(-values[k * kDim]));
+      acknowledged_ += acked_[k];
+      if (got < acked_[k]) lost += acked_[k] - got;
+      if (got > acked_[k]) doubled += got - acked_[k];
+    }
+    (void)node_->Leave(Millis(5000));  // the trainers' final barrier must not wait for it
+    return std::make_pair(lost, doubled);
+  }
+  uint64_t acknowledged() const { return acknowledged_; }
+  uint64_t failed() const { return failed_; }
+  uint64_t resplits() const { return client_->resplits(); }
+
+ private:
+  void Push() {
+    const std::vector<float> ones(16 * kDim, 1.0f);
+    for (uint64_t i = 0; !stop_; ++i) {
+      std::vector<uint64_t> keys;
+      for (uint64_t j = 0; j < 16; ++j) keys.push_back((i * 16 + j) % kKeys);
+      PsTicket t = client_->Push(4000, keys, ones.data());
+      if (!client_->Wait(t).ok()) {
+        ++failed_;
+        continue;
+      }
+      for (uint64_t k : keys) ++acked_[k];
+    }
+  }
+
+  std::unique_ptr<Node> node_;
+  std::unique_ptr<PsClient> client_;
+  std::thread pusher_;
+  std::atomic<bool> stop_{false};
+  std::vector<uint64_t> acked_ = std::vector<uint64_t>(kKeys, 0);
+  uint64_t acknowledged_ = 0, failed_ = 0;
+};
+
+TEST_F(ElasticTest, AServerAddedMidRunTakesItsRowsAndNothingIsLost) {
+  const std::string job = Job("ctr", kCtr);
+  const double undisturbed = Undisturbed(job, 2, 2);
+  const auto common = Common(job, 2, 2);
+  const std::string address = StartJob(common, 2, 2);
+  ASSERT_TRUE(WaitFor([&] { return MetricsLines("run") >= 2; }, Millis(120000))) << nodes_[2]->Log();
+  Ledger ledger(address, 2, 2);
+  ASSERT_TRUE(ledger.Start().ok());
+  std::this_thread::sleep_for(Millis(500));  // pushes in flight when the server joins
+  Subprocess& added = Start("strata-server", common, address, -1, {"--join"});
+  ASSERT_TRUE(WaitFor([&] { return added.Log().find("serving as server 2 of 3") != std::string::npos; },
+                      Millis(60000)))
+      << added.Log();
+  std::this_thread::sleep_for(Millis(500));  // and after it took over
+  auto result = ledger.Stop();
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_GT(ledger.acknowledged(), 1000u);
+  EXPECT_EQ(result->first, 0u) << "acknowledged pushes lost";
+  EXPECT_EQ(result->second, 0u) << "pushes applied twice";
+  EXPECT_EQ(ledger.failed(), 0u);
+  ExpectAllExitCleanly();
+
+  // The rows moved: each older server handed the new one about a third of its rows.
+  const std::string log = added.Log();
+  int64_t in = 0;
+  for (int r = 0; r < 2; ++r) {
+    const std::string old = nodes_[r]->Log();
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(old, m, std::regex("layout of 3 servers: ([0-9]+) of ([0-9]+) rows"))) << old;
+    const double moved = std::stod(m[1]), total = std::stod(m[2]);
+    EXPECT_GT(moved, 0.25 * total) << old;
+    EXPECT_LT(moved, 0.42 * total) << old;
+    in += static_cast<int64_t>(moved);
+  }
+  EXPECT_EQ(Number(log, "took over ([0-9]+) rows; serving"), in) << log;
+  const std::string trainer = nodes_[2]->Log();
+  EXPECT_NE(trainer.find("done: 20000 steps"), std::string::npos) << trainer;
+  EXPECT_NEAR(Auc(trainer), undisturbed, kAucTolerance) << trainer;
+  std::cout << "server added: " << in << " rows moved in, ledger " << ledger.acknowledged() << " acknowledged, "
+            << ledger.resplits() << " parts re-sent to the new layout; auc " << Auc(trainer) << ", undisturbed "
+            << undisturbed << "\n";
+}
+
+TEST_F(ElasticTest, WhatCannotBeElasticIsRefusedNamingTheField) {
+  const std::string job = Job("ctr", kCtr);
+  std::string log;
+  EXPECT_EQ(RunLocal(job, {"cluster.elastic=true", "sync.consistency=bsp"}, &log), 2) << log;
+  EXPECT_NE(log.find("cluster.elastic: sync.consistency bsp"), std::string::npos) << log;
+  EXPECT_EQ(RunLocal(job, {"cluster.elastic=true", "sync.mode=allreduce"}, &log), 2) << log;
+  EXPECT_NE(log.find("cluster.elastic: trainers join and leave a sync.mode ps job"), std::string::npos) << log;
+  // A --join without cluster.elastic is refused by the scheduler, naming the field.
+  const auto common = std::vector<std::string>{"--config", job, "--set", "cluster.servers=1", "--set",
+                                               "cluster.trainers=1", "--set", "train.steps=300"};
+  const std::string address = StartScheduler(common, "tcp://127.0.0.1:0");
+  Start("strata-server", common, address, 0);
+  Start("strata-trainer", common, address, 0);
+  Subprocess& late = Start("strata-server", common, address, -1, {"--join"});
+  EXPECT_EQ(late.Wait(Millis(60000)), 1) << late.Log();
+  EXPECT_NE(late.Log().find("set cluster.elastic true"), std::string::npos) << late.Log();
+  Subprocess& ranked = Start("strata-trainer", common, address, 0, {"--join"});
+  EXPECT_EQ(ranked.Wait(Millis(60000)), 2) << ranked.Log();
+  EXPECT_NE(ranked.Log().find("--join takes the next rank"), std::string::npos) << ranked.Log();
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(nodes_[i]->Wait(Millis(120000)), 0) << nodes_[i]->Log();
+}
+
+}  // namespace
+}  // namespace strata
