@@ -43,6 +43,8 @@ std::string_view OpName(Op op) {
     case Op::SPLIT_SCHEDULE: return "splitSchedule";
     case Op::MIGRATE: return "migrate";
     case Op::MIGRATE_ROWS: return "migrateRows";
+    case Op::REPLICA_JOIN: return "replicaJoin";
+    case Op::STATE_TRANSFER: return "stateTransfer";
   }
   return {};  // unknown: IsKnownOp relies on this being empty
 }
@@ -199,6 +201,16 @@ Status CheckView(wire::ClusterView::Reader view, const WireLimits& limits) {
   return Status::OK();
 }
 
+Status CheckTableSpec(wire::TableSpec::Reader t, const char* where, const WireLimits& limits) {
+  if (!EnumBelow(t.getKind(), kTableKindCount) || !EnumBelow(t.getOptimizer().getKind(), kOptimizerKindCount) ||
+      !EnumBelow(t.getInit().getKind(), kInitKindCount) || !EnumBelow(t.getConsistency(), kConsistencyCount) ||
+      !EnumBelow(t.getAggregate(), kAggregateCount)) {
+    return Status::InvalidArgument(std::string(where) + ": an enum field is out of range");
+  }
+  (void)t.getInit().getShardGlobal();  // a pointer of the wrong kind throws here, not in a handler
+  return CheckText(t.getName(), (std::string(where) + ".name").c_str(), limits);
+}
+
 // Per-op checks of the body: enums in range, texts terminated and bounded, and every pointer
 // field read once, since reading a pointer of the wrong kind throws (totalSize() does not check
 // kinds).
@@ -237,17 +249,7 @@ Status CheckBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
     case Op::HEARTBEAT_REPLY:
       (void)body.getHeartbeatReply();
       return Status::OK();
-    case Op::CREATE_TABLE: {
-      auto t = body.getCreateTable();
-      if (!EnumBelow(t.getKind(), kTableKindCount) ||
-          !EnumBelow(t.getOptimizer().getKind(), kOptimizerKindCount) ||
-          !EnumBelow(t.getInit().getKind(), kInitKindCount) ||
-          !EnumBelow(t.getConsistency(), kConsistencyCount) ||
-          !EnumBelow(t.getAggregate(), kAggregateCount)) {
-        return Status::InvalidArgument("createTable: an enum field is out of range");
-      }
-      return CheckText(t.getName(), "createTable.name", limits);
-    }
+    case Op::CREATE_TABLE: return CheckTableSpec(body.getCreateTable(), "createTable", limits);
     case Op::PUSH:
       (void)body.getPush();
       return Status::OK();
@@ -275,16 +277,13 @@ Status CheckBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
     case Op::MIGRATE:
       (void)body.getMigrate();
       return Status::OK();
-    case Op::MIGRATE_ROWS: {
-      auto m = body.getMigrateRows();
+    case Op::MIGRATE_ROWS:
+    case Op::STATE_TRANSFER: {
+      const bool migrate = body.which() == Op::MIGRATE_ROWS;
+      auto m = migrate ? body.getMigrateRows() : body.getStateTransfer();
       (void)m.getTrainerClocks();
       for (auto t : m.getTables()) {
-        if (!EnumBelow(t.getKind(), kTableKindCount) || !EnumBelow(t.getOptimizer().getKind(), kOptimizerKindCount) ||
-            !EnumBelow(t.getInit().getKind(), kInitKindCount) || !EnumBelow(t.getConsistency(), kConsistencyCount) ||
-            !EnumBelow(t.getAggregate(), kAggregateCount)) {
-          return Status::InvalidArgument("migrateRows: an enum field of a table is out of range");
-        }
-        STRATA_RETURN_IF_ERROR(CheckText(t.getName(), "migrateRows.tables.name", limits));
+        STRATA_RETURN_IF_ERROR(CheckTableSpec(t, migrate ? "migrateRows.tables" : "stateTransfer.tables", limits));
       }
       return Status::OK();
     }
@@ -296,6 +295,7 @@ Status CheckBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
     case Op::ECHO:
     case Op::VALUES:
     case Op::GET_STATS:
+    case Op::REPLICA_JOIN:
       return Status::OK();
   }
   return Status::InvalidArgument("unknown op " + std::to_string(static_cast<unsigned>(body.which())));

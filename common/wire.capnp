@@ -214,6 +214,13 @@ struct Envelope {
   status @3 :StatusCode;    # replies only
   errorMessage @4 :Text;    # replies only, when status != ok
   payloads @5 :List(PayloadDesc);
+  # Parameter-server requests: the shard (the key range of that server rank) addressed; -1: the
+  # receiver's own rank. With server.replication: backup a server also holds the backup of
+  # another rank's shard, and serves it once that rank's primary is dead.
+  shard @33 :Int32 = -1;
+  # A request a shard's primary forwards to the shard's backup: the node that sent it to the
+  # primary (push ids are remembered per origin); 0xffffffff: not forwarded.
+  origin @34 :UInt32 = 0xffffffff;
 
   # The operation. Add new members at the end; never renumber.
   body :union {
@@ -245,5 +252,10 @@ struct Envelope {
     splitSchedule @30 :SplitSchedule;  # reply to splitLease
     migrate @31 :MigrateRequest;    # joining server -> older server
     migrateRows @32 :MigrateRows;   # reply to migrate
+    # Replication (ps/replication.h). A restarted server asks the server serving `shard` for a
+    # copy of it; that server answers, then sends the copy as a stateTransfer on the link its
+    # forwarded updates take, so the restarted server applies the copy before any of them.
+    replicaJoin @35 :Void;
+    stateTransfer @36 :MigrateRows;  # every row of shard `shard` (the layout of migrateRows)
   }
 }

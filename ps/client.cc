@@ -66,8 +66,8 @@ bool PsClient::Retryable(const Status& s) {
   return s.code() == StatusCode::kDeadlineExceeded || s.code() == StatusCode::kUnavailable;
 }
 
-PsClient::PsClient(Node& node, Millis timeout)
-    : node_(node), timeout_(timeout), pushes_sent_(FirstPushCounter()) {}
+PsClient::PsClient(Node& node, Millis timeout, Replication replication)
+    : node_(node), timeout_(timeout), replication_(replication), pushes_sent_(FirstPushCounter()) {}
 
 Status PsClient::Connect() {
   if (!servers_.empty()) return Status::OK();
@@ -75,11 +75,13 @@ Status PsClient::Connect() {
   const int count = view.Count(Role::kServer);
   if (count == 0) return Status::FailedPrecondition("the cluster has no servers");
   for (int r = 0; r < count; ++r) {
+    // Shard r starts at server r; Retry moves it when that one is down or does not serve it.
     const NodeInfo* n = view.Find(Role::kServer, r);
     if (!n) return Status::Internal("server rank " + std::to_string(r) + " is missing from the view");
     STRATA_ASSIGN_OR_RETURN(PeerId peer, node_.rpc().Connect(n->address));
     servers_.push_back(peer);
     addresses_.push_back(n->address);
+    holders_.push_back(static_cast<uint32_t>(r));
   }
   // Dense chunks live on the job's first servers (cluster.servers); servers that joined an
   // elastic job later take sparse keys only (ps/layout.h).
@@ -89,25 +91,29 @@ Status PsClient::Connect() {
   return Status::OK();
 }
 
-Status PsClient::Reconnect(uint32_t rank) {
+Status PsClient::Route(uint32_t shard, bool refused) {
   // The Node keeps its view current from the scheduler's dead/rejoined events; asking the
   // scheduler as well covers an event still on its way.
   auto fresh = node_.RefreshView();
   const ClusterView view = fresh.ok() ? *fresh : node_.view();
+  const uint32_t rank = NextHolder(view, shard, holders_[shard], refused, replication_);
   const NodeInfo* n = view.Find(Role::kServer, static_cast<int>(rank));
   if (!n) return Status::Internal("server rank " + std::to_string(rank) + " is missing from the view");
   if (!n->alive) return Status::Unavailable(n->Describe() + " is down");
-  if (n->address != addresses_[rank]) {
+  if (n->address != addresses_[shard]) {
     STRATA_ASSIGN_OR_RETURN(PeerId peer, node_.rpc().Connect(n->address));
-    servers_[rank] = peer;
-    addresses_[rank] = n->address;
+    servers_[shard] = peer;
+    addresses_[shard] = n->address;
   }
+  holders_[shard] = rank;
   return Status::OK();
 }
 
 void PsClient::Send(PsTicket::Part& part, Millis timeout) {
   part.sent_to = addresses_[part.server];
-  part.ticket = node_.rpc().Call(servers_[part.server], part.make(), timeout);
+  Message m = part.make();
+  m.builder().setShard(static_cast<int32_t>(part.server));
+  part.ticket = node_.rpc().Call(servers_[part.server], std::move(m), timeout);
 }
 
 Result<Message> PsClient::Await(PsTicket::Part& part, Millis timeout) {
@@ -128,7 +134,7 @@ Result<Message> PsClient::Await(PsTicket::Part& part, Millis timeout) {
     // a peer that has already gone that way would otherwise wait out the whole timeout.
     if (Status lost = node_.SchedulerStatus(); !lost.ok()) return Status::Aborted(lost.message());
     const ClusterView view = node_.view();
-    const NodeInfo* n = view.Find(Role::kServer, static_cast<int>(part.server));
+    const NodeInfo* n = view.Find(Role::kServer, static_cast<int>(holders_[part.server]));
     if (n && (!n->alive || n->address != address)) {
       return Status::Unavailable("server " + std::to_string(part.server) + " at " + address +
                                  " went down while the request was in flight");
@@ -140,10 +146,17 @@ Result<Message> PsClient::Retry(PsTicket::Part& part, Result<Message> failed) {
   using SteadyClock = std::chrono::steady_clock;
   const auto give_up = SteadyClock::now() + timeout_;
   Result<Message> r = std::move(failed);
-  while (!r.ok() && Retryable(r.status()) && part.make) {
-    const auto left = std::chrono::duration_cast<Millis>(give_up - SteadyClock::now());
+  for (int attempt = 0; !r.ok() && Retryable(r.status()) && part.make; ++attempt) {
+    auto left = std::chrono::duration_cast<Millis>(give_up - SteadyClock::now());
     if (left <= Millis(0)) break;
-    if (Status s = Reconnect(part.server); !s.ok()) {
+    // A server that answered Unavailable at once (a backup that has not yet heard that the
+    // server serving its shard died) is asked again after a pause, not in a tight loop.
+    if (attempt > 0) {
+      std::this_thread::sleep_for(std::min(left, Millis(20)));
+      left = std::chrono::duration_cast<Millis>(give_up - SteadyClock::now());
+    }
+    const bool refused = !r.ok() && r.status().message().find(kNotServing) != std::string::npos;
+    if (Status s = Route(part.server, refused); !s.ok()) {
       if (!Retryable(s)) return s;
       std::this_thread::sleep_for(std::min(left, Millis(50)));  // down: wait for it to rejoin
       continue;
@@ -409,9 +422,14 @@ Status PsClient::Clock() {
 Result<std::string> PsClient::ServerStats(uint32_t server) {
   STRATA_RETURN_IF_ERROR(Connect());
   if (server >= servers_.size()) return Status::InvalidArgument("no server " + std::to_string(server));
+  // The server of that rank (not the one serving shard `server` now).
+  const ClusterView view = node_.view();
+  const NodeInfo* n = view.Find(Role::kServer, static_cast<int>(server));
+  if (!n) return Status::Internal("server rank " + std::to_string(server) + " is missing from the view");
+  STRATA_ASSIGN_OR_RETURN(PeerId peer, node_.rpc().Connect(n->address));
   Message m;
   m.builder().getBody().setGetStats();
-  STRATA_ASSIGN_OR_RETURN(Message reply, node_.rpc().CallAndWait(servers_[server], std::move(m), timeout_));
+  STRATA_ASSIGN_OR_RETURN(Message reply, node_.rpc().CallAndWait(peer, std::move(m), timeout_));
   if (reply.op() != Op::STATS) return Status::Internal("getStats answered with " + std::string(OpName(reply.op())));
   return std::string(reply.reader().getBody().getStats().cStr());
 }

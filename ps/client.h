@@ -17,6 +17,12 @@
 // accumulated for a clock not yet applied is lost by a crash and its retry is applied.
 // Pulls, clocks and createTable are idempotent.
 //
+// With the servers' replication (server.replication: backup; ps/replication.h) shard r lives on
+// servers r and r + 1, one serving it. Requests go to the one last used; when it is down, or
+// answers that it does not serve the shard, they go to the other (NextHolder), as a retry with
+// the same push id: a push the dead server forwarded before dying is a duplicate there.
+// Route() is the one place that maps a shard to a server.
+//
 // Elastic jobs: a server may join (cluster.elastic). The client places keys with its PsLayout
 // (ps/layout.h) and takes the new server in as soon as its view shows it (before every call and
 // clock); a server answers a sparse key another server holds now with kLayoutMoved, and the
@@ -33,6 +39,7 @@
 
 #include "cluster/node.h"
 #include "ps/layout.h"
+#include "ps/replication.h"
 #include "ps/table.h"
 
 namespace strata {
@@ -69,7 +76,8 @@ class PsTicket {
 // Not thread-safe: one trainer thread uses it (the Node underneath is).
 class PsClient {
  public:
-  explicit PsClient(Node& node, Millis timeout = Millis(30000));
+  // `replication`: the servers' server.replication (where a dead primary's shard is served).
+  explicit PsClient(Node& node, Millis timeout = Millis(30000), Replication replication = Replication::kNone);
 
   // Creates a table on every server (or checks that the same spec exists). Blocking.
   Status CreateTable(const TableSpec& spec);
@@ -106,7 +114,7 @@ class PsClient {
   // (ps/server_checkpoint.h). Blocking; the caller keeps pushes away until it returns.
   Status SaveTables(const std::string& checkpoint);
 
-  // A server's statistics (JSON).
+  // Server rank `server`'s statistics (JSON), whichever shards it serves.
   Result<std::string> ServerStats(uint32_t server);
 
   // Requests sent again after a retryable failure (see above), since construction.
@@ -127,9 +135,10 @@ class PsClient {
   Result<Message> Await(PsTicket::Part& part, Millis timeout);
   // Re-sends a failed part until it succeeds, fails otherwise, or the retry budget runs out.
   Result<Message> Retry(PsTicket::Part& part, Result<Message> failed);
-  // Points servers_[rank] at the rank's address in the current view (reconnecting if it moved).
-  // Unavailable while the scheduler reports it dead.
-  Status Reconnect(uint32_t rank);
+  // Points servers_[shard] at the server to send shard `shard`'s requests to now: the one used
+  // so far, or its other holder when that one is down or `refused` them (NextHolder); at its
+  // address in the current view (reconnecting if it moved). Unavailable while it is down.
+  Status Route(uint32_t shard, bool refused);
   static bool Retryable(const Status& s);
   // Elastic: takes in the servers that joined since (the view has more), growing the layout.
   Status GrowLayout();
@@ -143,8 +152,10 @@ class PsClient {
 
   Node& node_;
   const Millis timeout_;
+  const Replication replication_;
   PsLayout layout_;  // where keys and chunks live (elastic servers: grows)
-  std::vector<PeerId> servers_;  // by server rank
+  std::vector<PeerId> servers_;  // by shard (server rank), the server its requests go to
+  std::vector<uint32_t> holders_;  // by shard: that server's rank (replication: it may be the next one)
   std::vector<std::string> addresses_;  // what servers_ are connected to
   uint64_t retries_ = 0;
   uint64_t resplits_ = 0;

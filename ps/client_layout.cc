@@ -55,6 +55,7 @@ Status PsClient::GrowLayout() {
     STRATA_ASSIGN_OR_RETURN(PeerId peer, node_.rpc().Connect(n->address));
     servers_.push_back(peer);
     addresses_.push_back(n->address);
+    holders_.push_back(static_cast<uint32_t>(r));
   }
   layout_.servers = std::max(layout_.servers, static_cast<uint32_t>(servers_.size()));
   return Status::OK();

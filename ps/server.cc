@@ -86,15 +86,13 @@ PsServer::PsServer(Node& node, ServerOptions options, StoreFactory store_factory
       return std::unique_ptr<RowStore>(std::make_unique<MemoryRowStore>(spec.RecordWidth()));
     };
   }
-  for (int i = 0; i < std::max(1, options_.workers); ++i) {
-    workers_.push_back(std::make_unique<Worker>());
-    Worker* w = workers_.back().get();
-    w->thread = std::thread([this, w] { RunWorker(*w); });
-  }
+  StartWorkers(options_.workers);
   node_.SetRequestHandler([this](Request r) { Dispatch(std::move(r)); });
   node_.OnEvent([this, guard = event_guard_](const NodeEvent& e) {
     std::lock_guard lock(guard->mu);
-    if (guard->alive) OnNodeEvent(e);
+    if (!guard->alive) return;
+    OnNodeEvent(e);
+    OnServerEvent(e);
   });
   if (options_.stats_interval_ms > 0) {
     stats_thread_ = std::thread([this] {
@@ -104,6 +102,14 @@ PsServer::PsServer(Node& node, ServerOptions options, StoreFactory store_factory
         if (!stop_) LogStats();
       }
     });
+  }
+}
+
+void PsServer::StartWorkers(int workers) {
+  for (int i = 0; i < std::max(1, workers); ++i) {
+    workers_.push_back(std::make_unique<Worker>());
+    Worker* w = workers_.back().get();
+    w->thread = std::thread([this, w] { RunWorker(*w); });
   }
 }
 
@@ -125,9 +131,14 @@ PsServer::~PsServer() {
     w->thread.join();
   }
   if (stats_thread_.joinable()) stats_thread_.join();
+  if (copy_thread_.joinable()) copy_thread_.join();
+  // Forwards still in flight complete now, while this server exists (their callbacks use it).
+  std::lock_guard lock(forward_mu_);
+  if (replica_ && replica_->peer != kNoPeer) node_.rpc().FailCallsTo(replica_->peer, Status::Cancelled("the server is stopping"));
 }
 
 void PsServer::Dispatch(Request request) {
+  if (!RouteToBackup(request)) return;
   // One queue per sender keeps each trainer's requests in order (pushes before its clock).
   Worker& w = *workers_[request.message().sender() % workers_.size()];
   ++queued_;
@@ -151,21 +162,38 @@ void PsServer::RunWorker(Worker& w) {
 
 void PsServer::Handle(Request& request) {
   ++requests_;
+  if (!Admit(request)) return;
   const auto start = std::chrono::steady_clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   switch (request.message().op()) {
-    case Op::CREATE_TABLE: return HandleCreateTable(request);
-    case Op::PUSH:
-      HandlePush(request);
+    case Op::CREATE_TABLE: {
+      std::unique_lock lock = ReplicationLock();
+      return Finish(request, CreateTable(request), lock);
+    }
+    case Op::PUSH: {
+      std::unique_lock lock = ReplicationLock();
+      Finish(request, Push(request), lock);
       return push_seconds_.Observe(seconds());
+    }
     case Op::PULL:
       HandlePull(request);
       return pull_seconds_.Observe(seconds());
-    case Op::CLOCK: return HandleClock(request);
+    case Op::CLOCK: {
+      std::vector<Parked> ready;
+      std::unique_lock lock = ReplicationLock();
+      Finish(request, Clock(request, &ready), lock);
+      for (Parked& p : ready) HandlePull(p.request);  // re-checks and answers (or re-parks)
+      return;
+    }
     case Op::MIGRATE: return HandleMigrate(request);
     case Op::SAVE_TABLES:
       HandleSaveTables(request);
       return save_seconds_.Observe(seconds());
+    case Op::REPLICA_JOIN: return HandleReplicaJoin(request);
+    case Op::STATE_TRANSFER: {
+      std::unique_lock<std::mutex> none;  // installing a copy forwards nothing
+      return Finish(request, InstallTransfer(request), none);
+    }
     case Op::GET_STATS: {
       Message reply = request.MakeReply();
       reply.builder().getBody().setStats(StatsJson());
@@ -181,54 +209,45 @@ void PsServer::Handle(Request& request) {
 // ---------------------------------------------------------------------------------------------
 // Tables
 
-void PsServer::HandleCreateTable(Request& request) {
+Result<Message> PsServer::CreateTable(const Request& request) {
   TableSpec spec = FromWire(request.message().reader().getBody().getCreateTable());
-  if (Status s = spec.Validate(); !s.ok()) {
-    ++errors_;
-    return request.ReplyError(s);
-  }
+  STRATA_RETURN_IF_ERROR(spec.Validate());
   if (!serving_.empty()) {
-    if (Status s = CheckServedTable(spec); !s.ok()) {
-      ++errors_;
-      return request.ReplyError(s);
-    }
-    return request.Reply(request.MakeReply());
+    STRATA_RETURN_IF_ERROR(CheckServedTable(spec));
+    return request.MakeReply();
+  }
+  if (options_.replication == Replication::kBackup && spec.consistency == Consistency::kBsp) {
+    return Status::FailedPrecondition(
+        "table \"" + spec.name + "\" is BSP: server.replication: backup does not replicate BSP clocks (a "
+        "trainer's death reaches the primary and the backup at different points of the update stream, "
+        "which changes a clock's mean); use asp or ssp");
   }
   std::unique_lock lock(tables_mu_);
   if (auto it = tables_.find(spec.id); it != tables_.end()) {
     // Every trainer creates the tables it uses: the same spec again is fine.
     if (!(it->second->spec == spec)) {
-      ++errors_;
-      return request.ReplyError(Status::AlreadyExists(
-          "table " + std::to_string(spec.id) + " exists with a different spec (\"" +
-          it->second->spec.name + "\")"));
+      return Status::AlreadyExists("table " + std::to_string(spec.id) + " exists with a different spec (\"" +
+                                   it->second->spec.name + "\")");
     }
-    return request.Reply(request.MakeReply());
+    return request.MakeReply();
   }
   for (const auto& [id, t] : tables_) {
     if (t->spec.name == spec.name) {
-      ++errors_;
-      return request.ReplyError(Status::AlreadyExists("table name \"" + spec.name +
-                                                      "\" is taken by table " + std::to_string(id)));
+      return Status::AlreadyExists("table name \"" + spec.name + "\" is taken by table " + std::to_string(id));
     }
   }
   auto made = MakeTableLocked(spec);
-  if (!made.ok()) {
-    ++errors_;
-    return request.ReplyError(made.status().WithContext("creating table \"" + spec.name + "\""));
-  }
-  if (Status s = RecordTablesLocked(&spec); !s.ok()) {
-    ++errors_;
-    return request.ReplyError(s.WithContext("recording table \"" + spec.name + "\""));
-  }
-  spdlog::info("server: table {} \"{}\" ({}, {}) created", spec.id, spec.name,
+  if (!made.ok()) return made.status().WithContext("creating table \"" + spec.name + "\"");
+  if (Status s = RecordTablesLocked(&spec); !s.ok()) return s.WithContext("recording table \"" + spec.name + "\"");
+  spdlog::info("server: table {} \"{}\" ({}, {}) created{}", spec.id, spec.name,
                spec.kind == TableKind::kSparse ? "sparse dim " + std::to_string(spec.dim)
                                                : "dense " + std::to_string(spec.numel) + " floats",
                spec.consistency == Consistency::kBsp   ? "bsp"
                : spec.consistency == Consistency::kAsp ? "asp"
-                                                       : "ssp " + std::to_string(spec.staleness));
+                                                       : "ssp " + std::to_string(spec.staleness),
+               backup_of_ >= 0 ? " (backup of shard " + std::to_string(backup_of_) + ")" : "");
   tables_.emplace(spec.id, std::move(made).value());
-  request.Reply(request.MakeReply());
+  return request.MakeReply();
 }
 
 Result<std::unique_ptr<PsServer::Table>> PsServer::MakeTableLocked(const TableSpec& spec) {
@@ -301,7 +320,7 @@ Status PsServer::ValidateKeys(const Table& t, const Message& msg, bool with_grad
   keys->resize(n);
   if (n) std::memcpy(keys->data(), k.buffer->data(), n * sizeof(uint64_t));
   const PsLayout layout = KeyLayout();
-  const uint32_t me = static_cast<uint32_t>(node_.rank());
+  const uint32_t me = Shard();
   *value_floats = 0;
   for (uint64_t key : *keys) {
     if (spec.kind == TableKind::kSparse) {
@@ -347,41 +366,32 @@ Status PsServer::ValidateKeys(const Table& t, const Message& msg, bool with_grad
 // ---------------------------------------------------------------------------------------------
 // Push
 
-void PsServer::HandlePush(Request& request) {
+Result<Message> PsServer::Push(const Request& request) {
   const Message& msg = request.message();
   auto push = msg.reader().getBody().getPush();
-  auto fail = [&](const Status& s) {
-    ++errors_;
-    request.ReplyError(s);
-  };
+  const uint32_t sender = SenderOf(msg);
   // Held until the push is applied: a migrate copies rows either before or after it.
   std::shared_lock layout_lock(migrate_mu_);
-  if (taking_over_) return fail(TakingOver());
-  auto table = FindTable(push.getTable());
-  if (!table.ok()) return fail(table.status());
-  Table& t = **table;
+  if (taking_over_) return TakingOver();
+  STRATA_ASSIGN_OR_RETURN(Table * table, FindTable(push.getTable()));
+  Table& t = *table;
   std::vector<uint64_t> keys;
   size_t floats = 0;
-  if (Status s = ValidateKeys(t, msg, true, &keys, &floats); !s.ok()) return fail(s);
+  STRATA_RETURN_IF_ERROR(ValidateKeys(t, msg, true, &keys, &floats));
   if (!serving_.empty()) {
-    return fail(Status::FailedPrecondition("push to table \"" + t.spec.name + "\": this server serves checkpoint " +
-                                           serving_ + " read-only (inference pulls only)"));
+    return Status::FailedPrecondition("push to table \"" + t.spec.name + "\": this server serves checkpoint " +
+                                      serving_ + " read-only (inference pulls only)");
   }
   if (push.getReturnValues() && t.spec.consistency == Consistency::kBsp) {
-    return fail(Status::InvalidArgument("push-pull on BSP table \"" + t.spec.name +
-                                        "\": pull at the next clock instead"));
+    return Status::InvalidArgument("push-pull on BSP table \"" + t.spec.name + "\": pull at the next clock instead");
   }
   // A retry of a push this server applied (its reply was lost): answered, not applied again.
   // One sender's requests are handled in order on one worker, so a retry never races the first.
   const uint64_t push_id = push.getPushId();
-  if (push_id != 0 && push_ids_.Seen(msg.sender(), push_id)) {
+  if (push_id != 0 && push_ids_.Seen(sender, push_id)) {
     ++duplicates_;
-    if (push.getReturnValues()) {
-      if (Status s = AnswerPull(t, request, keys, floats); !s.ok()) return fail(s);
-      return;
-    }
-    request.Reply(request.MakeReply());
-    return;
+    if (push.getReturnValues()) return PullReply(t, request, keys, floats);
+    return request.MakeReply();
   }
   // Gradient of key i, wherever its payload lives.
   std::vector<std::vector<float>> scratch(msg.num_payloads());
@@ -404,16 +414,16 @@ void PsServer::HandlePush(Request& request) {
     const int64_t clock = push.getClock();
     for (uint64_t key : keys) {  // every key checked before anything is added
       if (clock < t.NextClockLocked(key)) {
-        return fail(Status::FailedPrecondition(
-            "push to BSP table \"" + t.spec.name + "\" for clock " + std::to_string(clock) +
-            " arrived after that clock was applied (node " + std::to_string(msg.sender()) + ")"));
+        return Status::FailedPrecondition("push to BSP table \"" + t.spec.name + "\" for clock " +
+                                          std::to_string(clock) + " arrived after that clock was applied (node " +
+                                          std::to_string(sender) + ")");
       }
     }
     if (t.spec.pushers > 0) {
       for (size_t i = 1; i < keys.size(); ++i) {
         if (std::find(keys.begin(), keys.begin() + i, keys[i]) != keys.begin() + i) {
-          return fail(Status::InvalidArgument("push to table \"" + t.spec.name + "\": chunk " +
-                                              std::to_string(keys[i]) + " twice in one push"));
+          return Status::InvalidArgument("push to table \"" + t.spec.name + "\": chunk " + std::to_string(keys[i]) +
+                                         " twice in one push");
         }
       }
     }
@@ -427,7 +437,7 @@ void PsServer::HandlePush(Request& request) {
     }
     if (t.spec.pushers > 0) {
       if (t.my_chunks == 0) {
-        t.my_chunks = ChunksOn(t.spec, static_cast<uint32_t>(node_.rank()), KeyLayout().base);
+        t.my_chunks = ChunksOn(t.spec, Shard(), KeyLayout().base);
       }
       for (uint64_t key : keys) t.ApplyCompleteLocked(key);
       const bool advanced = t.ReadyClockLocked() > t.applied_clock;
@@ -441,27 +451,31 @@ void PsServer::HandlePush(Request& request) {
     auto apply = [&](size_t i, std::span<float> record) {
       ApplyUpdate(o, t.slots, record, static_cast<int>(t.ValueFloats(keys[i])), grad[i], 1.0f);
     };
-    Status s = push_id != 0 ? t.store->UpdateWithId(keys, t.init, apply, UpdateId{msg.sender(), push_id})
+    Status s = push_id != 0 ? t.store->UpdateWithId(keys, t.init, apply, UpdateId{sender, push_id})
                             : t.store->Update(keys, t.init, apply);
     if (t.snapshots) {
       for (uint64_t key : keys) t.snapshots->Invalidate(key);
     }
-    if (!s.ok()) return fail(s.WithContext("push to table \"" + t.spec.name + "\""));
+    if (!s.ok()) return s.WithContext("push to table \"" + t.spec.name + "\"");
   }
   apply_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
-  if (push_id != 0) push_ids_.Remember(msg.sender(), push_id);  // applied (or accumulated)
-  if (push.getReturnValues()) {
-    if (Status s = AnswerPull(t, request, keys, floats); !s.ok()) return fail(s);
-    return;
-  }
-  request.Reply(request.MakeReply());
+  if (push_id != 0) push_ids_.Remember(sender, push_id);  // applied (or accumulated)
+  if (push.getReturnValues()) return PullReply(t, request, keys, floats);
+  return request.MakeReply();
 }
 
 // ---------------------------------------------------------------------------------------------
 // Pull
 
 Status PsServer::AnswerPull(Table& t, Request& request, const std::vector<uint64_t>& keys, size_t floats) {
-  if (t.snapshots) return AnswerDensePull(t, request, keys, floats);
+  STRATA_ASSIGN_OR_RETURN(Message reply, PullReply(t, request, keys, floats));
+  request.Reply(std::move(reply));
+  return Status::OK();
+}
+
+Result<Message> PsServer::PullReply(Table& t, const Request& request, const std::vector<uint64_t>& keys,
+                                    size_t floats) {
+  if (t.snapshots) return DensePullReply(t, request, keys, floats);
   // Uninitialised (not a std::vector's zero fill): every float is written by the read below,
   // and the fill would be one more pass over every row.
   std::shared_ptr<float[]> values(new float[floats]);
@@ -479,11 +493,11 @@ Status PsServer::AnswerPull(Table& t, Request& request, const std::vector<uint64
   reply.builder().getBody().setValues();
   const int64_t n = static_cast<int64_t>(keys.size());
   reply.AddPayload(DType::kF32, {n, static_cast<int64_t>(dim)}, Buffer(values.get(), floats * sizeof(float), values));
-  request.Reply(std::move(reply));
-  return Status::OK();
+  return reply;
 }
 
-Status PsServer::AnswerDensePull(Table& t, Request& request, const std::vector<uint64_t>& keys, size_t floats) {
+Result<Message> PsServer::DensePullReply(Table& t, const Request& request, const std::vector<uint64_t>& keys,
+                                         size_t floats) {
   // The chunks' snapshots; the stale ones are read from the store into fresh buffers (each read
   // visits a record under the store's lock, so it sees an update whole or not at all).
   std::vector<std::shared_ptr<const float>> values(keys.size());
@@ -531,9 +545,9 @@ Status PsServer::AnswerDensePull(Table& t, Request& request, const std::vector<u
     // One frame per chunk, sent without a copy.
     reply.AddPayload(DType::kF32, {len}, Buffer(values[i].get(), len * sizeof(float), values[i]));
   }
-  request.Reply(std::move(reply));
-  ReadNextTableAhead(t);
-  return Status::OK();
+  // The primary's own shard only: a backup copy (backup_of_) answers for another rank's chunks.
+  if (backup_of_ < 0) ReadNextTableAhead(t);
+  return reply;
 }
 
 void PsServer::ReadNextTableAhead(const Table& t) {

@@ -17,6 +17,15 @@
 // Requests from one sender are handled in order (one worker queue per sender), so a trainer's
 // clock message is processed after its pushes. Every request is validated completely before
 // anything is applied: a bad one gets an error reply and changes nothing.
+//
+// Replication (options.replication = backup; ps/replication.h): this server holds shard `rank`
+// and, in a second PsServer of its own, shard rank - 1 (one worker, so forwarded requests apply
+// in the order they were applied where the shard is served). Each holds its shard in one role:
+// serving (it applies a push, clock or createTable and forwards it to the shard's other holder
+// under one lock, so the forwards leave in apply order, and answers the sender once that one
+// acknowledged), backup (it applies what the serving holder forwards; it serves the shard once
+// that one is dead: take-over, logged) or empty (a restarted server, until the serving holder's
+// state transfer arrives; Joined() asks for it).
 #pragma once
 
 #include <atomic>
@@ -27,6 +36,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <thread>
@@ -39,6 +49,7 @@
 #include "ps/layout.h"
 #include "ps/read_ahead.h"
 #include "ps/recent_ids.h"
+#include "ps/replication.h"
 #include "ps/server_options.h"
 #include "ps/table.h"
 
@@ -71,6 +82,11 @@ class PsServer {
   // error (naming the file) no table was added. Call before node.Join(), instead of
   // RestoreTables().
   Status LoadCheckpoint(const std::string& checkpoint, uint32_t rank, uint32_t servers);
+
+  // Call after node.Join(). With replication, a server started again after being declared dead
+  // holds none of its shards: it asks the servers serving them for a copy each (in the
+  // background, until they answer or the server stops) and is their backup once it arrived.
+  void Joined();
 
   // Elastic jobs (cluster.elastic, ps/server_migrate.cc): a server started with --join calls
   // ExpectTakeOver() before node.Join(), so it answers pushes and pulls with Unavailable (the
@@ -107,6 +123,11 @@ class PsServer {
     std::string peer;  // its connection, for parked_quota_
     uint64_t bytes;    // its payload bytes, for parked_quota_
   };
+  // The sender that counts for a request: the trainer a forwarded request came from.
+  static uint32_t SenderOf(const Message& m) {
+    const uint32_t origin = m.reader().getOrigin();
+    return origin != kUnassignedNode ? origin : m.sender();
+  }
   struct Worker {
     std::mutex mu;
     std::condition_variable cv;
@@ -114,13 +135,56 @@ class PsServer {
     std::thread thread;
   };
 
+  enum class ShardRole { kUnknown, kServing, kBackup, kEmpty };  // kUnknown: the node's server before its first request
+  // Where the serving holder forwards its updates: the shard's other holder (this incarnation).
+  struct Replica {
+    uint32_t rank = 0, incarnation = 0;
+    std::string address;
+    PeerId peer = kNoPeer;
+  };
+  // The copy of shard `shard` (server_replication.cc): no handler of its own on the node, one
+  // worker, no statistics thread.
+  PsServer(Node& node, ServerOptions options, StoreFactory store_factory, uint32_t shard, ShardRole role);
+  void StartWorkers(int workers);
   void Dispatch(Request request);
   void RunWorker(Worker& w);
   void Handle(Request& request);
-  void HandleCreateTable(Request& request);
-  void HandlePush(Request& request);
+  // The requests that change state: the reply, or the error that changed nothing.
+  Result<Message> CreateTable(const Request& request);
+  Result<Message> Push(const Request& request);
+  Result<Message> Clock(const Request& request, std::vector<Parked>* ready);
   void HandlePull(Request& request);
-  void HandleClock(Request& request);
+
+  // Replication (server_replication.cc).
+  // The key range this instance holds: its node's rank, or the shard it holds the backup of.
+  uint32_t Shard() const { return backup_of_ >= 0 ? static_cast<uint32_t>(backup_of_) : static_cast<uint32_t>(node_.rank()); }
+  // Routes a request addressed to another shard to the copy. False if it was answered.
+  bool RouteToBackup(Request& request);
+  // The copy of shard rank - 1, made on first use (nullptr without replication).
+  PsServer* Copy();
+  // Whether this request may be handled here; answers it with an error if not.
+  bool Admit(Request& request);
+  // Held while a state change is applied and its forward sent (with replication).
+  std::unique_lock<std::mutex> ReplicationLock();
+  // Answers a state change: at once, or (serving, with a backup) once the backup acknowledged
+  // its forwarded copy. `lock` is ReplicationLock()'s and released here.
+  void Finish(Request& request, Result<Message> reply, std::unique_lock<std::mutex>& lock);
+  // This shard's role; the node's own server resolves kUnknown from the view at its first use
+  // (an original server serves its shard, a restarted one holds none of it).
+  ShardRole RoleNow();
+  // The rank of this shard's other holder.
+  uint32_t OtherRank() const;
+  // Serving: the backup to forward to, if any. Expects forward_mu_ held.
+  Replica* ReplicaLocked();
+  void OnServerEvent(const NodeEvent& e);  // the node's own server: for itself and its copy
+  void OnHolderEvent(const NodeEvent& e);  // one shard's: its other holder died
+  // State transfer (server_transfer.cc): the serving holder's answer to replicaJoin, the copy
+  // of its shard as a stateTransfer message, and installing one.
+  void HandleReplicaJoin(Request& request);
+  Message SnapshotLocked(uint64_t* rows);
+  Result<Message> InstallTransfer(const Request& request);
+  // Joined(): asks the other holder of this shard for a copy until it answers.
+  void RequestCopy(const std::atomic<bool>& stop);
   // An older server's side of a take-over (see TakeOver).
   void HandleMigrate(Request& request);
   // Adds the rows, push ids and clocks of an older server's migrateRows reply.
@@ -143,7 +207,8 @@ class PsServer {
   Status ValidateKeys(const Table& t, const Message& msg, bool with_grads, std::vector<uint64_t>* keys,
                       size_t* value_floats);
   Status AnswerPull(Table& t, Request& request, const std::vector<uint64_t>& keys, size_t floats);
-  Status AnswerDensePull(Table& t, Request& request, const std::vector<uint64_t>& keys, size_t floats);
+  Result<Message> PullReply(Table& t, const Request& request, const std::vector<uint64_t>& keys, size_t floats);
+  Result<Message> DensePullReply(Table& t, const Request& request, const std::vector<uint64_t>& keys, size_t floats);
   // After a pull of dense table t: the chunks this server holds of the next dense table (the
   // one the trainer pulls next in forward order) are read ahead into DRAM (ps/read_ahead.h).
   void ReadNextTableAhead(const Table& t);
@@ -160,6 +225,21 @@ class PsServer {
 
   Node& node_;
   const ServerOptions options_;
+  // Replication: the shard this instance is the copy of (-1: it is the node's own server), its
+  // role, the copy the node's own server holds (made on first use), the lock ordering applies
+  // with their forwards, and what was forwarded.
+  const int backup_of_ = -1;
+  std::atomic<ShardRole> role_{ShardRole::kUnknown};
+  mutable std::mutex backup_mu_;
+  std::unique_ptr<PsServer> backup_;
+  std::mutex forward_mu_;
+  // Serving: the backup forwarded to (none: the shard has no backup now); whether the original
+  // backup was looked up yet; a transfer to the replica failed (dropped at the next update).
+  std::optional<Replica> replica_;
+  bool replica_known_ = false;
+  std::atomic<bool> replica_failed_{false};
+  std::thread copy_thread_;  // Joined(): RequestCopy
+  std::atomic<uint64_t> forwards_{0}, replicated_bytes_{0}, forward_errors_{0}, transferred_rows_{0};
   // Set by LoadCheckpoint before the node joins, read-only after: the checkpoint served
   // read-only (empty: training) and how many rows it gave this server.
   std::string serving_;

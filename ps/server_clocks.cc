@@ -32,34 +32,28 @@ int64_t PsServer::MinClockLocked() const {
 }
 
 
-void PsServer::HandleClock(Request& request) {
-  const uint32_t sender = request.message().sender();
+Result<Message> PsServer::Clock(const Request& request, std::vector<Parked>* ready) {
+  const uint32_t sender = SenderOf(request.message());
   const int64_t finished = request.message().reader().getBody().getClock().getClock();
-  std::vector<Parked> ready;
-  {
-    std::lock_guard lock(clock_mu_);
-    if (trainer_clock_.empty() && lost_trainers_.empty()) {
-      for (const NodeInfo& n : node_.view().WithRole(Role::kTrainer)) {
-        if (n.alive) trainer_clock_[n.id] = 0;
-      }
+  std::lock_guard lock(clock_mu_);
+  if (trainer_clock_.empty() && lost_trainers_.empty()) {
+    for (const NodeInfo& n : node_.view().WithRole(Role::kTrainer)) {
+      if (n.alive) trainer_clock_[n.id] = 0;
     }
-    auto it = trainer_clock_.find(sender);
-    if (it == trainer_clock_.end() && !lost_trainers_.count(sender)) {
-      // A trainer that joined a running job (its joined event may still be on its way): it
-      // starts at the current minimum clock, so it holds nobody back.
-      const NodeInfo* n = node_.view().Find(sender);
-      if (n && n->role == Role::kTrainer && n->alive) it = trainer_clock_.emplace(sender, MinClockOrZeroLocked()).first;
-    }
-    if (it == trainer_clock_.end()) {
-      ++errors_;
-      return request.ReplyError(Status::FailedPrecondition(
-          "clock from node " + std::to_string(sender) + ", which is not a live trainer"));
-    }
-    it->second = std::max(it->second, finished + 1);
-    AdvanceLocked(&ready);
   }
-  request.Reply(request.MakeReply());
-  for (Parked& p : ready) HandlePull(p.request);  // re-checks and answers (or re-parks)
+  auto it = trainer_clock_.find(sender);
+  if (it == trainer_clock_.end() && !lost_trainers_.count(sender)) {
+    // A trainer that joined a running job (its joined event may still be on its way): it
+    // starts at the current minimum clock, so it holds nobody back.
+    const NodeInfo* n = node_.view().Find(sender);
+    if (n && n->role == Role::kTrainer && n->alive) it = trainer_clock_.emplace(sender, MinClockOrZeroLocked()).first;
+  }
+  if (it == trainer_clock_.end()) {
+    return Status::FailedPrecondition("clock from node " + std::to_string(sender) + ", which is not a live trainer");
+  }
+  it->second = std::max(it->second, finished + 1);
+  AdvanceLocked(ready);
+  return request.MakeReply();
 }
 
 void PsServer::AdvanceLocked(std::vector<Parked>* ready) {

@@ -22,7 +22,7 @@ std::string Layout(const TableSpec& s) {
 
 void PsServer::HandleSaveTables(Request& request) {
   const std::string checkpoint = request.message().reader().getBody().getSaveTables().cStr();
-  const auto rank = static_cast<uint32_t>(node_.rank());
+  const uint32_t rank = Shard();  // a backup that took over writes the shard it serves
   const auto servers = static_cast<uint32_t>(node_.view().Count(Role::kServer));
   Status s;
   size_t count = 0;

@@ -109,8 +109,12 @@ void PsServer::HandleMigrate(Request& request) {
 
 Status PsServer::ImportRows(const Message& reply, uint32_t from) {
   const std::string where = "taking over rows from server " + std::to_string(from);
-  if (reply.op() != Op::MIGRATE_ROWS) return Status::Internal(where + ": answered with " + std::string(OpName(reply.op())));
-  auto rows = reply.reader().getBody().getMigrateRows();
+  // A replica's copy of a whole shard (ps/server_transfer.cc) has the same layout.
+  const bool copy = reply.op() == Op::STATE_TRANSFER;
+  if (reply.op() != Op::MIGRATE_ROWS && !copy) {
+    return Status::Internal(where + ": answered with " + std::string(OpName(reply.op())));
+  }
+  auto rows = copy ? reply.reader().getBody().getStateTransfer() : reply.reader().getBody().getMigrateRows();
   const size_t tables = rows.getTables().size();
   if (reply.num_payloads() != 2 * tables + 1) {
     return Status::InvalidArgument(where + ": " + std::to_string(reply.num_payloads()) + " payloads for " +

@@ -45,6 +45,12 @@ void Bind(config::Binder& b, ServerOptions& o) {
           "most MiB of request payload (keys) one peer may have parked here")
       .Range(1, 1 << 20);
   b.Section("store", o.store, "where the server keeps its shard of every table");
+  b.Enum("replication", o.replication, {{"none", Replication::kNone}, {"backup", Replication::kBackup}},
+         "none: a dead server's shard waits for it to restart; backup: each shard also lives on the "
+         "next server, which takes it over when its primary dies (needs 2+ servers, the memory "
+         "store, asp or ssp; docs/reliability.md)");
+  b.Require(o.replication == Replication::kNone || o.store.kind == StoreKind::kMemory, "replication",
+            "backup needs store.kind: memory (a backup shard has no store directory of its own)");
 }
 
 }  // namespace strata

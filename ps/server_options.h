@@ -7,6 +7,7 @@
 #include <string>
 
 #include "offload/tiered_row_store.h"
+#include "ps/replication.h"
 
 namespace strata {
 
@@ -50,6 +51,12 @@ struct ServerOptions {
   // The stores behind the tables; read by whoever makes the server's StoreFactory
   // (strata-server), not by PsServer itself.
   ServerStoreOptions store;
+  // none: a server killed loses its shard unless a durable store reloads it when it restarts.
+  // backup: shard r also lives on server (r + 1) % S; every update is applied there before it
+  // is acknowledged, and when r dies its backup serves r's keys at once (ps/replication.h). Costs
+  // a forward and its acknowledgement per update. Needs 2 or more servers, the memory store, and
+  // no BSP tables (checked by the job loader; a BSP createTable is refused).
+  Replication replication = Replication::kNone;
   // Not in the job file (strata-server derives it from store.path and its rank): the file
   // recording the spec of every table created (rewritten whole via temp + fsync + rename at each
   // createTable), which RestoreTables() reads back after a restart. Empty: tables are not

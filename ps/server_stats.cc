@@ -25,6 +25,19 @@ std::string PsServer::StatsJson() const {
   j["rows_moved_in"] = rows_moved_in_.load();
   j["rows_moved_out"] = rows_moved_out_.load();
   j["queue_depth"] = queued_.load();
+  if (options_.replication == Replication::kBackup) {
+    // As primary: updates forwarded to the backup and acknowledged, their payload bytes, and
+    // forwards that failed while the backup was still up. The backup copy's own statistics.
+    j["shard"] = Shard();
+    const ShardRole role = role_.load();
+    j["role"] = role == ShardRole::kServing ? "serving" : role == ShardRole::kBackup ? "backup" : role == ShardRole::kEmpty ? "empty" : "unknown";
+    j["forwarded"] = forwards_.load();
+    j["transferred_rows"] = transferred_rows_.load();
+    j["replicated_bytes"] = replicated_bytes_.load();
+    j["forward_errors"] = forward_errors_.load();
+    std::lock_guard lock(backup_mu_);
+    if (backup_) j["backup"] = nlohmann::json::parse(backup_->StatsJson());
+  }
   if (!serving_.empty()) {
     j["serving"] = serving_;
     j["loaded_rows"] = loaded_rows_;
@@ -70,6 +83,12 @@ std::string PsServer::StatsLine() const {
       bytes_in_.load() / 1048576.0, bytes_out_.load() / 1048576.0, apply_ns_.load() / 1e9, queued_.load(),
       errors_.load(), duplicates_.load());
   if (!serving_.empty()) line = fmt::format("serving {} read-only ({} rows loaded): ", serving_, loaded_rows_) + line;
+  if (options_.replication == Replication::kBackup) {
+    line += fmt::format(", {} updates replicated to the backup ({:.1f} MiB)", forwards_.load(),
+                        replicated_bytes_.load() / 1048576.0);
+    std::lock_guard lock(backup_mu_);
+    if (backup_) line += fmt::format("; backup of shard {}: {}", backup_->Shard(), backup_->StatsLine());
+  }
   std::shared_lock lock(tables_mu_);
   // The stores together: how often a record was resident, and what the misses read from the
   // lower tier (a miss loads, or creates, one whole record).

@@ -17,6 +17,34 @@ void Bind(config::Binder& b, JobConfig& o) {
   Bind(b, o.trainer);  // strata-trainer's sections, at the top level
 }
 
+namespace {
+
+// server.replication against the other sections (a section's own Binder sees only its fields).
+Status CheckReplication(const JobConfig& job) {
+  if (job.server.replication == Replication::kBackup) {
+    if (job.cluster.servers < 2) {
+      return Status::InvalidArgument(
+          "server.replication: backup needs cluster.servers of 2 or more (a shard's backup lives on "
+          "another server), got " + std::to_string(job.cluster.servers));
+    }
+    const SyncOptions& sync = job.trainer.sync;
+    if (UsesServers(sync.mode) && sync.consistency == Consistency::kBsp) {
+      return Status::InvalidArgument(
+          "server.replication: backup does not replicate BSP tables (sync.consistency: bsp): a "
+          "trainer's death reaches the primary and the backup at different points of the update "
+          "stream, which changes a clock's mean; use sync.consistency asp or ssp");
+    }
+    if (job.cluster.elastic) {
+      return Status::InvalidArgument(
+          "server.replication: backup with cluster.elastic: a server joining takes keys over from "
+          "every shard, which replication does not follow; use one or the other");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Status CheckElasticJob(const JobConfig& job) {
   if (!job.cluster.elastic) return Status::OK();
   const SyncOptions& sync = job.trainer.sync;
@@ -52,6 +80,7 @@ Result<JobConfig> LoadJobConfig(const std::string& path,
   if (!errors.empty()) return Status::InvalidArgument(errors);
   Result<JobConfig> job =
       config::Parse<JobConfig>(root, path.empty() ? "(no job file)" : path, overrides);
+  if (job.ok()) STRATA_RETURN_IF_ERROR(CheckReplication(*job));
   if (job.ok()) STRATA_RETURN_IF_ERROR(CheckElasticJob(*job));
   // An `auto` section derives parallel.dp and parallel.tp from placements (auto_plan.h).
   if (job.ok() && job->trainer.auto_parallel.enabled()) {

@@ -246,6 +246,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  server.Joined();  // with replication, a restarted server asks for copies of its shards
   if (serve && (node.rank() != node_options.requested_rank ||
                 static_cast<int>(node.view().Count(Role::kServer)) != job.cluster.servers)) {
     spdlog::error("serving {}: loaded the keys of server {} of {}, but joined as server {} of {}", checkpoint,

@@ -123,6 +123,7 @@ void PrintSummary(const TrainJob& job, const Trainer& trainer, const TrainSummar
 
 int Train(const JobConfig& config, Node* node, bool launched, const AutoSelectOptions& planner, int metrics_port) {
   TrainJob job = config.trainer;
+  job.server_replication = config.server.replication;
   if (job.parallel.auto_plan) {
     // The planner picks the plan (trainer 0 measures and publishes; the others read it).
     AutoSelectOptions o = planner;

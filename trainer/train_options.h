@@ -10,6 +10,7 @@
 
 #include "common/config.h"
 #include "common/logging.h"
+#include "ps/replication.h"
 #include "ps/table.h"
 #include "trainer/optim.h"
 
@@ -212,6 +213,9 @@ struct TrainJob {
   ParallelOptions parallel;
   InferOptions infer;
   AutoOptions auto_parallel;  // the `auto` section
+  // Not a field of these sections: strata-trainer copies the job's server.replication here, so
+  // that its PsClient sends a dead primary's shard to the backup (ps/replication.h).
+  Replication server_replication = Replication::kNone;
 };
 void Bind(config::Binder& b, TrainJob& o);
 // Whether the model's embeddings live in sparse tables on the servers, a step pulling only the

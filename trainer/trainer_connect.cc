@@ -76,7 +76,7 @@ Status Trainer::Connect() {
   const Millis timeout(sync.timeout_ms);
   nn::ParameterRegistry& reg = model_->params();
   if (UsesServers(sync.mode)) {
-    client_ = std::make_unique<PsClient>(*node_, timeout);
+    client_ = std::make_unique<PsClient>(*node_, timeout, job_.server_replication);
     PsSyncOptions o;
     o.trainers = world_;
     o.replicas = plan_.dp * plan_.cp;  // every rank holding this (pp, tp) shard pushes its tables

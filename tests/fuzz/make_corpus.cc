@@ -198,6 +198,40 @@ std::vector<Seed> Seeds() {
     m.builder().getBody().setEmpty();
     add("empty", std::move(m));
   }
+  {  // replication: a push a shard's primary forwards to its backup
+    Message m = Request(11);
+    m.builder().setShard(1);
+    m.builder().setOrigin(3);
+    auto p = m.builder().getBody().initPush();
+    p.setTable(1);
+    p.setPushId(7);
+    m.AddPayload(DType::kI64, {2}, Values<int64_t>({1, 2}));
+    m.AddPayload(DType::kF32, {2, 2}, Values<float>({0.5f, -1, 2, 3}));
+    add("push-forwarded", std::move(m));
+  }
+  {
+    Message m = Request(12);
+    m.builder().setShard(1);
+    m.builder().getBody().setReplicaJoin();
+    add("replicaJoin", std::move(m));
+  }
+  {  // a copy of a shard: one sparse table of one row, push ids, clocks
+    Message m = Request(13);
+    m.builder().setShard(0);
+    auto copy = m.builder().getBody().initStateTransfer();
+    auto t = copy.initTables(1)[0];
+    t.setId(1);
+    t.setName("emb");
+    t.setKind(wire::TableKind::SPARSE);
+    t.setDim(2);
+    auto clock = copy.initTrainerClocks(1)[0];
+    clock.setNode(3);
+    clock.setClock(4);
+    m.AddPayload(DType::kI64, {1}, Values<int64_t>({5}));
+    m.AddPayload(DType::kF32, {1, 3}, Values<float>({0.25f, -0.5f, 0}));
+    m.AddPayload(DType::kI64, {1, 2}, Values<int64_t>({3, 7}));
+    add("stateTransfer", std::move(m));
+  }
   return seeds;
 }
 

@@ -2,11 +2,15 @@
 # trainer stop, the hostile client, one ledger kill) must exit 0 with no crash, every trainer
 # finished, and no acknowledged update lost or applied twice. (The full campaign is a program:
 # docs/reliability.md.)
-#   cmake -DBENCH=<strata-bench> -DJSON=<output file> -P chaos_bench_check.cmake
+#   cmake -DBENCH=<strata-bench> -DJSON=<output file> [-DEXTRA=--replication] [-DLEDGER_CYCLES=n]
+#         -P chaos_bench_check.cmake
 file(REMOVE "${JSON}")
+if(NOT DEFINED LEDGER_CYCLES)
+  set(LEDGER_CYCLES 1)
+endif()
 execute_process(
   COMMAND "${BENCH}" chaos --steps 300 --server-cycles 1 --scheduler-cycles 1 --stop-cycles 1
-          --ledger-cycles 1 --fault-interval 0.5 --timeout 200 --json "${JSON}"
+          --ledger-cycles ${LEDGER_CYCLES} --fault-interval 0.5 --timeout 200 --json "${JSON}" ${EXTRA}
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 280)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "strata-bench chaos exited with ${rc}\n${out}\n${err}")

@@ -146,6 +146,32 @@ TEST(ConfigJobTest, ServerStoreErrorsNameTheField) {
   EXPECT_THAT(workers.status().message(), HasSubstr("server.workers: expected"));
 }
 
+TEST(ConfigJobTest, ServerReplicationIsCheckedAgainstTheServersStoreAndConsistency) {
+  auto defaults = LoadJobConfig("", {});
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  EXPECT_EQ(defaults->server.replication, Replication::kNone);
+  auto ok = LoadJobConfig("", {"server.replication=backup", "cluster.servers=2", "sync.consistency=asp"});
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->server.replication, Replication::kBackup);
+  auto bad = LoadJobConfig("", {"server.replication=mirror"});
+  EXPECT_THAT(bad.status().message(), HasSubstr("server.replication: expected"));
+  auto one = LoadJobConfig("", {"server.replication=backup", "cluster.servers=1", "sync.consistency=asp"});
+  EXPECT_THAT(one.status().message(), HasSubstr("server.replication: backup needs cluster.servers of 2 or more"));
+  EXPECT_THAT(one.status().message(), HasSubstr("got 1"));
+  auto tiered = LoadJobConfig("", {"server.replication=backup", "cluster.servers=2", "server.store.kind=tiered",
+                                   "server.store.path=/tmp/x"});
+  EXPECT_THAT(tiered.status().message(), HasSubstr("server.replication: backup needs store.kind: memory"));
+  auto bsp = LoadJobConfig("", {"server.replication=backup", "cluster.servers=2", "sync.mode=ps",
+                                "sync.consistency=bsp"});
+  EXPECT_THAT(bsp.status().message(), HasSubstr("does not replicate BSP tables (sync.consistency: bsp)"));
+  auto elastic = LoadJobConfig("", {"server.replication=backup", "cluster.servers=2", "sync.mode=ps",
+                                    "sync.consistency=asp", "cluster.elastic=true"});
+  EXPECT_THAT(elastic.status().message(), HasSubstr("server.replication: backup with cluster.elastic"));
+  // allreduce jobs have no tables on servers: their consistency does not matter.
+  EXPECT_TRUE(LoadJobConfig("", {"server.replication=backup", "cluster.servers=2", "sync.mode=allreduce",
+                                 "sync.consistency=bsp"}).ok());
+}
+
 // What a peer can make a process hold (docs/security.md): defaults, overrides, and bad values
 // naming the field.
 TEST(ConfigJobTest, PeerBoundsHaveDefaultsAndErrorsNameTheField) {

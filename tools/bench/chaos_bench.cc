@@ -12,6 +12,10 @@
 //     retried) and two in-process trainers pushing counted increments through --ledger-cycles
 //     kill -9s of the server: every acknowledged increment must be applied once (lost and
 //     duplicated updates, the goal 0 for both).
+// --replication: the servers keep their shards in memory with server.replication: backup; a
+// killed server's backup takes its shards over at once, the server started again copies them
+// back (state transfer) and the next kill waits for those copies (docs/reliability.md). The
+// ledger then runs on two such servers, killing each in turn, without dropped messages.
 #include <CLI/CLI.hpp>
 
 #include <signal.h>
@@ -54,7 +58,33 @@ struct Options {
   double drop_rate = 0.02;
   int timeout_s = 900;
   bool keep = false;
+  bool replication = false;
 };
+
+// --replication: the copies of shards server `rank` received so far (its log is appended to
+// across restarts).
+size_t Copies(const ChaosCluster& cl, int rank) {
+  const std::string log = cl.Log("server-" + std::to_string(rank));
+  size_t n = 0;
+  for (size_t at = log.find("copy received"); at != std::string::npos; at = log.find("copy received", at + 1)) ++n;
+  return n;
+}
+
+// Kills server `rank` with SIGKILL and starts it again; with --replication, waits until it holds
+// copies of its two shards again (before that, killing the other holder would lose them).
+Result<double> KillAndRestart(const Options& o, ChaosCluster& cl, int rank, Millis timeout) {
+  const size_t before = Copies(cl, rank);
+  STRATA_ASSIGN_OR_RETURN(double outage, cl.KillAndRestartServer(rank, timeout));
+  const auto end = std::chrono::steady_clock::now() + 2 * timeout;
+  while (o.replication) {
+    if (Copies(cl, rank) >= before + 2) break;
+    if (std::chrono::steady_clock::now() >= end) {
+      return Status::DeadlineExceeded("server " + std::to_string(rank) + " did not receive copies of its shards");
+    }
+    std::this_thread::sleep_for(Millis(50));
+  }
+  return outage;
+}
 
 std::string JobYaml(const Options& o, const std::string& store) {
   std::ostringstream y;
@@ -64,8 +94,12 @@ std::string JobYaml(const Options& o, const std::string& store) {
     << "train: {steps: " << o.steps << ", batch_size: 1024, log_every: 50, progress: false}\n"
     << "sync: {mode: ps, consistency: asp, timeout_ms: 60000}\n"
     << "cluster: {heartbeat_interval_ms: 100, heartbeat_timeout_ms: 1500, scheduler_timeout_ms: 60000}\n"
-    << "server: {workers: 2, stats_interval_ms: 0, store: {kind: tiered, path: " << store
-    << ", dram_budget_mb: 8, durability: wal}}\n";
+    << "server: {workers: 2, stats_interval_ms: 0, ";
+  if (o.replication) {
+    y << "replication: backup}\n";  // the memory store
+  } else {
+    y << "store: {kind: tiered, path: " << store << ", dram_budget_mb: 8, durability: wal}}\n";
+  }
   return y.str();
 }
 
@@ -182,7 +216,8 @@ RunFigures RunTraining(const Options& o, const std::string& bin, const fs::path&
     if (!server && !scheduler && !stop) continue;
     const int kind = fault++ % 3;
     if (kind == 0 && server) {
-      Result<double> s = cl.KillAndRestartServer(f.server_kills % o.servers, Millis(30000));
+      const int rank = f.server_kills % o.servers;
+      Result<double> s = KillAndRestart(o, cl, rank, Millis(30000));
       if (!s.ok()) {
         f.error = s.status().ToString();
         break;
@@ -229,17 +264,26 @@ LedgerFigures RunLedger(const Options& o, const std::string& bin, const fs::path
   const fs::path dir = work / "ledger";
   fs::create_directories(dir);
   const fs::path job = dir / "job.yaml";
-  std::ofstream(job) << "cluster: {heartbeat_interval_ms: 100, heartbeat_timeout_ms: 1500}\n"
-                     << "server: {stats_interval_ms: 0, store: {kind: tiered, path: " << (dir / "store").string()
-                     << ", dram_budget_mb: 1, durability: wal}}\n";
+  const int servers = o.replication ? 2 : 1;
+  std::ofstream out(job);
+  out << "cluster: {heartbeat_interval_ms: 100, heartbeat_timeout_ms: 1500}\n";
+  if (o.replication) {
+    out << "server: {stats_interval_ms: 0, replication: backup}\n";
+  } else {
+    out << "server: {stats_interval_ms: 0, store: {kind: tiered, path: " << (dir / "store").string()
+        << ", dram_budget_mb: 1, durability: wal}}\n";
+  }
+  out.close();
   ChaosClusterOptions c;
   c.bin_dir = bin;
   c.job = job.string();
   c.work = dir.string();
-  c.servers = 1;
+  c.servers = servers;
   c.trainers = 0;  // in this process
-  c.sets = {"cluster.servers=1", "cluster.trainers=2"};
-  c.server_sets = {"transport.fault.drop_rate=" + std::to_string(o.drop_rate), "transport.fault.seed=11"};
+  c.sets = {"cluster.servers=" + std::to_string(servers), "cluster.trainers=2"};
+  if (!o.replication) {
+    c.server_sets = {"transport.fault.drop_rate=" + std::to_string(o.drop_rate), "transport.fault.seed=11"};
+  }
   auto cluster = ChaosCluster::Start(c);
   if (!cluster.ok()) {
     f.error = cluster.status().ToString();
@@ -251,7 +295,7 @@ LedgerFigures RunLedger(const Options& o, const std::string& bin, const fs::path
   for (int t = 0; t < 2; ++t) {
     NodeOptions n;
     n.cluster.scheduler = cl.scheduler_address();
-    n.cluster.servers = 1;
+    n.cluster.servers = servers;
     n.cluster.trainers = 2;
     n.cluster.heartbeat_interval_ms = 100;
     n.cluster.heartbeat_timeout_ms = 1500;
@@ -265,7 +309,10 @@ LedgerFigures RunLedger(const Options& o, const std::string& bin, const fs::path
     if (Status s = j.get(); !s.ok()) f.error = s.ToString();
   }
   if (!f.error.empty()) return f;
-  for (auto& n : nodes) clients.push_back(std::make_unique<PsClient>(*n, Millis(30000)));
+  for (auto& n : nodes) {
+    clients.push_back(std::make_unique<PsClient>(*n, Millis(30000),
+                                                 o.replication ? Replication::kBackup : Replication::kNone));
+  }
   TableSpec spec;
   spec.id = 1;
   spec.name = "ledger";
@@ -300,9 +347,10 @@ LedgerFigures RunLedger(const Options& o, const std::string& bin, const fs::path
   }
   for (int k = 0; k < o.ledger_cycles; ++k) {
     std::this_thread::sleep_for(Millis(static_cast<int>(o.fault_interval_s * 1000)));
-    Result<double> s = cl.KillAndRestartServer(0, Millis(30000));
+    const int rank = o.replication ? k % servers : 0;
+    Status s = KillAndRestart(o, cl, rank, Millis(30000)).status();
     if (!s.ok()) {
-      f.error = s.status().ToString();
+      f.error = s.ToString();
       break;
     }
     ++f.kills;
@@ -352,8 +400,10 @@ Result<Report> RunChaosBench(const Options& o) {
   report.config = {{"servers", o.servers}, {"trainers", o.trainers}, {"steps", o.steps},
                    {"server_cycles", o.server_cycles}, {"scheduler_cycles", o.scheduler_cycles},
                    {"stop_cycles", o.stop_cycles}, {"delay_rate", o.delay_rate}, {"delay_ms", o.delay_ms},
-                   {"hostile", o.hostile}, {"ledger_cycles", o.ledger_cycles}, {"drop_rate", o.drop_rate}};
-  Table runs("ctr training (ps, ASP, tiered store with durability wal)",
+                   {"hostile", o.hostile}, {"ledger_cycles", o.ledger_cycles}, {"drop_rate", o.drop_rate},
+                   {"replication", o.replication}};
+  Table runs(o.replication ? "ctr training (ps, ASP, memory store, server.replication: backup)"
+                           : "ctr training (ps, ASP, tiered store with durability wal)",
              {{"run", "run"}, {"wall s", "seconds", Table::Format::kFixed1}, {"eval AUC", "auc", Table::Format::kFixed3},
               {"finished", "finished"}, {"crashes", "crashes", Table::Format::kInteger},
               {"server kills", "server_kills", Table::Format::kInteger},
@@ -376,7 +426,8 @@ Result<Report> RunChaosBench(const Options& o) {
   goals.AddRow({"duplicates applied (ledger)", ledger.duplicated, "0",
                 ledger.duplicated == 0 && ledger.error.empty() ? "yes" : "no"});
   report.tables.push_back(std::move(goals));
-  Table led("ledger: 1 server (replies dropped at --drop-rate), 2 in-process trainers, kill -9 cycles",
+  Table led(o.replication ? "ledger: 2 servers (replication: backup), 2 in-process trainers, kill -9 cycles"
+                          : "ledger: 1 server (replies dropped at --drop-rate), 2 in-process trainers, kill -9 cycles",
             {{"server kills", "kills", Table::Format::kInteger}, {"acknowledged", "acknowledged", Table::Format::kInteger},
              {"applied", "applied", Table::Format::kInteger}, {"lost", "lost", Table::Format::kInteger},
              {"duplicated", "duplicated", Table::Format::kInteger}, {"retried requests", "retries", Table::Format::kInteger},
@@ -394,6 +445,11 @@ Result<Report> RunChaosBench(const Options& o) {
       "idle connections to each, and the trainers' outgoing messages are delayed (transport.fault).",
       "crashes: processes that exited non-zero on their own (not the ones killed). ASP training is not "
       "deterministic: the AUC gap includes run-to-run variation."};
+  if (o.replication) {
+    report.notes.push_back("--replication: a killed server's backup takes its shards over at once; the server started "
+                           "again copies them back, and the next kill waits for those copies; the ledger's messages "
+                           "are not dropped.");
+  }
   for (const std::string& c : hit.crashes) report.notes.push_back("crash: " + c);
   if (!hit.error.empty()) report.notes.push_back("disturbed run stopped early: " + hit.error);
   if (!ledger.error.empty()) report.notes.push_back("ledger: " + ledger.error);
@@ -426,6 +482,9 @@ BenchFn SetupChaosBench(CLI::App& app) {
   app.add_flag("!--no-hostile", o->hostile, "no hostile client");
   app.add_option("--timeout", o->timeout_s, "limit on each training run, seconds")->capture_default_str();
   app.add_flag("--keep", o->keep, "keep the work directory (logs, stores, metrics)");
+  app.add_flag("--replication", o->replication,
+               "servers with server.replication: backup (memory store): a killed server's backup takes over, "
+               "the restarted server copies its shards back");
   return [o] { return RunChaosBench(*o); };
 }
 

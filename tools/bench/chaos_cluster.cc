@@ -90,9 +90,15 @@ int ChaosCluster::CountInLog(const std::string& name, const std::string& needle)
 }
 
 Result<double> ChaosCluster::KillAndRestartServer(int rank, Millis timeout) {
+  const auto start = std::chrono::steady_clock::now();
+  STRATA_RETURN_IF_ERROR(KillServer(rank, timeout));
+  STRATA_RETURN_IF_ERROR(StartServer(rank));
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+Status ChaosCluster::KillServer(int rank, Millis timeout) {
   auto& server = servers_.at(static_cast<size_t>(rank));
   const int dead_before = CountInLog("scheduler", "declared dead");
-  const auto start = std::chrono::steady_clock::now();
   server->Signal(SIGKILL);
   if (server->Wait(Millis(10000)) < 0) return Status::Internal("server " + std::to_string(rank) + " survived SIGKILL");
   killed_.push_back(std::move(server));
@@ -100,8 +106,7 @@ Result<double> ChaosCluster::KillAndRestartServer(int rank, Millis timeout) {
     return Status::DeadlineExceeded("the scheduler did not declare the killed server " + std::to_string(rank) +
                                     " dead within " + std::to_string(timeout.count()) + " ms");
   }
-  STRATA_RETURN_IF_ERROR(StartServer(rank));
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return Status::OK();
 }
 
 Result<double> ChaosCluster::KillAndRestartScheduler(Millis timeout) {

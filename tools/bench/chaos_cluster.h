@@ -34,6 +34,9 @@ class ChaosCluster {
   // kill -9 of server `rank`, then (once the scheduler declared it dead, so that its rank may
   // register again) the same command again. Returns the seconds from the kill to the restart.
   Result<double> KillAndRestartServer(int rank, std::chrono::milliseconds timeout);
+  // kill -9 of server `rank`, not restarted (a replicated cluster's backup takes its shard over);
+  // returns once the scheduler declared it dead.
+  Status KillServer(int rank, std::chrono::milliseconds timeout);
   // kill -9 of the scheduler and the same command again at the same address (a restartable
   // scheduler rebuilds its state; without one the nodes exit after scheduler_timeout_ms).
   Result<double> KillAndRestartScheduler(std::chrono::milliseconds timeout);

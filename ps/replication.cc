@@ -1,0 +1,46 @@
+// replication.cc: the shard rules of replication.h.
+#include "ps/replication.h"
+
+#include "common/check.h"
+
+namespace strata {
+
+uint32_t NextHolder(const ClusterView& view, uint32_t shard, uint32_t current, bool refused,
+                    Replication replication) {
+  if (replication == Replication::kNone) return shard;
+  const auto servers = static_cast<uint32_t>(view.Count(Role::kServer));
+  if (servers < 2) return shard;
+  auto up = [&](uint32_t rank) {
+    const NodeInfo* n = view.Find(Role::kServer, static_cast<int>(rank));
+    return n && n->alive;
+  };
+  const uint32_t other = OtherHolder(shard, current, servers);
+  return (refused || !up(current)) && up(other) ? other : current;
+}
+
+Message ForwardedCopy(const Message& request, uint32_t shard) {
+  Message m;
+  auto in = request.reader();
+  auto out = m.builder();
+  out.setShard(static_cast<int32_t>(shard));
+  out.setOrigin(request.sender());
+  switch (request.op()) {
+    case Op::PUSH: out.getBody().setPush(in.getBody().getPush()); break;
+    case Op::CLOCK: out.getBody().setClock(in.getBody().getClock()); break;
+    case Op::CREATE_TABLE: out.getBody().setCreateTable(in.getBody().getCreateTable()); break;
+    default: STRATA_CHECK(false) << "forwarding " << OpName(request.op()) << " to a backup";
+  }
+  for (size_t i = 0; i < request.num_payloads(); ++i) {
+    const PayloadInfo p = request.payload_info(i);
+    m.AddPayload(p.dtype, p.shape, *p.buffer);
+  }
+  return m;
+}
+
+uint64_t PayloadBytes(const Message& m) {
+  uint64_t n = 0;
+  for (size_t i = 0; i < m.num_payloads(); ++i) n += m.payload(i).size();
+  return n;
+}
+
+}  // namespace strata

@@ -1,0 +1,258 @@
+// server_replication.cc: PsServer's primary-backup replication (ps/replication.h): the copy of
+// the previous rank's shard, routing requests to it, each shard's role, forwarding state
+// changes from the serving holder to the backup, and take-over when the serving holder dies
+// (the state transfer to a restarted holder is in server_transfer.cc).
+#include <spdlog/spdlog.h>
+
+#include "ps/server.h"
+#include "ps/server_table.h"
+
+namespace strata {
+namespace {
+
+// Whether server `rank` in `view` is alive in incarnation `incarnation`.
+bool Current(const ClusterView& view, uint32_t rank, uint32_t incarnation) {
+  const NodeInfo* n = view.Find(Role::kServer, static_cast<int>(rank));
+  return n && n->alive && n->incarnation == incarnation;
+}
+
+}  // namespace
+
+PsServer::PsServer(Node& node, ServerOptions options, StoreFactory store_factory, uint32_t shard, ShardRole role)
+    : node_(node), options_(std::move(options)), backup_of_(static_cast<int>(shard)), role_(role),
+      store_factory_(std::move(store_factory)),
+      parked_quota_(static_cast<uint64_t>(options_.max_parked_per_peer),
+                    static_cast<uint64_t>(options_.max_parked_mb_per_peer) << 20) {
+  // One worker: forwarded requests apply in the order the serving holder applied them.
+  StartWorkers(1);
+}
+
+PsServer* PsServer::Copy() {
+  if (backup_of_ >= 0 || options_.replication != Replication::kBackup) return nullptr;
+  const ClusterView view = node_.view();
+  const auto servers = static_cast<uint32_t>(view.Count(Role::kServer));
+  const int rank = node_.rank();
+  if (servers < 2 || rank < 0) return nullptr;
+  std::lock_guard lock(backup_mu_);
+  if (!backup_) {
+    // An original server holds the backup of the previous shard from the start; a restarted one
+    // holds nothing until a state transfer arrives.
+    const NodeInfo* self = view.Find(Role::kServer, rank);
+    const ShardRole role = self && self->incarnation == 0 ? ShardRole::kBackup : ShardRole::kEmpty;
+    backup_.reset(new PsServer(node_, options_, store_factory_, BackedUpShard(static_cast<uint32_t>(rank), servers), role));
+  }
+  return backup_.get();
+}
+
+bool PsServer::RouteToBackup(Request& request) {
+  if (backup_of_ >= 0) return true;  // this is the copy
+  const int32_t shard = request.message().reader().getShard();
+  const int rank = node_.rank();
+  if (shard < 0 || shard == rank) return true;
+  const auto servers = static_cast<uint32_t>(node_.view().Count(Role::kServer));
+  PsServer* copy = Copy();
+  if (!copy || static_cast<uint32_t>(shard) != copy->Shard()) {
+    ++requests_;
+    ++errors_;
+    request.ReplyError(Status::InvalidArgument(
+        std::string(OpName(request.message().op())) + " for shard " + std::to_string(shard) + " from node " +
+        std::to_string(request.message().sender()) + " reached server " + std::to_string(rank) +
+        ", which holds shard " + std::to_string(rank) +
+        (copy ? " and shard " + std::to_string(BackedUpShard(static_cast<uint32_t>(rank), servers))
+              : std::string(" only (server.replication: none)"))));
+    return false;
+  }
+  copy->Dispatch(std::move(request));
+  return false;
+}
+
+PsServer::ShardRole PsServer::RoleNow() {
+  ShardRole role = role_.load();
+  if (role != ShardRole::kUnknown) return role;
+  const NodeInfo* self = node_.view().Find(Role::kServer, node_.rank());
+  const ShardRole resolved = self && self->incarnation == 0 ? ShardRole::kServing : ShardRole::kEmpty;
+  role_.compare_exchange_strong(role, resolved);
+  return role_.load();
+}
+
+uint32_t PsServer::OtherRank() const {
+  return OtherHolder(Shard(), static_cast<uint32_t>(node_.rank()),
+                     static_cast<uint32_t>(node_.view().Count(Role::kServer)));
+}
+
+bool PsServer::Admit(Request& request) {
+  const Message& m = request.message();
+  const Op op = m.op();
+  if (op == Op::GET_STATS || options_.replication == Replication::kNone) return true;
+  const ClusterView view = node_.view();
+  const uint32_t shard = Shard();
+  const NodeInfo* other = view.Find(Role::kServer, static_cast<int>(OtherRank()));
+  const ShardRole role = RoleNow();
+  auto refuse = [&](const Status& s) {
+    ++errors_;
+    request.ReplyError(s);
+    return false;
+  };
+  const std::string self = "server " + std::to_string(node_.rank());
+  const std::string not_serving =
+      self + " " + std::string(kNotServing) + " " + std::to_string(shard) +
+      (role == ShardRole::kBackup ? " (it holds its backup)" : " (it is waiting for a copy of it)");
+  if (m.reader().getOrigin() != kUnassignedNode || op == Op::STATE_TRANSFER || op == Op::REPLICA_JOIN) {
+    // Between the shard's two holders only.
+    if (!other || other->id != m.sender()) {
+      return refuse(Status::InvalidArgument(std::string(OpName(op)) + " for shard " + std::to_string(shard) +
+                                            " from node " + std::to_string(m.sender()) +
+                                            ", which is not that shard's other holder (" +
+                                            (other ? other->Describe() : "none in the view") + ")"));
+    }
+    if (op == Op::STATE_TRANSFER) return true;
+    if (op == Op::REPLICA_JOIN) return role == ShardRole::kServing || refuse(Status::Unavailable(not_serving));
+    if (role != ShardRole::kBackup) {
+      return refuse(Status::FailedPrecondition(
+          "an update of shard " + std::to_string(shard) + " forwarded by " + other->Describe() + ", but " + self +
+          (role == ShardRole::kServing ? " " + std::string(kTookOver) : " holds no copy of it yet")));
+    }
+    return true;
+  }
+  return role == ShardRole::kServing || refuse(Status::Unavailable(not_serving));
+}
+
+std::unique_lock<std::mutex> PsServer::ReplicationLock() {
+  if (options_.replication != Replication::kBackup) return {};
+  return std::unique_lock(forward_mu_);
+}
+
+PsServer::Replica* PsServer::ReplicaLocked() {
+  if (replica_failed_.exchange(false)) replica_.reset();
+  if (!replica_known_) {
+    // The original backup: the other holder, while both have run since the job started.
+    replica_known_ = true;
+    const ClusterView view = node_.view();
+    const NodeInfo* self = view.Find(Role::kServer, node_.rank());
+    const uint32_t other = OtherRank();
+    const NodeInfo* b = view.Find(Role::kServer, static_cast<int>(other));
+    if (backup_of_ < 0 && self && self->incarnation == 0 && b && b->alive && b->incarnation == 0 && b != self) {
+      replica_ = Replica{other, 0, b->address, kNoPeer};
+    }
+  }
+  if (!replica_) return nullptr;
+  if (replica_->peer == kNoPeer) {
+    auto peer = node_.rpc().Connect(replica_->address);
+    if (!peer.ok()) {
+      spdlog::error("replication: shard {}: cannot reach its backup at {}: {}; it runs without one", Shard(),
+                    replica_->address, peer.status().ToString());
+      replica_.reset();
+      return nullptr;
+    }
+    replica_->peer = *peer;
+  }
+  return &*replica_;
+}
+
+void PsServer::Finish(Request& request, Result<Message> reply, std::unique_lock<std::mutex>& lock) {
+  if (!reply.ok()) {
+    ++errors_;
+    request.ReplyError(reply.status());
+    return;
+  }
+  Replica* replica = lock.owns_lock() && RoleNow() == ShardRole::kServing ? ReplicaLocked() : nullptr;
+  if (!replica) return request.Reply(std::move(reply).value());
+  Message forward = ForwardedCopy(request.message(), Shard());
+  const uint64_t bytes = PayloadBytes(forward);
+  struct Pending {
+    Request request;
+    Message reply;
+  };
+  auto pending = std::make_shared<Pending>(Pending{std::move(request), std::move(reply).value()});
+  const uint32_t shard = Shard(), rank = replica->rank, incarnation = replica->incarnation;
+  // Sent under the lock the update was applied under: forwards leave in apply order (one link,
+  // which ZeroMQ keeps in order), and the backup's single worker for the link applies them so.
+  // The callback may run before CallAsync returns: it must not take forward_mu_.
+  node_.rpc().CallAsync(replica->peer, std::move(forward), [this, pending, bytes, shard, rank, incarnation](Result<Message> ack) {
+    if (ack.ok()) {
+      ++forwards_;
+      replicated_bytes_ += bytes;
+      return pending->request.Reply(std::move(pending->reply));
+    }
+    // The backup died or was replaced meanwhile: the shard goes on without it, and the update,
+    // applied here, is acknowledged.
+    if (!Current(node_.view(), rank, incarnation)) return pending->request.Reply(std::move(pending->reply));
+    ++forward_errors_;
+    const Status& s = ack.status();
+    if (s.code() == StatusCode::kDeadlineExceeded || s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kCancelled) {
+      // The sender retries; the retry is a duplicate here, forwarded again behind this one.
+      ++errors_;
+      return pending->request.ReplyError(Status::Unavailable("the backup of shard " + std::to_string(shard) + ", server " +
+                                                             std::to_string(rank) + ", did not acknowledge the update: " +
+                                                             s.message()));
+    }
+    if (s.code() == StatusCode::kFailedPrecondition && s.message().find(kTookOver) != std::string::npos) {
+      // This server was declared dead while it ran, and its backup took the shard over: it must
+      // not go on serving it alone. The update applied here was never acknowledged; the sender
+      // sends it to the server serving the shard now.
+      if (role_.exchange(ShardRole::kEmpty) == ShardRole::kServing) {
+        replica_failed_ = true;
+        spdlog::error("replication: shard {}: server {} {} (this server was declared dead): this server stops "
+                      "serving it and holds no copy of it until it is restarted", shard, rank, kTookOver);
+      }
+      ++errors_;
+      return pending->request.ReplyError(Status::Unavailable("server " + std::to_string(node_.rank()) + " " +
+                                                             std::string(kNotServing) + " " + std::to_string(shard) +
+                                                             " any more: server " + std::to_string(rank) + " " +
+                                                             std::string(kTookOver)));
+    }
+    // It refused an update this server applied: its copy is no longer the same; drop it.
+    if (!replica_failed_.exchange(true)) {
+      spdlog::error("replication: shard {}: its backup, server {}, refused an update: {}; the shard runs without a "
+                    "backup from now on", shard, rank, s.ToString());
+    }
+    pending->request.Reply(std::move(pending->reply));
+  });
+  lock.unlock();
+}
+
+void PsServer::OnServerEvent(const NodeEvent& e) {
+  if (options_.replication != Replication::kBackup || e.kind == NodeEvent::Kind::kShutdown) return;
+  if (PsServer* copy = Copy()) {
+    copy->OnNodeEvent(e);  // trainers lost leave the copy's clocks too
+    copy->OnHolderEvent(e);
+  }
+  OnHolderEvent(e);
+}
+
+void PsServer::OnHolderEvent(const NodeEvent& e) {
+  if (e.kind != NodeEvent::Kind::kDead || e.node.role != Role::kServer) return;
+  if (static_cast<uint32_t>(e.node.rank) != OtherRank()) return;
+  const uint32_t shard = Shard();
+  const NodeInfo* self = e.view.Find(Role::kServer, node_.rank());
+  const std::string me = self ? self->Describe() : "server " + std::to_string(node_.rank());
+  switch (RoleNow()) {
+    case ShardRole::kBackup: {
+      {
+        std::lock_guard lock(forward_mu_);
+        replica_.reset();
+        replica_known_ = true;
+      }
+      role_ = ShardRole::kServing;
+      spdlog::warn("replication: take-over of shard {} from {}, dead: {} serves it from its copy from now on, "
+                   "without a backup until the dead server comes back", shard, e.node.Describe(), me);
+      return;
+    }
+    case ShardRole::kServing: {
+      std::lock_guard lock(forward_mu_);
+      replica_known_ = true;
+      if (!replica_ || replica_->rank != static_cast<uint32_t>(e.node.rank)) return;
+      // Forwards in flight to it complete now; Finish's callback acknowledges them.
+      if (replica_->peer != kNoPeer) node_.rpc().FailCallsTo(replica_->peer, Status::Unavailable("the backup is dead"));
+      replica_.reset();
+      spdlog::warn("replication: shard {} lost its backup, {}: {} serves it without one until that server comes back",
+                   shard, e.node.Describe(), me);
+      return;
+    }
+    default:
+      spdlog::error("replication: shard {}: {} died before its copy reached {}: no server holds the shard now", shard,
+                    e.node.Describe(), me);
+  }
+}
+
+}  // namespace strata

@@ -1,0 +1,328 @@
+// replication_test.cc: issue #16's replicated servers with real processes on loopback
+// (strata-scheduler, two strata-server with server.replication: backup and the memory store):
+// a primary killed with SIGKILL mid-stream, its backup taking its shard over.
+//  - ledger: two in-process trainers push counted increments through the kill: every
+//    acknowledged increment is applied exactly once (none lost, none applied twice); the same
+//    with the killed server started again (it rejoins as the backup of both shards, by state
+//    transfer) and then the other server killed;
+//  - a push the primary forwarded before dying, retried to the backup with its id, is a duplicate;
+//  - ctr (ps, ASP) trained by two strata-trainer processes finishes every step.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <future>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "ps/client.h"
+#include "tests/integration/process_cluster.h"
+
+namespace strata {
+namespace {
+
+using testing::Subprocess;
+using testing::WaitFor;
+
+constexpr uint32_t kDim = 4;
+constexpr uint64_t kKeys = 64;
+
+class ReplicationTest : public testing::ProcessClusterTest {
+ protected:
+  std::vector<std::string> Common(const std::string& job) {
+    return {"--config", job, "--set", "cluster.servers=2", "--set", "cluster.trainers=2",
+            "--set", "server.replication=backup", "--set", "server.stats_interval_ms=0",
+            "--set", "sync.consistency=asp", "--set", "train.metrics_path=" + Metrics("run")};
+  }
+  // The scheduler and both servers; the trainers are this process's nodes.
+  void StartServersAndJoin() {
+    common_ = Common(Job("servers", ""));
+    address_ = StartScheduler(common_, "tcp://127.0.0.1:0");
+    servers_[0] = &Start("strata-server", common_, address_, 0);
+    servers_[1] = &Start("strata-server", common_, address_, 1);
+    std::vector<std::future<Status>> joins;
+    for (int t = 0; t < 2; ++t) {
+      NodeOptions o;
+      o.cluster.scheduler = address_;
+      o.cluster.servers = 2;
+      o.cluster.trainers = 2;
+      o.cluster.heartbeat_interval_ms = 200;
+      o.cluster.heartbeat_timeout_ms = 2500;
+      o.role = Role::kTrainer;
+      o.requested_rank = t;
+      trainers_.push_back(std::make_unique<Node>(o));
+    }
+    for (auto& n : trainers_) joins.push_back(std::async(std::launch::async, [&n] { return n->Join(); }));
+    for (auto& j : joins) ASSERT_TRUE(j.get().ok());
+    for (auto& n : trainers_) clients_.push_back(std::make_unique<PsClient>(*n, Millis(20000), Replication::kBackup));
+    TableSpec spec;
+    spec.id = 1;
+    spec.name = "ledger";
+    spec.kind = TableKind::kSparse;
+    spec.dim = kDim;
+    spec.optimizer.lr = 1.0f;  // SGD from zeros: a key's value is minus the pushes applied to it
+    spec.consistency = Consistency::kAsp;
+    for (auto& c : clients_) ASSERT_TRUE(c->CreateTable(spec).ok());
+  }
+  // SIGKILL of server `rank`; waits until the other one logged the take-over of `shards` shards.
+  void Kill(int rank, size_t shards = 1) {
+    Subprocess* other = servers_[1 - rank];
+    servers_[rank]->Signal(SIGKILL);
+    EXPECT_EQ(servers_[rank]->Wait(Millis(10000)), 128 + SIGKILL);
+    servers_[rank] = nullptr;
+    const std::string line = "take-over of shard ";
+    EXPECT_TRUE(WaitFor([&] { return Count(other->Log(), line) >= shards; }, Millis(30000))) << other->Log();
+  }
+  static size_t Count(const std::string& text, const std::string& needle) {
+    size_t n = 0;
+    for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+    return n;
+  }
+  // A push written by hand from trainer 0 to server `to`: gradient 1 for `keys` (of shard 0), push
+  // id `id`, as a trainer's retry sends it.
+  Status RawPush(int to, const std::vector<uint64_t>& keys, uint64_t id) {
+    Node& node = *trainers_[0];
+    STRATA_ASSIGN_OR_RETURN(ClusterView view, node.RefreshView());
+    STRATA_ASSIGN_OR_RETURN(PeerId peer, node.rpc().Connect(view.Find(Role::kServer, to)->address));
+    Message m;
+    m.builder().setShard(0);
+    auto b = m.builder().getBody().initPush();
+    b.setTable(1);
+    b.setPushId(id);
+    const auto n = static_cast<int64_t>(keys.size());
+    m.AddPayload(DType::kI64, {n}, Buffer::Take(std::vector<uint64_t>(keys)));
+    m.AddPayload(DType::kF32, {n, kDim}, Buffer::Take(std::vector<float>(keys.size() * kDim, 1.0f)));
+    return node.rpc().CallAndWait(peer, std::move(m), Millis(10000)).status();
+  }
+  static std::vector<uint64_t> Shard0Keys() {
+    std::vector<uint64_t> keys;
+    for (uint64_t k = 0; keys.size() < 4; ++k) {
+      if (SparseServer(k, 2) == 0) keys.push_back(k);
+    }
+    return keys;
+  }
+  std::vector<float> PullAll() {
+    std::vector<uint64_t> keys(kKeys);
+    for (uint64_t k = 0; k < kKeys; ++k) keys[k] = k;
+    std::vector<float> out(kKeys * kDim);
+    PsTicket p = clients_[0]->Pull(1, keys, out.data());
+    Status s = clients_[0]->Wait(p);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return out;
+  }
+  void TearDown() override {
+    clients_.clear();
+    for (auto& n : trainers_) EXPECT_TRUE(n->Leave().ok());
+    trainers_.clear();
+    if (schedulers_.empty()) return;
+    schedulers_[0]->Signal(SIGTERM);  // ends the job: the live server is told to shut down
+    EXPECT_EQ(schedulers_[0]->Wait(Millis(20000)), 0) << schedulers_[0]->Log();
+    for (Subprocess* server : servers_) {
+      if (!server) continue;
+      EXPECT_EQ(server->Wait(Millis(20000)), 0) << server->Log();
+    }
+  }
+
+  std::vector<std::string> common_;
+  std::string address_;
+  Subprocess* servers_[2] = {nullptr, nullptr};  // each rank's live process
+  std::vector<std::unique_ptr<Node>> trainers_;
+  std::vector<std::unique_ptr<PsClient>> clients_;
+};
+
+// Two trainers pushing +1 to 8 keys over both shards per push until Stop(); what each saw
+// acknowledged, per key.
+class Ledger {
+ public:
+  explicit Ledger(std::vector<std::unique_ptr<PsClient>>& clients) : clients_(clients) {
+    for (int t = 0; t < 2; ++t) {
+      threads_.emplace_back([this, t] {
+        const std::vector<float> ones(8 * kDim, 1.0f);
+        for (uint64_t i = 0; !stop_; ++i) {
+          std::vector<uint64_t> keys;  // 8 distinct keys, rotating
+          for (uint64_t j = 0; j < 8; ++j) keys.push_back((i * 5 + t + 8 * j) % kKeys);
+          PsTicket tk = clients_[t]->Push(1, keys, ones.data());
+          if (Status s = clients_[t]->Wait(tk); !s.ok()) {
+            ++failed_;
+            ADD_FAILURE() << "trainer " << t << " push " << i << ": " << s.ToString();
+            continue;
+          }
+          for (uint64_t k : keys) ++acked_[t][k];
+          ++pushes_[t];
+        }
+      });
+    }
+  }
+  ~Ledger() { Stop(); }
+  // Waits until both trainers had `more` further pushes acknowledged.
+  bool PushMore(uint64_t more) {
+    const uint64_t target = std::max(pushes_[0].load(), pushes_[1].load()) + more;
+    return WaitFor([&] { return pushes_[0] >= target && pushes_[1] >= target; }, Millis(60000));
+  }
+  void Stop() {
+    stop_ = true;
+    for (auto& th : threads_) th.join();
+    threads_.clear();
+  }
+  // After Stop: checks `values` (minus the pushes applied to each key) against the acknowledged.
+  void Check(const std::vector<float>& values) {
+    uint64_t acknowledged = 0, applied = 0, lost = 0, twice = 0;
+    for (uint64_t k = 0; k < kKeys; ++k) {
+      const uint64_t want = acked_[0][k] + acked_[1][k];
+      const auto got = static_cast<uint64_t>(std::llround(-values[k * kDim]));
+      acknowledged += want;
+      applied += got;
+      lost += got < want ? want - got : 0;
+      twice += got > want ? got - want : 0;
+      for (uint32_t j = 0; j < kDim; ++j) EXPECT_EQ(values[k * kDim + j], values[k * kDim]) << "key " << k;
+    }
+    EXPECT_EQ(lost, 0u) << "acknowledged updates lost";
+    EXPECT_EQ(twice, 0u) << "updates applied twice";
+    EXPECT_GT(acknowledged, 0u);
+    std::printf("replication ledger: %llu acknowledged key updates, %llu applied, %llu lost, %llu applied twice, "
+                "%llu requests retried, %llu pushes failed\n",
+                static_cast<unsigned long long>(acknowledged), static_cast<unsigned long long>(applied),
+                static_cast<unsigned long long>(lost), static_cast<unsigned long long>(twice),
+                static_cast<unsigned long long>(clients_[0]->retries() + clients_[1]->retries()),
+                static_cast<unsigned long long>(failed_.load()));
+  }
+
+ private:
+  std::vector<std::unique_ptr<PsClient>>& clients_;
+  std::vector<std::vector<uint64_t>> acked_ = std::vector<std::vector<uint64_t>>(2, std::vector<uint64_t>(kKeys, 0));
+  std::atomic<uint64_t> pushes_[2] = {0, 0};
+  std::atomic<uint64_t> failed_{0};
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+};
+
+TEST_F(ReplicationTest, APrimaryKilledLosesNoAcknowledgedUpdateAndAppliesNoneTwice) {
+  StartServersAndJoin();
+  Ledger ledger(clients_);
+  EXPECT_TRUE(ledger.PushMore(50));
+  Kill(0);
+  EXPECT_TRUE(ledger.PushMore(50));  // server 1 serves shard 0 now
+  ledger.Stop();
+  ledger.Check(PullAll());
+  auto stats = clients_[0]->ServerStats(1);
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  const auto j = nlohmann::json::parse(*stats);
+  EXPECT_GT(j["replicated_bytes"].get<uint64_t>(), 0u) << *stats;  // shard 1's updates, until server 0 died
+  EXPECT_GT(j["backup"]["pushes"].get<uint64_t>(), 0u) << *stats;
+  EXPECT_EQ(j["backup"]["role"], "serving") << *stats;
+}
+
+// The killed server started again holds nothing; it asks server 1 for copies of both shards and
+// is their backup from then on, so that killing server 1 then loses nothing either.
+TEST_F(ReplicationTest, ARestartedServerRejoinsAsTheBackupAndASecondKillLosesNothing) {
+  StartServersAndJoin();
+  Ledger ledger(clients_);
+  EXPECT_TRUE(ledger.PushMore(50));
+  Kill(0);
+  EXPECT_TRUE(ledger.PushMore(30));
+  servers_[0] = &Start("strata-server", common_, address_, 0);
+  EXPECT_TRUE(WaitFor([&] { return Count(servers_[0]->Log(), "copy received") >= 2; }, Millis(30000)))
+      << servers_[0]->Log();
+  EXPECT_TRUE(ledger.PushMore(50));  // forwarded to the restarted server, after its copy
+  auto stats = clients_[0]->ServerStats(0);
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  auto j = nlohmann::json::parse(*stats);
+  EXPECT_EQ(j["role"], "backup") << *stats;
+  EXPECT_EQ(j["backup"]["role"], "backup") << *stats;
+  Kill(1, 2);  // server 0 takes both shards over
+  EXPECT_TRUE(ledger.PushMore(50));
+  ledger.Stop();
+  ledger.Check(PullAll());
+  stats = clients_[0]->ServerStats(0);
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  j = nlohmann::json::parse(*stats);
+  EXPECT_EQ(j["role"], "serving") << *stats;
+  EXPECT_EQ(j["backup"]["role"], "serving") << *stats;
+}
+
+// A push the primary applied and forwarded before it died, retried to the backup with the same
+// id (as a trainer does when the reply was lost with the primary): a duplicate there.
+TEST_F(ReplicationTest, APushForwardedBeforeTheKillIsADuplicateOnTheBackup) {
+  StartServersAndJoin();
+  const std::vector<uint64_t> keys = Shard0Keys();
+  const uint64_t id = (static_cast<uint64_t>(trainers_[0]->id()) << 40) | (uint64_t{1} << 39);
+  ASSERT_TRUE(RawPush(0, keys, id).ok());
+  Kill(0);
+  Status again = RawPush(1, keys, id);
+  ASSERT_TRUE(again.ok()) << again.ToString();
+  std::vector<float> values = PullAll();
+  for (uint64_t k : keys) EXPECT_EQ(values[k * kDim], -1.0f) << "key " << k;
+  auto stats = clients_[0]->ServerStats(1);
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  EXPECT_EQ(nlohmann::json::parse(*stats)["backup"]["duplicate_pushes"].get<uint64_t>(), 1u) << *stats;
+  ASSERT_TRUE(RawPush(1, keys, id + 1).ok());
+  values = PullAll();
+  for (uint64_t k : keys) EXPECT_EQ(values[k * kDim], -2.0f) << "key " << k;
+}
+
+// Server 0 stopped (SIGSTOP) past the heartbeat timeout is declared dead while it still runs, and
+// server 1 takes its shard over. Resumed, server 0 still believes it serves shard 0: the first
+// update it gets, its backup refuses (it took the shard over), so server 0 steps down instead of
+// serving the shard alone, and its sender is sent to server 1.
+TEST_F(ReplicationTest, AServerDeclaredDeadWhileRunningStepsDownAtItsNextUpdate) {
+  StartServersAndJoin();
+  const std::vector<uint64_t> keys = Shard0Keys();
+  const uint64_t id = (static_cast<uint64_t>(trainers_[0]->id()) << 40) | (uint64_t{1} << 38);
+  ASSERT_TRUE(RawPush(0, keys, id).ok());
+  servers_[0]->Signal(SIGSTOP);
+  EXPECT_TRUE(WaitFor([&] { return Count(servers_[1]->Log(), "take-over of shard 0") >= 1; }, Millis(30000)))
+      << servers_[1]->Log();
+  servers_[0]->Signal(SIGCONT);
+  Status s = RawPush(0, keys, id + 1);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  EXPECT_NE(s.message().find(std::string(kNotServing) + " 0 any more"), std::string::npos) << s.ToString();
+  EXPECT_TRUE(WaitFor([&] { return servers_[0]->Log().find("this server stops serving it") != std::string::npos; },
+                      Millis(10000)))
+      << servers_[0]->Log();
+  s = RawPush(0, keys, id + 2);  // refused before anything is applied now
+  EXPECT_NE(s.message().find(kNotServing), std::string::npos) << s.ToString();
+  // The update server 0 applied but could not replicate is not in the shard; the trainer's retry
+  // of it, sent to server 1, is applied there once.
+  std::vector<float> values = PullAll();
+  for (uint64_t k : keys) EXPECT_EQ(values[k * kDim], -1.0f) << "key " << k;
+  ASSERT_TRUE(RawPush(1, keys, id + 1).ok());
+  ASSERT_TRUE(RawPush(1, keys, id + 1).ok());
+  values = PullAll();
+  for (uint64_t k : keys) EXPECT_EQ(values[k * kDim], -2.0f) << "key " << k;
+  servers_[0]->Signal(SIGKILL);  // a node declared dead cannot leave the job cleanly
+  servers_[0]->Wait(Millis(10000));
+  servers_[0] = nullptr;
+}
+
+const char* kCtr =
+    "model: {kind: ctr, fields: 8, field_vocab: 300, embed_dim: 8, ctr_hidden: 32}\n"
+    "data: {kind: click_log, eval_samples: 20000}\n"
+    "optimizer: {kind: adamw, lr: 0.01}\n"
+    "sync: {mode: ps}\n"
+    "train: {steps: 1000, batch_size: 256, log_every: 25, progress: false}\n";
+
+TEST_F(ReplicationTest, CtrTrainsToTheEndWithAPrimaryKilledAndNotRestarted) {
+  common_ = Common(Job("ctr", kCtr));
+  address_ = StartScheduler(common_, "tcp://127.0.0.1:0");
+  servers_[0] = &Start("strata-server", common_, address_, 0);
+  servers_[1] = &Start("strata-server", common_, address_, 1);
+  Subprocess& t0 = Start("strata-trainer", common_, address_, 0);
+  Subprocess& t1 = Start("strata-trainer", common_, address_, 1);
+  ASSERT_TRUE(WaitFor([&] { return MetricsLines("run") >= 2; }, Millis(120000))) << t0.Log();
+  Kill(0);
+  EXPECT_LT(MetricsLines("run"), 1000u / 25) << "server 0 was killed after training ended: make the job longer";
+  for (Subprocess* t : {&t0, &t1}) EXPECT_EQ(t->Wait(Millis(180000)), 0) << t->Log();
+  const std::string log = t0.Log();
+  EXPECT_NE(log.find("done: 1000 steps"), std::string::npos) << log;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("auc ([0-9.]+) \\(oracle"))) << log;
+  EXPECT_GT(std::stod(m[1]), 0.7) << log;  // the planted model was learnt (chance is 0.5)
+  ASSERT_TRUE(servers_[1]) << "server 1 was killed";
+  const std::string server1 = servers_[1]->Log();
+  EXPECT_NE(server1.find("take-over of shard 0 from server 0"), std::string::npos) << server1;
+  EXPECT_EQ(server1.find("did not acknowledge"), std::string::npos) << server1;
+}
+
+}  // namespace
+}  // namespace strata

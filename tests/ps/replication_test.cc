@@ -1,0 +1,286 @@
+// replication_test.cc: primary-backup replication of the servers' shards (ps/replication.h) as
+// threads in one process: where a trainer sends a shard under a view, a primary's forwards leave
+// its backup with the same rows and optimizer state bit for bit under concurrent pushes (the
+// backup applies them in the primary's order), clocks reach the backup, a retried push id is a
+// duplicate on the backup too, and requests that do not belong are refused naming why. The
+// take-over after a kill -9 and the state transfer to a restarted server run with real processes
+// in tests/integration/replication_test.cc.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cluster/scheduler.h"
+#include "common/inproc_transport.h"
+#include "offload/memory_row_store.h"
+#include "ps/client.h"
+#include "ps/replication.h"
+#include "ps/server.h"
+
+namespace strata {
+namespace {
+
+ClusterView ViewOf(std::vector<std::pair<bool, uint32_t>> servers) {  // (alive, incarnation) by rank
+  ClusterView v;
+  for (size_t r = 0; r < servers.size(); ++r) {
+    NodeInfo n;
+    n.id = static_cast<uint32_t>(r + 1);
+    n.role = Role::kServer;
+    n.rank = static_cast<int>(r);
+    n.address = "mem://server" + std::to_string(r);
+    n.alive = servers[r].first;
+    n.incarnation = servers[r].second;
+    v.nodes.push_back(n);
+  }
+  return v;
+}
+
+TEST(NextHolderTest, TheOtherHolderWhenTheCurrentOneIsDownOrRefuses) {
+  const ClusterView all = ViewOf({{true, 0}, {true, 0}, {true, 0}});
+  EXPECT_EQ(BackupRank(2, 3), 0u);
+  EXPECT_EQ(BackedUpShard(0, 3), 2u);
+  EXPECT_EQ(OtherHolder(2, 2, 3), 0u);
+  EXPECT_EQ(OtherHolder(2, 0, 3), 2u);
+  for (uint32_t s = 0; s < 3; ++s) EXPECT_EQ(NextHolder(all, s, s, false, Replication::kBackup), s);
+  // Shard 0's server refused it (it holds the backup, or waits for a copy): its other holder.
+  EXPECT_EQ(NextHolder(all, 0, 0, true, Replication::kBackup), 1u);
+  EXPECT_EQ(NextHolder(all, 0, 1, true, Replication::kBackup), 0u);
+  const ClusterView dead0 = ViewOf({{false, 0}, {true, 0}, {true, 0}});
+  EXPECT_EQ(NextHolder(dead0, 0, 0, false, Replication::kBackup), 1u);
+  EXPECT_EQ(NextHolder(dead0, 2, 2, false, Replication::kBackup), 2u);
+  // Both holders down: stay (the retry waits for one to come back).
+  const ClusterView dead01 = ViewOf({{false, 0}, {false, 0}, {true, 0}});
+  EXPECT_EQ(NextHolder(dead01, 0, 1, false, Replication::kBackup), 1u);
+  // A restarted server is up: it is tried, and refuses until it serves the shard again.
+  const ClusterView back0 = ViewOf({{true, 1}, {false, 0}, {true, 0}});
+  EXPECT_EQ(NextHolder(back0, 0, 1, false, Replication::kBackup), 0u);
+  // Without replication a shard always goes to its own rank (which reloads its store on restart).
+  EXPECT_EQ(NextHolder(dead0, 0, 0, true, Replication::kNone), 0u);
+}
+
+// Every store a server makes, in order (a front's own tables and its backup copy's).
+struct StoreLog {
+  std::mutex mu;
+  std::vector<MemoryRowStore*> stores;
+  StoreFactory Factory() {
+    return [this](const TableSpec& spec) -> Result<std::unique_ptr<RowStore>> {
+      auto s = std::make_unique<MemoryRowStore>(spec.RecordWidth());
+      std::lock_guard lock(mu);
+      stores.push_back(s.get());
+      return std::unique_ptr<RowStore>(std::move(s));
+    };
+  }
+};
+
+// key -> record, of a store.
+std::map<uint64_t, std::vector<float>> Contents(RowStore& store) {
+  std::map<uint64_t, std::vector<float>> out;
+  EXPECT_TRUE(store.Scan([&](uint64_t key, std::span<const float> r) {
+                     out[key].assign(r.begin(), r.end());
+                     return Status::OK();
+                   }).ok());
+  return out;
+}
+
+class ReplicationTest : public ::testing::Test {
+ protected:
+  static constexpr int kServers = 2, kTrainers = 2;
+
+  void SetUp() override {
+    cluster_.scheduler = "mem://scheduler";
+    cluster_.servers = kServers;
+    cluster_.trainers = kTrainers;
+    cluster_.heartbeat_interval_ms = 20;
+    cluster_.heartbeat_timeout_ms = 5000;
+    scheduler_ = std::make_unique<Scheduler>(SchedulerOptions{cluster_}, std::make_unique<InprocTransport>(&hub_));
+    ASSERT_TRUE(scheduler_->Start("mem://scheduler").ok());
+    std::vector<std::future<Status>> joins;
+    for (int s = 0; s < kServers; ++s) {
+      server_nodes_.push_back(MakeNode(Role::kServer, "server" + std::to_string(s), s));
+      ServerOptions o;
+      o.stats_interval_ms = 0;
+      o.replication = Replication::kBackup;
+      servers_.push_back(std::make_unique<PsServer>(*server_nodes_.back(), o, logs_[s].Factory()));
+    }
+    for (int t = 0; t < kTrainers; ++t) trainer_nodes_.push_back(MakeNode(Role::kTrainer, "trainer" + std::to_string(t), t));
+    for (auto& n : server_nodes_) joins.push_back(std::async(std::launch::async, [&n] { return n->Join(); }));
+    for (auto& n : trainer_nodes_) joins.push_back(std::async(std::launch::async, [&n] { return n->Join(); }));
+    for (auto& j : joins) ASSERT_TRUE(j.get().ok());
+    for (auto& n : trainer_nodes_) {
+      clients_.push_back(std::make_unique<PsClient>(*n, Millis(10000), Replication::kBackup));
+    }
+  }
+
+  std::unique_ptr<Node> MakeNode(Role role, const std::string& name, int rank) {
+    NodeOptions o;
+    o.cluster = cluster_;
+    o.transport.request_timeout_ms = 10000;
+    o.role = role;
+    o.bind = "mem://" + name;
+    o.requested_rank = rank;
+    return std::make_unique<Node>(o, &hub_);
+  }
+
+  void TearDown() override {
+    clients_.clear();
+    for (auto& n : trainer_nodes_) (void)n->Leave();
+    servers_.clear();
+    trainer_nodes_.clear();
+    server_nodes_.clear();
+    scheduler_.reset();
+  }
+
+  nlohmann::json Stats(int server) {
+    auto s = clients_[0]->ServerStats(static_cast<uint32_t>(server));
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return nlohmann::json::parse(s.ok() ? *s : "{}");
+  }
+
+  // A push written by hand from trainer 0 to server `to`: keys `ks` (gradient 1), push id `id`,
+  // and the envelope's shard and origin fields.
+  Status RawPush(int to, std::vector<uint64_t> ks, uint64_t id, int32_t shard = -1,
+                 uint32_t origin = kUnassignedNode) {
+    Node& node = *trainer_nodes_[0];
+    const PeerId peer = *node.rpc().Connect("mem://server" + std::to_string(to));
+    Message m;
+    m.builder().setShard(shard);
+    m.builder().setOrigin(origin);
+    auto b = m.builder().getBody().initPush();
+    b.setTable(1);
+    b.setPushId(id);
+    const auto n = static_cast<int64_t>(ks.size());
+    m.AddPayload(DType::kI64, {n}, Buffer::Take(std::move(ks)));
+    m.AddPayload(DType::kF32, {n, 4}, Buffer::Take(std::vector<float>(static_cast<size_t>(n) * 4, 1.0f)));
+    return node.rpc().CallAndWait(peer, std::move(m)).status();
+  }
+
+  InprocHub hub_;
+  ClusterOptions cluster_;
+  StoreLog logs_[kServers];
+  std::unique_ptr<Scheduler> scheduler_;
+  std::vector<std::unique_ptr<Node>> server_nodes_, trainer_nodes_;
+  std::vector<std::unique_ptr<PsServer>> servers_;
+  std::vector<std::unique_ptr<PsClient>> clients_;
+};
+
+TableSpec AdamTable(Consistency c) {
+  TableSpec t;
+  t.id = 1;
+  t.name = "emb";
+  t.kind = TableKind::kSparse;
+  t.dim = 4;
+  t.optimizer.kind = OptimizerKind::kAdam;
+  t.optimizer.lr = 0.1f;
+  t.init = InitSpec::Of(InitKind::kNormal, 0.0f, 0.1f, 5);
+  t.consistency = c;
+  if (c == Consistency::kSsp) t.staleness = 1;
+  return t;
+}
+
+// Adam does not commute: a backup that applied two trainers' pushes of a key in another order
+// than its primary would hold other bits. Each backup must equal its primary exactly.
+TEST_F(ReplicationTest, TheBackupHoldsThePrimarysRowsAndOptimizerStateBitForBit) {
+  const TableSpec spec = AdamTable(Consistency::kSsp);
+  for (auto& c : clients_) ASSERT_TRUE(c->CreateTable(spec).ok());
+  std::vector<uint64_t> keys(24);
+  for (uint64_t k = 0; k < keys.size(); ++k) keys[k] = k * 977;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kTrainers; ++t) {
+    threads.emplace_back([&, t] {
+      PsClient& c = *clients_[t];
+      for (int step = 0; step < 20; ++step) {
+        std::vector<float> g(keys.size() * 4);
+        for (size_t i = 0; i < g.size(); ++i) g[i] = std::sin(0.3f * static_cast<float>(i) + 1.7f * step + t);
+        std::vector<float> out(keys.size() * 4);
+        std::vector<PsTicket> inflight;
+        for (int k = 0; k < 3; ++k) inflight.push_back(c.Push(1, keys, g.data()));
+        inflight.push_back(c.PushPull(1, keys, g.data(), out.data()));
+        for (auto& tk : inflight) ASSERT_TRUE(c.Wait(tk).ok());
+        ASSERT_TRUE(c.Clock().ok());
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  // Server s's stores: its own shard's table, and the backup copy of shard s - 1's.
+  ASSERT_EQ(logs_[0].stores.size(), 2u);
+  ASSERT_EQ(logs_[1].stores.size(), 2u);
+  for (int shard = 0; shard < kServers; ++shard) {
+    const int backup = (shard + 1) % kServers;
+    std::map<uint64_t, std::vector<float>> primary, copy;
+    for (MemoryRowStore* s : logs_[shard].stores) {
+      auto c = Contents(*s);
+      if (!c.empty() && SparseServer(c.begin()->first, kServers) == static_cast<uint32_t>(shard)) primary = c;
+    }
+    for (MemoryRowStore* s : logs_[backup].stores) {
+      auto c = Contents(*s);
+      if (!c.empty() && SparseServer(c.begin()->first, kServers) == static_cast<uint32_t>(shard)) copy = c;
+    }
+    ASSERT_FALSE(primary.empty()) << "shard " << shard;
+    EXPECT_EQ(primary, copy) << "shard " << shard << ": the backup's records differ from the primary's";
+  }
+  for (int s = 0; s < kServers; ++s) {
+    nlohmann::json j = Stats(s);
+    // Per shard: createTable x2, 4 pushes x 20 steps x 2 trainers, 20 clocks x 2 trainers.
+    EXPECT_EQ(j["forwarded"].get<uint64_t>(), 2u + 160u + 40u) << j.dump();
+    EXPECT_GT(j["replicated_bytes"].get<uint64_t>(), 0u);
+    ASSERT_TRUE(j.contains("backup")) << j.dump();
+    EXPECT_EQ(j["role"], "serving") << j.dump();
+    EXPECT_EQ(j["backup"]["role"], "backup") << j.dump();
+    EXPECT_EQ(j["backup"]["trainer_clocks"], j["trainer_clocks"]) << "the backup's clocks follow the primary's";
+  }
+}
+
+// A push id the primary forwarded is remembered by the backup under the trainer's node id: the
+// retry (forwarded again, in order) is a duplicate there too.
+TEST_F(ReplicationTest, ARetriedPushIdIsADuplicateOnTheBackup) {
+  for (auto& c : clients_) ASSERT_TRUE(c->CreateTable(AdamTable(Consistency::kAsp)).ok());
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; keys.size() < 3; ++k) {
+    if (SparseServer(k, kServers) == 0) keys.push_back(k);
+  }
+  const uint64_t id = (static_cast<uint64_t>(trainer_nodes_[0]->id()) << 40) | 12345;
+  ASSERT_TRUE(RawPush(0, keys, id).ok());
+  ASSERT_TRUE(RawPush(0, keys, id).ok());
+  nlohmann::json j = Stats(1);
+  EXPECT_EQ(j["backup"]["duplicate_pushes"].get<uint64_t>(), 1u) << j.dump();
+  EXPECT_EQ(j["backup"]["pushes"].get<uint64_t>(), 1u) << j.dump();
+}
+
+TEST_F(ReplicationTest, RequestsThatDoNotBelongAreRefusedNamingWhy) {
+  for (auto& c : clients_) ASSERT_TRUE(c->CreateTable(AdamTable(Consistency::kAsp)).ok());
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; keys.size() < 2; ++k) {
+    if (SparseServer(k, kServers) == 0) keys.push_back(k);
+  }
+  // A shard this server neither is nor backs up.
+  Status s = RawPush(0, keys, 0, /*shard=*/5);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("shard 5"), std::string::npos) << s.ToString();
+  // Shard 0's backup while its primary is alive: not served there.
+  s = RawPush(1, keys, 0, /*shard=*/0);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  EXPECT_NE(s.message().find(std::string(kNotServing) + " 0 (it holds its backup)"), std::string::npos) << s.ToString();
+  // A forwarded request from a node that is not the shard's primary (a trainer posing as one).
+  s = RawPush(1, keys, 0, /*shard=*/0, /*origin=*/trainer_nodes_[1]->id());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("not that shard's other holder"), std::string::npos) << s.ToString();
+  // A forwarded request sent to the shard's serving server by a node that is not its other holder.
+  s = RawPush(0, keys, 0, /*shard=*/0, /*origin=*/trainer_nodes_[1]->id());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  // BSP is not replicated.
+  TableSpec bsp = AdamTable(Consistency::kBsp);
+  bsp.id = 2;
+  bsp.name = "bsp";
+  s = clients_[0]->CreateTable(bsp);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  EXPECT_NE(s.message().find("BSP"), std::string::npos) << s.ToString();
+  // Nothing above changed the backup copy.
+  nlohmann::json j = Stats(1);
+  EXPECT_EQ(j["backup"]["pushes"].get<uint64_t>(), 0u) << j.dump();
+}
+
+}  // namespace
+}  // namespace strata
