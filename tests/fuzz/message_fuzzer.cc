@@ -150,9 +150,18 @@ void TouchBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
     }
     case Op::NODE_EVENT: {
       auto e = body.getNodeEvent();
-      STRATA_CHECK_LT(static_cast<int>(e.getKind()), 2);
+      STRATA_CHECK_LT(static_cast<int>(e.getKind()), 4);  // dead, rejoined, joined, left
       TouchNode(e.getNode(), limits);
       return TouchView(e.getView(), limits);
+    }
+    case Op::STATE_TRANSFER: {  // replication: a copy of a shard
+      auto copy = body.getStateTransfer();
+      for (auto t : copy.getTables()) {
+        STRATA_CHECK_LT(static_cast<int>(t.getKind()), 2);
+        TouchText(t.getName(), limits);
+      }
+      for (auto c : copy.getTrainerClocks()) Consume(static_cast<uint64_t>(c.getClock()));
+      return;
     }
     case Op::EMPTY:
     case Op::GET_VIEW:
@@ -171,6 +180,8 @@ void TouchMessage(const Message& m, const WireLimits& limits) {
   Consume(m.request_id());
   Consume(m.is_reply());
   Consume(m.sender());
+  Consume(static_cast<uint64_t>(m.reader().getShard()));
+  Consume(m.reader().getOrigin());
   Status s = m.status();
   Consume(s.ToString().size());
   TouchText(m.reader().getErrorMessage(), limits);
