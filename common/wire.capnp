@@ -154,6 +154,10 @@ struct PushRequest {
   clock @1 :Int64;
   returnValues @2 :Bool;         # push-pull: the reply carries the updated values
   pushId @3 :UInt64;             # nonzero: the same on a retry; a server applies an id once
+  # The learning rate of the pushing step (the job's schedule, computed by the trainer exactly as
+  # its local optimizer would): the update uses it instead of the table's; negative: the table's.
+  # NaN and infinity are refused. A BSP clock's pushes of one key or chunk must all carry the same.
+  lr @4 :Float32 = -1.0;
 }
 
 struct PullRequest {

@@ -262,6 +262,7 @@ PsTicket PsClient::Sparse(uint32_t table, std::span<const uint64_t> keys, const 
     q->push = push;
     q->return_values = out != nullptr;
     q->push_id = push ? NextPushId() : 0;
+    q->lr = lr_;
     q->dim = dim;
     q->keys = std::make_shared<std::vector<uint64_t>>(std::move(s.keys));
     q->grads = std::make_shared<std::vector<float>>(std::move(s.grads));
@@ -351,6 +352,7 @@ PsTicket PsClient::PushDenseAs(uint32_t table, const void* grads, DType dtype) {
   }
   const TableSpec spec = **spec_or;
   const int64_t clock = clock_;
+  const float lr = lr_;
   // Zero-copy: frames point into the caller's buffer, which outlives the call and its retries
   // (see Wait).
   const std::shared_ptr<const void> borrowed(grads, [](const void*) {});
@@ -358,12 +360,13 @@ PsTicket PsClient::PushDenseAs(uint32_t table, const void* grads, DType dtype) {
     auto chunks = std::make_shared<std::vector<uint64_t>>(std::move(mine_chunks));
     const int64_t n = static_cast<int64_t>(chunks->size());
     const uint64_t push_id = NextPushId();
-    PsTicket::Part part(sv, nullptr, [spec, table, clock, chunks, n, grads, dtype, borrowed, push_id] {
+    PsTicket::Part part(sv, nullptr, [spec, table, clock, chunks, n, grads, dtype, borrowed, push_id, lr] {
                           Message m;
                           auto p = m.builder().getBody().initPush();
                           p.setTable(table);
                           p.setClock(clock);
                           p.setPushId(push_id);
+                          p.setLr(lr);
                           m.AddPayload(DType::kI64, {n}, View(chunks));
                           const size_t size = DTypeSize(dtype);
                           for (uint64_t c : *chunks) {

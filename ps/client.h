@@ -54,6 +54,7 @@ class PsTicket {
     int64_t clock = 0;
     bool push = false, return_values = false;
     uint64_t push_id = 0;
+    float lr = -1.0f;
     size_t dim = 0;
     std::shared_ptr<std::vector<uint64_t>> keys;
     std::shared_ptr<std::vector<float>> grads;  // push: keys.size() * dim
@@ -109,6 +110,9 @@ class PsClient {
   int64_t clock() const { return clock_; }
   // A trainer that joined a running job starts at the others' clock, not at 0.
   void set_clock(int64_t clock) { clock_ = clock; }
+  // The learning rate of this step (optimizer.schedule, warmup_steps): the pushes sent after
+  // this call are applied with it instead of each table's lr (negative: the table's).
+  void set_lr(float lr) { lr_ = lr; }
 
   // Every server writes its shard of every table under checkpoint directory `checkpoint`
   // (ps/server_checkpoint.h). Blocking; the caller keeps pushes away until it returns.
@@ -165,6 +169,7 @@ class PsClient {
   uint64_t pushes_sent_;  // starts at a random point (client.cc)
   std::map<uint32_t, TableSpec> tables_;
   int64_t clock_ = 0;
+  float lr_ = -1.0f;
 };
 
 }  // namespace strata

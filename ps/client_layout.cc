@@ -33,6 +33,7 @@ PsTicket::Part PsClient::SparsePart(uint32_t server, std::shared_ptr<const PsTic
       p.setClock(q->clock);
       p.setReturnValues(q->return_values);
       p.setPushId(q->push_id);
+      p.setLr(q->lr);
     } else {
       auto p = m.builder().getBody().initPull();
       p.setTable(q->table);

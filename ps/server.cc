@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -393,6 +394,11 @@ Result<Message> PsServer::Push(const Request& request) {
     if (push.getReturnValues()) return PullReply(t, request, keys, floats);
     return request.MakeReply();
   }
+  const float lr = push.getLr();
+  if (!std::isfinite(lr)) {
+    return Status::InvalidArgument("push to table \"" + t.spec.name + "\": lr " + std::to_string(lr) +
+                                   " is not a finite number (node " + std::to_string(sender) + ")");
+  }
   // Gradient of key i, wherever its payload lives.
   std::vector<std::vector<float>> scratch(msg.num_payloads());
   std::vector<const float*> grad(keys.size());
@@ -428,10 +434,19 @@ Result<Message> PsServer::Push(const Request& request) {
       }
     }
     auto& acc = t.pending[clock];
+    for (uint64_t key : keys) {
+      auto it = acc.find(key);
+      if (it != acc.end() && it->second.pushes > 0 && it->second.lr != lr) {
+        return Status::InvalidArgument("push to BSP table \"" + t.spec.name + "\" for clock " + std::to_string(clock) +
+                                       " carries lr " + std::to_string(lr) + ", the clock's other pushes " +
+                                       std::to_string(it->second.lr) + " (node " + std::to_string(sender) + ")");
+      }
+    }
     for (size_t i = 0; i < keys.size(); ++i) {
       const uint32_t len = t.ValueFloats(keys[i]);
       Table::Acc& a = acc[keys[i]];
       if (a.sum.empty()) a.sum.assign(len, 0.0f);
+      a.lr = lr;
       for (uint32_t j = 0; j < len; ++j) a.sum[j] += grad[i][j];
       ++a.pushes;
     }
@@ -445,7 +460,8 @@ Result<Message> PsServer::Push(const Request& request) {
       if (advanced) AdvanceEarly(t);
     }
   } else {
-    const OptimizerSpec& o = t.spec.optimizer;
+    OptimizerSpec o = t.spec.optimizer;
+    if (lr >= 0) o.lr = lr;
     // The id is recorded with the update (in the WAL of a durable store), so a restarted
     // server still answers a retry of it as a duplicate (RestoreTables).
     auto apply = [&](size_t i, std::span<float> record) {

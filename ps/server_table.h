@@ -23,6 +23,7 @@ struct PsServer::Table {
   struct Acc {
     std::vector<float> sum;
     uint32_t pushes = 0;
+    float lr = -1.0f;  // the pushes' (all the same; negative: the table's)
   };
 
   TableSpec spec;
@@ -59,8 +60,10 @@ struct PsServer::Table {
   // Applies one accumulation to the store (and makes the chunk's pull snapshot stale).
   void ApplyAcc(uint64_t key, const Acc& acc, float scale, int64_t clock) {
     const uint64_t keys[1] = {key};
+    OptimizerSpec o = spec.optimizer;
+    if (acc.lr >= 0) o.lr = acc.lr;
     Status s = store->Update(keys, init, [&](size_t, std::span<float> record) {
-      ApplyUpdate(spec.optimizer, slots, record, static_cast<int>(ValueFloats(key)), acc.sum.data(), scale);
+      ApplyUpdate(o, slots, record, static_cast<int>(ValueFloats(key)), acc.sum.data(), scale);
     });
     if (!s.ok()) spdlog::error("server: applying clock {} of table \"{}\": {}", clock, spec.name, s.ToString());
     if (snapshots) snapshots->Invalidate(key);

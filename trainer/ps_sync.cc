@@ -37,20 +37,19 @@ Result<std::unique_ptr<PsSync>> PsSync::Create(PsClient& client, nn::ParameterRe
   const SyncOptions& sync = job.sync;
   const OptimizerOptions& o = job.optimizer;
   const bool all = sync.mode == SyncOptions::Mode::kPs || sync.mode == SyncOptions::Mode::kOffload;
-  // The servers apply a fixed learning rate per table and clip per row or chunk.
+  // The servers apply the learning rate each push carries (the schedule's at the pushing step)
+  // and clip per row or chunk.
   const std::string where = sync.mode == SyncOptions::Mode::kOffload ? "sync.mode: offload"
                             : all ? "sync.mode: ps" : "sync.mode: hybrid (embeddings on the servers)";
   if (o.nesterov) return Status::InvalidArgument("optimizer.nesterov is not available with " + where);
-  if (all && (o.schedule != OptimizerOptions::Schedule::kConstant || o.warmup_steps > 0)) {
-    return Status::InvalidArgument("optimizer.schedule must be constant and optimizer.warmup_steps 0 with " + where +
-                                   " (the servers apply a fixed learning rate)");
-  }
   if (all && o.clip_norm > 0) {
     return Status::InvalidArgument("optimizer.clip_norm (global) is not available with " + where +
                                    ": the servers see one table at a time");
   }
   auto sync_ptr = std::unique_ptr<PsSync>(new PsSync(client, trace));
   PsSync& ps = *sync_ptr;
+  ps.optimizer_ = o;
+  ps.total_steps_ = job.train.steps;
   ps.early_prefetch_ = sync.prefetch && sync.consistency == Consistency::kAsp;
   // A BSP clock's pushes are averaged over every live trainer; a table here is pushed by this
   // stage's replicas only.
@@ -139,6 +138,11 @@ void PsSync::Prefetch(const std::vector<Batch>& batches) {
 Status PsSync::Prepare(std::vector<Batch>& batches, int64_t step, bool training) {
   Trace::Scope scope(trace_, "pull", "ps", 0, step);
   const auto started = Clock::now();
+  if (training) {
+    // The schedule rides on this step's pushes: the servers apply the rate a local optimizer
+    // would (the same float), not the tables' peak lr.
+    client_.set_lr(static_cast<float>(LearningRate(optimizer_, step, total_steps_)));
+  }
   if (offload() && training) {
     step_ = step;
     const bool delayed = delayed_from_ >= 0 && step >= delayed_from_;
@@ -147,7 +151,10 @@ Status PsSync::Prepare(std::vector<Batch>& batches, int64_t step, bool training)
     if (delayed && !ahead_.empty()) next_ = std::move(ahead_);
     if (next_.empty()) IssueUnitPulls(next_, /*staged=*/exec_.is_cuda());  // the first step
     // The step after this one runs on what the servers hold before this trainer's clock.
-    if (delayed) IssueUnitPulls(ahead_, /*staged=*/true);
+    if (delayed) {
+      IssueUnitPulls(ahead_, /*staged=*/true);
+      for (UnitPull& up : ahead_) up.predict = predict_;
+    }
   }
   if (offload() && sparse_.empty()) return Status::OK();
   std::vector<uint64_t> keys = sparse_.empty() ? std::vector<uint64_t>() : Keys(batches);
@@ -263,8 +270,9 @@ PsSync::~PsSync() {
   // land in buffers this object owns, written only at Wait, which nobody calls now.
 }
 
-void PsSync::SetUnits(const Model& model, int64_t delayed_from) {
+void PsSync::SetUnits(const Model& model, int64_t delayed_from, bool predict) {
   delayed_from_ = delayed_from;
+  predict_ = predict;
   units_.assign(static_cast<size_t>(model.num_units()), {});
   for (int u = 0; u < model.num_units(); ++u) {
     for (nn::Parameter* p : model.UnitParameters(u)) {
@@ -272,6 +280,10 @@ void PsSync::SetUnits(const Model& model, int64_t delayed_from) {
     }
   }
   pushed_.assign(dense_.size(), false);
+  // The previous pulls' buffers, allocated now so that the memory line counts them.
+  last_pull_.assign(predict && delayed_from >= 0 ? dense_.size() : 0, {});
+  for (size_t i = 0; i < last_pull_.size(); ++i) last_pull_[i].resize(static_cast<size_t>(dense_[i].param->value.numel()));
+  last_valid_.assign(last_pull_.size(), false);
 }
 
 void PsSync::IssueUnitPulls(std::vector<UnitPull>& into, bool staged) {
@@ -318,12 +330,33 @@ Status PsSync::WaitUnit(int unit) {
   const std::vector<size_t>& idx = units_[static_cast<size_t>(unit)];
   for (size_t k = 0; k < up.staged.size() && status.ok(); ++k) {
     Tensor& v = dense_[idx[k]].param->value;
-    status = v.CopyFrom(HostView(up.staged[k].data(), v));
+    status = up.predict ? Predict(idx[k], up.staged[k]) : v.CopyFrom(HostView(up.staged[k].data(), v));
   }
   up.pulls.clear();
   up.staged.clear();
   pull_exposed_ += SecondsSince(started);
   return status.WithContext("pulling unit " + std::to_string(unit) + "'s parameters");
+}
+
+// The weights this step computes on, predicted: the pulled ones (one update behind) moved on by
+// the update between them and the previous pull, w[n-1] + (w[n-1] - w[n-2]). Consecutive
+// updates are close under Adam's momentum, so this tracks the undelayed run's weights far
+// better than the stale ones do (PipeMare's and SpecTrain's weight prediction, at its
+// simplest). The previous pull is kept per parameter on the host (the delayed update's third
+// copy); at the first delayed step it is the parameter itself, pulled undelayed, and nothing
+// moves.
+Status PsSync::Predict(size_t index, std::vector<float>& pulled) {
+  Tensor& v = dense_[index].param->value;
+  std::vector<float>& last = last_pull_[index];
+  if (last.size() != pulled.size()) return Status::Internal("sync.delayed_predict: parameter " + dense_[index].param->name + " changed size");
+  if (!last_valid_[index]) {
+    STRATA_RETURN_IF_ERROR(HostView(last.data(), v).CopyFrom(v));
+    last_valid_[index] = true;
+  }
+  for (size_t i = 0; i < pulled.size(); ++i) last[i] = 2.0f * pulled[i] - last[i];
+  STRATA_RETURN_IF_ERROR(v.CopyFrom(HostView(last.data(), v)));
+  last.swap(pulled);  // the next prediction starts from this pull
+  return Status::OK();
 }
 
 Status PsSync::WaitAllUnits() {
@@ -388,6 +421,7 @@ int64_t PsSync::staging_bytes() const {
       for (const auto& v : up.staged) floats += static_cast<int64_t>(v.size());
     }
   }
+  for (const auto& v : last_pull_) floats += static_cast<int64_t>(v.size());
   return floats * static_cast<int64_t>(sizeof(float));
 }
 

@@ -29,6 +29,7 @@
 #include "trainer/grad_sync.h"
 #include "trainer/models/model.h"
 #include "trainer/nn/module.h"
+#include "trainer/optim.h"
 #include "trainer/trace.h"
 #include "trainer/train_options.h"
 
@@ -68,7 +69,9 @@ class PsSync final : public GradSync, public UnitHooks {
   // offload: dense parameters pulled per unit of `model` (install this object as its UnitHooks)
   // and pushed as backward finishes them; `delayed_from`: the first step that runs on the
   // weights one update behind (-1: never).
-  void SetUnits(const Model& model, int64_t delayed_from);
+  // `predict` (sync.delayed_predict): a delayed step computes on the pulled weights moved on by
+  // the last update, staged + (staged - the weights the previous step computed on).
+  void SetUnits(const Model& model, int64_t delayed_from, bool predict);
 
   // Makes parameters ready for computing on `batches` (a step's micro-batches, or one eval
   // batch): takes the prefetched pull if it was for these batches, else pulls now; writes the
@@ -127,6 +130,7 @@ class PsSync final : public GradSync, public UnitHooks {
     std::vector<InFlight> pulls;            // by the unit's dense parameters
     std::vector<std::vector<float>> staged;  // likewise; empty when pulled in place
     bool pending = false;                    // issued and not yet waited for
+    bool predict = false;  // delayed: the parameters become staged + (staged - what they hold)
   };
   PsSync(PsClient& client, Trace* trace) : client_(client), trace_(trace) {}
   static std::vector<uint64_t> Keys(const std::vector<Batch>& batches);
@@ -134,6 +138,7 @@ class PsSync final : public GradSync, public UnitHooks {
   // offload: issues every unit's pulls, in forward order, into `into` (by unit).
   void IssueUnitPulls(std::vector<UnitPull>& into, bool staged);
   Status WaitUnit(int unit);
+  Status Predict(size_t index, std::vector<float>& pulled);  // index: into dense_
   // Waits for `f` and records its interval (for overlap()) and its trace event.
   Status WaitRecorded(InFlight& f, bool pull, const char* name);
   void PushDense(const Remote& r);
@@ -154,7 +159,12 @@ class PsSync final : public GradSync, public UnitHooks {
   // offload (SetUnits)
   std::vector<std::vector<size_t>> units_;  // by unit: indices into dense_
   std::unordered_map<const nn::Parameter*, size_t> dense_index_;  // into dense_
+  OptimizerOptions optimizer_;  // its schedule: the lr factor each step's pushes carry
+  int64_t total_steps_ = 0;
   int64_t delayed_from_ = -1;
+  bool predict_ = false;
+  std::vector<std::vector<float>> last_pull_;  // delayed_predict: by dense_ index, the last pull
+  std::vector<bool> last_valid_;               // whether last_pull_ holds one yet
   int64_t step_ = 0;
   std::vector<UnitPull> next_;   // the pulls the next forward waits for
   std::vector<UnitPull> ahead_;  // delayed update: the pulls for the step after that

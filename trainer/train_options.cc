@@ -116,6 +116,9 @@ void Bind(config::Binder& b, SyncOptions& o) {
           "the last one (DeepSpeed's delayed parameter update)");
   b.Field("delayed_warmup", o.delayed_warmup, "offload: steps run undelayed before delayed_update starts")
       .Range(0, INT64_MAX);
+  b.Field("delayed_predict", o.delayed_predict,
+          "offload, delayed_update: compute on the stale weights moved on by the last update "
+          "(w[n-1] + (w[n-1] - w[n-2]), a prediction of the current ones); false: as pulled (DPU exactly)");
   b.Field("prefetch", o.prefetch, "ps: pull the next step's parameters during this step");
   b.Field("timeout_ms", o.timeout_ms, "rendezvous, collectives and server calls").Range(100, 86400000);
   b.Field("trace_path", o.trace_path, "Chrome-trace timeline per rank; {rank} is replaced (empty: none)");

@@ -117,6 +117,10 @@ struct SyncOptions {
   double chunk_kb = 2048;      // ps, offload: dense tables travel and are stored in chunks of this size
   bool delayed_update = false; // offload: compute on the weights one update behind (DPU)
   int64_t delayed_warmup = 10; // offload: undelayed steps before that
+  // offload, delayed_update: compute on the predicted current weights, the pulled ones moved
+  // on by the last update seen (w[n-1] + (w[n-1] - w[n-2])), instead of the stale ones as they
+  // are (false: DeepSpeed's DPU exactly). No extra memory: the difference is taken in place.
+  bool delayed_predict = true;
   int64_t timeout_ms = 120000; // rendezvous and every collective or server call
   std::string trace_path;      // a Chrome-trace JSON timeline per rank ("{rank}" is replaced)
 };

@@ -86,12 +86,14 @@ Status Trainer::Connect() {
     STRATA_ASSIGN_OR_RETURN(ps_, PsSync::Create(*client_, reg, job_, o, trace_.get()));
     syncs_.push_back(ps_.get());
     if (sync.mode == SyncOptions::Mode::kOffload && sync.overlap && !job_.infer.enabled()) {
-      ps_->SetUnits(*model_, sync.delayed_update ? sync.delayed_warmup : -1);
+      ps_->SetUnits(*model_, sync.delayed_update ? sync.delayed_warmup : -1, sync.delayed_predict);
       model_->set_unit_hooks(ps_.get());
       if (rank_ == 0) {
         spdlog::info("offload: optimizer state on the servers; gradients pushed as backward finishes them, "
                      "parameters pulled unit by unit ahead of the forward{}",
-                     sync.delayed_update ? fmt::format(", delayed update from step {}", sync.delayed_warmup + 1) : "");
+                     sync.delayed_update ? fmt::format(", delayed update from step {}{}", sync.delayed_warmup + 1,
+                                                                   sync.delayed_predict ? " (weights predicted)" : "")
+                                         : "");
       }
     }
   }

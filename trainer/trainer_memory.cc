@@ -50,7 +50,8 @@ void Trainer::LogMemory(int64_t step_peak) {
     for (auto& [name, t] : optimizer_->State()) state += static_cast<int64_t>(t.nbytes());
   }
   // offload: the servers hold the masters and the optimizer state; the delayed update keeps a
-  // second copy of the weights (the next step's, arriving).
+  // second copy of the weights (the next step's, arriving), and its prediction a third (the
+  // last pull).
   const bool offload = job_.sync.mode == SyncOptions::Mode::kOffload;
   const int64_t staging = offload && ps_ ? ps_->staging_bytes() : 0;
   params += staging;
@@ -61,7 +62,7 @@ void Trainer::LogMemory(int64_t step_peak) {
   const bool adam = job_.optimizer.kind == OptimizerOptions::Kind::kAdamW;
   const double k = adam ? 8 : 4;
   double formula = zero == 0 ? 8 + k : zero == 1 ? 8 + k / n : zero == 2 ? 4 + (4 + k) / n : (8 + k) / n;
-  if (offload) formula = job_.sync.delayed_update ? 12 : 8;
+  if (offload) formula = job_.sync.delayed_update ? (job_.sync.delayed_predict ? 16 : 12) : 8;
   const auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
   const std::string who = "rank " + std::to_string(rank_) + " memory (" +
                           (offload ? std::string("offload") : "ZeRO-" + std::to_string(zero)) + ", dp " +
@@ -71,7 +72,8 @@ void Trainer::LogMemory(int64_t step_peak) {
                mib(grads_step), grads_step / per, mib(grads_between), grads_between / per);
   spdlog::info("{}optimizer state {:.3f} MiB ({:.2f} psi){}", who, mib(state), state / per,
                offload ? ", the masters and the optimizer state on the servers" : "");
-  if (staging > 0) spdlog::info("{}of the parameters, {:.3f} MiB receive the delayed update's pulls", who, mib(staging));
+  if (staging > 0) spdlog::info("{}of the parameters, {:.3f} MiB receive the delayed update's pulls{}", who, mib(staging),
+                                job_.sync.delayed_update && job_.sync.delayed_predict ? " or keep the last one (the prediction)" : "");
   spdlog::info("{}total {:.2f} psi between steps, {:.2f} psi during a step; the seeds' fp32 {} arithmetic: {:.2f} psi",
                who, (params + grads_between + state) / per, (params + grads_step + state) / per,
                adam ? "Adam" : "SGD-momentum", formula);

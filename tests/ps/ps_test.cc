@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <future>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
@@ -104,15 +105,17 @@ class PsTest : public ::testing::Test {
   }
 
   // A push written by hand (bypassing PsClient's checks) from trainer 0 to server 0: sparse
-  // keys `ks` with `gfloats` gradients of 1 shaped `gshape`, and push id `id` (0: none).
+  // keys `ks` with `gfloats` gradients of 1 shaped `gshape`, push id `id` (0: none) and
+  // learning rate `lr` (negative: the table's).
   Status RawPush(uint32_t table, std::vector<uint64_t> ks, std::vector<int64_t> gshape, size_t gfloats,
-                 uint64_t id = 0) {
+                 uint64_t id = 0, float lr = -1.0f) {
     Node& node = *trainer_nodes_[0];
     const PeerId server0 = *node.rpc().Connect("mem://server0");
     Message m;
     auto b = m.builder().getBody().initPush();
     b.setTable(table);
     b.setPushId(id);
+    b.setLr(lr);
     const auto n = static_cast<int64_t>(ks.size());
     m.AddPayload(DType::kI64, {n}, Buffer::Take(std::move(ks)));
     m.AddPayload(DType::kF32, gshape, Buffer::Take(std::vector<float>(gfloats, 1.0f)));
@@ -377,6 +380,46 @@ TEST_F(PsTest, ARetriedPushIdIsAppliedOnce) {
   auto stats = clients_[0]->ServerStats(0);
   ASSERT_TRUE(stats.ok());
   EXPECT_NE(stats->find("\"duplicate_pushes\":1"), std::string::npos) << *stats;
+}
+
+// The trainer's learning-rate schedule rides on its pushes: the update uses the push's lr instead
+// of the table's; NaN or infinity is refused and changes nothing, and a BSP clock's pushes of one
+// key must agree on it.
+TEST_F(PsTest, APushCarriesTheLearningRateItIsAppliedWith) {
+  const uint64_t key = StartWithSgdRowOnServer0();
+  std::vector<uint64_t> keys = {key};
+  std::vector<float> before(4), after(4), g(4, 1.0f);
+  PsTicket p = clients_[0]->Pull(1, keys, before.data());
+  ASSERT_TRUE(clients_[0]->Wait(p).ok());
+  clients_[0]->set_lr(0.25f);
+  PsTicket q = clients_[0]->Push(1, keys, g.data());
+  ASSERT_TRUE(clients_[0]->Wait(q).ok());
+  for (float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+    Status s = RawPush(1, {key}, {1, 4}, 4, 0, bad);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    EXPECT_NE(s.message().find("is not a finite number"), std::string::npos) << s.ToString();
+  }
+  PsTicket r = clients_[0]->Pull(1, keys, after.data());
+  ASSERT_TRUE(clients_[0]->Wait(r).ok());
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(after[i], before[i] - 0.25f) << i;  // lr 0.25, not the table's 1; once
+  clients_[0]->set_lr(-1.0f);  // the table's again
+  PsTicket q2 = clients_[0]->Push(1, keys, g.data());
+  ASSERT_TRUE(clients_[0]->Wait(q2).ok());
+  PsTicket r2 = clients_[0]->Pull(1, keys, after.data());
+  ASSERT_TRUE(clients_[0]->Wait(r2).ok());
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(after[i], (before[i] - 0.25f) - 1.0f) << i;
+
+  OptimizerSpec sgd;
+  sgd.lr = 1.0f;
+  CreateEverywhere(Sparse(2, 4, Consistency::kBsp, sgd));
+  clients_[0]->set_lr(1.0f);
+  clients_[1]->set_lr(0.5f);
+  PsTicket a = clients_[0]->Push(2, keys, g.data());
+  ASSERT_TRUE(clients_[0]->Wait(a).ok());
+  PsTicket b = clients_[1]->Push(2, keys, g.data());
+  Status s = clients_[1]->Wait(b);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("carries lr 0.5"), std::string::npos) << s.ToString();
 }
 
 TEST_F(PsTest, LostTrainerFailsBspNamingIt) {

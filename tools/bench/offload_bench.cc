@@ -117,7 +117,8 @@ Result<Report> RunOffloadBench(const Options& o) {
       {"allreduce", 0, {"sync.mode=allreduce"}},
       {"offload, serial", o.servers, {"sync.mode=offload", "sync.overlap=false"}},
       {"offload", o.servers, {"sync.mode=offload"}},
-      {"offload, delayed", o.servers, {"sync.mode=offload", "sync.delayed_update=true"}},
+      {"offload, delayed", o.servers, {"sync.mode=offload", "sync.delayed_update=true", "sync.delayed_predict=false"}},
+      {"offload, predicted", o.servers, {"sync.mode=offload", "sync.delayed_update=true"}},
   };
   const unsigned cpus = std::thread::hardware_concurrency();
   Table table("strata-bench offload: gpt under allreduce and offload (servers hold the masters and AdamW state)",
@@ -167,7 +168,7 @@ Result<Report> RunOffloadBench(const Options& o) {
     if (cfg.name == "offload") undelayed_loss = tail;
     const nlohmann::json& mem = run.memory;
     const double per = std::max<double>(1.0, static_cast<double>(mem.value("psi", int64_t{0})));
-    const bool delayed = cfg.name == "offload, delayed";
+    const bool delayed = cfg.name == "offload, delayed" || cfg.name == "offload, predicted";
     table.AddRow({cfg.name, cfg.servers, step_ms, allreduce_ms > 0 ? nlohmann::json(step_ms / allreduce_ms) : nlohmann::json(),
                   c > 0 ? nlohmann::json(run.push) : nlohmann::json(), HiddenPct(run.push, run.push_exposed),
                   c > 0 ? nlohmann::json(run.pull) : nlohmann::json(), HiddenPct(run.pull, run.pull_exposed),
@@ -206,13 +207,14 @@ Result<Report> RunOffloadBench(const Options& o) {
       "offload, serial: sync.overlap false, every parameter pulled before the step and every "
       "gradient pushed after it (what sync.mode ps does); offload: each gradient pushed as backward "
       "finishes it, each unit's parameters pulled just ahead of its forward; delayed: each step on "
-      "the weights one update behind from step delayed_warmup + 1 (DeepSpeed's DPU).",
+      "the weights one update behind from step delayed_warmup + 1 (DeepSpeed's DPU); predicted: "
+      "the same, computing on the pulled weights moved on by the last update (sync.delayed_predict).",
       "step ms: per step the slowest rank's (global batch / its samples per second), median over the "
       "steps after --warmup. push/pull s: the union of the requests' intervals from issue to reply, "
       "summed over ranks; hidden %: 1 - the seconds the training thread waited for them / that.",
       "memory (rank 0, after the second step): bytes per parameter the trainer holds; the delayed "
       "update adds the buffers its pulls land in. tail loss: rank 0's mean training loss over the "
-      "last --tail steps; vs undelayed: the delayed run's over offload's.",
+      "last --tail steps; vs undelayed: the delayed runs' over offload's.",
       HostLoadNote(cpus, total.Seconds())};
   if (static_cast<unsigned>(o.trainers + o.servers + 1) > cpus) {
     report.notes.push_back("figures taken oversubscribed: " + std::to_string(o.trainers) + " trainers, " +
