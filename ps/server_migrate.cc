@@ -241,8 +241,11 @@ Status PsServer::ImportRows(const Message& reply, uint32_t from, const PsLayout*
   }
   {
     std::lock_guard lock(clock_mu_);
+    const ClusterView view = node_.view();
     for (auto c : rows.getTrainerClocks()) {
-      if (lost_trainers_.count(c.getNode())) continue;
+      // A trainer that died or left since the sender counted it holds no clock back here.
+      const NodeInfo* n = view.Find(c.getNode());
+      if (lost_trainers_.count(c.getNode()) || !n || !n->alive) continue;
       int64_t& mine = trainer_clock_[c.getNode()];
       mine = std::max(mine, c.getClock());
     }

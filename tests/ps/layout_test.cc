@@ -34,8 +34,12 @@ double Moved(const PsLayout& before, const PsLayout& after, uint32_t from, uint3
     EXPECT_FALSE(after.Left(b)) << "key " << k << " is owned by server " << b << ", which left";
     if (a == b) continue;
     ++moved;
-    if (from != kAny) EXPECT_EQ(a, from) << "key " << k << " moved from " << a << " to " << b;
-    if (to != kAny) EXPECT_EQ(b, to) << "key " << k << " moved from " << a << " to " << b;
+    if (from != kAny) {
+      EXPECT_EQ(a, from) << "key " << k << " moved from " << a << " to " << b;
+    }
+    if (to != kAny) {
+      EXPECT_EQ(b, to) << "key " << k << " moved from " << a << " to " << b;
+    }
     if (received) ++(*received)[b];
   }
   return static_cast<double>(moved) / kKeys;

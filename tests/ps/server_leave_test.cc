@@ -70,7 +70,8 @@ class ServerLeaveTest : public testing::SchedulerTest {
   nlohmann::json Stats(int server) { return nlohmann::json::parse(servers_[server]->StatsJson()); }
   uint64_t Records(int server) {
     uint64_t n = 0;
-    for (const auto& t : Stats(server)["tables"]) n += t.value("records", uint64_t{0});
+    const nlohmann::json stats = Stats(server);
+    for (const auto& t : stats["tables"]) n += t.value("records", uint64_t{0});
     return n;
   }
   // A key that server `server` holds in the job's first layout.
