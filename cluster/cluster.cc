@@ -61,6 +61,7 @@ void ToWire(const NodeInfo& in, wire::NodeInfo::Builder out) {
   out.setAddress(in.address);
   out.setAlive(in.alive);
   out.setIncarnation(in.incarnation);
+  out.setLeft(in.left);
 }
 
 void ToWire(const ClusterView& in, wire::ClusterView::Builder out) {
@@ -77,6 +78,7 @@ NodeInfo FromWire(wire::NodeInfo::Reader in) {
   n.address = in.getAddress().cStr();
   n.alive = in.getAlive();
   n.incarnation = in.getIncarnation();
+  n.left = in.getLeft();
   return n;
 }
 

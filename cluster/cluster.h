@@ -30,6 +30,9 @@ struct NodeInfo {
   std::string address;
   bool alive = false;
   uint32_t incarnation = 0;
+  // Elastic jobs: it deregistered (a server only after handing its keys to the others); its
+  // rank is not taken again.
+  bool left = false;
 
   // "server 1 (node 2, tcp://127.0.0.1:4001)": how errors and logs name a node.
   std::string Describe() const;

@@ -455,6 +455,18 @@ Status Node::RequestShutdown() {
   return r.ok() ? Status::OK() : r.status();
 }
 
+void Node::StopWithoutLeaving() {
+  {
+    std::lock_guard lock(mu_);
+    if (!joined_ || leaving_) return;
+    leaving_ = true;
+    cv_.notify_all();
+  }
+  if (heartbeat_.joinable()) heartbeat_.join();
+  std::lock_guard lock(mu_);
+  joined_ = false;
+}
+
 Status Node::Leave(std::optional<Millis> timeout) {
   {
     std::lock_guard lock(mu_);

@@ -92,6 +92,10 @@ class Node {
   // Deregisters and stops heartbeating, waiting up to `timeout` (default: the cluster's call
   // timeout) for the scheduler's answer. Idempotent.
   Status Leave(std::optional<Millis> timeout = std::nullopt);
+  // Stops heartbeating without deregistering: the scheduler declares this node dead after
+  // cluster.heartbeat_timeout_ms, and a new process may take its rank. An elastic server that
+  // could not hand its keys over stops so (a clean leave would tell the others they moved).
+  void StopWithoutLeaving();
   // Waits for the scheduler's shutdown notice. True if it came.
   bool WaitForShutdown(Millis timeout);
   // Unavailable naming the scheduler and for how long once no heartbeat had an answer for

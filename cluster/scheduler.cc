@@ -302,6 +302,7 @@ void Scheduler::HandleDeregister(Request request) {
   }
   m->state = State::kLeft;
   m->info.alive = false;
+  m->info.left = options_.cluster.elastic;  // the view keeps it: PsClient leaves the server out of its layout
   ++epoch_;
   spdlog::info("scheduler: {} left", m->info.Describe());
   request.Reply(request.MakeReply());

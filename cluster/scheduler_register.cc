@@ -264,7 +264,7 @@ Status Scheduler::AdoptViewLocked(const ClusterView& v, const Registration& reg)
     // as left keeps barriers of the others from failing on it.
     m.state = n.alive ? State::kAlive : State::kLeft;
     m.awaiting_rejoin = n.alive;
-    m.absent_when_adopted = !n.alive;
+    m.absent_when_adopted = !n.alive && !n.left;  // one that left (elastic) does not come back
     m.last_seen = now;
     if (n.alive) {
       auto peer = rpc_.Connect(n.address);

@@ -33,6 +33,7 @@ struct NodeInfo {
   address @3 :Text;         # where the node's ROUTER socket listens
   alive @4 :Bool;
   incarnation @5 :UInt32;   # bumped each time the node re-registers after being declared dead
+  left @6 :Bool;            # elastic jobs: deregistered (a server: after handing its keys over)
 }
 
 struct ClusterView {
@@ -193,13 +194,19 @@ struct SplitSchedule {
 # the rows (with optimizer state) that it gives to the joining server. Reply: migrateRows.
 struct MigrateRequest {
   servers @0 :UInt32;
+  left @1 :List(UInt32);    # the server ranks that left the job, as the joining server knows them
+  done @2 :Bool;            # the joining server took every older server's rows: erase those it took
 }
 
 # Payloads: per table, its keys (i64 [n]) then its records (f32 [n, width]); then the push ids
-# the sender has seen (i64 [m, 2]: sender node, id).
+# the sender has seen (i64 [m, 2]: sender node, id). Also sent as a request by a server leaving
+# an elastic job to every other live server (the rows it gives that one; reply: empty), with the
+# layout after its leave in `servers` and `left`.
 struct MigrateRows {
   tables @0 :List(TableSpec);
   trainerClocks @1 :List(TrainerClock);
+  servers @2 :UInt32;       # a leave's hand-over: the layout's server ranks...
+  left @3 :List(UInt32);    # ...and those that left it, the sender included
 }
 
 struct TrainerClock {

@@ -25,12 +25,16 @@ float* MemoryRowStore::Find(Shard& s, uint64_t key, const Init& init) {
     return it->second;
   }
   if (!init) return nullptr;
-  if (s.blocks.empty() || s.used_in_block == records_per_block_) {
+  float* record = nullptr;
+  if (!s.free.empty()) {
+    record = s.free.back();
+    s.free.pop_back();
+  } else if (s.blocks.empty() || s.used_in_block == records_per_block_) {
     // Not zero-filled: `init` writes every float of a record before anyone reads it.
     s.blocks.push_back(std::make_unique_for_overwrite<float[]>(records_per_block_ * width_));
     s.used_in_block = 0;
   }
-  float* record = s.blocks.back().get() + s.used_in_block++ * width_;
+  if (!record) record = s.blocks.back().get() + s.used_in_block++ * width_;
   init(key, std::span<float>(record, width_));
   s.index.emplace(key, record);
   ++s.created;
@@ -95,6 +99,20 @@ Status MemoryRowStore::Scan(const ScanVisit& visit) {
     STRATA_RETURN_IF_ERROR(visit(key, std::span<const float>(copy.data() + at, static_cast<size_t>(width_))));
   }
   return Status::OK();
+}
+
+Result<uint64_t> MemoryRowStore::Erase(std::span<const uint64_t> keys) {
+  uint64_t erased = 0;
+  for (uint64_t key : keys) {
+    Shard& s = ShardOf(key);
+    std::lock_guard lock(s.mu);
+    auto it = s.index.find(key);
+    if (it == s.index.end()) continue;
+    s.free.push_back(it->second);
+    s.index.erase(it);
+    ++erased;
+  }
+  return erased;
 }
 
 RowStoreStats MemoryRowStore::stats() const {

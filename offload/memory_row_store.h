@@ -22,6 +22,8 @@ class MemoryRowStore final : public RowStore {
   Status Peek(std::span<const uint64_t> keys, const Init& init, const ReadVisit& visit) override;
   // Copies each shard's records under its lock, then visits them in key order.
   Status Scan(const ScanVisit& visit) override;
+  // The freed records are reused by the next records created in their shards.
+  Result<uint64_t> Erase(std::span<const uint64_t> keys) override;
   RowStoreStats stats() const override;
 
  private:
@@ -29,6 +31,7 @@ class MemoryRowStore final : public RowStore {
     mutable std::mutex mu;
     std::unordered_map<uint64_t, float*> index;
     std::vector<std::unique_ptr<float[]>> blocks;
+    std::vector<float*> free;  // erased records, reused first
     size_t used_in_block = 0;  // records used in blocks.back()
     uint64_t hits = 0, created = 0;
   };

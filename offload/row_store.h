@@ -96,6 +96,12 @@ class RowStore {
   using ScanVisit = std::function<Status(uint64_t key, std::span<const float> record)>;
   virtual Status Scan(const ScanVisit& visit) = 0;
 
+  // Removes the records of `keys` from every tier (absent keys and repeats are skipped); returns
+  // how many records it removed. A server erases the rows that moved to another server once the
+  // move is in force (ps/server_migrate.cc). All or nothing: on an I/O error nothing was removed.
+  // The caller keeps other calls on these keys away.
+  virtual Result<uint64_t> Erase(std::span<const uint64_t> keys) = 0;
+
   virtual RowStoreStats stats() const = 0;
 
   // A read-ahead: brings the records of `keys` that a lower tier holds into DRAM while they fit

@@ -169,6 +169,8 @@ class TieredRowStore final : public RowStore {
   Result<std::vector<UpdateId>> RecordedUpdateIds() const override;
   // Writes dirty records back, then iterates a RocksDB snapshot (calls go on meanwhile).
   Status Scan(const ScanVisit& visit) override;
+  // Blocks calls (like expiry) and removes the records from DRAM and RocksDB in one synced write.
+  Result<uint64_t> Erase(std::span<const uint64_t> keys) override;
   // One MultiGet for the keys not resident that fit each shard's room left (duplicates once).
   Result<uint64_t> Prefetch(std::span<const uint64_t> keys) override;
   RowStoreStats stats() const override;

@@ -88,7 +88,7 @@ Status PsClient::Connect() {
   const int first = node_.options().cluster.servers;
   layout_.base = static_cast<uint32_t>(first > 0 && first <= count ? first : count);
   layout_.servers = static_cast<uint32_t>(count);
-  return Status::OK();
+  return GrowLayout();  // and the servers that left
 }
 
 Status PsClient::Route(uint32_t shard, bool refused) {
@@ -99,6 +99,10 @@ Status PsClient::Route(uint32_t shard, bool refused) {
   const uint32_t rank = NextHolder(view, shard, holders_[shard], refused, replication_);
   const NodeInfo* n = view.Find(Role::kServer, static_cast<int>(rank));
   if (!n) return Status::Internal("server rank " + std::to_string(rank) + " is missing from the view");
+  if (n->left && node_.options().cluster.elastic && replication_ == Replication::kNone) {
+    // It handed its keys over (elastic): Finish sends them where they live now.
+    return Status::FailedPrecondition(n->Describe() + " left the job: " + std::string(kLayoutMoved));
+  }
   if (!n->alive) return Status::Unavailable(n->Describe() + " is down");
   if (n->address != addresses_[shard]) {
     STRATA_ASSIGN_OR_RETURN(PeerId peer, node_.rpc().Connect(n->address));
@@ -181,8 +185,17 @@ Result<const TableSpec*> PsClient::Spec(uint32_t table, TableKind kind) const {
 Status PsClient::CreateTable(const TableSpec& spec) {
   STRATA_RETURN_IF_ERROR(spec.Validate());
   STRATA_RETURN_IF_ERROR(Connect());
+  STRATA_RETURN_IF_ERROR(GrowLayout());
+  for (uint32_t r : layout_.left) {
+    if (spec.kind == TableKind::kDense && r < layout_.base) {
+      return Status::FailedPrecondition("creating dense table \"" + spec.name + "\": server " + std::to_string(r) +
+                                        " left the job, and dense chunks live on every one of the first " +
+                                        std::to_string(layout_.base) + " servers (cluster.servers)");
+    }
+  }
   PsTicket ticket;
   for (uint32_t s = 0; s < servers_.size(); ++s) {
+    if (layout_.Left(s)) continue;  // an elastic server that left holds nothing
     PsTicket::Part part(s, nullptr, [spec] {
                           Message m;
                           ToWire(spec, m.builder().getBody().initCreateTable());
@@ -198,8 +211,10 @@ Status PsClient::CreateTable(const TableSpec& spec) {
 
 Status PsClient::SaveTables(const std::string& checkpoint) {
   STRATA_RETURN_IF_ERROR(Connect());
+  STRATA_RETURN_IF_ERROR(GrowLayout());
   PsTicket ticket;
   for (uint32_t s = 0; s < servers_.size(); ++s) {
+    if (layout_.Left(s)) continue;
     PsTicket::Part part(s, nullptr, [checkpoint] {
                           Message m;
                           m.builder().getBody().setSaveTables(checkpoint);
@@ -409,6 +424,7 @@ Status PsClient::Clock() {
   PsTicket ticket;
   const int64_t clock = clock_;
   for (uint32_t s = 0; s < servers_.size(); ++s) {
+    if (layout_.Left(s)) continue;
     PsTicket::Part part(s, nullptr, [clock] {
                           Message m;
                           m.builder().getBody().initClock().setClock(clock);

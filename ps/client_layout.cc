@@ -59,21 +59,31 @@ Status PsClient::GrowLayout() {
     holders_.push_back(static_cast<uint32_t>(r));
   }
   layout_.servers = std::max(layout_.servers, static_cast<uint32_t>(servers_.size()));
+  // Servers that left an elastic job handed their keys over before the view showed it.
+  if (node_.options().cluster.elastic) {
+    for (const NodeInfo& n : view.WithRole(Role::kServer)) {
+      if (n.left && n.rank > 0) layout_.Leave(static_cast<uint32_t>(n.rank));
+    }
+  }
   return Status::OK();
 }
 
 Result<Message> PsClient::Finish(PsTicket::Part& part, Millis timeout) {
   Result<Message> r = Await(part, timeout);
   if (!r.ok() && Retryable(r.status())) r = Retry(part, std::move(r));
-  if (!r.ok() && Moved(r.status()) && part.sparse) r = Resplit(part);
+  if (!r.ok() && Moved(r.status())) {
+    if (part.sparse) return Resplit(part);
+    // A clock or createTable for a server that left (Route): it holds nothing any more.
+    if (layout_.Left(part.server)) return Message();
+  }
   return r;
 }
 
 Result<Message> PsClient::Resplit(PsTicket::Part& part, int depth) {
   const PsTicket::Sparse& q = *part.sparse;
   const size_t n = q.keys->size(), dim = q.dim;
-  // The server that took the keys is in the view from the moment it joined, before any server
-  // refuses them: one refresh finds it.
+  // A server that took keys is in the view from the moment it joined, and one that gave its
+  // keys away is shown as left before it refuses any: one refresh finds where they are.
   std::map<uint32_t, std::vector<size_t>> by_owner;  // server -> positions in the part
   (void)node_.RefreshView();
   STRATA_RETURN_IF_ERROR(GrowLayout());

@@ -187,6 +187,7 @@ void PsServer::Handle(Request& request) {
       return;
     }
     case Op::MIGRATE: return HandleMigrate(request);
+    case Op::MIGRATE_ROWS: return HandleHandOver(request);
     case Op::SAVE_TABLES:
       HandleSaveTables(request);
       return save_seconds_.Observe(seconds());
@@ -327,6 +328,7 @@ Status PsServer::ValidateKeys(const Table& t, const Message& msg, bool with_grad
     if (spec.kind == TableKind::kSparse) {
       if (const uint32_t owner = layout.SparseOwner(key); owner != me) {
         // FailedPrecondition: a client on an older layout refreshes it and sends the key there.
+        ++moved_refused_;
         return Status::FailedPrecondition(where() + "key " + std::to_string(key) + " belongs to server " +
                                           std::to_string(owner) + " of " + std::to_string(layout.servers) +
                                           ", not " + std::to_string(me) + ": " + std::string(kLayoutMoved));

@@ -100,6 +100,22 @@ class PsServer {
   void ExpectTakeOver() { taking_over_ = true; }
   Status TakeOver(Millis timeout);
 
+  // Elastic jobs (ps/server_leave.cc): this server leaves the running job. Refused
+  // (FailedPrecondition naming why, nothing changed) for server 0, the last live server, a server
+  // holding chunks of a dense table (they stay on the first servers), while a server is joining,
+  // or while it serves a checkpoint. Otherwise it switches to the layout without itself under
+  // the lock pushes and pulls take (from then on it refuses every sparse key as moved), sends
+  // every other live server the rows that layout gives it, with optimizer state, every push id it
+  // remembers and the trainers' clocks (a migrateRows request each; a receiver imports them and
+  // switches under its own lock), deregisters (the view then shows it left, so clients place its
+  // keys elsewhere), releases the lock and erases the rows it gave away. `timeout` bounds the
+  // retries of each receiver; `while_frozen` (tests) runs just before deregistering. If the
+  // first receiver refuses, nothing moved and the leave is undone; a later receiver's failure
+  // loses the rows meant for it (logged, named in the error) and the server still leaves.
+  Status HandOver(Millis timeout, const std::function<void()>& while_frozen = {});
+  // Whether HandOver moved this server's keys away (it deregistered).
+  bool handed_over() const { return handed_over_; }
+
   // Statistics as JSON (also the reply to getStats).
   std::string StatsJson() const;
   // The same, as one line for people: "8200 pulls, 8000 pushes (190/s), 300.6 MiB in, ...".
@@ -187,10 +203,20 @@ class PsServer {
   void RequestCopy(const std::atomic<bool>& stop);
   // An older server's side of a take-over (see TakeOver).
   void HandleMigrate(Request& request);
-  // Adds the rows, push ids and clocks of an older server's migrateRows reply.
-  Status ImportRows(const Message& reply, uint32_t from);
+  // A live server's side of another's HandOver: a migrateRows request (server_leave.cc).
+  void HandleHandOver(Request& request);
+  // Adds the rows, push ids and clocks of an older server's migrateRows reply (or a leaving
+  // server's request). With `expect`, every key must be this server's under it, checked before
+  // anything is added.
+  Status ImportRows(const Message& reply, uint32_t from, const PsLayout* expect = nullptr);
+  // Erases the sparse rows this server's layout places elsewhere (rows it gave away).
+  Status EraseRowsNotOwned();
   // Where keys live now: the job's first servers, and the servers of this server's layout.
   PsLayout KeyLayout() const;
+  void SetLayoutLeft(std::vector<uint32_t> left) {
+    std::lock_guard lock(layout_mu_);
+    layout_left_ = std::move(left);
+  }
   // Writes this server's shard of every table into the checkpoint the request names.
   void HandleSaveTables(Request& request);
   // createTable while serving a checkpoint: the spec must describe a loaded table.
@@ -259,8 +285,12 @@ class PsServer {
   // migrate switches the layout and copies the moving rows holding it exclusively.
   mutable std::shared_mutex migrate_mu_;
   std::atomic<uint32_t> layout_servers_{0};  // 0: the job's first servers
+  mutable std::mutex layout_mu_;
+  std::vector<uint32_t> layout_left_;  // ranks that left the layout (sorted)
   std::atomic<bool> taking_over_{false};
-  std::atomic<uint64_t> rows_moved_in_{0}, rows_moved_out_{0};
+  std::atomic<bool> leaving_{false}, handed_over_{false};
+  std::atomic<uint64_t> rows_moved_in_{0}, rows_moved_out_{0}, rows_erased_{0};
+  std::atomic<uint64_t> moved_refused_{0};  // requests refused because a key moved (kLayoutMoved)
   // The node's event callbacks outlive this server: they check it is still there (under mu).
   struct EventGuard {
     std::mutex mu;

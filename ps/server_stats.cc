@@ -24,6 +24,9 @@ std::string PsServer::StatsJson() const {
   j["layout_servers"] = KeyLayout().servers;
   j["rows_moved_in"] = rows_moved_in_.load();
   j["rows_moved_out"] = rows_moved_out_.load();
+  j["layout_left"] = KeyLayout().left;
+  j["rows_erased"] = rows_erased_.load();
+  j["moved_refused"] = moved_refused_.load();
   j["queue_depth"] = queued_.load();
   if (options_.replication == Replication::kBackup) {
     // As primary: updates forwarded to the backup and acknowledged, their payload bytes, and

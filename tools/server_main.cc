@@ -267,6 +267,26 @@ int main(int argc, char** argv) {
       break;
     }
   }
+  // SIGTERM on a server of an elastic job: it leaves the running job, handing its keys over
+  // (PsServer::HandOver), unless the job is ending. One that cannot (server 0, dense chunks here,
+  // a join under way...) stops without deregistering, as if it had died: a clean leave would
+  // tell the trainers its keys live elsewhere.
+  if (StopRequested() && job.cluster.elastic && !node.WaitForShutdown(Millis(0)) && node.SchedulerStatus().ok()) {
+    Status s = server.HandOver(Millis(job.transport.request_timeout_ms));
+    if (server.handed_over()) {
+      spdlog::info("final stats: {}", server.StatsLine());
+      if (!s.ok()) {
+        spdlog::error("{}", s.ToString());
+        return 1;
+      }
+      spdlog::info("left the job: its keys live on the other servers");
+      return 0;
+    }
+    spdlog::error("{}; stopping without leaving (the scheduler will declare this server dead)", s.ToString());
+    spdlog::info("final stats: {}", server.StatsLine());
+    node.StopWithoutLeaving();
+    return 1;
+  }
   spdlog::info("final stats: {}", server.StatsLine());
   const std::optional<Millis> leave_timeout =
       StopRequested() || !node.SchedulerStatus().ok() ? std::optional<Millis>(Millis(1000)) : std::nullopt;

@@ -95,6 +95,7 @@ void TouchNode(wire::NodeInfo::Reader node, const WireLimits& limits) {
   TouchText(node.getAddress(), limits);
   Consume(node.getAlive());
   Consume(node.getIncarnation());
+  Consume(node.getLeft());
 }
 
 void TouchView(wire::ClusterView::Reader view, const WireLimits& limits) {
@@ -153,6 +154,24 @@ void TouchBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
       STRATA_CHECK_LT(static_cast<int>(e.getKind()), 4);  // dead, rejoined, joined, left
       TouchNode(e.getNode(), limits);
       return TouchView(e.getView(), limits);
+    }
+    case Op::MIGRATE: {  // elastic: a joining server's ask (or its done)
+      auto m = body.getMigrate();
+      Consume(m.getServers());
+      for (uint32_t r : m.getLeft()) Consume(r);
+      Consume(m.getDone());
+      return;
+    }
+    case Op::MIGRATE_ROWS: {  // elastic: the answer to migrate, or a leaving server's hand-over
+      auto rows = body.getMigrateRows();
+      for (auto t : rows.getTables()) {
+        STRATA_CHECK_LT(static_cast<int>(t.getKind()), 2);
+        TouchText(t.getName(), limits);
+      }
+      for (auto c : rows.getTrainerClocks()) Consume(static_cast<uint64_t>(c.getClock()));
+      Consume(rows.getServers());
+      for (uint32_t r : rows.getLeft()) Consume(r);
+      return;
     }
     case Op::STATE_TRANSFER: {  // replication: a copy of a shard
       auto copy = body.getStateTransfer();

@@ -73,5 +73,31 @@ TEST(MemoryRowStore, WideRecordsGetBlocksOfTheirOwn) {
   EXPECT_LE(store.stats().bytes_in_memory, 3u * width * sizeof(float));
 }
 
+TEST(MemoryRowStore, EraseRemovesRecordsAndTheirSlotsAreReused) {
+  MemoryRowStore store(2, 2);
+  std::vector<uint64_t> keys = {1, 2, 3, 4};
+  ASSERT_TRUE(store.Update(keys, InitKey, [](size_t, std::span<float> r) { r[0] += 100; }).ok());
+  std::vector<uint64_t> gone = {2, 4, 4, 9};  // a repeat and an absent key are skipped
+  auto erased = store.Erase(gone);
+  ASSERT_TRUE(erased.ok()) << erased.status().ToString();
+  EXPECT_EQ(*erased, 2u);
+  EXPECT_EQ(store.stats().records, 2u);
+  std::vector<uint64_t> two = {2};
+  EXPECT_TRUE(store.Read(two, nullptr, [](size_t, std::span<const float>) {}).IsNotFound());
+  std::vector<uint64_t> kept = {1, 3};
+  std::vector<float> got(2);
+  ASSERT_TRUE(store.Read(kept, nullptr, [&](size_t i, std::span<const float> r) { got[i] = r[0]; }).ok());
+  EXPECT_EQ(got[0], 101.0f);
+  EXPECT_EQ(got[1], 103.0f);
+  // Created again: from the initializer, not the erased values (the freed slot is reused).
+  std::vector<float> again(1);
+  ASSERT_TRUE(store.Read(two, InitKey, [&](size_t, std::span<const float> r) { again[0] = r[0]; }).ok());
+  EXPECT_EQ(again[0], 2.0f);
+  EXPECT_EQ(store.stats().records, 3u);
+  uint64_t scanned = 0;
+  ASSERT_TRUE(store.Scan([&](uint64_t, std::span<const float>) { ++scanned; return Status::OK(); }).ok());
+  EXPECT_EQ(scanned, 3u);
+}
+
 }  // namespace
 }  // namespace strata

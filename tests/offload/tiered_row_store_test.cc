@@ -345,5 +345,52 @@ TEST(Expiry, RowsUnseenForNClocksAreDeletedFromBothTiers) {
             StatusCode::kNotFound);
 }
 
+// Erase removes a record whichever tier holds it (DRAM only, disk only, both), for good: a
+// reopened store does not bring it back, and a key created again starts from the initializer.
+TEST(TieredStore, EraseRemovesRecordsFromEveryTierAcrossAReopen) {
+  TempDir dir;
+  const int width = 2;
+  auto o = Small(dir, width, /*records=*/4);
+  o.durability = Durability::kWal;
+  {
+    auto store = OpenOrDie(o, width);
+    std::vector<uint64_t> keys(12);
+    for (uint64_t k = 0; k < keys.size(); ++k) keys[k] = k;
+    for (uint64_t k : keys) {  // 12 records through a 4-record budget: most are on disk only
+      std::vector<uint64_t> one = {k};
+      ASSERT_TRUE(store->Update(one, InitKey, [](size_t, std::span<float> r) { r[0] += 100; }).ok());
+    }
+    ASSERT_TRUE(Resident(*store, 11));
+    std::vector<uint64_t> gone = {0, 11, 11, 5, 40};  // disk only, DRAM, a repeat, disk only, absent
+    auto erased = store->Erase(gone);
+    ASSERT_TRUE(erased.ok()) << erased.status().ToString();
+    EXPECT_EQ(*erased, 3u);
+    EXPECT_EQ(store->stats().records, 9u);
+    std::vector<uint64_t> eleven = {11};
+    EXPECT_TRUE(store->Read(eleven, nullptr, [](size_t, std::span<const float>) {}).IsNotFound());
+    uint64_t scanned = 0;
+    ASSERT_TRUE(store->Scan([&](uint64_t key, std::span<const float> r) {
+                       EXPECT_TRUE(key != 0 && key != 5 && key != 11) << key;
+                       EXPECT_EQ(r[0], static_cast<float>(key) + 100) << key;
+                       ++scanned;
+                       return Status::OK();
+                     }).ok());
+    EXPECT_EQ(scanned, 9u);
+    ASSERT_TRUE(store->Close().ok());
+  }
+  auto reopened = OpenOrDie(o, width);
+  for (uint64_t k : {0ull, 5ull, 11ull}) {
+    std::vector<uint64_t> one = {k};
+    EXPECT_TRUE(reopened->Read(one, nullptr, [](size_t, std::span<const float>) {}).IsNotFound()) << k;
+    float v = -1;
+    ASSERT_TRUE(reopened->Read(one, InitKey, [&](size_t, std::span<const float> r) { v = r[0]; }).ok());
+    EXPECT_EQ(v, static_cast<float>(k)) << "key " << k << " came back with its erased value";
+  }
+  std::vector<uint64_t> seven = {7};
+  float v = -1;
+  ASSERT_TRUE(reopened->Read(seven, nullptr, [&](size_t, std::span<const float> r) { v = r[0]; }).ok());
+  EXPECT_EQ(v, 107.0f);
+}
+
 }  // namespace
 }  // namespace strata

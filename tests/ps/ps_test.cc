@@ -465,6 +465,7 @@ class ClockRecordingStore final : public RowStore {
     return inner_.Read(keys, init, visit);
   }
   Status Scan(const ScanVisit& visit) override { return inner_.Scan(visit); }
+  Result<uint64_t> Erase(std::span<const uint64_t> keys) override { return inner_.Erase(keys); }
   RowStoreStats stats() const override { return inner_.stats(); }
   Status AdvanceClock(uint64_t clock) override {
     std::lock_guard lock(*mu_);

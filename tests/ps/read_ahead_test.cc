@@ -56,6 +56,7 @@ class GatedStore : public RowStore {
   Status Update(std::span<const uint64_t>, const Init&, const Visit&) override { return Status::OK(); }
   Status Read(std::span<const uint64_t>, const Init&, const ReadVisit&) override { return Status::OK(); }
   Status Scan(const ScanVisit&) override { return Status::OK(); }
+  Result<uint64_t> Erase(std::span<const uint64_t>) override { return uint64_t{0}; }
   RowStoreStats stats() const override { return {}; }
   Result<uint64_t> Prefetch(std::span<const uint64_t> keys) override {
     std::unique_lock lock(mu);
