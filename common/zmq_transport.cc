@@ -10,6 +10,7 @@
 #include <zmq_addon.hpp>
 
 #include "common/check.h"
+#include "common/frame_batch.h"
 
 namespace strata {
 namespace {
@@ -238,10 +239,9 @@ void ZmqTransport::Shutdown() {
 }
 
 void ZmqTransport::TakeCommands() {
-  std::vector<Outgoing> outbox;
   {
     std::lock_guard lock(mu_);
-    outbox.swap(outbox_);
+    taken_.swap(outbox_);
     if (new_router_) router_.socket = std::move(new_router_);
     for (auto& [id, socket] : new_links_) {
       if (links_.size() <= id) links_.resize(id + 1);
@@ -249,16 +249,19 @@ void ZmqTransport::TakeCommands() {
     }
     new_links_.clear();
   }
-  for (Outgoing& out : outbox) {
+  if (taken_.empty()) return;
+  for (Outgoing& out : taken_) {
     if (out.peer == kNoPeer) {
       if (!router_.socket) continue;  // a reply needs the socket its request came in on
-      if (!router_.backlog.empty() || !TrySend(*router_.socket, out)) {
-        router_.backlog.push_back(std::move(out));
-      }
+      router_.backlog.push_back(std::move(out));
     } else {
-      Link& link = links_[out.peer];
-      if (!link.backlog.empty() || !TrySend(*link.socket, out)) link.backlog.push_back(std::move(out));
+      links_[out.peer].backlog.push_back(std::move(out));
     }
+  }
+  taken_.clear();
+  if (router_.socket) Flush(router_);
+  for (Link& link : links_) {
+    if (link.socket) Flush(link);
   }
 }
 
@@ -282,10 +285,64 @@ bool ZmqTransport::TrySend(zmq::socket_t& socket, Outgoing& out) {
   return true;
 }
 
-void ZmqTransport::Flush(Link& link) {
-  while (!link.backlog.empty() && TrySend(*link.socket, link.backlog.front())) {
-    link.backlog.pop_front();
+size_t ZmqTransport::BatchRun(const std::deque<Outgoing>& backlog) const {
+  const size_t max_bytes = std::min<size_t>(kMaxBatchBytes, static_cast<size_t>(MaxFrameBytes()));
+  const std::string& route = backlog.front().route;
+  size_t count = 0, bytes = 0;
+  for (const Outgoing& out : backlog) {
+    if (count == kMaxBatchMessages || out.route != route) break;
+    size_t size = 8;  // its frame count (frame_batch.h)
+    for (const Buffer& f : out.frames) {
+      if (f.size() >= kZeroCopyMinBytes) return std::max<size_t>(count, 1);
+      size += 8 + (f.size() + 7) / 8 * 8;
+    }
+    if (bytes + size > max_bytes) break;
+    bytes += size;
+    ++count;
   }
+  return std::max<size_t>(count, 1);
+}
+
+bool ZmqTransport::TrySendBatch(zmq::socket_t& socket, const std::deque<Outgoing>& backlog, size_t count) {
+  batch_.clear();
+  for (size_t i = 0; i < count; ++i) batch_.push_back(&backlog[i].frames);
+  zmq::message_t batch(BatchBytes(batch_));
+  PackBatch(batch_, static_cast<std::byte*>(batch.data()));
+  try {
+    const Outgoing& first = backlog.front();
+    if (first.peer == kNoPeer) {
+      zmq::message_t route(first.route.data(), first.route.size());
+      if (!socket.send(route, zmq::send_flags::dontwait | zmq::send_flags::sndmore)) return false;
+    }
+    if (!socket.send(batch, zmq::send_flags::dontwait)) return false;
+  } catch (const zmq::error_t& e) {
+    spdlog::debug("transport: dropped {} messages: {}", count, e.what());
+  }
+  return true;
+}
+
+void ZmqTransport::Flush(Link& link) {
+  while (!link.backlog.empty()) {
+    const size_t run = BatchRun(link.backlog);
+    const bool sent = run == 1 ? TrySend(*link.socket, link.backlog.front())
+                               : TrySendBatch(*link.socket, link.backlog, run);
+    if (!sent) return;  // the socket's queue is full: POLLOUT resumes
+    link.backlog.erase(link.backlog.begin(), link.backlog.begin() + static_cast<std::ptrdiff_t>(run));
+  }
+}
+
+void ZmqTransport::DeliverBatch(const Source& source, zmq::message_t&& batch) {
+  auto messages = UnpackBatch(FromZmq(std::move(batch)), kMaxBatchMessages);
+  if (!messages.ok()) {
+    if (const LogLimiter::Tick tick = bad_batches_.Count(); tick.log) {
+      spdlog::warn("transport: dropped a malformed batch from {}: {}; {} dropped in all, {} since the last warning",
+                   source.from_peer() ? "peer " + std::to_string(source.peer) : std::string("a requester"),
+                   messages.status().ToString(), tick.total, tick.since);
+    }
+    return;
+  }
+  if (!receiver_) return;
+  for (Frames& frames : *messages) receiver_(source, std::move(frames));
 }
 
 void ZmqTransport::Drain(zmq::socket_t& socket, PeerId peer) {
@@ -302,6 +359,10 @@ void ZmqTransport::Drain(zmq::socket_t& socket, PeerId peer) {
       first = 1;
     } else {
       source.peer = peer;
+    }
+    if (parts.size() == first + 1 && IsBatch(Buffer(parts[first].data(), parts[first].size(), nullptr))) {
+      DeliverBatch(source, std::move(parts[first]));
+      continue;
     }
     Frames frames;
     frames.reserve(parts.size() - first);

@@ -1,8 +1,15 @@
 // zmq_transport.h: ZmqTransport, the ZeroMQ Transport. One I/O thread owns every socket: the
 // bound ROUTER that receives requests, one DEALER per connected peer (replies come back on it),
-// and an inproc PULL that other threads use to wake it when they queue frames. Payloads of
+// and an inproc PULL that other threads use to wake it when they queue frames (one wake-up per
+// batch of queued messages, none for a reply queued on the I/O thread itself). Payloads of
 // kZeroCopyMinBytes or more are handed to ZeroMQ without copying; their owner is released when
-// ZeroMQ has written them.
+// ZeroMQ has written them. Small messages queued for one link (or, on the ROUTER, for one
+// route) back to back leave as one ZeroMQ message (frame_batch.h: up to kMaxBatchMessages and
+// kMaxBatchBytes), and the receiving transport hands them to its receiver one by one, in order:
+// the per-message cost of ZeroMQ is paid per batch. A lone message goes out as it is.
+// Why not send from the caller's thread: a DEALER also receives the replies to what it sends,
+// on the I/O thread, and a ZeroMQ socket must not be used by two threads at once; and a queue is
+// what lets small messages leave in batches.
 // With options.curve set, the ROUTER is a CURVE server (options.curve.server) and every DEALER a
 // CURVE client (options.curve.client); the I/O thread also answers ZeroMQ's authentication
 // requests (ZAP, RFC 27) on inproc://zeromq.zap.01 in this transport's context, accepting only
@@ -30,6 +37,10 @@ namespace strata {
 class ZmqTransport final : public Transport {
  public:
   static constexpr size_t kZeroCopyMinBytes = 16 * 1024;
+  // Batching: messages whose frames are all smaller than kZeroCopyMinBytes, at most this many
+  // in one batch, whose frames take at most this many bytes (bounded by max_message_mb, too).
+  static constexpr size_t kMaxBatchMessages = 1024;
+  static constexpr size_t kMaxBatchBytes = 256 * 1024;
 
   explicit ZmqTransport(const TransportOptions& options);
   ~ZmqTransport() override;
@@ -57,7 +68,14 @@ class ZmqTransport final : public Transport {
   void TakeCommands();
   // Tries to send; false if the socket's queue is full (then the caller keeps it for later).
   bool TrySend(zmq::socket_t& socket, Outgoing& out);
+  // The same for the first `count` messages of a backlog, as one batch.
+  bool TrySendBatch(zmq::socket_t& socket, const std::deque<Outgoing>& backlog, size_t count);
+  // How many messages at the front of a backlog go out as one batch (1: the first alone).
+  size_t BatchRun(const std::deque<Outgoing>& backlog) const;
+  // Sends what a link has queued, in order, batched, until its socket's queue is full.
   void Flush(Link& link);
+  // Hands a received batch's messages to the receiver (a bad batch is dropped and logged).
+  void DeliverBatch(const Source& source, zmq::message_t&& batch);
   void Drain(zmq::socket_t& socket, PeerId peer);
   void ConfigureSocket(zmq::socket_t& socket);
   // options_.max_message_mb in bytes, and InvalidArgument naming it for a larger frame.
@@ -71,7 +89,7 @@ class ZmqTransport final : public Transport {
   Receiver receiver_;
 
   std::mutex mu_;  // guards the fields down to the blank line (shared with callers)
-  std::vector<Outgoing> outbox_;
+  std::vector<Outgoing> outbox_;  // swapped with taken_, so that both keep their capacity
   std::vector<std::pair<PeerId, std::unique_ptr<zmq::socket_t>>> new_links_;
   std::unique_ptr<zmq::socket_t> new_router_;
   std::unordered_map<std::string, PeerId> peer_by_address_;
@@ -83,6 +101,8 @@ class ZmqTransport final : public Transport {
   std::string ipc_file_;
 
   // I/O thread only.
+  std::vector<Outgoing> taken_;
+  std::vector<const Frames*> batch_;  // TrySendBatch's scratch
   zmq::socket_t wake_pull_;
   Link router_;
   std::vector<Link> links_;  // indexed by PeerId
@@ -90,6 +110,7 @@ class ZmqTransport final : public Transport {
   std::unique_ptr<zmq::socket_t> zap_;  // CURVE only: the ZAP handler's REP socket
   std::unordered_set<std::string> authorized_;  // CURVE client public keys, 32 bytes each
   LogLimiter refusals_;
+  LogLimiter bad_batches_;
 
   std::atomic<bool> stop_{false};
   std::thread io_thread_;
