@@ -1,4 +1,4 @@
-// frame_batch.cc: PackBatch and UnpackBatch.
+// frame_batch.cc: BatchWriter and UnpackBatch.
 #include "common/frame_batch.h"
 
 #include <cstring>
@@ -20,29 +20,42 @@ void PutWord(std::byte*& out, uint32_t lo, uint32_t hi) {
 
 }  // namespace
 
-size_t BatchBytes(std::span<const Frames* const> messages) {
-  size_t bytes = 2 * kWord;
-  for (const Frames* m : messages) {
-    bytes += kWord;
-    for (const Buffer& f : *m) bytes += kWord + Padded(f.size());
-  }
+BatchWriter::BatchWriter() {
+  bytes_.reserve(4096);
+  bytes_.resize(2 * kWord);
+  std::byte* out = bytes_.data();
+  PutWord(out, kMarker, kBatchVersion);
+  PutWord(out, 0, 0);  // the message count, written by Finish
+}
+
+size_t BatchWriter::BytesOf(const Frames& frames) {
+  size_t bytes = kWord;
+  for (const Buffer& f : frames) bytes += kWord + Padded(f.size());
   return bytes;
 }
 
-void PackBatch(std::span<const Frames* const> messages, std::byte* out) {
-  PutWord(out, kMarker, kBatchVersion);
-  PutWord(out, static_cast<uint32_t>(messages.size()), 0);
-  for (const Frames* m : messages) {
-    PutWord(out, static_cast<uint32_t>(m->size()), 0);
-    for (const Buffer& f : *m) {
-      const uint64_t n = f.size();
-      std::memcpy(out, &n, kWord);
-      out += kWord;
-      if (n) std::memcpy(out, f.data(), n);
-      std::memset(out + n, 0, Padded(n) - n);
-      out += Padded(n);
-    }
+void BatchWriter::Append(const Frames& frames) {
+  size_t at = bytes_.size();
+  bytes_.resize(at + BytesOf(frames));  // zero-fills the padding
+  std::byte* out = bytes_.data() + at;
+  PutWord(out, static_cast<uint32_t>(frames.size()), 0);
+  for (const Buffer& f : frames) {
+    const uint64_t n = f.size();
+    std::memcpy(out, &n, kWord);
+    out += kWord;
+    if (n) std::memcpy(out, f.data(), n);
+    out += Padded(n);
   }
+  ++messages_;
+}
+
+Buffer BatchWriter::Finish() {
+  std::memcpy(bytes_.data() + kWord, &messages_, sizeof(messages_));
+  messages_ = 0;
+  // Buffer::Take moves the vector: operator new's storage, aligned for any scalar type.
+  Buffer batch = Buffer::Take(std::move(bytes_));
+  bytes_.clear();
+  return batch;
 }
 
 bool IsBatch(const Buffer& frame) {

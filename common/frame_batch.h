@@ -1,4 +1,4 @@
-// frame_batch.h: PackBatch and UnpackBatch, several small messages (Frames) in one transport
+// frame_batch.h: BatchWriter and UnpackBatch, several small messages (Frames) in one transport
 // frame and back, so that a link with many small messages queued pays ZeroMQ's per-message cost
 // (a zmq message per frame, its allocation, its trip through ZeroMQ's pipes and I/O thread)
 // once per batch instead of once per frame.
@@ -12,7 +12,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <span>
 #include <vector>
 
 #include "common/buffer.h"
@@ -22,11 +21,22 @@ namespace strata {
 
 inline constexpr uint32_t kBatchVersion = 0x31304253;  // "SB01"
 
-// The bytes a batch of `messages` takes.
-size_t BatchBytes(std::span<const Frames* const> messages);
+// Builds one batch, a message at a time (copying its frames). A value; not thread-safe.
+class BatchWriter {
+ public:
+  BatchWriter();
+  // The bytes Append(frames) adds.
+  static size_t BytesOf(const Frames& frames);
+  void Append(const Frames& frames);
+  size_t messages() const { return messages_; }
+  size_t bytes() const { return bytes_.size(); }
+  // The batch, as one frame (8-byte aligned). The writer is spent: append nothing after.
+  Buffer Finish();
 
-// Writes the batch of `messages` into `out`, which holds BatchBytes(messages) bytes.
-void PackBatch(std::span<const Frames* const> messages, std::byte* out);
+ private:
+  std::vector<std::byte> bytes_;
+  uint32_t messages_ = 0;
+};
 
 // Whether a received frame is a batch (starts with the marker). A frame that is not may still
 // be garbage: Decode judges it.

@@ -5,12 +5,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <zmq_addon.hpp>
 
 #include "common/check.h"
-#include "common/frame_batch.h"
 
 namespace strata {
 namespace {
@@ -182,13 +182,39 @@ Result<PeerId> ZmqTransport::Connect(const std::string& address) {
 }
 
 Status ZmqTransport::Enqueue(Outgoing out) {
+  bool small = true;
+  for (const Buffer& f : out.frames) small = small && f.size() < kZeroCopyMinBytes;
+  const size_t add = small ? BatchWriter::BytesOf(out.frames) : 0;
+  const size_t max_bytes = std::min<size_t>(kMaxBatchBytes, static_cast<size_t>(MaxFrameBytes()));
   std::lock_guard lock(mu_);
   if (shut_down_) return Status::Cancelled("transport is shut down");
   if (out.peer != kNoPeer && out.peer >= next_peer_) {
     return Status::InvalidArgument("unknown peer " + std::to_string(out.peer));
   }
   const bool was_empty = outbox_.empty();
-  outbox_.push_back(std::move(out));
+  // This destination's open batch, if any (few destinations are in flight at once).
+  auto open = std::find_if(open_batches_.begin(), open_batches_.end(), [&](size_t i) {
+    return outbox_[i].peer == out.peer && outbox_[i].route == out.route;
+  });
+  if (!small) {
+    if (open != open_batches_.end()) open_batches_.erase(open);  // later messages queue after this one
+    outbox_.push_back(std::move(out));
+  } else {
+    if (open != open_batches_.end()) {
+      const BatchWriter& b = *outbox_[*open].batch;
+      if (b.messages() == kMaxBatchMessages || b.bytes() + add > max_bytes) {
+        open_batches_.erase(open);
+        open = open_batches_.end();
+      }
+    }
+    if (open == open_batches_.end()) {
+      outbox_.push_back(Outgoing{out.peer, out.route, {}, std::make_unique<BatchWriter>()});
+      open_batches_.push_back(outbox_.size() - 1);
+      open = open_batches_.end() - 1;
+    }
+    // Copied here, so that the message's memory goes back to the allocator on this thread.
+    outbox_[*open].batch->Append(out.frames);
+  }
   // One wake-up per batch: the I/O thread takes the whole outbox each time it wakes. A handler
   // replying on the I/O thread needs none: Run() takes the outbox before it polls again.
   if (was_empty && std::this_thread::get_id() != io_thread_.get_id()) {
@@ -242,6 +268,7 @@ void ZmqTransport::TakeCommands() {
   {
     std::lock_guard lock(mu_);
     taken_.swap(outbox_);
+    open_batches_.clear();
     if (new_router_) router_.socket = std::move(new_router_);
     for (auto& [id, socket] : new_links_) {
       if (links_.size() <= id) links_.resize(id + 1);
@@ -251,6 +278,10 @@ void ZmqTransport::TakeCommands() {
   }
   if (taken_.empty()) return;
   for (Outgoing& out : taken_) {
+    if (out.batch) {
+      out.frames.push_back(out.batch->Finish());
+      out.batch.reset();
+    }
     if (out.peer == kNoPeer) {
       if (!router_.socket) continue;  // a reply needs the socket its request came in on
       router_.backlog.push_back(std::move(out));
@@ -285,49 +316,9 @@ bool ZmqTransport::TrySend(zmq::socket_t& socket, Outgoing& out) {
   return true;
 }
 
-size_t ZmqTransport::BatchRun(const std::deque<Outgoing>& backlog) const {
-  const size_t max_bytes = std::min<size_t>(kMaxBatchBytes, static_cast<size_t>(MaxFrameBytes()));
-  const std::string& route = backlog.front().route;
-  size_t count = 0, bytes = 0;
-  for (const Outgoing& out : backlog) {
-    if (count == kMaxBatchMessages || out.route != route) break;
-    size_t size = 8;  // its frame count (frame_batch.h)
-    for (const Buffer& f : out.frames) {
-      if (f.size() >= kZeroCopyMinBytes) return std::max<size_t>(count, 1);
-      size += 8 + (f.size() + 7) / 8 * 8;
-    }
-    if (bytes + size > max_bytes) break;
-    bytes += size;
-    ++count;
-  }
-  return std::max<size_t>(count, 1);
-}
-
-bool ZmqTransport::TrySendBatch(zmq::socket_t& socket, const std::deque<Outgoing>& backlog, size_t count) {
-  batch_.clear();
-  for (size_t i = 0; i < count; ++i) batch_.push_back(&backlog[i].frames);
-  zmq::message_t batch(BatchBytes(batch_));
-  PackBatch(batch_, static_cast<std::byte*>(batch.data()));
-  try {
-    const Outgoing& first = backlog.front();
-    if (first.peer == kNoPeer) {
-      zmq::message_t route(first.route.data(), first.route.size());
-      if (!socket.send(route, zmq::send_flags::dontwait | zmq::send_flags::sndmore)) return false;
-    }
-    if (!socket.send(batch, zmq::send_flags::dontwait)) return false;
-  } catch (const zmq::error_t& e) {
-    spdlog::debug("transport: dropped {} messages: {}", count, e.what());
-  }
-  return true;
-}
-
 void ZmqTransport::Flush(Link& link) {
-  while (!link.backlog.empty()) {
-    const size_t run = BatchRun(link.backlog);
-    const bool sent = run == 1 ? TrySend(*link.socket, link.backlog.front())
-                               : TrySendBatch(*link.socket, link.backlog, run);
-    if (!sent) return;  // the socket's queue is full: POLLOUT resumes
-    link.backlog.erase(link.backlog.begin(), link.backlog.begin() + static_cast<std::ptrdiff_t>(run));
+  while (!link.backlog.empty() && TrySend(*link.socket, link.backlog.front())) {
+    link.backlog.pop_front();
   }
 }
 

@@ -3,10 +3,14 @@
 // and an inproc PULL that other threads use to wake it when they queue frames (one wake-up per
 // batch of queued messages, none for a reply queued on the I/O thread itself). Payloads of
 // kZeroCopyMinBytes or more are handed to ZeroMQ without copying; their owner is released when
-// ZeroMQ has written them. Small messages queued for one link (or, on the ROUTER, for one
-// route) back to back leave as one ZeroMQ message (frame_batch.h: up to kMaxBatchMessages and
-// kMaxBatchBytes), and the receiving transport hands them to its receiver one by one, in order:
-// the per-message cost of ZeroMQ is paid per batch. A lone message goes out as it is.
+// ZeroMQ has written them. Small messages (every frame under kZeroCopyMinBytes) are copied
+// into a batch (frame_batch.h) on the caller's thread as they are queued, one open batch per
+// link (or, on the ROUTER, per route), up to kMaxBatchMessages and kMaxBatchBytes; the I/O
+// thread sends each batch as one ZeroMQ message, and the receiving transport hands its messages
+// to its receiver one by one, in order. So ZeroMQ's per-message cost is paid per batch, and a
+// message's own memory (its envelope, its frame vector) is released on the thread that made it,
+// where the allocator recycles it cheaply. A message with a larger frame closes its link's open
+// batch and goes out as it is, after it.
 // Why not send from the caller's thread: a DEALER also receives the replies to what it sends,
 // on the I/O thread, and a ZeroMQ socket must not be used by two threads at once; and a queue is
 // what lets small messages leave in batches.
@@ -29,6 +33,7 @@
 
 #include <zmq.hpp>
 
+#include "common/frame_batch.h"
 #include "common/log_limiter.h"
 #include "common/transport.h"
 
@@ -57,6 +62,7 @@ class ZmqTransport final : public Transport {
     PeerId peer = kNoPeer;  // kNoPeer: goes out of the ROUTER along `route`
     std::string route;
     Frames frames;
+    std::unique_ptr<BatchWriter> batch;  // an open batch (frames empty until the I/O thread takes it)
   };
   struct Link {
     std::unique_ptr<zmq::socket_t> socket;
@@ -68,11 +74,6 @@ class ZmqTransport final : public Transport {
   void TakeCommands();
   // Tries to send; false if the socket's queue is full (then the caller keeps it for later).
   bool TrySend(zmq::socket_t& socket, Outgoing& out);
-  // The same for the first `count` messages of a backlog, as one batch.
-  bool TrySendBatch(zmq::socket_t& socket, const std::deque<Outgoing>& backlog, size_t count);
-  // How many messages at the front of a backlog go out as one batch (1: the first alone).
-  size_t BatchRun(const std::deque<Outgoing>& backlog) const;
-  // Sends what a link has queued, in order, batched, until its socket's queue is full.
   void Flush(Link& link);
   // Hands a received batch's messages to the receiver (a bad batch is dropped and logged).
   void DeliverBatch(const Source& source, zmq::message_t&& batch);
@@ -90,6 +91,7 @@ class ZmqTransport final : public Transport {
 
   std::mutex mu_;  // guards the fields down to the blank line (shared with callers)
   std::vector<Outgoing> outbox_;  // swapped with taken_, so that both keep their capacity
+  std::vector<size_t> open_batches_;  // indices into outbox_ of batches still taking messages
   std::vector<std::pair<PeerId, std::unique_ptr<zmq::socket_t>>> new_links_;
   std::unique_ptr<zmq::socket_t> new_router_;
   std::unordered_map<std::string, PeerId> peer_by_address_;
@@ -102,7 +104,6 @@ class ZmqTransport final : public Transport {
 
   // I/O thread only.
   std::vector<Outgoing> taken_;
-  std::vector<const Frames*> batch_;  // TrySendBatch's scratch
   zmq::socket_t wake_pull_;
   Link router_;
   std::vector<Link> links_;  // indexed by PeerId

@@ -1,4 +1,4 @@
-// frame_batch_test.cc: PackBatch/UnpackBatch round trips (frame sizes around the 8-byte padding,
+// frame_batch_test.cc: BatchWriter/UnpackBatch round trips (frame sizes around the 8-byte padding,
 // unaligned batches) and hostile batches (every truncation, lying counts and lengths).
 #include "common/frame_batch.h"
 
@@ -22,11 +22,15 @@ std::vector<Frames> SampleMessages() {
 }
 
 Buffer Pack(const std::vector<Frames>& messages) {
-  std::vector<const Frames*> ptrs;
-  for (const Frames& m : messages) ptrs.push_back(&m);
-  std::vector<std::byte> bytes(BatchBytes(ptrs));
-  PackBatch(ptrs, bytes.data());
-  return Buffer::Take(std::move(bytes));
+  BatchWriter writer;
+  size_t bytes = writer.bytes();
+  for (const Frames& m : messages) {
+    bytes += BatchWriter::BytesOf(m);
+    writer.Append(m);
+  }
+  EXPECT_EQ(writer.messages(), messages.size());
+  EXPECT_EQ(writer.bytes(), bytes);
+  return writer.Finish();
 }
 
 void ExpectSame(const std::vector<Frames>& want, const std::vector<Frames>& got) {

@@ -156,7 +156,9 @@ TEST(SenderLanes, ThreadedRunKeepsTheOrderingGuarantees) {
       for (size_t j = 0; j < i; ++j) {
         const Item& before = sent[s][j];
         const bool ordered = !item.key || !before.key || before.key->key == item.key->key;
-        if (ordered) EXPECT_LT(start_index[j], start_index[i]) << "sender " << s << ": " << j << " then " << i;
+        if (ordered) {
+          EXPECT_LT(start_index[j], start_index[i]) << "sender " << s << ": " << j << " then " << i;
+        }
       }
     }
   }
