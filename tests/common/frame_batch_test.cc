@@ -106,7 +106,7 @@ TEST(FrameBatch, LyingCountsAndLengthsAreRefusedNamingWhat) {
   EXPECT_NE(error(Words({m, v, 1000000, 0, 1, 0, 0, 0}), size_t{1} << 30).find("cannot fit"), std::string::npos);
   EXPECT_NE(error(Words({m, v, 2, 0, 1, 0, 0, 0, 1, 0, 0, 0}), 1).find("exceed the limit"), std::string::npos);
   // A message without frames; frames past the end.
-  EXPECT_NE(error(Words({m, v, 1, 0, 0, 0})).find("no frames"), std::string::npos);
+  EXPECT_NE(error(Words({m, v, 1, 0, 0, 0, 0, 0})).find("no frames"), std::string::npos);
   EXPECT_NE(error(Words({m, v, 1, 0, 1000, 0, 0, 0})).find("past the end"), std::string::npos);
   // A frame longer than what is left, near 2^64 (no overflow in the padding).
   EXPECT_NE(error(Words({m, v, 1, 0, 1, 0, 0xfffffff9u, 0xffffffffu})).find("claims"), std::string::npos);

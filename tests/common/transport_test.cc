@@ -266,17 +266,14 @@ TEST_P(TransportTest, ConcurrentSendersKeepPerThreadOrderExactlyOnce) {
   std::vector<std::vector<uint32_t>> seen(kThreads);  // per thread: sequence numbers received
   server_ = std::make_unique<RpcEndpoint>(Make());
   server_->SetHandler([&](Request r) {
+    if (!r.one_way()) return EchoHandler(std::move(r));
     const Message& msg = r.message();
     uint32_t id[2] = {0, 0};  // thread, sequence
     ASSERT_GE(msg.payload(0).size(), sizeof(id));
     std::memcpy(id, msg.payload(0).data(), sizeof(id));
-    if (r.one_way()) {
-      std::lock_guard lock(mu);
-      ASSERT_LT(id[0], static_cast<uint32_t>(kThreads));
-      seen[id[0]].push_back(id[1]);
-      return;
-    }
-    EchoHandler(std::move(r));
+    std::lock_guard lock(mu);
+    ASSERT_LT(id[0], static_cast<uint32_t>(kThreads));
+    seen[id[0]].push_back(id[1]);
   });
   auto address = server_->Bind(BindEndpoint(GetParam()));
   ASSERT_TRUE(address.ok()) << address.status().ToString();
