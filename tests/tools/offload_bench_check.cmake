@@ -1,5 +1,5 @@
 # offload_bench_check.cmake: runs a tiny `strata-bench offload` and checks that it exits 0 and
-# that its JSON has the four modes with a positive step time, no optimizer state on the
+# that its JSON has the five modes with a positive step time, no optimizer state on the
 # trainers in the offload modes (allreduce's is there), and push/pull hidden figures for the
 # pipelined ones.
 #   cmake -DBENCH=<strata-bench> -DJSON=<output file> -P offload_bench_check.cmake
@@ -16,10 +16,10 @@ if(NOT benchmark STREQUAL "offload")
   message(FATAL_ERROR "benchmark is \"${benchmark}\", not \"offload\"")
 endif()
 string(JSON rows LENGTH "${doc}" tables 0 rows)
-if(NOT rows EQUAL 4)
-  message(FATAL_ERROR "expected 4 rows (allreduce, offload serial, offload, delayed), got ${rows}\n${out}")
+if(NOT rows EQUAL 5)
+  message(FATAL_ERROR "expected 5 rows (allreduce, offload serial, offload, delayed, predicted), got ${rows}\n${out}")
 endif()
-foreach(i 0 1 2 3)
+foreach(i 0 1 2 3 4)
   string(JSON mode GET "${doc}" tables 0 rows ${i} mode)
   string(JSON step_ms GET "${doc}" tables 0 rows ${i} step_ms)
   string(JSON state GET "${doc}" tables 0 rows ${i} state_bytes_per_param)
@@ -39,4 +39,4 @@ foreach(i 0 1 2 3)
     endif()
   endif()
 endforeach()
-message(STATUS "strata-bench offload: exit 0, four modes, no optimizer state on offloading trainers")
+message(STATUS "strata-bench offload: exit 0, five modes, no optimizer state on offloading trainers")
