@@ -80,6 +80,20 @@ class ElasticTest : public testing::ProcessClusterTest {
         << added.Log();
     return added;
   }
+  // ctr on 2 servers and 2 trainers: its undisturbed AUC, then the job started again and
+  // training (the setting of the server join and leave tests).
+  struct Running {
+    double undisturbed = 0;
+    std::vector<std::string> common;
+    std::string address;
+  };
+  void StartRunningCtr(Running* run) {
+    const std::string job = Job("ctr", kCtr);
+    run->undisturbed = Undisturbed(job, 2, 2);
+    run->common = Common(job, 2, 2);
+    run->address = StartJob(run->common, 2, 2);
+    ASSERT_TRUE(WaitFor([&] { return MetricsLines("run") >= 2; }, Millis(120000))) << nodes_[2]->Log();
+  }
   // Every process started exits 0.
   void ExpectAllExitCleanly() {
     for (auto& n : nodes_) EXPECT_EQ(n->Wait(Millis(240000)), 0) << n->log_path() << "\n" << n->Log();
@@ -214,15 +228,12 @@ class Ledger {
 };
 
 TEST_F(ElasticTest, AServerAddedMidRunTakesItsRowsAndNothingIsLost) {
-  const std::string job = Job("ctr", kCtr);
-  const double undisturbed = Undisturbed(job, 2, 2);
-  const auto common = Common(job, 2, 2);
-  const std::string address = StartJob(common, 2, 2);
-  ASSERT_TRUE(WaitFor([&] { return MetricsLines("run") >= 2; }, Millis(120000))) << nodes_[2]->Log();
-  Ledger ledger(address, 2, 2);
+  Running run;
+  ASSERT_NO_FATAL_FAILURE(StartRunningCtr(&run));
+  Ledger ledger(run.address, 2, 2);
   ASSERT_TRUE(ledger.Start().ok());
   std::this_thread::sleep_for(Millis(500));  // pushes in flight when the server joins
-  Subprocess& added = AddServer(common, address, 2);
+  Subprocess& added = AddServer(run.common, run.address, 2);
   std::this_thread::sleep_for(Millis(500));  // and after it took over
   ledger.StopAndExpectExact();
   ExpectAllExitCleanly();
@@ -242,10 +253,10 @@ TEST_F(ElasticTest, AServerAddedMidRunTakesItsRowsAndNothingIsLost) {
   EXPECT_EQ(Number(log, "took over ([0-9]+) rows; serving"), in) << log;
   const std::string trainer = nodes_[2]->Log();
   EXPECT_NE(trainer.find("done: 20000 steps"), std::string::npos) << trainer;
-  EXPECT_NEAR(Auc(trainer), undisturbed, kAucTolerance) << trainer;
+  EXPECT_NEAR(Auc(trainer), run.undisturbed, kAucTolerance) << trainer;
   std::cout << "server added: " << in << " rows moved in, ledger " << ledger.acknowledged() << " acknowledged, "
             << ledger.resplits() << " parts re-sent to the new layout; auc " << Auc(trainer) << ", undisturbed "
-            << undisturbed << "\n";
+            << run.undisturbed << "\n";
 }
 
 // A server that joined leaves again on SIGTERM while the trainers and the ledger push: its rows
@@ -253,14 +264,11 @@ TEST_F(ElasticTest, AServerAddedMidRunTakesItsRowsAndNothingIsLost) {
 // acknowledged is lost or applied twice. (The first servers hold ctr's dense tables, so they
 // cannot leave: ServerLeaveTest covers a first server leaving a job without dense tables.)
 TEST_F(ElasticTest, AServerLeavesOnSigtermHandsItsRowsBackAndNothingIsLost) {
-  const std::string job = Job("ctr", kCtr);
-  const double undisturbed = Undisturbed(job, 2, 2);
-  const auto common = Common(job, 2, 2);
-  const std::string address = StartJob(common, 2, 2);
-  ASSERT_TRUE(WaitFor([&] { return MetricsLines("run") >= 2; }, Millis(120000))) << nodes_[2]->Log();
-  Ledger ledger(address, 2, 2);
+  Running run;
+  ASSERT_NO_FATAL_FAILURE(StartRunningCtr(&run));
+  Ledger ledger(run.address, 2, 2);
   ASSERT_TRUE(ledger.Start().ok());
-  Subprocess& added = AddServer(common, address, 2);
+  Subprocess& added = AddServer(run.common, run.address, 2);
   std::this_thread::sleep_for(Millis(1000));  // pushes to it, then in flight when it leaves
   added.Signal(SIGTERM);
   EXPECT_EQ(added.Wait(Millis(60000)), 0) << added.Log();
@@ -286,10 +294,10 @@ TEST_F(ElasticTest, AServerLeavesOnSigtermHandsItsRowsBackAndNothingIsLost) {
   EXPECT_NE(log.find("erased " + std::to_string(handed) + " rows"), std::string::npos) << log;
   const std::string trainer = nodes_[2]->Log();
   EXPECT_NE(trainer.find("done: 20000 steps"), std::string::npos) << trainer;
-  EXPECT_NEAR(Auc(trainer), undisturbed, kAucTolerance) << trainer;
+  EXPECT_NEAR(Auc(trainer), run.undisturbed, kAucTolerance) << trainer;
   std::cout << "server left: " << handed << " rows handed back, ledger " << ledger.acknowledged()
             << " acknowledged, " << ledger.resplits() << " parts re-sent to the new layout; auc " << Auc(trainer)
-            << ", undisturbed " << undisturbed << "\n";
+            << ", undisturbed " << run.undisturbed << "\n";
 }
 
 TEST_F(ElasticTest, WhatCannotBeElasticIsRefusedNamingTheField) {
