@@ -275,13 +275,14 @@ Status CheckBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
       for (auto e : body.getSplitSchedule().getEntries()) (void)e.getTrainers();
       return Status::OK();
     case Op::MIGRATE:
-      (void)body.getMigrate();
+      (void)body.getMigrate().getLeft();  // a list of the wrong element type throws here
       return Status::OK();
     case Op::MIGRATE_ROWS:
     case Op::STATE_TRANSFER: {
       const bool migrate = body.which() == Op::MIGRATE_ROWS;
       auto m = migrate ? body.getMigrateRows() : body.getStateTransfer();
       (void)m.getTrainerClocks();
+      (void)m.getLeft();
       for (auto t : m.getTables()) {
         STRATA_RETURN_IF_ERROR(CheckTableSpec(t, migrate ? "migrateRows.tables" : "stateTransfer.tables", limits));
       }

@@ -283,7 +283,8 @@ TEST_P(MessageFuzzRegression, IsRefusedOrSafeToReadAndForward) {
 }
 
 TEST(Message, WrongPointerKindsAndCapabilitiesAreCorruption) {
-  for (const char* name : {"regression-kvValue-not-bytes", "regression-capability-pointer"}) {
+  for (const char* name : {"regression-kvValue-not-bytes", "regression-capability-pointer",
+                           "regression-migrate-left-wrong-list"}) {
     auto r = Decode(FuzzFrames(testing::ReadFile(std::string(STRATA_SOURCE_DIR) +
                                                  "/tests/fuzz/corpus/" + name)));
     EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << name << ": " << r.status().ToString();
@@ -293,7 +294,8 @@ TEST(Message, WrongPointerKindsAndCapabilitiesAreCorruption) {
 INSTANTIATE_TEST_SUITE_P(Corpus, MessageFuzzRegression,
                          ::testing::Values("regression-kvValue-not-bytes",
                                            "regression-traversal-limit",
-                                           "regression-capability-pointer"));
+                                           "regression-capability-pointer",
+                                           "regression-migrate-left-wrong-list"));
 
 // A large, honest view survives being read several times and forwarded (the traversal budget
 // used to run out).
