@@ -45,6 +45,7 @@ std::string_view OpName(Op op) {
     case Op::MIGRATE_ROWS: return "migrateRows";
     case Op::REPLICA_JOIN: return "replicaJoin";
     case Op::STATE_TRANSFER: return "stateTransfer";
+    case Op::GRAD_NORM: return "gradNorm";
   }
   return {};  // unknown: IsKnownOp relies on this being empty
 }
@@ -258,6 +259,9 @@ Status CheckBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
       return Status::OK();
     case Op::CLOCK:
       (void)body.getClock();
+      return Status::OK();
+    case Op::GRAD_NORM:
+      (void)body.getGradNorm();
       return Status::OK();
     case Op::STATS:
       return CheckText(body.getStats(), "stats", limits);

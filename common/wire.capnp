@@ -145,6 +145,9 @@ struct TableSpec {
   aggregate @10 :Aggregate;      # bsp: how the trainers' gradients of one clock combine
   pushers @11 :UInt32;           # dense bsp: pushes of each chunk per clock that complete it
                                  # (applied then, before the clock messages); 0: at the clock
+  # dense bsp with pushers (optimizer.clip_norm): the chunks are not applied as they complete but
+  # at the clock messages, scaled by the clock's gradScale; gradNorm requests cover the table.
+  clipped @12 :Bool;
 }
 
 # Sparse: payload 0 is the keys (i64, [n]); a push adds payload 1, the gradients (f32, [n, dim]).
@@ -216,6 +219,19 @@ struct TrainerClock {
 
 struct ClockRequest {
   clock @0 :Int64;               # the sender finished this clock
+  # Global gradient clipping: clipped tables apply this clock's gradients times this factor
+  # (min(1, clip_norm / norm), the same on every trainer; NaN, infinity and negatives refused).
+  gradScale @1 :Float32 = 1.0;
+}
+
+# trainer -> every server, after its pushes of clock `clock` were acknowledged: the sum of the
+# squares of the clipped tables' gradients of that clock on this server, each chunk combined
+# (summed, then mean-scaled) exactly as it will be applied. Answered once every pusher's pushes
+# of the server's chunks of those tables arrived. Reply: gradNorm with sumSquares and chunks.
+struct GradNorm {
+  clock @0 :Int64;
+  sumSquares @1 :Float64;        # reply
+  chunks @2 :UInt64;             # reply: the chunks summed
 }
 
 struct Envelope {
@@ -268,5 +284,6 @@ struct Envelope {
     # forwarded updates take, so the restarted server applies the copy before any of them.
     replicaJoin @35 :Void;
     stateTransfer @36 :MigrateRows;  # every row of shard `shard` (the layout of migrateRows)
+    gradNorm @37 :GradNorm;         # trainer -> every server (global clipping); reply: gradNorm
   }
 }

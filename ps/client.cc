@@ -418,16 +418,18 @@ std::optional<std::chrono::steady_clock::time_point> PsClient::CompletedAt(const
   return ticket.completed_;
 }
 
-Status PsClient::Clock() {
+Status PsClient::Clock(float grad_scale) {
   STRATA_RETURN_IF_ERROR(Connect());
   STRATA_RETURN_IF_ERROR(GrowLayout());
   PsTicket ticket;
   const int64_t clock = clock_;
   for (uint32_t s = 0; s < servers_.size(); ++s) {
     if (layout_.Left(s)) continue;
-    PsTicket::Part part(s, nullptr, [clock] {
+    PsTicket::Part part(s, nullptr, [clock, grad_scale] {
                           Message m;
-                          m.builder().getBody().initClock().setClock(clock);
+                          auto c = m.builder().getBody().initClock();
+                          c.setClock(clock);
+                          c.setGradScale(grad_scale);
                           return m;
                         });
     Send(part, timeout_);
@@ -436,6 +438,38 @@ Status PsClient::Clock() {
   STRATA_RETURN_IF_ERROR(Wait(ticket).WithContext("clock " + std::to_string(clock_)));
   ++clock_;
   return Status::OK();
+}
+
+Result<double> PsClient::GradSumSquares() {
+  STRATA_RETURN_IF_ERROR(Connect());
+  STRATA_RETURN_IF_ERROR(GrowLayout());
+  PsTicket ticket;
+  const int64_t clock = clock_;
+  std::vector<double> sums(servers_.size(), 0.0);
+  for (uint32_t s = 0; s < servers_.size(); ++s) {
+    if (layout_.Left(s)) continue;
+    PsTicket::Part part(s, [&sums, s](const Message& reply) {
+                          if (!reply.reader().getBody().isGradNorm()) {
+                            return Status::InvalidArgument("server " + std::to_string(s) + " answered gradNorm with " +
+                                                           std::string(OpName(reply.op())));
+                          }
+                          sums[s] = reply.reader().getBody().getGradNorm().getSumSquares();
+                          return Status::OK();
+                        },
+                        [clock] {
+                          Message m;
+                          m.builder().getBody().initGradNorm().setClock(clock);
+                          return m;
+                        });
+    Send(part, timeout_);
+    ticket.parts_.push_back(std::move(part));
+  }
+  STRATA_RETURN_IF_ERROR(Wait(ticket).WithContext(
+      "the global gradient norm of clock " + std::to_string(clock) +
+      " (optimizer.clip_norm): a server answers once every replica's pushes of that clock reached it"));
+  double sum = 0;
+  for (double s : sums) sum += s;  // in server order: the same double on every trainer
+  return sum;
 }
 
 Result<std::string> PsClient::ServerStats(uint32_t server) {

@@ -106,7 +106,14 @@ class PsClient {
 
   // This trainer finished its current clock: tells every server (after the pushes sent before
   // it, which ZeroMQ keeps in order), then advances. Pushes and pulls carry the current clock.
-  Status Clock();
+  // `grad_scale`: the factor the clipped tables apply this clock's gradients with (global
+  // clipping; every trainer must send the same).
+  Status Clock(float grad_scale = 1.0f);
+  // Global clipping, after this clock's pushes were acknowledged: the sum of the squares of the
+  // clipped tables' combined gradients of the current clock, the servers' partial sums added in
+  // server order (every trainer gets the same double). Each server answers once every pusher's
+  // pushes of its chunks arrived; bounded by the client's timeout.
+  Result<double> GradSumSquares();
   int64_t clock() const { return clock_; }
   // A trainer that joined a running job starts at the others' clock, not at 0.
   void set_clock(int64_t clock) { clock_ = clock; }

@@ -183,9 +183,10 @@ void PsServer::Handle(Request& request) {
       std::vector<Parked> ready;
       std::unique_lock lock = ReplicationLock();
       Finish(request, Clock(request, &ready), lock);
-      for (Parked& p : ready) HandlePull(p.request);  // re-checks and answers (or re-parks)
+      for (Parked& p : ready) HandleParked(p);  // re-checks and answers (or re-parks)
       return;
     }
+    case Op::GRAD_NORM: return HandleGradNorm(request);
     case Op::MIGRATE: return HandleMigrate(request);
     case Op::MIGRATE_ROWS: return HandleHandOver(request);
     case Op::SAVE_TABLES:
@@ -452,7 +453,10 @@ Result<Message> PsServer::Push(const Request& request) {
       for (uint32_t j = 0; j < len; ++j) a.sum[j] += grad[i][j];
       ++a.pushes;
     }
-    if (t.spec.pushers > 0) {
+    if (t.spec.clipped) {
+      lock.unlock();
+      AdvanceEarly(t);  // held for the clock's gradScale; wakes gradNorm requests this completes
+    } else if (t.spec.pushers > 0) {
       if (t.my_chunks == 0) {
         t.my_chunks = ChunksOn(t.spec, Shard(), KeyLayout().base);
       }

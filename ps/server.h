@@ -132,9 +132,9 @@ class PsServer {
 
  private:
   struct Table;
-  struct Parked {  // a pull waiting for its clock
+  struct Parked {  // a pull waiting for its clock, or a gradNorm request for its pushes
     Request request;
-    Table* table;
+    Table* table;  // nullptr: a gradNorm request
     int64_t clock;
     std::string peer;  // its connection, for parked_quota_
     uint64_t bytes;    // its payload bytes, for parked_quota_
@@ -170,6 +170,23 @@ class PsServer {
   Result<Message> Push(const Request& request);
   Result<Message> Clock(const Request& request, std::vector<Parked>* ready);
   void HandlePull(Request& request);
+  // A parked request that became ready (or failed): a pull or a gradNorm request.
+  void HandleParked(Parked& parked);
+
+  // Global gradient clipping (server_clip.cc). A gradNorm request: answered with the clock's
+  // sum of squares over the clipped tables once their pushes are all here, else parked.
+  void HandleGradNorm(Request& request);
+  // Whether every pusher's pushes of `clock` to this server's chunks of the clipped tables
+  // arrived. Expects clock_mu_ held, not tables_mu_. Sets *error if they never will.
+  bool GradNormReadyLocked(int64_t clock, Status* error) const;
+  // The clipped tables' combined gradients of `clock`, squared and summed (tables by id, chunks
+  // in order). Expects clock_mu_ held.
+  Message GradNormReplyLocked(const Request& request, int64_t clock) const;
+  // Records a clock message's gradScale for `clock`: refused (naming it) if not a finite
+  // number >= 0 or unlike the scale another trainer sent for that clock. Expects clock_mu_.
+  Status TakeGradScaleLocked(int64_t clock, float scale, uint32_t sender);
+  // The factor clipped tables apply `clock`'s gradients with (1: none sent). Expects clock_mu_.
+  float GradScaleLocked(int64_t clock) const;
 
   // Replication (server_replication.cc).
   // The key range this instance holds: its node's rank, or the shard it holds the backup of.
@@ -279,6 +296,7 @@ class PsServer {
   std::map<uint32_t, int64_t> trainer_clock_;  // live trainers: clocks finished
   std::map<uint32_t, std::string> lost_trainers_;  // node id -> description
   std::vector<Parked> parked_;
+  std::map<int64_t, float> grad_scale_;  // clocks not yet applied: their clock messages' gradScale
   ParkedQuota parked_quota_;  // per peer, over parked_
 
   // Elastic: pushes and pulls hold it shared while they check a key's owner and apply; a

@@ -51,6 +51,7 @@ Result<Message> PsServer::Clock(const Request& request, std::vector<Parked>* rea
   if (it == trainer_clock_.end()) {
     return Status::FailedPrecondition("clock from node " + std::to_string(sender) + ", which is not a live trainer");
   }
+  STRATA_RETURN_IF_ERROR(TakeGradScaleLocked(finished, request.message().reader().getBody().getClock().getGradScale(), sender));
   it->second = std::max(it->second, finished + 1);
   AdvanceLocked(ready);
   return request.MakeReply();
@@ -59,7 +60,7 @@ Result<Message> PsServer::Clock(const Request& request, std::vector<Parked>* rea
 void PsServer::AdvanceLocked(std::vector<Parked>* ready) {
   const int64_t min_clock = MinClockLocked();
   const float live = static_cast<float>(std::max<size_t>(1, trainer_clock_.size()));
-  std::shared_lock tables_lock(tables_mu_);
+  std::shared_lock tables_lock(tables_mu_);  // released before TakeReadyLocked (gradNorm takes it)
   for (auto& [id, tp] : tables_) {
     Table& t = *tp;
     if (t.spec.consistency != Consistency::kBsp) continue;
@@ -67,13 +68,16 @@ void PsServer::AdvanceLocked(std::vector<Parked>* ready) {
     const float scale = t.spec.aggregate == Aggregate::kMean ? 1.0f / live : 1.0f;
     while (t.applied_clock < min_clock && min_clock != std::numeric_limits<int64_t>::max()) {
       if (auto it = t.pending.find(t.applied_clock); it != t.pending.end()) {
-        for (auto& [key, acc] : it->second) t.ApplyAcc(key, acc, scale, t.applied_clock);
+        // Clipped: the mean over the pushers, times the clock's clipping factor (1/pushers is a
+        // power of two or 1 for 1, 2, 4... replicas: the same float as all-reduce's mean, clipped).
+        const float s = t.spec.clipped ? t.MeanScale() * GradScaleLocked(t.applied_clock) : scale;
+        for (auto& [key, acc] : it->second) t.ApplyAcc(key, acc, s, t.applied_clock);
         t.pending.erase(it);
       }
       t.early_done.erase(t.applied_clock);
       ++t.applied_clock;
     }
-    if (t.spec.pushers > 0) {
+    if (t.spec.pushers > 0 && !t.spec.clipped) {
       // Chunks held back behind an incomplete clock that the clock message just applied.
       std::vector<uint64_t> waiting;
       for (const auto& [clock, accs] : t.pending) {
@@ -96,14 +100,17 @@ void PsServer::AdvanceLocked(std::vector<Parked>* ready) {
         spdlog::error("server: table \"{}\" at clock {}: {}", t.spec.name, clock, s.ToString());
       }
     }
+    grad_scale_.erase(grad_scale_.begin(), grad_scale_.lower_bound(min_clock));
   }
+  tables_lock.unlock();
   TakeReadyLocked(ready);
 }
 
 void PsServer::TakeReadyLocked(std::vector<Parked>* ready) {
   for (auto it = parked_.begin(); it != parked_.end();) {
     Status error;
-    if (PullReadyLocked(*it->table, it->clock, &error)) {
+    const bool now = it->table ? PullReadyLocked(*it->table, it->clock, &error) : GradNormReadyLocked(it->clock, &error);
+    if (now) {
       parked_quota_.Release(it->peer, it->bytes);
       ready->push_back(std::move(*it));
       it = parked_.erase(it);
@@ -125,7 +132,7 @@ void PsServer::AdvanceEarly(Table& t) {
     }
     TakeReadyLocked(&ready);
   }
-  for (Parked& p : ready) HandlePull(p.request);
+  for (Parked& p : ready) HandleParked(p);
 }
 
 int64_t PsServer::MinClockOrZeroLocked() const {
@@ -155,8 +162,8 @@ void PsServer::OnNodeEvent(const NodeEvent& e) {
     if (dead) lost_trainers_[e.node.id] = e.node.Describe();
     AdvanceLocked(&ready);
   }
-  // Runs on the I/O thread: answering parked pulls only reads and sends, it does not block.
-  for (Parked& p : ready) HandlePull(p.request);
+  // Runs on the I/O thread: answering parked requests only reads and sends, it does not block.
+  for (Parked& p : ready) HandleParked(p);
 }
 
 }  // namespace strata

@@ -68,6 +68,10 @@ struct PsServer::Table {
     if (!s.ok()) spdlog::error("server: applying clock {} of table \"{}\": {}", clock, spec.name, s.ToString());
     if (snapshots) snapshots->Invalidate(key);
   }
+  // pushers > 0: the factor a chunk's sum is applied with (before clipping).
+  float MeanScale() const {
+    return spec.aggregate == Aggregate::kMean ? 1.0f / static_cast<float>(spec.pushers) : 1.0f;
+  }
   // pushers > 0: applies `key`'s accumulations that are complete, in clock order.
   void ApplyCompleteLocked(uint64_t key) {
     while (true) {
@@ -76,8 +80,7 @@ struct PsServer::Table {
       if (it == pending.end()) return;
       auto a = it->second.find(key);
       if (a == it->second.end() || a->second.pushes < spec.pushers) return;
-      const float scale = spec.aggregate == Aggregate::kMean ? 1.0f / static_cast<float>(spec.pushers) : 1.0f;
-      ApplyAcc(key, a->second, scale, c);
+      ApplyAcc(key, a->second, MeanScale(), c);
       it->second.erase(a);
       if (it->second.empty()) pending.erase(it);
       chunk_clock[key] = c + 1;

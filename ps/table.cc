@@ -41,6 +41,7 @@ Status TableSpec::Validate() const {
   if (pushers > 0 && (kind != TableKind::kDense || consistency != Consistency::kBsp)) {
     return bad("pushers is for dense BSP tables only");
   }
+  if (clipped && pushers == 0) return bad("clipped (global gradient clipping) needs a dense BSP table with pushers");
   if (pushers > (1u << 20)) return bad("pushers must be at most 2^20, got " + std::to_string(pushers));
   if (!init.shard.whole()) {
     STRATA_RETURN_IF_ERROR(init.shard.Validate("table " + name + ": init shard"));
@@ -107,6 +108,7 @@ void ToWire(const TableSpec& in, wire::TableSpec::Builder out) {
   out.setStaleness(in.staleness);
   out.setAggregate(static_cast<wire::Aggregate>(in.aggregate));
   out.setPushers(in.pushers);
+  out.setClipped(in.clipped);
 }
 
 TableSpec FromWire(wire::TableSpec::Reader in) {
@@ -135,6 +137,7 @@ TableSpec FromWire(wire::TableSpec::Reader in) {
   t.staleness = in.getStaleness();
   t.aggregate = static_cast<Aggregate>(in.getAggregate());
   t.pushers = in.getPushers();
+  t.clipped = in.getClipped();
   return t;
 }
 

@@ -85,6 +85,10 @@ struct TableSpec {
   // (what a trainer that pulls the next step's parameters early needs). 0: applied when every
   // live trainer finished the clock (mean: divided by the live trainers).
   uint32_t pushers = 0;
+  // Dense BSP with pushers (global gradient clipping, optimizer.clip_norm): chunks are held, not
+  // applied as they complete; a clock's gradNorm requests sum their squares, and the clock
+  // messages apply them scaled by the clock's gradScale (server_clip.cc).
+  bool clipped = false;
 
   bool operator==(const TableSpec&) const = default;
 

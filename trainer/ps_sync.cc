@@ -3,6 +3,7 @@
 #include "trainer/ps_sync.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <spdlog/spdlog.h>
 
@@ -37,14 +38,30 @@ Result<std::unique_ptr<PsSync>> PsSync::Create(PsClient& client, nn::ParameterRe
   const SyncOptions& sync = job.sync;
   const OptimizerOptions& o = job.optimizer;
   const bool all = sync.mode == SyncOptions::Mode::kPs || sync.mode == SyncOptions::Mode::kOffload;
-  // The servers apply the learning rate each push carries (the schedule's at the pushing step)
-  // and clip per row or chunk.
+  // The servers apply the learning rate each push carries (the schedule's at the pushing step).
+  // Global clipping (ps, offload) needs a clock whose pushes are all known before any is applied:
+  // BSP, every parameter a dense table, each table's pushes summed once (no tp copies).
   const std::string where = sync.mode == SyncOptions::Mode::kOffload ? "sync.mode: offload"
                             : all ? "sync.mode: ps" : "sync.mode: hybrid (embeddings on the servers)";
   if (o.nesterov) return Status::InvalidArgument("optimizer.nesterov is not available with " + where);
-  if (all && o.clip_norm > 0) {
-    return Status::InvalidArgument("optimizer.clip_norm (global) is not available with " + where +
-                                   ": the servers see one table at a time");
+  const bool clip = all && o.clip_norm > 0;
+  if (clip && sync.consistency != Consistency::kBsp) {
+    return Status::InvalidArgument("optimizer.clip_norm (global) with " + where + " needs sync.consistency: bsp, not " +
+                                   (sync.consistency == Consistency::kAsp ? "asp" : "ssp") +
+                                   ": the servers apply each push as it arrives, so no clock has a global norm to clip by");
+  }
+  if (clip && !options.table_suffix.empty()) {
+    return Status::InvalidArgument("optimizer.clip_norm (global) with " + where +
+                                   " and tensor parallelism: each tp rank's tables hold their own copy of the whole "
+                                   "parameters, which the servers' norm would count once per rank");
+  }
+  if (clip && SparseOnServers(job)) {
+    for (const auto& p : reg.params()) {
+      if (p->sparse) {
+        return Status::InvalidArgument("optimizer.clip_norm (global) with " + where + ": parameter " + p->name +
+                                       " is a sparse table, whose clock has no fixed number of pushes to wait for");
+      }
+    }
   }
   auto sync_ptr = std::unique_ptr<PsSync>(new PsSync(client, trace));
   PsSync& ps = *sync_ptr;
@@ -57,7 +74,10 @@ Result<std::unique_ptr<PsSync>> PsSync::Create(PsClient& client, nn::ParameterRe
   // offload under BSP: a dense chunk is applied as soon as its replicas all pushed it (the mean
   // over them), not at the clock messages, so the servers' AdamW runs behind the rest of
   // backward and the next step's pulls are answered table by table.
-  const bool eager = sync.mode == SyncOptions::Mode::kOffload && sync.consistency == Consistency::kBsp;
+  // With global clipping (ps too) the chunks are held until the clock messages bring the clock's
+  // clipping factor, but counted the same way: the servers know when a clock's pushes are all in.
+  const bool eager = (sync.mode == SyncOptions::Mode::kOffload || clip) && sync.consistency == Consistency::kBsp;
+  ps.clip_norm_ = clip ? o.clip_norm : 0.0;
   ps.dense_scale_ = eager ? 1.0f : ps.push_scale_;
   ps.wire_bf16_ = sync.wire == DType::kBF16;
   ps.exec_ = reg.exec();
@@ -94,6 +114,7 @@ Result<std::unique_ptr<PsSync>> PsSync::Create(PsClient& client, nn::ParameterRe
       spec.kind = TableKind::kDense;
       spec.numel = static_cast<uint64_t>(p->value.numel());
       if (eager) spec.pushers = static_cast<uint32_t>(options.replicas);
+      spec.clipped = clip;
       spec.chunk_floats = static_cast<uint32_t>(sync.chunk_kb * 1024 / sizeof(float));
       // An embedding held dense starts as its sparse table would: keyed by rows.
       if (p->sparse) spec.init.row_dim = static_cast<uint32_t>(p->value.size(1));
@@ -222,7 +243,8 @@ Status PsSync::Finish(int64_t step) {
     push_bf16_.clear();
     std::fill(pushed_.begin(), pushed_.end(), false);
     STRATA_RETURN_IF_ERROR(status);
-    STRATA_RETURN_IF_ERROR(client_.Clock());
+    STRATA_ASSIGN_OR_RETURN(const float clip_scale, GlobalClipScale());
+    STRATA_RETURN_IF_ERROR(client_.Clock(clip_scale));
     push_exposed_ += SecondsSince(started);
     // Undelayed: the next step's pulls now, answered once the servers applied this clock.
     // (Delayed, they were issued at this step's start.)
@@ -256,10 +278,19 @@ Status PsSync::Finish(int64_t step) {
     tickets.push_back({client_.Push(r.table, keys_, host_floats(r.param->grad.Narrow(0, 0, n))), Clock::now()});
   }
   for (InFlight& f : tickets) STRATA_RETURN_IF_ERROR(WaitRecorded(f, /*pull=*/false, "push"));
-  STRATA_RETURN_IF_ERROR(client_.Clock());
+  STRATA_ASSIGN_OR_RETURN(const float clip_scale, GlobalClipScale());
+  STRATA_RETURN_IF_ERROR(client_.Clock(clip_scale));
   push_exposed_ += SecondsSince(started);
   push_bf16_.clear();
   return Status::OK();
+}
+
+Result<float> PsSync::GlobalClipScale() {
+  if (clip_norm_ <= 0) return 1.0f;
+  STRATA_ASSIGN_OR_RETURN(const double sq, client_.GradSumSquares());
+  grad_norm_ = std::sqrt(sq);
+  // Trainer::ClipGradients' factor, from the same norm on every trainer.
+  return grad_norm_ > clip_norm_ ? static_cast<float>(clip_norm_ / (grad_norm_ + 1e-6)) : 1.0f;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -100,6 +100,11 @@ class PsSync final : public GradSync, public UnitHooks {
   // with staleness >= 1. (BSP must pull after the clock.)
   bool prefetch_before_compute() const { return early_prefetch_; }
   bool has_sparse() const { return !sparse_.empty(); }
+  // Global clipping (optimizer.clip_norm under BSP): the servers clip each clock by the norm of
+  // the averaged gradient over every table of every stage; the last Finish's norm, before
+  // clipping (what Trainer::ClipGradients reports).
+  bool clips() const { return clip_norm_ > 0; }
+  double grad_norm() const { return grad_norm_; }
   bool offload() const { return !units_.empty(); }
   // Host floats held to receive delayed pulls (the second copy of the weights DPU needs).
   int64_t staging_bytes() const;
@@ -133,6 +138,9 @@ class PsSync final : public GradSync, public UnitHooks {
     bool predict = false;  // delayed: the parameters become staged + (staged - what they hold)
   };
   PsSync(PsClient& client, Trace* trace) : client_(client), trace_(trace) {}
+  // After this clock's pushes were acknowledged: the global norm from the servers and the factor
+  // every trainer's clock message carries (1 without clipping or within the norm).
+  Result<float> GlobalClipScale();
   static std::vector<uint64_t> Keys(const std::vector<Batch>& batches);
   std::unique_ptr<Pull> StartPull(std::vector<uint64_t> keys);
   // offload: issues every unit's pulls, in forward order, into `into` (by unit).
@@ -150,6 +158,8 @@ class PsSync final : public GradSync, public UnitHooks {
   std::vector<Remote> dense_, sparse_;
   int64_t capacity_ = 0;  // rows of each compact sparse table
   bool early_prefetch_ = false;
+  double clip_norm_ = 0;   // global clipping: optimizer.clip_norm; 0: off
+  double grad_norm_ = 0;   // the last clock's global gradient norm
   float push_scale_ = 1.0f;   // gradients are scaled by this before a push (see Create)
   float dense_scale_ = 1.0f;  // dense ones by this
   ops::Exec exec_;            // the parameters' device

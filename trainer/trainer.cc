@@ -317,6 +317,8 @@ std::string Trainer::PipelineTrainers() const {
 }
 
 Result<double> Trainer::ClipGradients() {
+  // ps and offload clip on the servers, by the norm over every stage's tables (PsSync::Finish).
+  if (ps_ && ps_->clips()) return ps_->grad_norm();
   nn::ParameterRegistry& reg = model_->params();
   // Each element counted once: a tensor-parallel shard's squares are summed over the tp group,
   // a parameter whole on every tp rank (norms, biases of row-split layers) counted as is.

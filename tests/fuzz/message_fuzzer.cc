@@ -182,6 +182,12 @@ void TouchBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
       for (auto c : copy.getTrainerClocks()) Consume(static_cast<uint64_t>(c.getClock()));
       return;
     }
+    case Op::GRAD_NORM: {  // global clipping: a clock's sum of squares
+      auto g = body.getGradNorm();
+      Consume(static_cast<uint64_t>(g.getClock()));
+      Consume(g.getChunks());
+      return Consume(static_cast<uint64_t>(g.getSumSquares() > 0));
+    }
     case Op::EMPTY:
     case Op::GET_VIEW:
     case Op::HEARTBEAT:

@@ -6,6 +6,7 @@
 // refused naming the field.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <regex>
@@ -97,6 +98,32 @@ class OffloadTest : public testing::LaunchFixture {
     EXPECT_GT(Number(off_log, "pushes [0-9.]+s and pulls ([0-9.]+)s in flight"), 0) << off_log;
   }
 
+  // Global clipping at `clip`, low enough to clip most steps: offload clips on the servers by
+  // the norm of the averaged gradient over every table of every stage, and matches all-reduce +
+  // Trainer::ClipGradients (losses, evaluation, weights); both report the same global norm.
+  void ExpectClipsLikeAllReduce(const std::string& job, const std::string& tag, int trainers,
+                                std::vector<std::string> plan, double clip) {
+    plan.push_back("optimizer.clip_norm=" + std::to_string(clip));
+    ExpectOffloadMatchesAllReduce(job, tag, trainers, plan);
+    const std::vector<double> a = GradNorms(Rank(tag + "-ar", 0)), o = GradNorms(Rank(tag + "-off", 0));
+    ASSERT_EQ(a.size(), 20u);
+    ASSERT_EQ(o.size(), 20u) << off_log_;
+    EXPECT_LT(MaxRelativeDifference(a, o), 1e-5) << off_log_;
+    const auto clipped = std::count_if(a.begin(), a.end(), [&](double n) { return n > clip; });
+    EXPECT_GE(clipped, 15) << "clip_norm " << clip << " should clip most of the 20 steps";
+  }
+
+  // The "grad_norm" of every line of a metrics file (train.metrics_path) that has one.
+  static std::vector<double> GradNorms(const std::string& metrics_path) {
+    const std::string text = testing::ReadFile(metrics_path);
+    const std::regex field("\"grad_norm\":([-+0-9.eE]+)");
+    std::vector<double> out;
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), field); it != std::sregex_iterator(); ++it) {
+      out.push_back(std::stod((*it)[1]));
+    }
+    return out;
+  }
+
   std::string off_log_;  // the last offload run's
 };
 
@@ -122,6 +149,24 @@ TEST_F(OffloadTest, GptDp2Pp2MatchesAllReduce) {
   ExpectOffloadMatchesAllReduce(GptJob(), "gpt-pp", 4,
                                 {"parallel.pp=2", "train.micro_batches=2", "optimizer.schedule=cosine",
                                  "optimizer.warmup_steps=5"});
+}
+
+// optimizer.clip_norm under BSP: the servers hold a clock's chunks, answer each trainer the sum
+// of squares of the mean gradients, and apply the clock scaled by min(1, clip / norm).
+TEST_F(OffloadTest, MlpClipsLikeAllReduce) {
+  ExpectClipsLikeAllReduce(Job("mlp", kMlp), "mlp-clip", 2, {}, 0.5);
+}
+
+TEST_F(OffloadTest, GptClipsLikeAllReduce) {
+  ExpectClipsLikeAllReduce(GptJob(), "gpt-clip", 2, {}, 0.5);
+}
+
+// The norm crosses the pipeline stages (all-reduce sums it over the pp group).
+TEST_F(OffloadTest, GptDp2Pp2ClipsLikeAllReduce) {
+  ExpectClipsLikeAllReduce(GptJob(), "gpt-pp-clip", 4,
+                           {"parallel.pp=2", "train.micro_batches=2", "optimizer.schedule=cosine",
+                            "optimizer.warmup_steps=5"},
+                           0.5);
 }
 
 // bf16 on the wire: gradients pushed and weights pulled in bf16, half the bytes each way; the
@@ -271,8 +316,9 @@ TEST_F(OffloadTest, CtrKeepsSparseTablesAndReachesThePsAuc) {
 TEST_F(OffloadTest, RefusesWhatTheServersCannotDo) {
   const std::string job = Job("mlp", kMlp);
   std::string log;
-  EXPECT_EQ(Launch(job, 2, 2, {"sync.mode=offload", "optimizer.clip_norm=1"}, &log), 1) << log;
-  EXPECT_NE(log.find("optimizer.clip_norm (global) is not available with sync.mode: offload"), std::string::npos) << log;
+  EXPECT_EQ(Launch(job, 2, 2, {"sync.mode=offload", "sync.consistency=asp", "optimizer.clip_norm=1"}, &log), 1) << log;
+  EXPECT_NE(log.find("optimizer.clip_norm (global) with sync.mode: offload needs sync.consistency: bsp, not asp"),
+            std::string::npos) << log;
   EXPECT_EQ(Launch(job, 2, 2, {"sync.mode=allreduce", "sync.delayed_update=true"}, &log), 2) << log;
   EXPECT_NE(log.find("delayed_update"), std::string::npos) << log;
   EXPECT_NE(log.find("is only for mode: offload"), std::string::npos) << log;
