@@ -12,6 +12,7 @@
 #include "cluster/node.h"
 #include "cluster/scheduler.h"
 #include "common/inproc_transport.h"
+#include "mem_node.h"
 #include "test_util.h"
 
 namespace strata::testing {
@@ -32,14 +33,7 @@ class SchedulerTest : public ::testing::Test {
   }
 
   std::unique_ptr<Node> MakeNode(Role role, const std::string& name, int rank = -1, bool join = false) {
-    NodeOptions o;
-    o.cluster = cluster_;
-    o.transport.request_timeout_ms = 10000;
-    o.role = role;
-    o.bind = "mem://" + name;
-    o.requested_rank = rank;
-    o.join = join;
-    return std::make_unique<Node>(o, &hub_);
+    return testing::MakeMemNode(cluster_, &hub_, role, name, rank, join);
   }
 
   // Joins every node concurrently (registration only completes when all are in).

@@ -12,6 +12,7 @@
 
 #include "cluster/scheduler.h"
 #include "common/inproc_transport.h"
+#include "mem_node.h"
 #include "ps/client.h"
 #include "ps/server.h"
 
@@ -63,13 +64,7 @@ class PsTest : public ::testing::Test {
   }
 
   std::unique_ptr<Node> MakeNode(Role role, const std::string& name, int rank) {
-    NodeOptions o;
-    o.cluster = cluster_;
-    o.transport.request_timeout_ms = 10000;
-    o.role = role;
-    o.bind = "mem://" + name;
-    o.requested_rank = rank;
-    return std::make_unique<Node>(o, &hub_);
+    return testing::MakeMemNode(cluster_, &hub_, role, name, rank);
   }
 
   void CreateEverywhere(const TableSpec& spec) {

@@ -15,6 +15,7 @@
 
 #include "cluster/scheduler.h"
 #include "common/inproc_transport.h"
+#include "mem_node.h"
 #include "offload/memory_row_store.h"
 #include "ps/client.h"
 #include "ps/replication.h"
@@ -115,13 +116,7 @@ class ReplicationTest : public ::testing::Test {
   }
 
   std::unique_ptr<Node> MakeNode(Role role, const std::string& name, int rank) {
-    NodeOptions o;
-    o.cluster = cluster_;
-    o.transport.request_timeout_ms = 10000;
-    o.role = role;
-    o.bind = "mem://" + name;
-    o.requested_rank = rank;
-    return std::make_unique<Node>(o, &hub_);
+    return testing::MakeMemNode(cluster_, &hub_, role, name, rank);
   }
 
   void TearDown() override {
