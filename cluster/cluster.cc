@@ -26,14 +26,14 @@ std::string NodeInfo::Describe() const {
          std::to_string(id) + ", " + address + ")";
 }
 
-const NodeInfo* ClusterView::Find(uint32_t id) const {
+const NodeInfo* ClusterView::Find(uint32_t id) const& {
   for (const auto& n : nodes) {
     if (n.id == id) return &n;
   }
   return nullptr;
 }
 
-const NodeInfo* ClusterView::Find(Role role, int rank) const {
+const NodeInfo* ClusterView::Find(Role role, int rank) const& {
   for (const auto& n : nodes) {
     if (n.role == role && n.rank == rank) return &n;
   }

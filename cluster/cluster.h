@@ -42,8 +42,12 @@ struct ClusterView {
   uint64_t epoch = 0;
   std::vector<NodeInfo> nodes;  // sorted by id
 
-  const NodeInfo* Find(uint32_t id) const;
-  const NodeInfo* Find(Role role, int rank) const;
+  // The node points into this view: Find on a temporary (node.view().Find(...)) would dangle
+  // at the end of the statement, so it does not compile. Keep the view: `const auto v = node.view();`.
+  const NodeInfo* Find(uint32_t id) const&;
+  const NodeInfo* Find(Role role, int rank) const&;
+  const NodeInfo* Find(uint32_t id) const&& = delete;
+  const NodeInfo* Find(Role role, int rank) const&& = delete;
   std::vector<NodeInfo> WithRole(Role role) const;
   int Count(Role role) const;
 };

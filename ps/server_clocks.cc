@@ -45,7 +45,8 @@ Result<Message> PsServer::Clock(const Request& request, std::vector<Parked>* rea
   if (it == trainer_clock_.end() && !lost_trainers_.count(sender)) {
     // A trainer that joined a running job (its joined event may still be on its way): it
     // starts at the current minimum clock, so it holds nobody back.
-    const NodeInfo* n = node_.view().Find(sender);
+    const ClusterView view = node_.view();
+    const NodeInfo* n = view.Find(sender);
     if (n && n->role == Role::kTrainer && n->alive) it = trainer_clock_.emplace(sender, MinClockOrZeroLocked()).first;
   }
   if (it == trainer_clock_.end()) {

@@ -72,7 +72,8 @@ void PsServer::HandleMigrate(Request& request) {
   const auto migrate = request.message().reader().getBody().getMigrate();
   const uint32_t servers = migrate.getServers();
   const uint32_t me = static_cast<uint32_t>(node_.rank());
-  const NodeInfo* to = node_.view().Find(Role::kServer, static_cast<int>(servers) - 1);
+  const ClusterView view = node_.view();
+  const NodeInfo* to = view.Find(Role::kServer, static_cast<int>(servers) - 1);
   if (servers == 0 || !to || to->id != request.message().sender() || servers - 1 <= me) {
     return fail(Status::InvalidArgument("migrate to a layout of " + std::to_string(servers) +
                                         " servers: only the server of the last rank there, which joined after this "

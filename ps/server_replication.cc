@@ -69,7 +69,8 @@ bool PsServer::RouteToBackup(Request& request) {
 PsServer::ShardRole PsServer::RoleNow() {
   ShardRole role = role_.load();
   if (role != ShardRole::kUnknown) return role;
-  const NodeInfo* self = node_.view().Find(Role::kServer, node_.rank());
+  const ClusterView view = node_.view();
+  const NodeInfo* self = view.Find(Role::kServer, node_.rank());
   const ShardRole resolved = self && self->incarnation == 0 ? ShardRole::kServing : ShardRole::kEmpty;
   role_.compare_exchange_strong(role, resolved);
   return role_.load();

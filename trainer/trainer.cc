@@ -375,7 +375,8 @@ Status Trainer::Finish() {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (int r = 1; r < world_; ++r) {
     while (!node_->KvGet(done_key + std::to_string(r), Millis(200)).ok()) {
-      const NodeInfo* n = node_->view().Find(Role::kTrainer, r);
+      const ClusterView view = node_->view();
+      const NodeInfo* n = view.Find(Role::kTrainer, r);
       if (!n || !n->alive) break;  // lost: nothing to wait for
       if (std::chrono::steady_clock::now() > deadline) {
         return Status::DeadlineExceeded("trainer " + std::to_string(r) + " did not finish within sync.timeout_ms");

@@ -244,10 +244,12 @@ TEST(NodeTcpTest, ARestartedSchedulerLetsANewProcessTakeTheRankOfANodeItsViewSho
   ASSERT_TRUE(j1.get().ok());
   ASSERT_TRUE(t1->Leave(Millis(2000)).ok());
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (t0->view().Find(Role::kTrainer, 1)->alive && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ASSERT_FALSE(t0->view().Find(Role::kTrainer, 1)->alive);
+  auto alive = [&] {
+    const ClusterView v = t0->view();
+    return v.Find(Role::kTrainer, 1)->alive;
+  };
+  while (alive() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_FALSE(alive());
   first->Abandon();
   first.reset();
   auto second = start_scheduler(*address);

@@ -219,7 +219,12 @@ TEST_F(SchedulerTest, SilentNodeIsDeclaredDeadAndMayRejoin) {
     EXPECT_FALSE(events[0].view.Find(Role::kTrainer, 1)->alive);
   }
   // Every node hears of it, each in its own time.
-  EXPECT_TRUE(WaitFor([&] { return !nodes[1]->view().Find(Role::kTrainer, 1)->alive; }, Millis(5000)));
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        const ClusterView v = nodes[1]->view();
+        return !v.Find(Role::kTrainer, 1)->alive;
+      },
+      Millis(5000)));
 
   // It comes back (a restarted process, same rank) and everyone hears of it.
   auto back = MakeNode(Role::kTrainer, "t1-again", 1);

@@ -126,7 +126,8 @@ TEST_F(CurveTest, KeylessAndUnknownPeersAreRefusedWhileTheJobTrains) {
 
   // Raw requests without CURVE and with the unknown key: a push to the server and a kv read
   // from the scheduler. Neither is read by its target: they time out.
-  const std::string server_address = nodes[0]->view().Find(Role::kServer, 0)->address;
+  const ClusterView view = nodes[0]->view();
+  const std::string server_address = view.Find(Role::kServer, 0)->address;
   for (const CurveKeys& intruder_keys : intruders) {
     TransportOptions o;
     o.curve = intruder_keys;

@@ -121,7 +121,8 @@ TEST_F(ServerLeaveTest, APushOnTheOldLayoutIsRefusedAsMovedResentToTheNewOwnerAn
   EXPECT_EQ(Records(1), 0u);
   EXPECT_TRUE(servers_[1]->handed_over());
   // The view shows it left, and clocks go to server 0 only.
-  const NodeInfo* one = nodes_[2]->view().Find(Role::kServer, 1);
+  const ClusterView view = nodes_[2]->view();
+  const NodeInfo* one = view.Find(Role::kServer, 1);
   ASSERT_NE(one, nullptr);
   EXPECT_TRUE(one->left);
   EXPECT_TRUE(client_->Clock().ok());
