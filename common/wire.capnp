@@ -148,6 +148,9 @@ struct TableSpec {
   # dense bsp with pushers (optimizer.clip_norm): the chunks are not applied as they complete but
   # at the clock messages, scaled by the clock's gradScale; gradNorm requests cover the table.
   clipped @12 :Bool;
+  # dense: chunk c lives on server (c + placement) % servers; the default (all ones) means the
+  # table id, what every table written before this field used.
+  placement @13 :UInt32 = 0xffffffff;
 }
 
 # Sparse: payload 0 is the keys (i64, [n]); a push adds payload 1, the gradients (f32, [n, dim]).

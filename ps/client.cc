@@ -36,7 +36,7 @@ std::vector<std::pair<uint32_t, std::vector<uint64_t>>> DenseRequests(const Tabl
                                                                        const PsLayout& layout) {
   std::vector<std::pair<uint32_t, std::vector<uint64_t>>> requests;
   for (uint64_t c = 0; c < spec.NumChunks(); ++c) {
-    requests.push_back({layout.DenseOwner(spec.id, c), {c}});
+    requests.push_back({layout.DenseOwner(spec, c), {c}});
   }
   return requests;
 }
@@ -180,6 +180,11 @@ Result<const TableSpec*> PsClient::Spec(uint32_t table, TableKind kind) const {
                                    (it->second.kind == TableKind::kDense ? "dense" : "sparse"));
   }
   return &it->second;
+}
+
+Result<uint32_t> PsClient::DenseServers() {
+  STRATA_RETURN_IF_ERROR(Connect());
+  return layout_.base;
 }
 
 Status PsClient::CreateTable(const TableSpec& spec) {

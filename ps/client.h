@@ -82,6 +82,8 @@ class PsClient {
 
   // Creates a table on every server (or checks that the same spec exists). Blocking.
   Status CreateTable(const TableSpec& spec);
+  // How many servers hold dense chunks (the job's first cluster.servers; PlaceDense's loads).
+  Result<uint32_t> DenseServers();
 
   // Sparse tables. `out` holds keys.size() * dim floats; `grads` likewise.
   PsTicket Pull(uint32_t table, std::span<const uint64_t> keys, float* out);

@@ -42,9 +42,9 @@ struct PsLayout {
     if (!Left(rank)) left.insert(std::upper_bound(left.begin(), left.end(), rank), rank);
   }
   uint32_t SparseOwner(uint64_t key) const { return ElasticSparseServer(key, base, servers, left); }
-  uint32_t DenseOwner(uint32_t table, uint64_t chunk) const { return DenseServer(table, chunk, base); }
+  uint32_t DenseOwner(const TableSpec& spec, uint64_t chunk) const { return DenseServer(spec, chunk, base); }
   uint32_t Owner(const TableSpec& spec, uint64_t key) const {
-    return spec.kind == TableKind::kSparse ? SparseOwner(key) : DenseOwner(spec.id, key);
+    return spec.kind == TableKind::kSparse ? SparseOwner(key) : DenseOwner(spec, key);
   }
   bool operator==(const PsLayout&) const = default;
 };

@@ -339,9 +339,9 @@ Status PsServer::ValidateKeys(const Table& t, const Message& msg, bool with_grad
         return Status::InvalidArgument(where() + "chunk " + std::to_string(key) + " out of range (" +
                                        std::to_string(spec.NumChunks()) + " chunks)");
       }
-      if (layout.DenseOwner(spec.id, key) != me) {
+      if (layout.DenseOwner(spec, key) != me) {
         return Status::InvalidArgument(where() + "chunk " + std::to_string(key) + " belongs to server " +
-                                       std::to_string(layout.DenseOwner(spec.id, key)));
+                                       std::to_string(layout.DenseOwner(spec, key)));
       }
     }
     *value_floats += t.ValueFloats(key);
@@ -583,7 +583,7 @@ void PsServer::ReadNextTableAhead(const Table& t) {
   const uint32_t servers = KeyLayout().base, me = static_cast<uint32_t>(node_.rank());
   if (servers == 0 || me >= servers) return;  // a joined server holds no dense chunks
   std::vector<uint64_t> keys;
-  for (uint64_t k = (me + servers - next->spec.id % servers) % servers; k < next->spec.NumChunks(); k += servers) {
+  for (uint64_t k = (me + servers - next->spec.PlacementOffset() % servers) % servers; k < next->spec.NumChunks(); k += servers) {
     keys.push_back(k);
   }
   read_ahead_.Ask(next->store.get(), std::move(keys));

@@ -27,7 +27,7 @@ std::string RowsPath(const std::string& checkpoint, uint32_t rank, uint32_t serv
 
 // The server of `servers` that holds record `key` of `spec`.
 uint32_t Owner(const TableSpec& spec, uint64_t key, uint32_t servers) {
-  return spec.kind == TableKind::kSparse ? SparseServer(key, servers) : DenseServer(spec.id, key, servers);
+  return spec.kind == TableKind::kSparse ? SparseServer(key, servers) : DenseServer(spec, key, servers);
 }
 
 std::string Names(const std::vector<TableSpec>& specs) {

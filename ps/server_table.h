@@ -99,7 +99,7 @@ struct PsServer::Table {
 // How many chunks of dense table `spec` live on server `me` of `servers` (DenseServer).
 inline uint64_t ChunksOn(const TableSpec& spec, uint32_t me, uint32_t servers) {
   const uint64_t n = spec.NumChunks();
-  const uint64_t first = (me + servers - spec.id % servers) % servers;
+  const uint64_t first = (me + servers - spec.PlacementOffset() % servers) % servers;
   return first < n ? (n - 1 - first) / servers + 1 : 0;
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "common/shard.h"
 #include "common/status.h"
@@ -89,6 +90,11 @@ struct TableSpec {
   // applied as they complete; a clock's gradNorm requests sum their squares, and the clock
   // messages apply them scaled by the clock's gradScale (server_clip.cc).
   bool clipped = false;
+  // Dense: chunk c lives on server (c + placement) % servers (DenseServer). The trainer picks
+  // it so that the servers hold about the same bytes (PlaceDense); kPlaceById, the default,
+  // uses the table id, as every table did before (old checkpoints keep their layout).
+  static constexpr uint32_t kPlaceById = 0xffffffffu;
+  uint32_t placement = kPlaceById;
 
   bool operator==(const TableSpec&) const = default;
 
@@ -104,6 +110,8 @@ struct TableSpec {
     return kind == TableKind::kSparse ? dim : static_cast<uint32_t>(std::min<uint64_t>(chunk_floats, numel));
   }
   uint64_t NumChunks() const { return (numel + chunk_floats - 1) / chunk_floats; }
+  // Where the round-robin of dense chunks starts: placement, or the id under kPlaceById.
+  uint32_t PlacementOffset() const { return placement == kPlaceById ? id : placement; }
   // Floats of value in dense chunk `c` (the last one may be short).
   uint32_t ChunkLength(uint64_t c) const;
 };
@@ -114,9 +122,15 @@ TableSpec FromWire(wire::TableSpec::Reader in);
 // The server (0..servers-1) that holds sparse key `key`: a splitmix64 hash of the key, reduced
 // by multiply-shift, so sequential or strided ids spread evenly.
 uint32_t SparseServer(uint64_t key, uint32_t servers);
-// The server that holds dense chunk `chunk` of table `table`: round-robin from an offset per
-// table, so the first chunks of different tables land on different servers.
-uint32_t DenseServer(uint32_t table, uint64_t chunk, uint32_t servers);
+// The server that holds dense chunk `chunk` of `spec`: round-robin from the table's offset
+// (TableSpec::placement), so the first chunks of different tables land on different servers.
+uint32_t DenseServer(const TableSpec& spec, uint64_t chunk, uint32_t servers);
+// Chooses `spec`'s placement so that its chunks go first to the servers holding the fewest
+// bytes so far, and adds its chunks' bytes (value floats) to `loads` (one entry per server;
+// every trainer passes the same tables in the same order, so all choose alike). Without it a
+// model whose tensors alternate one-chunk weights and small biases put every weight on the
+// same server (ids alternate parity).
+void PlaceDense(TableSpec* spec, std::vector<uint64_t>* loads);
 
 // Fills a sparse row with the initializer's values for `key` (a row of the unsplit table, see
 // InitSpec::shard: a shard's row k is the unsplit table's row k + shard.BlockOffset(0)). Deterministic: the same key gives the same values on any

@@ -83,6 +83,10 @@ Result<std::unique_ptr<PsSync>> PsSync::Create(PsClient& client, nn::ParameterRe
   ps.exec_ = reg.exec();
   uint32_t next_id = options.first_table_id;
   const bool sparse_tables = SparseOnServers(job);
+  // The dense tables' bytes spread evenly over the servers (every trainer of the stage places
+  // the same tables in the same order, so they agree).
+  STRATA_ASSIGN_OR_RETURN(const uint32_t dense_servers, client.DenseServers());
+  std::vector<uint64_t> loads(dense_servers);
   for (auto& p : reg.params()) {
     if (!all && !p->sparse) continue;
     const bool sparse = p->sparse && sparse_tables;
@@ -118,6 +122,7 @@ Result<std::unique_ptr<PsSync>> PsSync::Create(PsClient& client, nn::ParameterRe
       spec.chunk_floats = static_cast<uint32_t>(sync.chunk_kb * 1024 / sizeof(float));
       // An embedding held dense starts as its sparse table would: keyed by rows.
       if (p->sparse) spec.init.row_dim = static_cast<uint32_t>(p->value.size(1));
+      PlaceDense(&spec, &loads);
       ps.dense_index_[p.get()] = ps.dense_.size();
       ps.dense_.push_back({p.get(), spec.id, 0});
     }

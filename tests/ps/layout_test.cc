@@ -48,7 +48,11 @@ double Moved(const PsLayout& before, const PsLayout& after, uint32_t from, uint3
 TEST(PsLayout, TheFirstServersPlaceKeysAsSparseServer) {
   const PsLayout l = Layout(3, 3);
   for (uint64_t k = 0; k < 10000; ++k) EXPECT_EQ(l.SparseOwner(k), SparseServer(k, 3)) << k;
-  EXPECT_EQ(l.DenseOwner(7, 5), DenseServer(7, 5, 3));
+  TableSpec spec;
+  spec.id = 7;
+  spec.kind = TableKind::kDense;
+  EXPECT_EQ(l.DenseOwner(spec, 5), DenseServer(spec, 5, 3));
+  EXPECT_EQ(DenseServer(spec, 5, 3), (5u + 7u) % 3);  // kPlaceById: the id, as before
 }
 
 TEST(PsLayout, AJoinMovesOneShareOfEveryServerToTheNewOneOnly) {

@@ -58,7 +58,7 @@ class ServerCheckpointTest : public ::testing::Test {
         stores.push_back(std::make_unique<MemoryRowStore>(spec.RecordWidth()));
         const uint64_t n = spec.kind == TableKind::kSparse ? 200 : spec.NumChunks();
         for (uint64_t k = 0; k < n; ++k) {
-          const uint32_t owner = spec.kind == TableKind::kSparse ? SparseServer(k, 2) : DenseServer(spec.id, k, 2);
+          const uint32_t owner = spec.kind == TableKind::kSparse ? SparseServer(k, 2) : DenseServer(spec, k, 2);
           if (owner != r) continue;
           const uint64_t key[1] = {k};
           const std::vector<float> want = Record(spec.id, k, spec.RecordWidth());
@@ -94,7 +94,7 @@ TEST_F(ServerCheckpointTest, TwoShardsReadBackByOneAndByThreeServersHoldEveryKey
         ASSERT_EQ(t.records.size(), t.keys.size() * width);
         for (size_t i = 0; i < t.keys.size(); ++i) {
           const uint64_t k = t.keys[i];
-          const uint32_t owner = t.spec.kind == TableKind::kSparse ? SparseServer(k, servers) : DenseServer(t.spec.id, k, servers);
+          const uint32_t owner = t.spec.kind == TableKind::kSparse ? SparseServer(k, servers) : DenseServer(t.spec, k, servers);
           EXPECT_EQ(owner, rank) << t.spec.name << " key " << k;
           const std::vector<float> got(t.records.begin() + static_cast<std::ptrdiff_t>(i * width),
                                        t.records.begin() + static_cast<std::ptrdiff_t>((i + 1) * width));
