@@ -2,6 +2,7 @@
 #include "tools/job_config.h"
 
 #include <iostream>
+#include <sstream>
 
 #include <CLI/CLI.hpp>
 
@@ -39,6 +40,18 @@ Status CheckReplication(const JobConfig& job) {
           "server.replication: backup with cluster.elastic: a server joining takes keys over from "
           "every shard, which replication does not follow; use one or the other");
     }
+  }
+  return Status::OK();
+}
+
+// server.migrate_chunk_mb against transport.max_message_mb: a chunk's records are one frame.
+Status CheckMigrateChunk(const JobConfig& job) {
+  if (job.server.migrate_chunk_mb > job.transport.max_message_mb) {
+    std::ostringstream mb;
+    mb << job.server.migrate_chunk_mb;
+    return Status::InvalidArgument("server.migrate_chunk_mb: " + mb.str() + " MiB exceeds transport.max_message_mb (" +
+                                   std::to_string(job.transport.max_message_mb) +
+                                   " MiB), the largest frame a socket accepts; a chunk's records are one frame");
   }
   return Status::OK();
 }
@@ -82,6 +95,7 @@ Result<JobConfig> LoadJobConfig(const std::string& path,
       config::Parse<JobConfig>(root, path.empty() ? "(no job file)" : path, overrides);
   if (job.ok()) STRATA_RETURN_IF_ERROR(CheckReplication(*job));
   if (job.ok()) STRATA_RETURN_IF_ERROR(CheckElasticJob(*job));
+  if (job.ok()) STRATA_RETURN_IF_ERROR(CheckMigrateChunk(*job));
   // An `auto` section derives parallel.dp and parallel.tp from placements (auto_plan.h).
   if (job.ok() && job->trainer.auto_parallel.enabled()) {
     STRATA_RETURN_IF_ERROR(ApplyAutoPlan(job->trainer));
