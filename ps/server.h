@@ -248,9 +248,9 @@ class PsServer {
   Status PullRows(MigrationPuller& puller, const NodeInfo& from, const PsLayout& expect,
                   std::chrono::steady_clock::time_point deadline);
   // Adds the rows, push ids and clocks of an older server's migrateRows reply (a chunk, or a
-  // replica's stateTransfer), and the rows to *rows. With `expect`, every key must be this
+  // replica's stateTransfer), and their number to *count. With `expect`, every key must be this
   // server's under it, checked before anything is added.
-  Status ImportRows(const Message& reply, uint32_t from, const PsLayout* expect = nullptr, uint64_t* rows = nullptr);
+  Status ImportRows(const Message& reply, uint32_t from, const PsLayout* expect = nullptr, uint64_t* count = nullptr);
   // Where keys live now: the job's first servers, and the servers of this server's layout.
   PsLayout KeyLayout() const;
   void SetLayoutLeft(std::vector<uint32_t> left) {

@@ -244,7 +244,7 @@ Result<std::shared_ptr<const MigrationPlan>> PsServer::StartTakeOver(const Reque
   return plan;
 }
 
-Status PsServer::ImportRows(const Message& reply, uint32_t from, const PsLayout* expect, uint64_t* rows) {
+Status PsServer::ImportRows(const Message& reply, uint32_t from, const PsLayout* expect, uint64_t* count) {
   const std::string where = "taking over rows from server " + std::to_string(from);
   // A replica's copy of a whole shard (ps/server_transfer.cc) has the same layout.
   const bool copy = reply.op() == Op::STATE_TRANSFER;
@@ -330,7 +330,7 @@ Status PsServer::ImportRows(const Message& reply, uint32_t from, const PsLayout*
       mine = std::max(mine, c.getClock());
     }
   }
-  if (rows) *rows += imported;
+  if (count) *count += imported;
   spdlog::debug("server: took {} rows of {} tables and {} push ids from server {}", imported, tables, pairs.size() / 2,
                 from);
   return Status::OK();
