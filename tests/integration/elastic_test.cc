@@ -1,9 +1,9 @@
 // elastic_test.cc: issue #16's elastic membership with real processes on loopback (ctr, ps
 // mode, ASP, cluster.elastic): a third trainer joins a 2-trainer job mid-run; a trainer leaves
 // on SIGTERM and the others finish; a server is added to a 2-server job mid-run, takes its
-// share of the rows over (in 10 KiB chunks) while an in-process ledger pushes counted increments (none lost or
-// applied twice); and what cannot be elastic is refused naming the field. The AUC of each run is
-// compared with the same job undisturbed.
+// share of the rows over (in 10 KiB chunks) while an in-process ledger pushes counted increments
+// (none lost or applied twice), and leaves again; and what cannot be elastic is refused naming
+// the field. The AUC of each run is compared with the same job undisturbed.
 #include <gtest/gtest.h>
 #include <signal.h>
 
