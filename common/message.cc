@@ -278,15 +278,19 @@ Status CheckBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
     case Op::SPLIT_SCHEDULE:
       for (auto e : body.getSplitSchedule().getEntries()) (void)e.getTrainers();
       return Status::OK();
-    case Op::MIGRATE:
-      (void)body.getMigrate().getLeft();  // a list of the wrong element type throws here
+    case Op::MIGRATE: {
+      auto m = body.getMigrate();
+      (void)m.getLeft();  // a list of the wrong element type throws here
+      (void)m.getCursor().getRow();  // a cursor that is not a struct throws here
       return Status::OK();
+    }
     case Op::MIGRATE_ROWS:
     case Op::STATE_TRANSFER: {
       const bool migrate = body.which() == Op::MIGRATE_ROWS;
       auto m = migrate ? body.getMigrateRows() : body.getStateTransfer();
       (void)m.getTrainerClocks();
       (void)m.getLeft();
+      (void)m.getNext().getRow();
       for (auto t : m.getTables()) {
         STRATA_RETURN_IF_ERROR(CheckTableSpec(t, migrate ? "migrateRows.tables" : "stateTransfer.tables", limits));
       }

@@ -196,23 +196,39 @@ struct SplitSchedule {
   horizon @1 :Int64;
 }
 
+# A position in the rows one server hands another in an elastic join or leave (ps/migration.h):
+# the moving rows of its sparse tables in id order, then the push ids it remembers.
+struct MigrateCursor {
+  table @0 :UInt32;         # the table (its id) whose moving rows come next, from number `row`...
+  row @1 :UInt64;
+  pushIds @2 :Bool;         # ...or, every row sent, the push ids from number `row`
+}
+
 # joining server -> every older server: switch to a layout of `servers` sparse servers and send
-# the rows (with optimizer state) that it gives to the joining server. Reply: migrateRows.
+# the rows (with optimizer state) that it gives to the joining server. Reply: migrateRows, one
+# chunk of them (server.migrate_chunk_mb). Also sent by a server taking the rows of one leaving
+# the job, to the leaving one. The receiver asks for chunk after chunk (`cursor`) until a reply
+# has no `next`; asking for one again returns the same rows.
 struct MigrateRequest {
   servers @0 :UInt32;
   left @1 :List(UInt32);    # the server ranks that left the job, as the joining server knows them
   done @2 :Bool;            # the joining server took every older server's rows: erase those it took
+  cursor @3 :MigrateCursor; # the chunk asked for (the `next` of the previous one); absent: the first
 }
 
-# Payloads: per table, its keys (i64 [n]) then its records (f32 [n, width]); then the push ids
-# the sender has seen (i64 [m, 2]: sender node, id). Also sent as a request by a server leaving
-# an elastic job to every other live server (the rows it gives that one; reply: empty), with the
-# layout after its leave in `servers` and `left`.
+# Payloads: per table, its keys (i64 [n]) then its records (f32 [n, width]); then push ids the
+# sender has seen (i64 [m, 2]: sender node, id). As the reply to migrate: one chunk, a slice of
+# the rows of each table it lists and a slice of the push ids. Also sent, without payloads or
+# tables, as a request by a server leaving an elastic job to every other live server, with the
+# layout after its leave in `servers` and `left`: the receiver then asks the leaving server for
+# its rows (migrate) and answers (empty) once it holds them all.
 struct MigrateRows {
   tables @0 :List(TableSpec);
   trainerClocks @1 :List(TrainerClock);
   servers @2 :UInt32;       # a leave's hand-over: the layout's server ranks...
   left @3 :List(UInt32);    # ...and those that left it, the sender included
+  next @4 :MigrateCursor;   # a chunk: where the next one starts; absent: it was the last
+  rows @5 :UInt64;          # a chunk: the rows the whole migration moves (every chunk's)
 }
 
 struct TrainerClock {

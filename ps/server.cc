@@ -107,7 +107,9 @@ PsServer::PsServer(Node& node, ServerOptions options, StoreFactory store_factory
 }
 
 void PsServer::StartWorkers(int workers) {
-  for (int i = 0; i < std::max(1, workers); ++i) {
+  // The last one handles migrate and migrateRows only: a leaving server serves the chunks its
+  // receivers ask for while pushes wait on its freeze on the other workers.
+  for (int i = 0; i < std::max(1, workers) + 1; ++i) {
     workers_.push_back(std::make_unique<Worker>());
     Worker* w = workers_.back().get();
     w->thread = std::thread([this, w] { RunWorker(*w); });
@@ -141,7 +143,10 @@ PsServer::~PsServer() {
 void PsServer::Dispatch(Request request) {
   if (!RouteToBackup(request)) return;
   // One queue per sender keeps each trainer's requests in order (pushes before its clock).
-  Worker& w = *workers_[request.message().sender() % workers_.size()];
+  const Op op = request.message().op();
+  Worker& w = op == Op::MIGRATE || op == Op::MIGRATE_ROWS
+                  ? *workers_.back()
+                  : *workers_[request.message().sender() % (workers_.size() - 1)];
   ++queued_;
   std::lock_guard lock(w.mu);
   w.queue.push_back(std::move(request));

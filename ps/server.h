@@ -47,6 +47,7 @@
 #include "offload/row_store.h"
 #include "ps/parked_quota.h"
 #include "ps/layout.h"
+#include "ps/migration.h"
 #include "ps/read_ahead.h"
 #include "ps/recent_ids.h"
 #include "ps/replication.h"
@@ -93,10 +94,13 @@ class PsServer {
   // clients retry) until TakeOver() has brought it the rows of its keys: it asks every older
   // server in turn to switch to a layout that includes it (PsLayout) and to send the rows (with
   // optimizer state), the push ids and the trainers' clocks of the keys that layout gives it.
-  // An older server switches and copies under a lock that pushes and pulls also take, so a
-  // push is applied before the copy (and moves with it) or refused after it (kLayoutMoved: the
-  // client sends it to the new server, which knows its id if the first try was applied). BSP
-  // tables refuse (FailedPrecondition naming the mode).
+  // An older server switches and lists the moving keys (its plan) under a lock that pushes and
+  // pulls also take, so a push is applied before the switch (and moves with the row) or refused
+  // after it (kLayoutMoved: the client sends it to the new server, which knows its id if the
+  // first try was applied); the listed rows, frozen so, then travel in chunks of at most
+  // options.migrate_chunk_mb that the joining server asks for one after another (ps/migration.h),
+  // and the older server erases exactly them at the joining server's done. BSP tables refuse
+  // (FailedPrecondition naming the mode).
   void ExpectTakeOver() { taking_over_ = true; }
   Status TakeOver(Millis timeout);
 
@@ -104,11 +108,12 @@ class PsServer {
   // (FailedPrecondition naming why, nothing changed) for server 0, the last live server, a server
   // holding chunks of a dense table (they stay on the first servers), while a server is joining,
   // or while it serves a checkpoint. Otherwise it switches to the layout without itself under
-  // the lock pushes and pulls take (from then on it refuses every sparse key as moved), sends
+  // the lock pushes and pulls take (from then on it refuses every sparse key as moved), offers
   // every other live server the rows that layout gives it, with optimizer state, every push id it
-  // remembers and the trainers' clocks (a migrateRows request each; a receiver imports them and
-  // switches under its own lock), deregisters (the view then shows it left, so clients place its
-  // keys elsewhere), releases the lock and erases the rows it gave away. `timeout` bounds the
+  // remembers and the trainers' clocks (a migrateRows request each; a receiver asks for them in
+  // chunks, as a joining server does, imports them and switches under its own lock, then
+  // answers), deregisters (the view then shows it left, so clients place its keys elsewhere),
+  // releases the lock and erases the rows it gave away. `timeout` bounds each offer and the
   // retries of each receiver; `while_frozen` (tests) runs just before deregistering. If the
   // first receiver refuses, nothing moved and the leave is undone; a later receiver's failure
   // loses the rows meant for it (logged, named in the error) and the server still leaves.
@@ -218,16 +223,34 @@ class PsServer {
   Result<Message> InstallTransfer(const Request& request);
   // Joined(): asks the other holder of this shard for a copy until it answers.
   void RequestCopy(const std::atomic<bool>& stop);
-  // An older server's side of a take-over (see TakeOver).
+  // The sending side of a take-over or a leave (see TakeOver): a migrate request, answered
+  // with the chunk of the asker's plan it names; a joining server's first ask switches the
+  // layout and makes its plan (StartTakeOver), its done erases the rows of the plan.
   void HandleMigrate(Request& request);
+  Result<std::shared_ptr<const MigrationPlan>> StartTakeOver(const Request& request);
+  // The plans of every server that `before` gives this server's rows and `after` another:
+  // per receiver rank in `to` (rank -> node id), its keys of every sparse table, and every push
+  // id and trainer clock. Internal if a row would go to a rank not in `to`. Expects migrate_mu_
+  // held exclusively. `owned`: the rows `before` gives this server.
+  Result<std::map<uint32_t, MigrationPlan>> PlanMovesLocked(const PsLayout& before, const PsLayout& after,
+                                                            const std::map<uint32_t, uint32_t>& to, uint64_t* owned);
+  // The plan being taken by node `node` (nullptr: none); setting nullptr drops it.
+  std::shared_ptr<const MigrationPlan> Outgoing(uint32_t node) const;
+  void SetOutgoing(uint32_t node, std::shared_ptr<const MigrationPlan> plan);
+  // Erases the rows of plans once they live on their receivers (logged, not failed).
+  void EraseMoved(const std::vector<const MigrationPlan*>& plans);
+  uint64_t MigrateChunkBytes() const { return static_cast<uint64_t>(options_.migrate_chunk_mb * 1048576.0); }
   // A live server's side of another's HandOver: a migrateRows request (server_leave.cc).
   void HandleHandOver(Request& request);
-  // Adds the rows, push ids and clocks of an older server's migrateRows reply (or a leaving
-  // server's request). With `expect`, every key must be this server's under it, checked before
-  // anything is added.
-  Status ImportRows(const Message& reply, uint32_t from, const PsLayout* expect = nullptr);
-  // Erases the sparse rows this server's layout places elsewhere (rows it gave away).
-  Status EraseRowsNotOwned();
+  // Asks server `from` for the chunks `puller` has not taken yet, importing each (every key must
+  // be this server's under `expect`); once one arrived, asks again after a lost reply until
+  // `deadline`.
+  Status PullRows(MigrationPuller& puller, const NodeInfo& from, const PsLayout& expect,
+                  std::chrono::steady_clock::time_point deadline);
+  // Adds the rows, push ids and clocks of an older server's migrateRows reply (a chunk, or a
+  // replica's stateTransfer), and their number to *count. With `expect`, every key must be this
+  // server's under it, checked before anything is added.
+  Status ImportRows(const Message& reply, uint32_t from, const PsLayout* expect = nullptr, uint64_t* count = nullptr);
   // Where keys live now: the job's first servers, and the servers of this server's layout.
   PsLayout KeyLayout() const;
   void SetLayoutLeft(std::vector<uint32_t> left) {
@@ -308,6 +331,11 @@ class PsServer {
   std::atomic<bool> taking_over_{false};
   std::atomic<bool> leaving_{false}, handed_over_{false};
   std::atomic<uint64_t> rows_moved_in_{0}, rows_moved_out_{0}, rows_erased_{0};
+  std::atomic<uint64_t> migrate_chunks_in_{0}, migrate_chunks_out_{0};
+  // The plans being taken from this server, by receiver node id (a joining server's until its
+  // done, the receivers' of a leave until they all answered).
+  mutable std::mutex outgoing_mu_;
+  std::map<uint32_t, std::shared_ptr<const MigrationPlan>> outgoing_;
   std::atomic<uint64_t> moved_refused_{0};  // requests refused because a key moved (kLayoutMoved)
   // The node's event callbacks outlive this server: they check it is still there (under mu).
   struct EventGuard {

@@ -1,6 +1,7 @@
-// server_leave.cc: PsServer leaving an elastic job (cluster.elastic): HandOver sends every sparse
+// server_leave.cc: PsServer leaving an elastic job (cluster.elastic): HandOver offers every sparse
 // row this server holds to the server the layout without it gives the row to, and HandleHandOver
-// is the receiving side. See PsServer::HandOver.
+// is the receiving side, which asks for the rows chunk by chunk (ps/migration.h). See
+// PsServer::HandOver.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -16,12 +17,6 @@ namespace strata {
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
-
-// One receiver's rows of one table.
-struct Rows {
-  std::shared_ptr<std::vector<uint64_t>> keys = std::make_shared<std::vector<uint64_t>>();
-  std::shared_ptr<std::vector<float>> records = std::make_shared<std::vector<float>>();
-};
 
 void SetRanks(capnp::List<uint32_t>::Builder out, const std::vector<uint32_t>& ranks) {
   for (unsigned i = 0; i < ranks.size(); ++i) out.set(i, ranks[i]);
@@ -78,73 +73,39 @@ Status PsServer::HandOver(Millis timeout, const std::function<void()>& while_fro
     leaving_ = false;
     return s;
   };
-  // Per receiver rank, per table: the rows the layout without this server gives it.
-  std::map<uint32_t, std::map<uint32_t, Rows>> out;
-  std::vector<const TableSpec*> specs;
+  // Per receiver, the rows the layout without this server gives it: each receiver asks for them
+  // chunk by chunk (HandleMigrate, on the worker pushes waiting for this freeze do not hold).
+  std::map<uint32_t, uint32_t> to;  // rank -> node id
+  for (const NodeInfo* r : receivers) to[static_cast<uint32_t>(r->rank)] = r->id;
+  auto planned = PlanMovesLocked(before, after, to, nullptr);
+  if (!planned.ok()) return undo(planned.status().WithContext(who));
+  std::map<uint32_t, std::shared_ptr<const MigrationPlan>> plans;  // by rank
   uint64_t rows = 0;
-  {
-    std::shared_lock tables_lock(tables_mu_);
-    for (const auto& [id, t] : tables_) {
-      if (t->spec.kind != TableKind::kSparse) continue;
-      specs.push_back(&t->spec);
-      for (const NodeInfo* r : receivers) out[static_cast<uint32_t>(r->rank)][id];  // every table, even empty
-      Status s = t->store->Scan([&](uint64_t key, std::span<const float> record) {
-        if (before.SparseOwner(key) != me) return Status::OK();  // given away before, not erased yet
-        Rows& to = out[after.SparseOwner(key)][id];
-        to.keys->push_back(key);
-        to.records->insert(to.records->end(), record.begin(), record.end());
-        ++rows;
-        return Status::OK();
-      });
-      if (!s.ok()) return undo(s.WithContext(who + ": reading table \"" + t->spec.name + "\""));
-    }
+  for (auto& [rank, p] : *planned) {
+    rows += p.rows();
+    plans[rank] = std::make_shared<const MigrationPlan>(std::move(p));
+    SetOutgoing(to[rank], plans[rank]);
   }
-  auto ids = std::make_shared<std::vector<int64_t>>();
-  for (const auto& [sender, id] : push_ids_.Snapshot()) {
-    ids->push_back(sender);
-    ids->push_back(static_cast<int64_t>(id));
-  }
-  std::vector<std::pair<uint32_t, int64_t>> clocks;
-  {
-    std::lock_guard lock(clock_mu_);
-    clocks.assign(trainer_clock_.begin(), trainer_clock_.end());
-  }
-  auto build = [&](uint32_t rank) {
-    Message m;
-    auto body = m.builder().getBody().initMigrateRows();
-    body.setServers(after.servers);
-    SetRanks(body.initLeft(static_cast<unsigned>(after.left.size())), after.left);
-    auto list = body.initTables(static_cast<unsigned>(specs.size()));
-    for (unsigned i = 0; i < specs.size(); ++i) {
-      ToWire(*specs[i], list[i]);
-      const Rows& r = out[rank][specs[i]->id];
-      const int64_t n = static_cast<int64_t>(r.keys->size());
-      m.AddPayload(DType::kI64, {n}, Buffer(r.keys->data(), r.keys->size() * sizeof(uint64_t), r.keys));
-      m.AddPayload(DType::kF32, {n, specs[i]->RecordWidth()},
-                   Buffer(r.records->data(), r.records->size() * sizeof(float), r.records));
-    }
-    m.AddPayload(DType::kI64, {static_cast<int64_t>(ids->size() / 2), 2},
-                 Buffer(ids->data(), ids->size() * sizeof(int64_t), ids));
-    auto c = body.initTrainerClocks(static_cast<unsigned>(clocks.size()));
-    for (unsigned i = 0; i < clocks.size(); ++i) {
-      c[i].setNode(clocks[i].first);
-      c[i].setClock(clocks[i].second);
-    }
-    return m;
+  const size_t tables = plans.empty() ? 0 : plans.begin()->second->tables.size();
+  auto drop_plans = [&] {
+    for (const auto& [rank, node] : to) SetOutgoing(node, nullptr);
   };
-  const Millis call_timeout(node_.options().transport.request_timeout_ms);
   Status lost;  // the first receiver that did not take its rows, once another had
   int taken = 0;
   for (const NodeInfo* r : receivers) {
     const uint32_t rank = static_cast<uint32_t>(r->rank);
-    uint64_t n = 0;
-    for (const auto& [id, rr] : out[rank]) n += rr.keys->size();
+    const uint64_t n = plans[rank]->rows();
     const auto deadline = SteadyClock::now() + timeout;
     Status s;
     while (true) {
+      // The receiver answers once it took every chunk: the call may take up to `timeout`.
+      Message offer;
+      auto body = offer.builder().getBody().initMigrateRows();
+      body.setServers(after.servers);
+      SetRanks(body.initLeft(static_cast<unsigned>(after.left.size())), after.left);
+      body.setRows(n);
       auto peer = node_.rpc().Connect(r->address);
-      auto reply = peer.ok() ? node_.rpc().CallAndWait(*peer, build(rank), std::min(call_timeout, timeout))
-                             : Result<Message>(peer.status());
+      auto reply = peer.ok() ? node_.rpc().CallAndWait(*peer, std::move(offer), timeout) : Result<Message>(peer.status());
       s = reply.status();
       const bool retry = s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
       if (s.ok() || !retry || SteadyClock::now() > deadline) break;
@@ -157,10 +118,14 @@ Status PsServer::HandOver(Millis timeout, const std::function<void()>& while_fro
       continue;
     }
     s = s.WithContext(who + ": handing " + std::to_string(n) + " rows to " + r->Describe());
-    if (taken == 0) return undo(s);  // nobody switched: this server keeps serving every key
+    if (taken == 0) {
+      drop_plans();
+      return undo(s);  // nobody switched: this server keeps serving every key
+    }
     spdlog::error("{} (those rows are lost: they start again from the initializer there)", s.ToString());
     if (lost.ok()) lost = s;
   }
+  drop_plans();
   if (while_frozen) while_frozen();
   // Deregistering while still frozen: the view shows this server left before any request here is
   // refused as moved, so a client refused finds the new owners in its refreshed view.
@@ -168,8 +133,10 @@ Status PsServer::HandOver(Millis timeout, const std::function<void()>& while_fro
   handed_over_ = true;
   freeze.unlock();
   spdlog::info("server: handed {} rows of {} sparse tables to {} servers; layout of {} servers, {} left the job", rows,
-               specs.size(), receivers.size(), after.servers, after.left.size());
-  if (Status s = EraseRowsNotOwned(); !s.ok()) spdlog::warn("server: {}", s.ToString());
+               tables, receivers.size(), after.servers, after.left.size());
+  std::vector<const MigrationPlan*> moved;
+  for (const auto& [rank, plan] : plans) moved.push_back(plan.get());
+  EraseMoved(moved);
   if (!left.ok()) return left.WithContext(who);
   return lost;
 }
@@ -199,21 +166,31 @@ void PsServer::HandleHandOver(Request& request) {
   if (!serving_.empty()) return fail(Status::FailedPrecondition("migrateRows: this server serves a checkpoint read-only"));
   if (leaving_) return fail(Status::FailedPrecondition("migrateRows: this server is leaving the job too"));
   if (taking_over_) return fail(Status::Unavailable("migrateRows: this server is still joining"));
-  std::unique_lock freeze(migrate_mu_);
   PsLayout expect = KeyLayout();
   if (expect.Left(leaver)) return request.Reply(request.MakeReply());  // a repeat: taken already
   expect.Leave(leaver);
-  if (theirs.servers != expect.servers || theirs.left != expect.left) {
+  auto unavailable = [&](const PsLayout& mine) {
     // A join or another leave is under way: the leaving server asks again.
-    return fail(Status::Unavailable("migrateRows from " + from->Describe() + ": its layout (" +
-                                    std::to_string(theirs.servers) + " servers, " + std::to_string(theirs.left.size()) +
-                                    " left) is not this one's after its leave (" + std::to_string(expect.servers) +
-                                    " servers, " + std::to_string(expect.left.size()) + " left)"));
-  }
-  if (Status s = ImportRows(msg, leaver, &expect); !s.ok()) return fail(s);
+    return Status::Unavailable("migrateRows from " + from->Describe() + ": its layout (" +
+                               std::to_string(theirs.servers) + " servers, " + std::to_string(theirs.left.size()) +
+                               " left) is not this one's after its leave (" + std::to_string(mine.servers) +
+                               " servers, " + std::to_string(mine.left.size()) + " left)");
+  };
+  if (theirs.servers != expect.servers || theirs.left != expect.left) return fail(unavailable(expect));
+  // The rows are taken outside this server's freeze: its pushes and pulls of them are refused as
+  // not its own until the switch below, and the leaving server keeps them frozen meanwhile.
+  MigrationPuller puller(expect.servers, expect.left);
+  const auto deadline = SteadyClock::now() + Millis(node_.options().transport.request_timeout_ms);
+  if (Status s = PullRows(puller, *from, expect, deadline); !s.ok()) return fail(s);
+  std::unique_lock freeze(migrate_mu_);
+  PsLayout now = KeyLayout();
+  if (now.Left(leaver)) return request.Reply(request.MakeReply());
+  now.Leave(leaver);
+  if (!(now == expect)) return fail(unavailable(now));  // it changed while the rows came
   SetLayoutLeft(expect.left);
-  spdlog::info("server: {} left the layout; {} servers serve its keys now", from->Describe(),
-               expect.servers - expect.left.size());
+  rows_moved_in_ += puller.rows();
+  spdlog::info("server: {} left the layout; {} servers serve its keys now ({} rows taken in {} chunks)",
+               from->Describe(), expect.servers - expect.left.size(), puller.rows(), puller.chunks());
   request.Reply(request.MakeReply());
 }
 

@@ -1,13 +1,17 @@
 // server_migrate.cc: PsServer's elastic take-over (cluster.elastic): a joined server asks every
 // older server for the rows its layout gives it (TakeOver), and an older server switches its
-// layout and sends them (HandleMigrate). See PsServer::ExpectTakeOver.
+// layout, plans what moves and sends it chunk by chunk (HandleMigrate, ps/migration.h); a server
+// taking a leaving one's rows asks for them the same way (ps/server_leave.cc). See
+// PsServer::ExpectTakeOver.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <thread>
 
+#include "ps/migration.h"
 #include "ps/server.h"
 #include "ps/server_table.h"
 
@@ -41,26 +45,83 @@ std::string RankList(const std::vector<uint32_t>& ranks) {
 
 }  // namespace
 
-Status PsServer::EraseRowsNotOwned() {
-  std::shared_lock layout_lock(migrate_mu_);  // the layout stays as it is meanwhile
-  const PsLayout layout = KeyLayout();
+Result<std::map<uint32_t, MigrationPlan>> PsServer::PlanMovesLocked(const PsLayout& before, const PsLayout& after,
+                                                                    const std::map<uint32_t, uint32_t>& to,
+                                                                    uint64_t* owned) {
   const uint32_t me = Shard();
+  std::map<uint32_t, MigrationPlan> plans;
+  for (const auto& [rank, node] : to) {
+    MigrationPlan& p = plans[rank];
+    p.to_node = node;
+    p.servers = after.servers;
+    p.left = after.left;
+  }
   std::shared_lock tables_lock(tables_mu_);
-  uint64_t erased = 0;
   for (const auto& [id, t] : tables_) {
-    if (t->spec.kind != TableKind::kSparse) continue;
-    std::vector<uint64_t> keys;
-    STRATA_RETURN_IF_ERROR(t->store->Scan([&](uint64_t key, std::span<const float>) {
-      if (layout.SparseOwner(key) != me) keys.push_back(key);
+    if (t->spec.kind != TableKind::kSparse) continue;  // dense chunks stay on the first servers
+    for (auto& [rank, p] : plans) p.tables.push_back({t->spec, {}});
+    Status s = t->store->Scan([&](uint64_t key, std::span<const float>) {
+      // Rows this server gave away earlier and has not erased yet stay out: only its own move on.
+      if (before.SparseOwner(key) != me) return Status::OK();
+      if (owned) ++*owned;
+      const uint32_t owner = after.SparseOwner(key);
+      if (owner == me) return Status::OK();
+      auto p = plans.find(owner);
+      if (p == plans.end()) {
+        return Status::Internal("key " + std::to_string(key) + " moves to server " + std::to_string(owner) +
+                                ", which is not one this server hands rows to");
+      }
+      p->second.tables.back().keys.push_back(key);  // Scan visits keys in increasing order
       return Status::OK();
-    }).WithContext("erasing moved rows of table \"" + t->spec.name + "\""));
-    // Nobody touches these keys here: pushes and pulls of them are refused as moved.
-    STRATA_ASSIGN_OR_RETURN(const uint64_t n, t->store->Erase(keys));
-    erased += n;
+    });
+    STRATA_RETURN_IF_ERROR(s.WithContext("reading table \"" + t->spec.name + "\""));
+  }
+  std::vector<std::pair<uint32_t, uint64_t>> ids = push_ids_.Snapshot();
+  std::vector<std::pair<uint32_t, int64_t>> clocks;
+  {
+    std::lock_guard lock(clock_mu_);
+    clocks.assign(trainer_clock_.begin(), trainer_clock_.end());
+  }
+  for (auto& [rank, p] : plans) {
+    p.push_ids = ids;
+    p.clocks = clocks;
+  }
+  return plans;
+}
+
+void PsServer::SetOutgoing(uint32_t node, std::shared_ptr<const MigrationPlan> plan) {
+  std::lock_guard lock(outgoing_mu_);
+  if (plan) {
+    outgoing_[node] = std::move(plan);
+  } else {
+    outgoing_.erase(node);
+  }
+}
+
+std::shared_ptr<const MigrationPlan> PsServer::Outgoing(uint32_t node) const {
+  std::lock_guard lock(outgoing_mu_);
+  auto it = outgoing_.find(node);
+  return it == outgoing_.end() ? nullptr : it->second;
+}
+
+void PsServer::EraseMoved(const std::vector<const MigrationPlan*>& plans) {
+  std::shared_lock layout_lock(migrate_mu_);  // the layout stays as it is meanwhile
+  uint64_t erased = 0;
+  for (const MigrationPlan* plan : plans) {
+    for (const MigrationPlan::Rows& r : plan->tables) {
+      auto t = FindTable(r.spec.id);
+      // Nobody touches these keys here: pushes and pulls of them are refused as moved.
+      auto n = t.ok() ? (*t)->store->Erase(r.keys) : Result<uint64_t>(t.status());
+      if (!n.ok()) {
+        spdlog::warn("server: erasing the rows of table \"{}\" that moved to node {}: {}", r.spec.name, plan->to_node,
+                     n.status().ToString());
+        continue;
+      }
+      erased += *n;
+    }
   }
   rows_erased_ += erased;
   spdlog::info("server: erased {} rows that live on other servers now", erased);
-  return Status::OK();
 }
 
 void PsServer::HandleMigrate(Request& request) {
@@ -70,39 +131,97 @@ void PsServer::HandleMigrate(Request& request) {
     request.ReplyError(s);
   };
   const auto migrate = request.message().reader().getBody().getMigrate();
-  const uint32_t servers = migrate.getServers();
-  const uint32_t me = static_cast<uint32_t>(node_.rank());
-  const ClusterView view = node_.view();
-  const NodeInfo* to = view.Find(Role::kServer, static_cast<int>(servers) - 1);
-  if (servers == 0 || !to || to->id != request.message().sender() || servers - 1 <= me) {
-    return fail(Status::InvalidArgument("migrate to a layout of " + std::to_string(servers) +
-                                        " servers: only the server of the last rank there, which joined after this "
-                                        "one, takes keys over"));
-  }
-  if (!serving_.empty()) return fail(Status::FailedPrecondition("migrate: this server serves a checkpoint read-only"));
-  if (leaving_) return fail(Status::FailedPrecondition("migrate: this server is leaving the job; join again after it left"));
+  const uint32_t from = request.message().sender();
   if (migrate.getDone()) {
-    // The joining server holds every row it took: the copies here go.
-    if (Status s = EraseRowsNotOwned(); !s.ok()) return fail(s);
+    // The joining server holds every row it took: the copies here go (a repeat finds none).
+    if (auto plan = Outgoing(from)) {
+      SetOutgoing(from, nullptr);
+      rows_moved_out_ += plan->rows();
+      EraseMoved({plan.get()});
+    }
     return request.Reply(request.MakeReply());
   }
+  const std::optional<MigrationCursor> cursor = ReadCursor(migrate.getCursor(), migrate.hasCursor());
+  std::shared_ptr<const MigrationPlan> plan;
+  if (!cursor && !leaving_) {
+    // A joining server's first ask (again, if the reply was lost): switch, and plan what moves.
+    auto started = StartTakeOver(request);
+    if (!started.ok()) return fail(started.status());
+    plan = *started;
+  } else {
+    plan = Outgoing(from);
+    if (!plan) {
+      return fail(leaving_ ? Status::FailedPrecondition("migrate: this server is leaving the job; join again after it left")
+                           : Status::FailedPrecondition("migrate.cursor from node " + std::to_string(from) +
+                                                        ": no migration to it is under way here (the first ask has "
+                                                        "no cursor)"));
+    }
+  }
+  const std::vector<uint32_t> their_left = SortedRanks(migrate.getLeft());
+  if (migrate.getServers() != plan->servers || their_left != plan->left) {
+    return fail(Status::InvalidArgument("migrate.servers and migrate.left from node " + std::to_string(from) + " (" +
+                                        std::to_string(migrate.getServers()) + " servers, left " + RankList(their_left) +
+                                        "): its rows move under a layout of " + std::to_string(plan->servers) +
+                                        " servers, left " + RankList(plan->left)));
+  }
+  auto read = [this](const TableSpec& spec, std::span<const uint64_t> keys, std::span<float> out) -> Status {
+    STRATA_ASSIGN_OR_RETURN(Table * t, FindTable(spec.id));
+    const size_t width = static_cast<size_t>(spec.RecordWidth());
+    if (t->store->width() != static_cast<int>(width)) {
+      return Status::Internal("table \"" + spec.name + "\" holds records of " + std::to_string(t->store->width()) +
+                              " floats, its spec " + std::to_string(width));
+    }
+    return t->store->Read(keys, nullptr, [&](size_t i, std::span<const float> record) {
+      std::memcpy(out.data() + i * width, record.data(), width * sizeof(float));
+    });
+  };
+  Message reply = request.MakeReply();
+  auto chunk = BuildMigrationChunk(*plan, cursor.value_or(plan->Start()), MigrateChunkBytes(), read, &reply);
+  if (!chunk.ok()) return fail(chunk.status());
+  ++migrate_chunks_out_;
+  spdlog::debug("server: chunk at {} for node {}: {} rows, {} push ids, {} bytes{}",
+                cursor ? std::to_string(cursor->row) : "the start", from, chunk->rows, chunk->push_ids, chunk->bytes,
+                chunk->next ? "" : " (the last)");
+  request.Reply(std::move(reply));
+}
+
+Result<std::shared_ptr<const MigrationPlan>> PsServer::StartTakeOver(const Request& request) {
+  const auto migrate = request.message().reader().getBody().getMigrate();
+  const uint32_t servers = migrate.getServers();
+  const uint32_t me = static_cast<uint32_t>(node_.rank());
+  ClusterView view = node_.view();
+  const NodeInfo* to = view.Find(Role::kServer, static_cast<int>(servers) - 1);
+  if (!to || to->id != request.message().sender()) {
+    // The joining server's first ask may come before the scheduler's news of it.
+    if (auto fresh = node_.RefreshView(); fresh.ok()) view = std::move(*fresh);
+    to = view.Find(Role::kServer, static_cast<int>(servers) - 1);
+  }
+  if (servers == 0 || !to || to->id != request.message().sender() || servers - 1 <= me) {
+    return Status::InvalidArgument("migrate to a layout of " + std::to_string(servers) +
+                                   " servers: only the server of the last rank there, which joined after this "
+                                   "one, takes keys over");
+  }
+  if (!serving_.empty()) return Status::FailedPrecondition("migrate: this server serves a checkpoint read-only");
   const std::vector<uint32_t> their_left = SortedRanks(migrate.getLeft());
   // Freeze: no push or pull checks an owner or applies while the layout switches and the moving
-  // rows are copied; after it, pushes of those keys are refused with kLayoutMoved.
+  // rows are listed; after it, pushes of those keys are refused with kLayoutMoved, so the rows
+  // stay as listed until the joining server has taken them, chunk by chunk.
   std::unique_lock freeze(migrate_mu_);
   if (servers < KeyLayout().servers) {
-    return fail(Status::FailedPrecondition("migrate to " + std::to_string(servers) + " servers: this server's layout has " +
-                                           std::to_string(KeyLayout().servers) + " already"));
+    return Status::FailedPrecondition("migrate to " + std::to_string(servers) + " servers: this server's layout has " +
+                                      std::to_string(KeyLayout().servers) + " already");
   }
   if (their_left != KeyLayout().left) {  // a leave under way: the joining server asks again
-    return fail(Status::Unavailable("migrate: the joining server counts servers " + RankList(their_left) +
-                                    " as left, this one " + RankList(KeyLayout().left)));
+    return Status::Unavailable("migrate: the joining server counts servers " + RankList(their_left) +
+                               " as left, this one " + RankList(KeyLayout().left));
   }
-  std::shared_lock tables_lock(tables_mu_);
-  for (const auto& [id, t] : tables_) {
-    if (t->spec.consistency == Consistency::kBsp) {
-      return fail(Status::FailedPrecondition("a server cannot join: table \"" + t->spec.name +
-                                             "\" is BSP (sync.consistency bsp); servers join ASP and SSP jobs only"));
+  {
+    std::shared_lock tables_lock(tables_mu_);
+    for (const auto& [id, t] : tables_) {
+      if (t->spec.consistency == Consistency::kBsp) {
+        return Status::FailedPrecondition("a server cannot join: table \"" + t->spec.name +
+                                          "\" is BSP (sync.consistency bsp); servers join ASP and SSP jobs only");
+      }
     }
   }
   const uint32_t target = servers - 1;
@@ -111,61 +230,21 @@ void PsServer::HandleMigrate(Request& request) {
   const uint32_t servers_before = before.servers;
   before.servers = target;
   layout_servers_ = servers;
-  const PsLayout layout = KeyLayout();
-  Message reply = request.MakeReply();
-  auto rows = reply.builder().getBody().initMigrateRows();
-  std::vector<const TableSpec*> specs;
-  uint64_t moved = 0, owned = 0;
-  for (const auto& [id, tp] : tables_) {
-    if (tp->spec.kind != TableKind::kSparse) continue;  // dense chunks stay on the first servers
-    auto keys = std::make_shared<std::vector<uint64_t>>();
-    auto records = std::make_shared<std::vector<float>>();
-    const int width = tp->store->width();
-    Status s = tp->store->Scan([&](uint64_t key, std::span<const float> record) {
-      // Rows this server gave away earlier and has not erased yet stay out: only its own move on.
-      if (before.SparseOwner(key) != me) return Status::OK();
-      ++owned;
-      if (layout.SparseOwner(key) != target) return Status::OK();
-      keys->push_back(key);
-      records->insert(records->end(), record.begin(), record.end());
-      return Status::OK();
-    });
-    if (!s.ok()) {
-      layout_servers_ = servers_before;  // nothing moved: keep serving every key
-      return fail(s.WithContext("migrate: reading table \"" + tp->spec.name + "\""));
-    }
-    const int64_t n = static_cast<int64_t>(keys->size());
-    reply.AddPayload(DType::kI64, {n}, Buffer(keys->data(), keys->size() * sizeof(uint64_t), keys));
-    reply.AddPayload(DType::kF32, {n, width}, Buffer(records->data(), records->size() * sizeof(float), records));
-    specs.push_back(&tp->spec);
-    moved += static_cast<uint64_t>(n);
+  uint64_t owned = 0;
+  auto plans = PlanMovesLocked(before, KeyLayout(), {{target, to->id}}, &owned);
+  if (!plans.ok()) {
+    layout_servers_ = servers_before;  // nothing moved: keep serving every key
+    return plans.status().WithContext("migrate");
   }
-  auto list = rows.initTables(static_cast<unsigned>(specs.size()));
-  for (unsigned i = 0; i < specs.size(); ++i) ToWire(*specs[i], list[i]);
-  auto ids = std::make_shared<std::vector<int64_t>>();
-  for (const auto& [sender, id] : push_ids_.Snapshot()) {
-    ids->push_back(sender);
-    ids->push_back(static_cast<int64_t>(id));
-  }
-  reply.AddPayload(DType::kI64, {static_cast<int64_t>(ids->size() / 2), 2},
-                   Buffer(ids->data(), ids->size() * sizeof(int64_t), ids));
-  {
-    std::lock_guard clocks(clock_mu_);
-    auto c = rows.initTrainerClocks(static_cast<unsigned>(trainer_clock_.size()));
-    unsigned i = 0;
-    for (const auto& [node, clock] : trainer_clock_) {
-      c[i].setNode(node);
-      c[i++].setClock(clock);
-    }
-  }
-  rows_moved_out_ += moved;  // the same rows again if the joined server asks again (erased at its done)
-  spdlog::info("server: layout of {} servers: {} of {} rows of {} sparse tables go to {} (the copies here are "
-               "refused from now on)",
-               servers, moved, owned, specs.size(), to->Describe());
-  request.Reply(std::move(reply));
+  auto plan = std::make_shared<const MigrationPlan>(std::move(plans->at(target)));
+  SetOutgoing(to->id, plan);
+  spdlog::info("server: layout of {} servers: {} of {} rows of {} sparse tables go to {}, in chunks of at most {} "
+               "bytes (the copies here are refused from now on)",
+               servers, plan->rows(), owned, plan->tables.size(), to->Describe(), MigrateChunkBytes());
+  return plan;
 }
 
-Status PsServer::ImportRows(const Message& reply, uint32_t from, const PsLayout* expect) {
+Status PsServer::ImportRows(const Message& reply, uint32_t from, const PsLayout* expect, uint64_t* count) {
   const std::string where = "taking over rows from server " + std::to_string(from);
   // A replica's copy of a whole shard (ps/server_transfer.cc) has the same layout.
   const bool copy = reply.op() == Op::STATE_TRANSFER;
@@ -251,10 +330,34 @@ Status PsServer::ImportRows(const Message& reply, uint32_t from, const PsLayout*
       mine = std::max(mine, c.getClock());
     }
   }
-  rows_moved_in_ += imported;
-  spdlog::info("server: took over {} rows of {} tables and {} push ids from server {}", imported, tables,
-               pairs.size() / 2, from);
+  if (count) *count += imported;
+  spdlog::debug("server: took {} rows of {} tables and {} push ids from server {}", imported, tables, pairs.size() / 2,
+                from);
   return Status::OK();
+}
+
+Status PsServer::PullRows(MigrationPuller& puller, const NodeInfo& from, const PsLayout& expect,
+                          std::chrono::steady_clock::time_point deadline) {
+  const uint32_t rank = static_cast<uint32_t>(from.rank);
+  const Millis call_timeout(node_.options().transport.request_timeout_ms);
+  auto import = [&](const Message& chunk) {
+    STRATA_RETURN_IF_ERROR(ImportRows(chunk, rank, &expect));
+    ++migrate_chunks_in_;
+    return Status::OK();
+  };
+  while (true) {
+    auto peer = node_.rpc().Connect(from.address);
+    Status s = peer.ok() ? puller.Pull(node_.rpc(), *peer, call_timeout, import) : peer.status();
+    // Once a chunk arrived, the sender holds the plan: a lost or late reply is asked for again
+    // (the same rows). Before, the caller decides (the layout to ask under may have changed).
+    const bool retry = s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
+    if (s.ok() || !retry || puller.chunks() == 0 || std::chrono::steady_clock::now() > deadline) {
+      return s.WithContext("taking rows from " + from.Describe() + " (" + std::to_string(puller.chunks()) +
+                           " chunks taken)");
+    }
+    spdlog::info("server: asking {} for a chunk again: {}", from.Describe(), s.ToString());
+    std::this_thread::sleep_for(Millis(100));
+  }
 }
 
 Status PsServer::TakeOver(Millis timeout) {
@@ -262,6 +365,7 @@ Status PsServer::TakeOver(Millis timeout) {
   layout_servers_ = me + 1;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (uint32_t r = 0; r < me; ++r) {
+    std::optional<MigrationPuller> puller;
     while (true) {
       const ClusterView view = node_.view();
       // Servers that left hold no keys; the others count them out of the layout as this one does.
@@ -270,23 +374,20 @@ Status PsServer::TakeOver(Millis timeout) {
         if (n.left && n.rank > 0) left.push_back(static_cast<uint32_t>(n.rank));
       }
       std::sort(left.begin(), left.end());
-      SetLayoutLeft(left);
+      // Once server r sent a chunk, its plan stands: the rest is asked for under the same layout.
+      if (!puller || puller->chunks() == 0) {
+        SetLayoutLeft(left);
+        puller.emplace(me + 1, left);
+      }
       const NodeInfo* n = view.Find(Role::kServer, static_cast<int>(r));
       if (n && n->left) break;
       Status s = Status::Unavailable("server " + std::to_string(r) + " is down");
-      if (n && n->alive) {
-        auto peer = node_.rpc().Connect(n->address);
-        Message m;
-        auto req = m.builder().getBody().initMigrate();
-        req.setServers(me + 1);
-        auto list = req.initLeft(static_cast<unsigned>(left.size()));
-        for (unsigned i = 0; i < left.size(); ++i) list.set(i, left[i]);
-        auto reply = peer.ok() ? node_.rpc().CallAndWait(*peer, std::move(m), Millis(node_.options().transport.request_timeout_ms))
-                               : Result<Message>(peer.status());
-        const PsLayout expect = KeyLayout();
-        s = reply.ok() ? ImportRows(*reply, r, &expect) : reply.status();
+      if (n && n->alive) s = PullRows(*puller, *n, KeyLayout(), deadline);
+      if (s.ok()) {
+        rows_moved_in_ += puller->rows();
+        spdlog::info("server: took {} rows from {} in {} chunks", puller->rows(), n->Describe(), puller->chunks());
+        break;
       }
-      if (s.ok()) break;
       const bool retry = s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
       if (!retry || std::chrono::steady_clock::now() > deadline) {
         return s.WithContext("server " + std::to_string(me) + " joining the job: taking over its keys from server " +
@@ -298,8 +399,8 @@ Status PsServer::TakeOver(Millis timeout) {
   }
   taking_over_ = false;
   spdlog::info("server: took over {} rows; serving as server {} of {}", rows_moved_in_.load(), me, me + 1);
-  // The older servers may erase what they gave now (best effort: a copy left there is refused
-  // anyway, and erased at the next sweep).
+  // The older servers may erase what they gave now, exactly the rows of their plan (best effort:
+  // a copy left there is refused anyway).
   for (uint32_t r = 0; r < me; ++r) {
     const ClusterView view = node_.view();
     const NodeInfo* n = view.Find(Role::kServer, static_cast<int>(r));

@@ -57,6 +57,13 @@ struct ServerOptions {
   // a forward and its acknowledgement per update. Needs 2 or more servers, the memory store, and
   // no BSP tables (checked by the job loader; a BSP createTable is refused).
   Replication replication = Replication::kNone;
+  // Elastic jobs (cluster.elastic): the rows a server hands another when a server joins or
+  // leaves travel in chunks of at most this many MiB of keys, records and push ids (fractions
+  // allowed, down to 1 KiB; a row larger than that goes alone), one request and reply each, so
+  // no message grows with the shard. At most transport.max_message_mb (the job loader refuses a
+  // larger value the job sets, and lowers this default to a smaller max_message_mb). Smaller:
+  // more round trips (one per chunk); larger: more memory per chunk in flight.
+  double migrate_chunk_mb = 16;
   // Not in the job file (strata-server derives it from store.path and its rank): the file
   // recording the spec of every table created (rewritten whole via temp + fsync + rename at each
   // createTable), which RestoreTables() reads back after a restart. Empty: tables are not

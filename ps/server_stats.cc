@@ -24,6 +24,8 @@ std::string PsServer::StatsJson() const {
   j["layout_servers"] = KeyLayout().servers;
   j["rows_moved_in"] = rows_moved_in_.load();
   j["rows_moved_out"] = rows_moved_out_.load();
+  j["migrate_chunks_in"] = migrate_chunks_in_.load();
+  j["migrate_chunks_out"] = migrate_chunks_out_.load();
   j["layout_left"] = KeyLayout().left;
   j["rows_erased"] = rows_erased_.load();
   j["moved_refused"] = moved_refused_.load();

@@ -138,7 +138,9 @@ Result<Message> PsServer::InstallTransfer(const Request& request) {
     std::lock_guard lock(clock_mu_);
     trainer_clock_.clear();
   }
-  STRATA_RETURN_IF_ERROR(ImportRows(request.message(), OtherRank()));
+  uint64_t rows = 0;
+  STRATA_RETURN_IF_ERROR(ImportRows(request.message(), OtherRank(), nullptr, &rows));
+  rows_moved_in_ += rows;
   role_ = ShardRole::kBackup;
   spdlog::info("replication: shard {}: copy received from node {}: this server is its backup", Shard(),
                request.message().sender());

@@ -1,7 +1,9 @@
 // job_config.cc: the job file's top-level sections and the --config/--set/--print-config flags.
 #include "tools/job_config.h"
 
+#include <algorithm>
 #include <iostream>
+#include <sstream>
 
 #include <CLI/CLI.hpp>
 
@@ -39,6 +41,22 @@ Status CheckReplication(const JobConfig& job) {
           "server.replication: backup with cluster.elastic: a server joining takes keys over from "
           "every shard, which replication does not follow; use one or the other");
     }
+  }
+  return Status::OK();
+}
+
+// server.migrate_chunk_mb against transport.max_message_mb: a chunk's records are one frame.
+// The default follows a smaller max_message_mb down; a value the job sets must fit.
+Status CheckMigrateChunk(JobConfig& job, bool set) {
+  if (!set) {
+    job.server.migrate_chunk_mb = std::min<double>(job.server.migrate_chunk_mb, job.transport.max_message_mb);
+  }
+  if (job.server.migrate_chunk_mb > job.transport.max_message_mb) {
+    std::ostringstream mb;
+    mb << job.server.migrate_chunk_mb;
+    return Status::InvalidArgument("server.migrate_chunk_mb: " + mb.str() + " MiB exceeds transport.max_message_mb (" +
+                                   std::to_string(job.transport.max_message_mb) +
+                                   " MiB), the largest frame a socket accepts; a chunk's records are one frame");
   }
   return Status::OK();
 }
@@ -82,6 +100,11 @@ Result<JobConfig> LoadJobConfig(const std::string& path,
       config::Parse<JobConfig>(root, path.empty() ? "(no job file)" : path, overrides);
   if (job.ok()) STRATA_RETURN_IF_ERROR(CheckReplication(*job));
   if (job.ok()) STRATA_RETURN_IF_ERROR(CheckElasticJob(*job));
+  if (job.ok()) {
+    const YAML::Node server = root["server"];
+    const bool set = server.IsMap() && server["migrate_chunk_mb"].IsDefined();
+    STRATA_RETURN_IF_ERROR(CheckMigrateChunk(*job, set));
+  }
   // An `auto` section derives parallel.dp and parallel.tp from placements (auto_plan.h).
   if (job.ok() && job->trainer.auto_parallel.enabled()) {
     STRATA_RETURN_IF_ERROR(ApplyAutoPlan(job->trainer));

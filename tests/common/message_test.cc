@@ -2,6 +2,7 @@
 // form (truncated, oversized, inconsistent, random, bit-flipped) giving a Status, never a crash.
 #include "common/message.h"
 
+#include <capnp/any.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -289,6 +290,34 @@ TEST(Message, WrongPointerKindsAndCapabilitiesAreCorruption) {
                                                  "/tests/fuzz/corpus/" + name)));
     EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << name << ": " << r.status().ToString();
   }
+}
+
+// A chunked migration's cursors (migrate.cursor, migrateRows.next) sent as lists instead of
+// structs: Decode refuses them as Corruption instead of a handler's read throwing.
+TEST(Message, MigrateCursorsOfTheWrongPointerKindAreCorruption) {
+  {
+    Message m;
+    m.builder().getBody().initMigrate().setServers(3);
+    // MigrateRequest's pointers: left, cursor.
+    capnp::toAny(m.builder().getBody().getMigrate()).getPointerSection()[1].initAs<capnp::List<uint32_t>>(2);
+    auto r = Decode(Encode(m));
+    EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << r.status().ToString();
+  }
+  {
+    Message m;
+    m.builder().getBody().initMigrateRows().setRows(1);
+    // MigrateRows' pointers: tables, trainerClocks, left, next.
+    capnp::toAny(m.builder().getBody().getMigrateRows()).getPointerSection()[3].initAs<capnp::List<uint32_t>>(2);
+    auto r = Decode(Encode(m));
+    EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << r.status().ToString();
+  }
+  Message ok;
+  auto cursor = ok.builder().getBody().initMigrate().initCursor();
+  cursor.setTable(4);
+  cursor.setRow(9);
+  auto r = Decode(Encode(ok));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->reader().getBody().getMigrate().getCursor().getRow(), 9u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Corpus, MessageFuzzRegression,

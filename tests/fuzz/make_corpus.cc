@@ -232,6 +232,37 @@ std::vector<Seed> Seeds() {
     m.AddPayload(DType::kI64, {1, 2}, Values<int64_t>({3, 7}));
     add("stateTransfer", std::move(m));
   }
+  {  // elastic: a joining server asking for the chunk after row 64 of table 1
+    Message m = Request(14);
+    auto req = m.builder().getBody().initMigrate();
+    req.setServers(3);
+    req.initLeft(1).set(0, 2);
+    auto cursor = req.initCursor();
+    cursor.setTable(1);
+    cursor.setRow(64);
+    add("migrate-cursor", std::move(m));
+  }
+  {  // elastic: one chunk of rows, its push ids, clocks and the next chunk's cursor
+    Message m = Request(15);
+    auto rows = m.builder().getBody().initMigrateRows();
+    auto t = rows.initTables(1)[0];
+    t.setId(1);
+    t.setName("emb");
+    t.setKind(wire::TableKind::SPARSE);
+    t.setDim(2);
+    auto clock = rows.initTrainerClocks(1)[0];
+    clock.setNode(3);
+    clock.setClock(4);
+    rows.setServers(3);
+    rows.setRows(9);
+    auto next = rows.initNext();
+    next.setRow(2);
+    next.setPushIds(true);
+    m.AddPayload(DType::kI64, {1}, Values<int64_t>({5}));
+    m.AddPayload(DType::kF32, {1, 3}, Values<float>({0.25f, -0.5f, 0}));
+    m.AddPayload(DType::kI64, {1, 2}, Values<int64_t>({3, 7}));
+    add("migrateRows-chunk", std::move(m));
+  }
   return seeds;
 }
 

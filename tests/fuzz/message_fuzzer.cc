@@ -160,7 +160,10 @@ void TouchBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
       Consume(m.getServers());
       for (uint32_t r : m.getLeft()) Consume(r);
       Consume(m.getDone());
-      return;
+      auto c = m.getCursor();  // a chunk's position
+      Consume(c.getTable());
+      Consume(c.getRow());
+      return Consume(c.getPushIds());
     }
     case Op::MIGRATE_ROWS: {  // elastic: the answer to migrate, or a leaving server's hand-over
       auto rows = body.getMigrateRows();
@@ -171,7 +174,11 @@ void TouchBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
       for (auto c : rows.getTrainerClocks()) Consume(static_cast<uint64_t>(c.getClock()));
       Consume(rows.getServers());
       for (uint32_t r : rows.getLeft()) Consume(r);
-      return;
+      auto next = rows.getNext();  // a chunk: where the next one starts
+      Consume(next.getTable());
+      Consume(next.getRow());
+      Consume(next.getPushIds());
+      return Consume(rows.getRows());
     }
     case Op::STATE_TRANSFER: {  // replication: a copy of a shard
       auto copy = body.getStateTransfer();

@@ -1,9 +1,9 @@
 // elastic_test.cc: issue #16's elastic membership with real processes on loopback (ctr, ps
 // mode, ASP, cluster.elastic): a third trainer joins a 2-trainer job mid-run; a trainer leaves
 // on SIGTERM and the others finish; a server is added to a 2-server job mid-run, takes its
-// share of the rows over while an in-process ledger pushes counted increments (none lost or
-// applied twice); and what cannot be elastic is refused naming the field. The AUC of each run is
-// compared with the same job undisturbed.
+// share of the rows over (in 10 KiB chunks) while an in-process ledger pushes counted increments
+// (none lost or applied twice), and leaves again; and what cannot be elastic is refused naming
+// the field. The AUC of each run is compared with the same job undisturbed.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -83,7 +83,8 @@ class ElasticTest : public testing::ProcessClusterTest {
     return added;
   }
   // ctr on 2 servers and 2 trainers: its undisturbed AUC, then the job started again and
-  // training (the setting of the server join and leave tests).
+  // training (the setting of the server join and leave tests), its rows moving in chunks of
+  // 10 KiB (server.migrate_chunk_mb), so a join or a leave takes many.
   struct Running {
     double undisturbed = 0;
     std::vector<std::string> common;
@@ -93,6 +94,7 @@ class ElasticTest : public testing::ProcessClusterTest {
     const std::string job = Job("ctr", kCtr);
     run->undisturbed = Undisturbed(job, 2, 2);
     run->common = Common(job, 2, 2);
+    run->common.insert(run->common.end(), {"--set", "server.migrate_chunk_mb=0.01"});
     run->address = StartJob(run->common, 2, 2);
     ASSERT_TRUE(WaitFor([&] { return MetricsLines("run") >= 2; }, Millis(120000))) << nodes_[2]->Log();
   }
@@ -258,10 +260,14 @@ TEST_F(ElasticTest, AServerAddedMidRunTakesItsRowsAndNothingIsLost) {
     in += static_cast<int64_t>(moved);
   }
   EXPECT_EQ(Number(log, "took over ([0-9]+) rows; serving"), in) << log;
+  int64_t chunks = 0;
+  const std::regex taken("took [0-9]+ rows from server [0-9] \\([^)]*\\) in ([0-9]+) chunks");
+  for (std::sregex_iterator it(log.begin(), log.end(), taken), end; it != end; ++it) chunks += std::stoll((*it)[1]);
+  EXPECT_GT(chunks, 4) << log;
   const std::string trainer = nodes_[2]->Log();
   EXPECT_NE(trainer.find("done: 20000 steps"), std::string::npos) << trainer;
   EXPECT_NEAR(Auc(trainer), run.undisturbed, kAucTolerance) << trainer;
-  std::cout << "server added: " << in << " rows moved in, ledger " << ledger.acknowledged() << " acknowledged, "
+  std::cout << "server added: " << in << " rows moved in " << chunks << " chunks, ledger " << ledger.acknowledged() << " acknowledged, "
             << ledger.resplits() << " parts re-sent to the new layout; auc " << Auc(trainer) << ", undisturbed "
             << run.undisturbed << "\n";
 }
@@ -288,21 +294,23 @@ TEST_F(ElasticTest, AServerLeavesOnSigtermHandsItsRowsBackAndNothingIsLost) {
   // Every row it held went back to the first servers; each of them switched its layout.
   const int64_t handed = Number(log, "handed ([0-9]+) rows of");
   EXPECT_GT(handed, 0) << log;
-  int64_t taken = 0;
+  int64_t taken = 0, chunks = 0;
   for (int r = 0; r < 2; ++r) {
     const std::string old = nodes_[r]->Log();
     EXPECT_NE(old.find("left the layout; 2 servers serve its keys now"), std::string::npos) << old;
+    chunks += Number(old, "serve its keys now \\([0-9]+ rows taken in ([0-9]+) chunks\\)");
     std::smatch m;
     ASSERT_TRUE(std::regex_search(log, m, std::regex("server " + std::to_string(r) + " \\(node [0-9]+, [^)]*\\) took ([0-9]+) rows")))
         << log;
     taken += std::stoll(m[1]);
   }
   EXPECT_EQ(taken, handed) << log;
+  EXPECT_GT(chunks, 4) << log;
   EXPECT_NE(log.find("erased " + std::to_string(handed) + " rows"), std::string::npos) << log;
   const std::string trainer = nodes_[2]->Log();
   EXPECT_NE(trainer.find("done: 20000 steps"), std::string::npos) << trainer;
   EXPECT_NEAR(Auc(trainer), run.undisturbed, kAucTolerance) << trainer;
-  std::cout << "server left: " << handed << " rows handed back, ledger " << ledger.acknowledged()
+  std::cout << "server left: " << handed << " rows handed back in " << chunks << " chunks, ledger " << ledger.acknowledged()
             << " acknowledged, " << ledger.resplits() << " parts re-sent to the new layout; auc " << Auc(trainer)
             << ", undisturbed " << run.undisturbed << "\n";
 }

@@ -5,86 +5,18 @@
 // erased; server 0 and a server holding dense chunks are refused, naming why, and go on serving.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
-#include "ps/client.h"
-#include "ps/layout.h"
-#include "ps/server.h"
-#include "tests/cluster/scheduler_fixture.h"
+#include "tests/ps/elastic_fixture.h"
 
 namespace strata {
 namespace {
 
-constexpr uint32_t kTable = 7;
-constexpr uint32_t kDim = 2;
+using testing::kDim;
+using testing::kTable;
 
-class ServerLeaveTest : public testing::SchedulerTest {
- protected:
-  // 2 servers and 1 trainer of an elastic job; a sparse SGD table (lr 1: a row is minus the sum
-  // of the gradients applied to it) created by the trainer's client.
-  void SetUp() override {
-    cluster_.elastic = true;
-    StartScheduler(2, 1);
-    std::vector<std::unique_ptr<Node>> nodes;
-    nodes.push_back(MakeNode(Role::kServer, "server0", 0));
-    nodes.push_back(MakeNode(Role::kServer, "server1", 1));
-    nodes.push_back(MakeNode(Role::kTrainer, "trainer0", 0));
-    ServerOptions o;
-    o.workers = 2;
-    o.stats_interval_ms = 0;
-    for (int s = 0; s < 2; ++s) servers_.push_back(std::make_unique<PsServer>(*nodes[s], o));
-    JoinAll(nodes);
-    nodes_ = std::move(nodes);
-    client_ = std::make_unique<PsClient>(*nodes_[2], Millis(10000));
-    TableSpec t;
-    t.id = kTable;
-    t.name = "rows";
-    t.kind = TableKind::kSparse;
-    t.dim = kDim;
-    t.optimizer.lr = 1.0f;
-    t.consistency = Consistency::kAsp;
-    ASSERT_TRUE(client_->CreateTable(t).ok());
-  }
-  void TearDown() override {
-    client_.reset();
-    for (auto& n : nodes_) (void)n->Leave(Millis(1000));
-    servers_.clear();
-  }
-
-  Status Push(const std::vector<uint64_t>& keys) {
-    const std::vector<float> ones(keys.size() * kDim, 1.0f);
-    PsTicket t = client_->Push(kTable, keys, ones.data());
-    return client_->Wait(t);
-  }
-  // Minus each key's first float: the pushes applied to it.
-  std::vector<float> Applied(const std::vector<uint64_t>& keys) {
-    std::vector<float> v(keys.size() * kDim);
-    PsTicket t = client_->Pull(kTable, keys, v.data());
-    EXPECT_TRUE(client_->Wait(t).ok());
-    std::vector<float> applied;
-    for (size_t i = 0; i < keys.size(); ++i) applied.push_back(-v[i * kDim]);
-    return applied;
-  }
-  nlohmann::json Stats(int server) { return nlohmann::json::parse(servers_[server]->StatsJson()); }
-  uint64_t Records(int server) {
-    uint64_t n = 0;
-    const nlohmann::json stats = Stats(server);
-    for (const auto& t : stats["tables"]) n += t.value("records", uint64_t{0});
-    return n;
-  }
-  // A key that server `server` holds in the job's first layout.
-  static uint64_t KeyOf(uint32_t server) {
-    uint64_t k = 1000;
-    while (SparseServer(k, 2) != server) ++k;
-    return k;
-  }
-
-  std::vector<std::unique_ptr<Node>> nodes_;  // server 0, server 1, trainer 0
-  std::vector<std::unique_ptr<PsServer>> servers_;
-  std::unique_ptr<PsClient> client_;
-};
+class ServerLeaveTest : public testing::ElasticPsTest {};
 
 TEST_F(ServerLeaveTest, APushOnTheOldLayoutIsRefusedAsMovedResentToTheNewOwnerAndAppliedOnce) {
   std::vector<uint64_t> keys(64);
@@ -130,26 +62,14 @@ TEST_F(ServerLeaveTest, APushOnTheOldLayoutIsRefusedAsMovedResentToTheNewOwnerAn
 
 TEST_F(ServerLeaveTest, PushIdsMoveWithTheRowsSoARetryAtTheNewOwnerIsADuplicate) {
   const uint64_t key = KeyOf(1);
-  Node& trainer = *nodes_[2];
-  auto push = [&](const std::string& to, uint64_t id) -> Status {
-    STRATA_ASSIGN_OR_RETURN(PeerId peer, trainer.rpc().Connect(to));
-    Message m;
-    auto p = m.builder().getBody().initPush();
-    p.setTable(kTable);
-    p.setPushId(id);
-    m.AddPayload(DType::kI64, {1}, Buffer::Copy(&key, sizeof(key)));
-    const std::vector<float> ones(kDim, 1.0f);
-    m.AddPayload(DType::kF32, {1, kDim}, Buffer::Copy(ones.data(), ones.size() * sizeof(float)));
-    return trainer.rpc().CallAndWait(peer, std::move(m), Millis(5000)).status();
-  };
-  const uint64_t id = (uint64_t{trainer.id()} << 40) | 77;
-  ASSERT_TRUE(push("mem://server1", id).ok());  // applied; pretend its reply was lost
+  const uint64_t id = (uint64_t{nodes_[2]->id()} << 40) | 77;
+  ASSERT_TRUE(PushWithId("mem://server1", key, id).ok());  // applied; pretend its reply was lost
   ASSERT_TRUE(servers_[1]->HandOver(Millis(5000)).ok());
-  ASSERT_TRUE(push("mem://server0", id).ok());  // the retry, at the key's new owner
+  ASSERT_TRUE(PushWithId("mem://server0", key, id).ok());  // the retry, at the key's new owner
   EXPECT_EQ(Stats(0)["duplicate_pushes"], 1);
   EXPECT_EQ(Applied({key})[0], 1.0f);
   // And the old owner refuses it as moved now.
-  Status s = push("mem://server1", id + 1);
+  Status s = PushWithId("mem://server1", key, id + 1);
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
   EXPECT_NE(s.message().find(kLayoutMoved), std::string::npos) << s.ToString();
 }

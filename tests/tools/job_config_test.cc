@@ -194,6 +194,27 @@ TEST(ConfigJobTest, PeerBoundsHaveDefaultsAndErrorsNameTheField) {
   }
 }
 
+TEST(ConfigJobTest, MigrateChunkMbIsPositiveAndFitsTheLargestMessage) {
+  auto defaults = LoadJobConfig("", {});
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  EXPECT_EQ(defaults->server.migrate_chunk_mb, 16.0);
+  auto small = LoadJobConfig("", {"server.migrate_chunk_mb=0.01"});
+  ASSERT_TRUE(small.ok()) << small.status().ToString();
+  EXPECT_EQ(small->server.migrate_chunk_mb, 0.01);
+  // The default follows a smaller transport.max_message_mb down.
+  auto followed = LoadJobConfig("", {"transport.max_message_mb=4"});
+  ASSERT_TRUE(followed.ok()) << followed.status().ToString();
+  EXPECT_EQ(followed->server.migrate_chunk_mb, 4.0);
+  auto over = LoadJobConfig("", {"transport.max_message_mb=4", "server.migrate_chunk_mb=8"});
+  EXPECT_THAT(over.status().message(),
+              HasSubstr("server.migrate_chunk_mb: 8 MiB exceeds transport.max_message_mb (4 MiB)"));
+  for (const char* bad : {"server.migrate_chunk_mb=0", "server.migrate_chunk_mb=-1", "server.migrate_chunk_mb=0.0001",
+                          "server.migrate_chunk_mb=x"}) {
+    auto r = LoadJobConfig("", {bad});
+    EXPECT_THAT(r.status().message(), HasSubstr("server.migrate_chunk_mb: expected")) << bad;
+  }
+}
+
 // Every example is one job file for every binary: the trainer's sections sit beside the
 // cluster's, and they are checked like any other.
 TEST(ConfigJobTest, TrainingExamplesLoadAndTrainerFieldsAreChecked) {
