@@ -10,6 +10,8 @@ namespace {
 constexpr uint32_t kMarker = 0xffffffffu;
 constexpr size_t kWord = 8;
 
+static_assert(BatchWriter::kHeaderBytes == 2 * kWord, "the marker word and the count word");
+
 size_t Padded(size_t n) { return (n + kWord - 1) / kWord * kWord; }
 
 void PutWord(std::byte*& out, uint32_t lo, uint32_t hi) {
@@ -22,7 +24,7 @@ void PutWord(std::byte*& out, uint32_t lo, uint32_t hi) {
 
 BatchWriter::BatchWriter() {
   bytes_.reserve(4096);
-  bytes_.resize(2 * kWord);
+  bytes_.resize(kHeaderBytes);
   std::byte* out = bytes_.data();
   PutWord(out, kMarker, kBatchVersion);
   PutWord(out, 0, 0);  // the message count, written by Finish

@@ -24,6 +24,9 @@ inline constexpr uint32_t kBatchVersion = 0x31304253;  // "SB01"
 // Builds one batch, a message at a time (copying its frames). A value; not thread-safe.
 class BatchWriter {
  public:
+  // The bytes of an empty batch (the marker and the message count).
+  static constexpr size_t kHeaderBytes = 16;
+
   BatchWriter();
   // The bytes Append(frames) adds.
   static size_t BytesOf(const Frames& frames);

@@ -186,6 +186,10 @@ Status ZmqTransport::Enqueue(Outgoing out) {
   for (const Buffer& f : out.frames) small = small && f.size() < kZeroCopyMinBytes;
   const size_t add = small ? BatchWriter::BytesOf(out.frames) : 0;
   const size_t max_bytes = std::min<size_t>(kMaxBatchBytes, static_cast<size_t>(MaxFrameBytes()));
+  // A message of many small frames may not fit in a batch at all: it goes as it is, frame by
+  // frame, each under max_message_mb (one batch frame of it could exceed that, and the peer's
+  // ZeroMQ would drop the connection at its header).
+  if (small && BatchWriter::kHeaderBytes + add > max_bytes) small = false;
   std::lock_guard lock(mu_);
   if (shut_down_) return Status::Cancelled("transport is shut down");
   if (out.peer != kNoPeer && out.peer >= next_peer_) {
@@ -226,14 +230,14 @@ Status ZmqTransport::Enqueue(Outgoing out) {
 Status ZmqTransport::Send(PeerId peer, Frames frames) {
   if (peer == kNoPeer) return Status::InvalidArgument("send to no peer");
   STRATA_RETURN_IF_ERROR(CheckFrameSizes(frames));
-  return Enqueue(Outgoing{peer, {}, std::move(frames)});
+  return Enqueue(Outgoing{peer, {}, std::move(frames), nullptr});
 }
 
 Status ZmqTransport::Reply(const Source& to, Frames frames) {
   if (to.from_peer()) return Send(to.peer, std::move(frames));
   if (to.route.empty()) return Status::InvalidArgument("reply without a route");
   STRATA_RETURN_IF_ERROR(CheckFrameSizes(frames));
-  return Enqueue(Outgoing{kNoPeer, to.route, std::move(frames)});
+  return Enqueue(Outgoing{kNoPeer, to.route, std::move(frames), nullptr});
 }
 
 void ZmqTransport::Shutdown() {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <filesystem>
 #include <cstring>
 #include <future>
@@ -313,6 +314,49 @@ TEST_P(TransportTest, ConcurrentSendersKeepPerThreadOrderExactlyOnce) {
     ASSERT_EQ(seen[t].size(), static_cast<size_t>(kMessages)) << "thread " << t;
     for (uint32_t i = 0; i < kMessages; ++i) ASSERT_EQ(seen[t][i], i) << "thread " << t;
   }
+}
+
+// A message of many frames, each under kZeroCopyMinBytes (so each one "small"), whose frames
+// add up to more than max_message_mb: batched, it would become one frame over the limit, which
+// the peer's ZeroMQ refuses by dropping the connection. It must go frame by frame, both ways.
+// Raw transports: the frames need no envelope.
+TEST_P(TransportTest, ManySmallFramesOverTheMessageLimitAreNotBatched) {
+  TransportOptions one_mb;
+  one_mb.max_message_mb = 1;
+  constexpr size_t kFrames = 80, kBytes = 15000;  // 1.2 MB in all, 15 kB each
+  auto frame = [](size_t i) { return std::string(kBytes, static_cast<char>('a' + i % 26)); };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Frames> received;  // by the server, then by the client
+  auto keep = [&](Frames frames) {
+    std::lock_guard lock(mu);
+    received.push_back(std::move(frames));
+    cv.notify_all();
+  };
+  auto server = Make(one_mb);
+  auto client = Make(one_mb);
+  server->SetReceiver([&](Source from, Frames frames) {
+    ASSERT_TRUE(server->Reply(from, frames).ok());  // the same frames back
+    keep(std::move(frames));
+  });
+  client->SetReceiver([&](Source, Frames frames) { keep(std::move(frames)); });
+  auto address = server->Bind(BindEndpoint(GetParam()));
+  ASSERT_TRUE(address.ok()) << address.status().ToString();
+  auto peer = client->Connect(*address);
+  ASSERT_TRUE(peer.ok()) << peer.status().ToString();
+  Frames frames;
+  for (size_t i = 0; i < kFrames; ++i) frames.push_back(Buffer::Copy(frame(i)));
+  ASSERT_TRUE(client->Send(*peer, std::move(frames)).ok());
+  std::unique_lock lock(mu);
+  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return received.size() == 2; }))
+      << received.size() << " of 2 deliveries";
+  for (const Frames& got : received) {
+    ASSERT_EQ(got.size(), kFrames);
+    for (size_t i = 0; i < kFrames; ++i) EXPECT_EQ(got[i].view(), frame(i)) << "frame " << i;
+  }
+  lock.unlock();
+  server->Shutdown();
+  client->Shutdown();
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTransports, TransportTest, ::testing::Values("tcp", "ipc", "mem"),
