@@ -3,7 +3,9 @@
 
 #include <kj/exception.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -74,29 +76,35 @@ constexpr uint16_t kAggregateCount = 2;
 // ---------------------------------------------------------------------------------------------
 // Message
 
-struct Message::Incoming {
-  Buffer frame;                   // keeps the envelope bytes alive when used in place
-  kj::Array<capnp::word> copy;    // used when the frame was not word-aligned
-  kj::ArrayPtr<const capnp::word> words;  // the envelope, in the frame or in `copy`
-  std::unique_ptr<capnp::FlatArrayMessageReader> reader;
+struct Message::Arena {
+  // The first segment, zeroed as MallocMessageBuilder requires of one it is given (it zeroes
+  // what it used again when destroyed). Word 0 is not the builder's: Encode writes the segment
+  // table there, in front of the segment, so that the two are one contiguous frame.
+  alignas(capnp::word) uint64_t words[kArenaWords] = {};
+  capnp::MallocMessageBuilder builder{
+      kj::arrayPtr(reinterpret_cast<capnp::word*>(words) + 1, kArenaWords - 1)};
 };
 
-Message::Message() : builder_(std::make_unique<capnp::MallocMessageBuilder>(64)) {
-  builder_->initRoot<wire::Envelope>();
-}
-Message::Message(std::unique_ptr<Incoming> incoming, Frames payloads)
-    : incoming_(std::move(incoming)), payloads_(std::move(payloads)) {}
+struct Message::Incoming {
+  kj::Array<capnp::word> copy;    // used when the frame was not word-aligned
+  kj::ArrayPtr<const capnp::word> words;  // the envelope, in the frame or in `copy`
+  std::optional<capnp::FlatArrayMessageReader> reader;
+};
+
+Message::Message() : arena_(std::make_shared<Arena>()) { arena_->builder.initRoot<wire::Envelope>(); }
+Message::Message(std::unique_ptr<Incoming> incoming, Frames frames)
+    : incoming_(std::move(incoming)), frames_(std::move(frames)) {}
 Message::Message(Message&&) noexcept = default;
 Message& Message::operator=(Message&&) noexcept = default;
 Message::~Message() = default;
 
 wire::Envelope::Builder Message::builder() {
-  STRATA_CHECK(builder_ != nullptr) << "builder() on a received message";
-  return builder_->getRoot<wire::Envelope>();
+  STRATA_CHECK(arena_ != nullptr) << "builder() on a received (or encoded) message";
+  return arena_->builder.getRoot<wire::Envelope>();
 }
 
 wire::Envelope::Reader Message::reader() const {
-  if (builder_) return builder_->getRoot<wire::Envelope>().asReader();
+  if (arena_) return arena_->builder.getRoot<wire::Envelope>().asReader();
   return incoming_->reader->getRoot<wire::Envelope>();
 }
 
@@ -117,7 +125,7 @@ void Message::AddPayload(DType dtype, const std::vector<int64_t>& shape, Buffer 
   auto env = builder();
   // Cap'n Proto lists cannot grow: rebuild the descriptor list one longer.
   auto old = env.getPayloads().asReader();
-  auto orphan = builder_->getOrphanage().newOrphan<capnp::List<wire::PayloadDesc>>(old.size() + 1);
+  auto orphan = arena_->builder.getOrphanage().newOrphan<capnp::List<wire::PayloadDesc>>(old.size() + 1);
   auto list = orphan.get();
   for (unsigned i = 0; i < old.size(); ++i) list.setWithCaveats(i, old[i]);
   auto desc = list[old.size()];
@@ -126,7 +134,8 @@ void Message::AddPayload(DType dtype, const std::vector<int64_t>& shape, Buffer 
   for (unsigned i = 0; i < shape.size(); ++i) dims.set(i, static_cast<uint64_t>(shape[i]));
   desc.setByteSize(buffer.size());
   env.adoptPayloads(std::move(orphan));
-  payloads_.push_back(std::move(buffer));
+  if (frames_.empty()) frames_.emplace_back();  // the envelope's slot
+  frames_.push_back(std::move(buffer));
 }
 
 void Message::AddBytes(Buffer buffer) {
@@ -136,7 +145,7 @@ void Message::AddBytes(Buffer buffer) {
 
 PayloadInfo Message::payload_info(size_t i) const {
   auto desc = reader().getPayloads()[static_cast<unsigned>(i)];
-  PayloadInfo info{static_cast<DType>(desc.getDtype()), {}, &payloads_.at(i)};
+  PayloadInfo info{static_cast<DType>(desc.getDtype()), {}, &frames_.at(i + 1)};
   for (uint64_t d : desc.getShape()) info.shape.push_back(static_cast<int64_t>(d));
   return info;
 }
@@ -161,20 +170,47 @@ Message Message::MakeErrorReply(uint32_t sender, const Status& error) const {
 // ---------------------------------------------------------------------------------------------
 // Encode
 
+namespace {
+
+Buffer FlatEnvelope(capnp::MessageBuilder& builder) {
+  auto owned = std::make_shared<kj::Array<capnp::word>>(capnp::messageToFlatArray(builder));
+  return Buffer(owned->begin(), owned->size() * sizeof(capnp::word), owned);
+}
+
+Buffer CopyEnvelope(const Message& message) {
+  capnp::MallocMessageBuilder copy;
+  copy.setRoot(message.reader());
+  return FlatEnvelope(copy);
+}
+
+}  // namespace
+
 Frames Encode(Message& message) {
-  kj::Array<capnp::word> words;
-  if (message.builder_) {
-    words = capnp::messageToFlatArray(*message.builder_);
-  } else {  // re-sending a received message: copy its envelope into a fresh builder
-    capnp::MallocMessageBuilder copy;
-    copy.setRoot(message.reader());
-    words = capnp::messageToFlatArray(copy);
-  }
-  auto owned = std::make_shared<kj::Array<capnp::word>>(std::move(words));
   Frames frames;
-  frames.reserve(1 + message.payloads_.size());
-  frames.emplace_back(owned->begin(), owned->size() * sizeof(capnp::word), owned);
-  for (const Buffer& p : message.payloads_) frames.push_back(p);
+  frames.reserve(std::max<size_t>(1, message.frames_.size()));
+  frames.push_back(message.arena_ ? FlatEnvelope(message.arena_->builder) : CopyEnvelope(message));
+  for (size_t i = 1; i < message.frames_.size(); ++i) frames.push_back(message.frames_[i]);
+  return frames;
+}
+
+Frames Encode(Message&& message) {
+  if (!message.arena_) return Encode(message);  // re-sending a received message
+  Message::Arena& arena = *message.arena_;
+  auto segments = arena.builder.getSegmentsForOutput();
+  const auto* first = reinterpret_cast<const capnp::word*>(arena.words) + 1;
+  Buffer envelope;
+  if (segments.size() == 1 && segments[0].begin() == first) {
+    // The flat-array form of a one-segment message: (segments - 1, words) then the segment.
+    const auto words = static_cast<uint32_t>(segments[0].size());
+    arena.words[0] = uint64_t{words} << 32;  // little-endian: u32 0, then u32 words
+    envelope = Buffer(arena.words, (1 + words) * sizeof(capnp::word), std::move(message.arena_));
+  } else {
+    envelope = FlatEnvelope(arena.builder);
+    message.arena_.reset();
+  }
+  Frames frames = std::move(message.frames_);
+  if (frames.empty()) frames.emplace_back();
+  frames[0] = std::move(envelope);
   return frames;
 }
 
@@ -353,7 +389,6 @@ Status CheckPayloads(capnp::List<wire::PayloadDesc>::Reader descs, const Frames&
 // Opens the envelope frame as a Cap'n Proto reader (in place when word-aligned).
 std::unique_ptr<Message::Incoming> OpenEnvelope(const Buffer& frame, const WireLimits& limits) {
   auto in = std::make_unique<Message::Incoming>();
-  in->frame = frame;
   const size_t nwords = frame.size() / sizeof(capnp::word);
   kj::ArrayPtr<const capnp::word> words;
   if (reinterpret_cast<uintptr_t>(frame.data()) % alignof(capnp::word) == 0) {
@@ -370,7 +405,7 @@ std::unique_ptr<Message::Incoming> OpenEnvelope(const Buffer& frame, const WireL
   options.traversalLimitInWords = 4 * nwords + 1024;
   options.nestingLimit = 16;
   (void)limits;
-  in->reader = std::make_unique<capnp::FlatArrayMessageReader>(words, options);
+  in->reader.emplace(words, options);
   return in;
 }
 
@@ -415,8 +450,7 @@ Result<Message> Decode(Frames frames, const WireLimits& limits) {
     capnp::ReaderOptions unlimited;
     unlimited.traversalLimitInWords = std::numeric_limits<uint64_t>::max();
     unlimited.nestingLimit = 16;
-    incoming->reader = std::make_unique<capnp::FlatArrayMessageReader>(incoming->words, unlimited);
-    frames.erase(frames.begin());
+    incoming->reader.emplace(incoming->words, unlimited);
     return Message(std::move(incoming), std::move(frames));
   } catch (const kj::Exception& e) {
     return Status::Corruption(std::string("malformed envelope: ") + e.getDescription().cStr());

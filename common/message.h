@@ -42,6 +42,9 @@ struct PayloadInfo {
 
 // One message. Outgoing messages are built with builder(); incoming ones come from Decode()
 // and are read with reader(). Movable, not copyable (like the zmq messages it becomes).
+// An outgoing message is built in one allocation (its Arena: a Cap'n Proto builder whose first
+// segment, kArenaWords words, sits beside it); Encode(std::move(m)) hands that segment out as
+// the envelope frame without copying it when the envelope fits.
 class Message {
  public:
   Message();  // an empty outgoing message (body = empty)
@@ -49,7 +52,10 @@ class Message {
   Message& operator=(Message&&) noexcept;
   ~Message();
 
-  bool is_outgoing() const { return builder_ != nullptr; }
+  // Words of an outgoing message's first segment, one of them the segment table.
+  static constexpr size_t kArenaWords = 64;
+
+  bool is_outgoing() const { return arena_ != nullptr; }
   wire::Envelope::Builder builder();  // outgoing only
   wire::Envelope::Reader reader() const;
 
@@ -65,8 +71,8 @@ class Message {
   void AddPayload(DType dtype, const std::vector<int64_t>& shape, Buffer buffer);
   // Appends a 1-D u8 payload.
   void AddBytes(Buffer buffer);
-  size_t num_payloads() const { return payloads_.size(); }
-  const Buffer& payload(size_t i) const { return payloads_.at(i); }
+  size_t num_payloads() const { return frames_.empty() ? 0 : frames_.size() - 1; }
+  const Buffer& payload(size_t i) const { return frames_.at(i + 1); }
   PayloadInfo payload_info(size_t i) const;
 
   // Builds the reply skeleton for this request (same request id, is_reply set).
@@ -74,20 +80,27 @@ class Message {
   // A reply carrying an error Status (body empty).
   Message MakeErrorReply(uint32_t sender, const Status& error) const;
 
+  struct Arena;     // an outgoing envelope (codec internal)
   struct Incoming;  // a received envelope (codec internal)
 
  private:
   friend Frames Encode(Message& message);
+  friend Frames Encode(Message&& message);
   friend Result<Message> Decode(Frames frames, const WireLimits& limits);
-  Message(std::unique_ptr<Incoming> incoming, Frames payloads);
+  Message(std::unique_ptr<Incoming> incoming, Frames frames);
 
-  std::unique_ptr<capnp::MallocMessageBuilder> builder_;
+  std::shared_ptr<Arena> arena_;
   std::unique_ptr<Incoming> incoming_;
-  Frames payloads_;
+  Frames frames_;  // [0]: the envelope (empty until encoded, for an outgoing message); payloads
 };
 
-// Serialises the envelope into frame 0 and appends the payload frames (no copies of payloads).
+// Serialises the envelope into frame 0 and appends the payload frames (no copies of payloads);
+// the message is left as it was.
 Frames Encode(Message& message);
+// The same, consuming the message: its envelope frame is the builder's own segment (no copy)
+// when the envelope fits in it, and its payload frames are moved, not copied. The transports'
+// hot path.
+Frames Encode(Message&& message);
 
 // Parses and validates frames. Never throws, never crashes on any input.
 Result<Message> Decode(Frames frames, const WireLimits& limits = {});

@@ -83,14 +83,15 @@ struct RpcCore {
   }
 
   void SendReply(const Source& to, Message reply) {
-    Status s = transport->Reply(to, Encode(reply));
+    const uint64_t id = reply.request_id();
+    const bool error_reply = !reply.status().ok();
+    Status s = transport->Reply(to, Encode(std::move(reply)));
     if (s.ok()) return;
     spdlog::debug("rpc: reply not sent: {}", s.ToString());
     // A reply the transport refuses (a frame over transport.max_message_mb) becomes an error
     // reply naming why, so the caller learns it now rather than at its deadline.
-    if (s.code() == StatusCode::kInvalidArgument && reply.status().ok()) {
-      Message error = ErrorReply(reply.request_id(), s.WithContext("the reply"));
-      (void)transport->Reply(to, Encode(error));
+    if (s.code() == StatusCode::kInvalidArgument && !error_reply) {
+      (void)transport->Reply(to, Encode(ErrorReply(id, s.WithContext("the reply"))));
     }
   }
 
@@ -277,7 +278,7 @@ void RpcEndpoint::Start(PeerId peer, Message request, std::shared_ptr<CallState>
     // Most calls time out later than the timer looks anyway: only earlier ones wake it.
     if (deadline < core_->timer_wakes_at) core_->timer_cv.notify_one();
   }
-  Status s = core_->transport->Send(peer, Encode(request));
+  Status s = core_->transport->Send(peer, Encode(std::move(request)));
   if (!s.ok()) {
     if (auto st = core_->Take(id)) st->Complete(s.WithContext(std::string(OpName(op))));
   }
@@ -308,7 +309,7 @@ Status RpcEndpoint::Notify(PeerId peer, Message message) {
   b.setRequestId(0);
   b.setIsReply(false);
   b.setSender(core_->node_id.load());
-  return core_->transport->Send(peer, Encode(message));
+  return core_->transport->Send(peer, Encode(std::move(message)));
 }
 
 void RpcEndpoint::FailCallsTo(PeerId peer, const Status& status) {

@@ -5,6 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <zmq_addon.hpp>
@@ -181,13 +182,43 @@ Result<PeerId> ZmqTransport::Connect(const std::string& address) {
 }
 
 Status ZmqTransport::Enqueue(Outgoing out) {
+  bool small = true;
+  for (const Buffer& f : out.frames) small = small && f.size() < kZeroCopyMinBytes;
+  const size_t add = small ? BatchWriter::BytesOf(out.frames) : 0;
+  const size_t max_bytes = std::min<size_t>(kMaxBatchBytes, static_cast<size_t>(MaxFrameBytes()));
+  // A message of many small frames may not fit in a batch at all: it goes as it is, frame by
+  // frame, each under max_message_mb (one batch frame of it could exceed that, and the peer's
+  // ZeroMQ would drop the connection at its header).
+  if (small && BatchWriter::kHeaderBytes + add > max_bytes) small = false;
   std::lock_guard lock(mu_);
   if (shut_down_) return Status::Cancelled("transport is shut down");
   if (out.peer != kNoPeer && out.peer >= next_peer_) {
     return Status::InvalidArgument("unknown peer " + std::to_string(out.peer));
   }
   const bool was_empty = outbox_.empty();
-  outbox_.push_back(std::move(out));
+  // This destination's open batch, if any (few destinations are in flight at once).
+  auto open = std::find_if(open_batches_.begin(), open_batches_.end(), [&](size_t i) {
+    return outbox_[i].peer == out.peer && outbox_[i].route == out.route;
+  });
+  if (!small) {
+    if (open != open_batches_.end()) open_batches_.erase(open);  // later messages queue after this one
+    outbox_.push_back(std::move(out));
+  } else {
+    if (open != open_batches_.end()) {
+      const BatchWriter& b = *outbox_[*open].batch;
+      if (b.messages() == kMaxBatchMessages || b.bytes() + add > max_bytes) {
+        open_batches_.erase(open);
+        open = open_batches_.end();
+      }
+    }
+    if (open == open_batches_.end()) {
+      outbox_.push_back(Outgoing{out.peer, out.route, {}, std::make_unique<BatchWriter>()});
+      open_batches_.push_back(outbox_.size() - 1);
+      open = open_batches_.end() - 1;
+    }
+    // Copied here, so that the message's memory goes back to the allocator on this thread.
+    outbox_[*open].batch->Append(out.frames);
+  }
   // One wake-up per batch: the I/O thread takes the whole outbox each time it wakes. A handler
   // replying on the I/O thread needs none: Run() takes the outbox before it polls again.
   if (was_empty && std::this_thread::get_id() != io_thread_.get_id()) {
@@ -199,14 +230,14 @@ Status ZmqTransport::Enqueue(Outgoing out) {
 Status ZmqTransport::Send(PeerId peer, Frames frames) {
   if (peer == kNoPeer) return Status::InvalidArgument("send to no peer");
   STRATA_RETURN_IF_ERROR(CheckFrameSizes(frames));
-  return Enqueue(Outgoing{peer, {}, std::move(frames)});
+  return Enqueue(Outgoing{peer, {}, std::move(frames), nullptr});
 }
 
 Status ZmqTransport::Reply(const Source& to, Frames frames) {
   if (to.from_peer()) return Send(to.peer, std::move(frames));
   if (to.route.empty()) return Status::InvalidArgument("reply without a route");
   STRATA_RETURN_IF_ERROR(CheckFrameSizes(frames));
-  return Enqueue(Outgoing{kNoPeer, to.route, std::move(frames)});
+  return Enqueue(Outgoing{kNoPeer, to.route, std::move(frames), nullptr});
 }
 
 void ZmqTransport::Shutdown() {
@@ -238,10 +269,10 @@ void ZmqTransport::Shutdown() {
 }
 
 void ZmqTransport::TakeCommands() {
-  std::vector<Outgoing> outbox;
   {
     std::lock_guard lock(mu_);
-    outbox.swap(outbox_);
+    taken_.swap(outbox_);
+    open_batches_.clear();
     if (new_router_) router_.socket = std::move(new_router_);
     for (auto& [id, socket] : new_links_) {
       if (links_.size() <= id) links_.resize(id + 1);
@@ -249,16 +280,23 @@ void ZmqTransport::TakeCommands() {
     }
     new_links_.clear();
   }
-  for (Outgoing& out : outbox) {
+  if (taken_.empty()) return;
+  for (Outgoing& out : taken_) {
+    if (out.batch) {
+      out.frames.push_back(out.batch->Finish());
+      out.batch.reset();
+    }
     if (out.peer == kNoPeer) {
       if (!router_.socket) continue;  // a reply needs the socket its request came in on
-      if (!router_.backlog.empty() || !TrySend(*router_.socket, out)) {
-        router_.backlog.push_back(std::move(out));
-      }
+      router_.backlog.push_back(std::move(out));
     } else {
-      Link& link = links_[out.peer];
-      if (!link.backlog.empty() || !TrySend(*link.socket, out)) link.backlog.push_back(std::move(out));
+      links_[out.peer].backlog.push_back(std::move(out));
     }
+  }
+  taken_.clear();
+  if (router_.socket) Flush(router_);
+  for (Link& link : links_) {
+    if (link.socket) Flush(link);
   }
 }
 
@@ -288,6 +326,20 @@ void ZmqTransport::Flush(Link& link) {
   }
 }
 
+void ZmqTransport::DeliverBatch(const Source& source, zmq::message_t&& batch) {
+  auto messages = UnpackBatch(FromZmq(std::move(batch)), kMaxBatchMessages);
+  if (!messages.ok()) {
+    if (const LogLimiter::Tick tick = bad_batches_.Count(); tick.log) {
+      spdlog::warn("transport: dropped a malformed batch from {}: {}; {} dropped in all, {} since the last warning",
+                   source.from_peer() ? "peer " + std::to_string(source.peer) : std::string("a requester"),
+                   messages.status().ToString(), tick.total, tick.since);
+    }
+    return;
+  }
+  if (!receiver_) return;
+  for (Frames& frames : *messages) receiver_(source, std::move(frames));
+}
+
 void ZmqTransport::Drain(zmq::socket_t& socket, PeerId peer) {
   // Bounded so one busy socket cannot starve the others.
   std::vector<zmq::message_t>& parts = parts_;  // reused: no allocation per message
@@ -302,6 +354,10 @@ void ZmqTransport::Drain(zmq::socket_t& socket, PeerId peer) {
       first = 1;
     } else {
       source.peer = peer;
+    }
+    if (parts.size() == first + 1 && IsBatch(Buffer(parts[first].data(), parts[first].size(), nullptr))) {
+      DeliverBatch(source, std::move(parts[first]));
+      continue;
     }
     Frames frames;
     frames.reserve(parts.size() - first);

@@ -1,8 +1,19 @@
 // zmq_transport.h: ZmqTransport, the ZeroMQ Transport. One I/O thread owns every socket: the
 // bound ROUTER that receives requests, one DEALER per connected peer (replies come back on it),
-// and an inproc PULL that other threads use to wake it when they queue frames. Payloads of
+// and an inproc PULL that other threads use to wake it when they queue frames (one wake-up per
+// batch of queued messages, none for a reply queued on the I/O thread itself). Payloads of
 // kZeroCopyMinBytes or more are handed to ZeroMQ without copying; their owner is released when
-// ZeroMQ has written them.
+// ZeroMQ has written them. Small messages (every frame under kZeroCopyMinBytes) are copied
+// into a batch (frame_batch.h) on the caller's thread as they are queued, one open batch per
+// link (or, on the ROUTER, per route), up to kMaxBatchMessages and kMaxBatchBytes; the I/O
+// thread sends each batch as one ZeroMQ message, and the receiving transport hands its messages
+// to its receiver one by one, in order. So ZeroMQ's per-message cost is paid per batch, and a
+// message's own memory (its envelope, its frame vector) is released on the thread that made it,
+// where the allocator recycles it cheaply. A message with a larger frame closes its link's open
+// batch and goes out as it is, after it.
+// Why not send from the caller's thread: a DEALER also receives the replies to what it sends,
+// on the I/O thread, and a ZeroMQ socket must not be used by two threads at once; and a queue is
+// what lets small messages leave in batches.
 // With options.curve set, the ROUTER is a CURVE server (options.curve.server) and every DEALER a
 // CURVE client (options.curve.client); the I/O thread also answers ZeroMQ's authentication
 // requests (ZAP, RFC 27) on inproc://zeromq.zap.01 in this transport's context, accepting only
@@ -22,6 +33,7 @@
 
 #include <zmq.hpp>
 
+#include "common/frame_batch.h"
 #include "common/log_limiter.h"
 #include "common/transport.h"
 
@@ -30,6 +42,10 @@ namespace strata {
 class ZmqTransport final : public Transport {
  public:
   static constexpr size_t kZeroCopyMinBytes = 16 * 1024;
+  // Batching: messages whose frames are all smaller than kZeroCopyMinBytes, at most this many
+  // in one batch, whose frames take at most this many bytes (bounded by max_message_mb, too).
+  static constexpr size_t kMaxBatchMessages = 1024;
+  static constexpr size_t kMaxBatchBytes = 256 * 1024;
 
   explicit ZmqTransport(const TransportOptions& options);
   ~ZmqTransport() override;
@@ -46,6 +62,7 @@ class ZmqTransport final : public Transport {
     PeerId peer = kNoPeer;  // kNoPeer: goes out of the ROUTER along `route`
     std::string route;
     Frames frames;
+    std::unique_ptr<BatchWriter> batch;  // an open batch (frames empty until the I/O thread takes it)
   };
   struct Link {
     std::unique_ptr<zmq::socket_t> socket;
@@ -58,6 +75,8 @@ class ZmqTransport final : public Transport {
   // Tries to send; false if the socket's queue is full (then the caller keeps it for later).
   bool TrySend(zmq::socket_t& socket, Outgoing& out);
   void Flush(Link& link);
+  // Hands a received batch's messages to the receiver (a bad batch is dropped and logged).
+  void DeliverBatch(const Source& source, zmq::message_t&& batch);
   void Drain(zmq::socket_t& socket, PeerId peer);
   void ConfigureSocket(zmq::socket_t& socket);
   // options_.max_message_mb in bytes, and InvalidArgument naming it for a larger frame.
@@ -71,7 +90,8 @@ class ZmqTransport final : public Transport {
   Receiver receiver_;
 
   std::mutex mu_;  // guards the fields down to the blank line (shared with callers)
-  std::vector<Outgoing> outbox_;
+  std::vector<Outgoing> outbox_;  // swapped with taken_, so that both keep their capacity
+  std::vector<size_t> open_batches_;  // indices into outbox_ of batches still taking messages
   std::vector<std::pair<PeerId, std::unique_ptr<zmq::socket_t>>> new_links_;
   std::unique_ptr<zmq::socket_t> new_router_;
   std::unordered_map<std::string, PeerId> peer_by_address_;
@@ -83,6 +103,7 @@ class ZmqTransport final : public Transport {
   std::string ipc_file_;
 
   // I/O thread only.
+  std::vector<Outgoing> taken_;
   zmq::socket_t wake_pull_;
   Link router_;
   std::vector<Link> links_;  // indexed by PeerId
@@ -90,6 +111,7 @@ class ZmqTransport final : public Transport {
   std::unique_ptr<zmq::socket_t> zap_;  // CURVE only: the ZAP handler's REP socket
   std::unordered_set<std::string> authorized_;  // CURVE client public keys, 32 bytes each
   LogLimiter refusals_;
+  LogLimiter bad_batches_;
 
   std::atomic<bool> stop_{false};
   std::thread io_thread_;

@@ -1,5 +1,5 @@
-// server.cc: PsServer: workers, tables, validation, pushes and pulls (clocks in
-// server_clocks.cc, statistics in server_stats.cc).
+// server.cc: PsServer: tables, validation, pushes and pulls (workers in server_workers.cc,
+// clocks in server_clocks.cc, statistics in server_stats.cc).
 #include "ps/server.h"
 
 #include <spdlog/spdlog.h>
@@ -106,16 +106,6 @@ PsServer::PsServer(Node& node, ServerOptions options, StoreFactory store_factory
   }
 }
 
-void PsServer::StartWorkers(int workers) {
-  // The last one handles migrate and migrateRows only: a leaving server serves the chunks its
-  // receivers ask for while pushes wait on its freeze on the other workers.
-  for (int i = 0; i < std::max(1, workers) + 1; ++i) {
-    workers_.push_back(std::make_unique<Worker>());
-    Worker* w = workers_.back().get();
-    w->thread = std::thread([this, w] { RunWorker(*w); });
-  }
-}
-
 PsServer::~PsServer() {
   {
     std::lock_guard lock(event_guard_->mu);  // waits out an event being handled
@@ -138,32 +128,6 @@ PsServer::~PsServer() {
   // Forwards still in flight complete now, while this server exists (their callbacks use it).
   std::lock_guard lock(forward_mu_);
   if (replica_ && replica_->peer != kNoPeer) node_.rpc().FailCallsTo(replica_->peer, Status::Cancelled("the server is stopping"));
-}
-
-void PsServer::Dispatch(Request request) {
-  if (!RouteToBackup(request)) return;
-  // One queue per sender keeps each trainer's requests in order (pushes before its clock).
-  const Op op = request.message().op();
-  Worker& w = op == Op::MIGRATE || op == Op::MIGRATE_ROWS
-                  ? *workers_.back()
-                  : *workers_[request.message().sender() % (workers_.size() - 1)];
-  ++queued_;
-  std::lock_guard lock(w.mu);
-  w.queue.push_back(std::move(request));
-  w.cv.notify_one();
-}
-
-void PsServer::RunWorker(Worker& w) {
-  while (true) {
-    std::unique_lock lock(w.mu);
-    w.cv.wait(lock, [&] { return stop_ || !w.queue.empty(); });
-    if (stop_) return;
-    Request r = std::move(w.queue.front());
-    w.queue.pop_front();
-    lock.unlock();
-    --queued_;
-    Handle(r);
-  }
 }
 
 void PsServer::Handle(Request& request) {

@@ -14,8 +14,11 @@
 //   Dense pulls are answered with reference-counted snapshots of the chunks
 //           (dense_snapshots.h): no copy for a chunk not updated since its last pull, and never a
 //           half-applied update.
-// Requests from one sender are handled in order (one worker queue per sender), so a trainer's
-// clock message is processed after its pushes. Every request is validated completely before
+// Requests from one sender are handled in order where it matters (ps/sender_lanes.h): its
+// pushes and pulls of one key (a dense chunk) run on several workers at once, key by key in
+// order, so the chunks of one dense push are applied in parallel while the next ones arrive;
+// anything else (a clock, a push of many keys) waits for everything before it, so a trainer's
+// clock message is processed after its pushes. The receive thread only queues. Every request is validated completely before
 // anything is applied: a bad one gets an error reply and changes nothing.
 //
 // Replication (options.replication = backup; ps/replication.h): this server holds shard `rank`
@@ -51,6 +54,7 @@
 #include "ps/read_ahead.h"
 #include "ps/recent_ids.h"
 #include "ps/replication.h"
+#include "ps/sender_lanes.h"
 #include "ps/server_options.h"
 #include "ps/table.h"
 
@@ -149,10 +153,16 @@ class PsServer {
     const uint32_t origin = m.reader().getOrigin();
     return origin != kUnassignedNode ? origin : m.sender();
   }
+  struct Queued {
+    Request request;
+    uint32_t sender;  // as SenderLanes knows it
+    bool keyed;
+    bool laned = true;  // false: migrate and migrateRows, on the last worker outside the lanes
+  };
   struct Worker {
     std::mutex mu;
     std::condition_variable cv;
-    std::deque<Request> queue;
+    std::deque<Queued> queue;
     std::thread thread;
   };
 
@@ -168,6 +178,7 @@ class PsServer {
   PsServer(Node& node, ServerOptions options, StoreFactory store_factory, uint32_t shard, ShardRole role);
   void StartWorkers(int workers);
   void Dispatch(Request request);
+  void Enqueue(SenderLanes<Queued>::Ready ready);
   void RunWorker(Worker& w);
   void Handle(Request& request);
   // The requests that change state: the reply, or the error that changed nothing.
@@ -345,6 +356,7 @@ class PsServer {
   std::shared_ptr<EventGuard> event_guard_ = std::make_shared<EventGuard>();
 
   std::vector<std::unique_ptr<Worker>> workers_;
+  std::unique_ptr<SenderLanes<Queued>> lanes_;  // which worker runs what, made with workers_
   // Declared after tables_: it stops (and its reads of their stores end) before they go.
   ReadAhead read_ahead_;
   std::atomic<bool> stop_{false};
