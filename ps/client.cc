@@ -198,10 +198,24 @@ Status PsClient::CreateTable(const TableSpec& spec) {
                                         std::to_string(layout_.base) + " servers (cluster.servers)");
     }
   }
+  // Servers serving a checkpoint answer with its spec: its dense placement (chosen for the
+  // servers that trained it) is where the chunks are, and every server must say the same.
+  auto served = std::make_shared<std::optional<uint32_t>>();
+  auto adopt = [served](const Message& reply) -> Status {
+    auto body = reply.reader().getBody();
+    if (body.which() != wire::Envelope::Body::CREATE_TABLE) return Status::OK();
+    const uint32_t placement = body.getCreateTable().getPlacement();
+    if (served->has_value() && **served != placement) {
+      return Status::Internal("the servers answered dense placements " + std::to_string(**served) + " and " +
+                              std::to_string(placement) + " for one served table");
+    }
+    *served = placement;
+    return Status::OK();
+  };
   PsTicket ticket;
   for (uint32_t s = 0; s < servers_.size(); ++s) {
     if (layout_.Left(s)) continue;  // an elastic server that left holds nothing
-    PsTicket::Part part(s, nullptr, [spec] {
+    PsTicket::Part part(s, adopt, [spec] {
                           Message m;
                           ToWire(spec, m.builder().getBody().initCreateTable());
                           return m;
@@ -211,6 +225,7 @@ Status PsClient::CreateTable(const TableSpec& spec) {
   }
   STRATA_RETURN_IF_ERROR(Wait(ticket).WithContext("creating table \"" + spec.name + "\""));
   tables_[spec.id] = spec;
+  if (served->has_value()) tables_[spec.id].placement = **served;
   return Status::OK();
 }
 

@@ -185,8 +185,12 @@ Result<Message> PsServer::CreateTable(const Request& request) {
   TableSpec spec = FromWire(request.message().reader().getBody().getCreateTable());
   STRATA_RETURN_IF_ERROR(spec.Validate());
   if (!serving_.empty()) {
-    STRATA_RETURN_IF_ERROR(CheckServedTable(spec));
-    return request.MakeReply();
+    // The served spec is the authority: its dense placement, chosen for the servers that
+    // trained it, is where these servers hold the chunks now; the trainer routes by it.
+    STRATA_ASSIGN_OR_RETURN(const TableSpec served, ServedTable(spec));
+    Message reply = request.MakeReply();
+    ToWire(served, reply.builder().getBody().initCreateTable());
+    return reply;
   }
   if (options_.replication == Replication::kBackup && spec.consistency == Consistency::kBsp) {
     return Status::FailedPrecondition(

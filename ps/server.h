@@ -270,8 +270,9 @@ class PsServer {
   }
   // Writes this server's shard of every table into the checkpoint the request names.
   void HandleSaveTables(Request& request);
-  // createTable while serving a checkpoint: the spec must describe a loaded table.
-  Status CheckServedTable(const TableSpec& spec) const;
+  // createTable while serving a checkpoint: the served checkpoint's spec of `spec`'s table,
+  // when their records agree.
+  Result<TableSpec> ServedTable(const TableSpec& spec) const;
   void OnNodeEvent(const NodeEvent& event);
   void LogStats();
   // Makes the table (its store through the factory). Expects tables_mu_ held exclusively.

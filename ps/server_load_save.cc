@@ -65,7 +65,7 @@ Status PsServer::LoadCheckpoint(const std::string& checkpoint, uint32_t rank, ui
   return Status::OK();
 }
 
-Status PsServer::CheckServedTable(const TableSpec& spec) const {
+Result<TableSpec> PsServer::ServedTable(const TableSpec& spec) const {
   std::shared_lock lock(tables_mu_);
   auto it = tables_.find(spec.id);
   if (it == tables_.end()) {
@@ -78,7 +78,7 @@ Status PsServer::CheckServedTable(const TableSpec& spec) const {
     return Status::InvalidArgument("table " + std::to_string(spec.id) + ": this job's is " + Layout(spec) +
                                    ", the served checkpoint " + serving_ + " has " + Layout(it->second->spec));
   }
-  return Status::OK();
+  return it->second->spec;
 }
 
 }  // namespace strata
