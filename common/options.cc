@@ -44,8 +44,9 @@ void Bind(config::Binder& b, ClusterOptions& o) {
           "port+1+servers+r (docs/metrics.md); 0: off")
       .Range(0, 65535);
   b.Field("elastic", o.elastic,
-          "trainers (ps mode, asp or ssp) and servers may join a running job with --join, and trainers "
-          "leave it on SIGTERM; trainers lease their data split from the scheduler (docs/reliability.md)");
+          "trainers (ps mode) and servers (asp, ssp) may join a running job with --join, and leave it on "
+          "SIGTERM; trainers lease their data split from the scheduler, and a bsp clock waits for the "
+          "trainers of its step's split (docs/reliability.md)");
   b.Enum("auth", o.auth, {{"none", AuthMode::kNone}, {"curve", AuthMode::kCurve}},
          "none: anyone who reaches a port may join; curve: ZeroMQ CURVE on every socket, only "
          "keys in curve.authorized_keys may connect (docs/security.md)");

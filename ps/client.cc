@@ -443,13 +443,15 @@ Status PsClient::Clock(float grad_scale) {
   STRATA_RETURN_IF_ERROR(GrowLayout());
   PsTicket ticket;
   const int64_t clock = clock_;
+  const uint32_t members = members_;
   for (uint32_t s = 0; s < servers_.size(); ++s) {
     if (layout_.Left(s)) continue;
-    PsTicket::Part part(s, nullptr, [clock, grad_scale] {
+    PsTicket::Part part(s, nullptr, [clock, grad_scale, members] {
                           Message m;
                           auto c = m.builder().getBody().initClock();
                           c.setClock(clock);
                           c.setGradScale(grad_scale);
+                          c.setMembers(members);
                           return m;
                         });
     Send(part, timeout_);

@@ -73,7 +73,9 @@ Result<Message> PsClient::Finish(PsTicket::Part& part, Millis timeout) {
   if (!r.ok() && Retryable(r.status())) r = Retry(part, std::move(r));
   if (!r.ok() && Moved(r.status())) {
     if (part.sparse) return Resplit(part);
-    // A clock or createTable for a server that left (Route): it holds nothing any more.
+    // A clock or createTable for a server that left (Route): it holds nothing any more. Route
+    // learnt that from a fresh view the layout has not taken in yet.
+    if (!layout_.Left(part.server)) STRATA_RETURN_IF_ERROR(GrowLayout());
     if (layout_.Left(part.server)) return Message();
   }
   return r;

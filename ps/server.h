@@ -48,6 +48,7 @@
 
 #include "cluster/node.h"
 #include "offload/row_store.h"
+#include "ps/clock_members.h"
 #include "ps/parked_quota.h"
 #include "ps/layout.h"
 #include "ps/migration.h"
@@ -293,6 +294,8 @@ class PsServer {
   // Is a pull of `t` at `clock` allowed now? Expects clock_mu_ held. Sets *error if it never will.
   bool PullReadyLocked(const Table& t, int64_t clock, Status* error) const;
   int64_t MinClockLocked() const;
+  // Does this server hold a BSP table? Takes tables_mu_.
+  bool HasBspTable() const;
   // The same, 0 with no trainer.
   int64_t MinClockOrZeroLocked() const;
   // Applies BSP accumulations up to the min clock and takes the parked pulls that became ready.
@@ -332,6 +335,9 @@ class PsServer {
   std::map<uint32_t, std::string> lost_trainers_;  // node id -> description
   std::vector<Parked> parked_;
   std::map<int64_t, float> grad_scale_;  // clocks not yet applied: their clock messages' gradScale
+  // Elastic jobs (cluster.elastic): a BSP clock is applied once the trainers of its step's split
+  // all clocked it, as their mean (not at the live trainers' minimum clock).
+  ClockMembers clock_members_;
   ParkedQuota parked_quota_;  // per peer, over parked_
 
   // Elastic: pushes and pulls hold it shared while they check a key's owner and apply; a

@@ -2,6 +2,7 @@
 // the pulls parked until their clock, and trainers lost.
 #include "ps/server.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "ps/server_table.h"
@@ -25,6 +26,12 @@ bool PsServer::PullReadyLocked(const Table& t, int64_t clock, Status* error) con
   return true;
 }
 
+bool PsServer::HasBspTable() const {
+  std::shared_lock lock(tables_mu_);
+  return std::any_of(tables_.begin(), tables_.end(),
+                     [](const auto& t) { return t.second->spec.consistency == Consistency::kBsp; });
+}
+
 int64_t PsServer::MinClockLocked() const {
   int64_t m = std::numeric_limits<int64_t>::max();
   for (const auto& [id, c] : trainer_clock_) m = std::min(m, c);
@@ -34,7 +41,9 @@ int64_t PsServer::MinClockLocked() const {
 
 Result<Message> PsServer::Clock(const Request& request, std::vector<Parked>* ready) {
   const uint32_t sender = SenderOf(request.message());
-  const int64_t finished = request.message().reader().getBody().getClock().getClock();
+  const auto body = request.message().reader().getBody().getClock();
+  const int64_t finished = body.getClock();
+  const bool counted = node_.options().cluster.elastic && HasBspTable();
   std::lock_guard lock(clock_mu_);
   if (trainer_clock_.empty() && lost_trainers_.empty()) {
     for (const NodeInfo& n : node_.view().WithRole(Role::kTrainer)) {
@@ -52,7 +61,10 @@ Result<Message> PsServer::Clock(const Request& request, std::vector<Parked>* rea
   if (it == trainer_clock_.end()) {
     return Status::FailedPrecondition("clock from node " + std::to_string(sender) + ", which is not a live trainer");
   }
-  STRATA_RETURN_IF_ERROR(TakeGradScaleLocked(finished, request.message().reader().getBody().getClock().getGradScale(), sender));
+  // Elastic BSP: the clock's trainers, counted before anything else changes (a refused message
+  // changes nothing).
+  if (counted) STRATA_RETURN_IF_ERROR(clock_members_.Add(finished, sender, body.getMembers()));
+  STRATA_RETURN_IF_ERROR(TakeGradScaleLocked(finished, body.getGradScale(), sender));
   it->second = std::max(it->second, finished + 1);
   AdvanceLocked(ready);
   return request.MakeReply();
@@ -61,13 +73,24 @@ Result<Message> PsServer::Clock(const Request& request, std::vector<Parked>* rea
 void PsServer::AdvanceLocked(std::vector<Parked>* ready) {
   const int64_t min_clock = MinClockLocked();
   const float live = static_cast<float>(std::max<size_t>(1, trainer_clock_.size()));
+  // Elastic: clock by clock, once its split's trainers all clocked it (ps/clock_members.h).
+  const bool counted = node_.options().cluster.elastic;
+  int64_t bsp_applied = std::numeric_limits<int64_t>::max();  // the least BSP table's applied clock
   std::shared_lock tables_lock(tables_mu_);  // released before TakeReadyLocked (gradNorm takes it)
   for (auto& [id, tp] : tables_) {
     Table& t = *tp;
     if (t.spec.consistency != Consistency::kBsp) continue;
     std::lock_guard bsp_lock(t.bsp_mu);
-    const float scale = t.spec.aggregate == Aggregate::kMean ? 1.0f / live : 1.0f;
-    while (t.applied_clock < min_clock && min_clock != std::numeric_limits<int64_t>::max()) {
+    const bool mean = t.spec.aggregate == Aggregate::kMean;
+    while (true) {
+      float scale = mean ? 1.0f / live : 1.0f;
+      if (counted) {
+        const uint32_t members = clock_members_.Complete(t.applied_clock);
+        if (members == 0) break;
+        scale = mean ? 1.0f / static_cast<float>(members) : 1.0f;
+      } else if (t.applied_clock >= min_clock || min_clock == std::numeric_limits<int64_t>::max()) {
+        break;
+      }
       if (auto it = t.pending.find(t.applied_clock); it != t.pending.end()) {
         // Clipped: the mean over the pushers, times the clock's clipping factor (1/pushers is a
         // power of two or 1 for 1, 2, 4... replicas: the same float as all-reduce's mean, clipped).
@@ -89,7 +112,9 @@ void PsServer::AdvanceLocked(std::vector<Parked>* ready) {
       std::erase_if(t.chunk_clock, [&](const auto& kv) { return kv.second <= t.applied_clock; });
       std::erase_if(t.early_done, [&](const auto& kv) { return kv.first < t.applied_clock; });
     }
+    bsp_applied = std::min(bsp_applied, t.applied_clock);
   }
+  clock_members_.ForgetBelow(bsp_applied);
   // Stores act on clock boundaries (expiry, scheduled checkpoints) after BSP applied the clock.
   if (min_clock != std::numeric_limits<int64_t>::max()) {
     const uint64_t clock = static_cast<uint64_t>(min_clock);

@@ -70,10 +70,14 @@ Status CheckElasticJob(const JobConfig& job) {
     return Status::InvalidArgument(std::string("cluster.elastic: trainers join and leave a sync.mode ps job; sync.mode ") +
                                    ModeName(sync.mode) + " keeps a fixed group of trainers");
   }
-  if (sync.consistency == Consistency::kBsp) {
+  // BSP: each clock waits for the trainers of its step's split (wire ClockRequest.members), so
+  // a join or leave takes effect at a clock boundary. Global clipping counts a fixed number of
+  // pushers per dense chunk instead.
+  if (sync.consistency == Consistency::kBsp && job.trainer.optimizer.clip_norm > 0) {
     return Status::InvalidArgument(
-        "cluster.elastic: sync.consistency bsp is not elastic (a BSP clock needs every trainer of a fixed "
-        "membership); use asp or ssp");
+        "cluster.elastic with sync.consistency bsp: optimizer.clip_norm (global) waits for a fixed number of "
+        "pushers per clock, which changes as trainers join and leave; set optimizer.clip_norm: 0 or use a fixed "
+        "membership");
   }
   if (job.trainer.parallel.auto_plan) {
     return Status::InvalidArgument("cluster.elastic: parallel.auto picks a plan for a fixed number of trainers");

@@ -34,6 +34,11 @@ bool ElasticSplit::Member(int64_t step) const {
   return schedule_.Slot(node_.rank(), step) >= 0;
 }
 
+uint32_t ElasticSplit::Members(int64_t step) const {
+  STRATA_CHECK(step < schedule_.horizon()) << "step " << step << " was not leased (horizon " << schedule_.horizon() << ")";
+  return static_cast<uint32_t>(schedule_.Members(step).size());
+}
+
 SplitPlan::Slot ElasticSplit::At(int64_t position) const {
   const int64_t step = position / micro_;
   STRATA_CHECK(step < schedule_.horizon()) << "data position " << position << " (step " << step

@@ -38,6 +38,9 @@ class ElasticSplit final : public SplitPlan {
   Result<int64_t> Leave();
   // Is this trainer a member of `step`'s split? Only for steps Ensure leased.
   bool Member(int64_t step) const;
+  // How many trainers split `step` (an elastic BSP clock's mean divides by it). Only for steps
+  // Ensure leased.
+  uint32_t Members(int64_t step) const;
 
   Slot At(int64_t position) const override;
 

@@ -11,8 +11,8 @@
 namespace strata {
 
 Status Trainer::CheckElastic() const {
-  // The job file's own checks (LoadJobConfig) refuse cluster.elastic outside ps mode and under
-  // bsp; the plan's are here.
+  // The job file's own checks (LoadJobConfig) refuse cluster.elastic outside ps mode; the
+  // plan's are here.
   if (plan_.pp > 1 || plan_.tp > 1 || plan_.cp > 1) {
     return Status::InvalidArgument("cluster.elastic: trainers join and leave as data-parallel replicas; the plan " +
                                    plan_.ToString() + " splits the model (parallel.pp, parallel.tp and parallel.cp must be 1)");
@@ -47,7 +47,11 @@ Result<bool> Trainer::ElasticStep() {
     }
   }
   STRATA_RETURN_IF_ERROR(elastic_->Ensure(step_));
-  if (elastic_->Member(step_)) return true;
+  if (elastic_->Member(step_)) {
+    // BSP: the servers apply this step's clock once every trainer of its split clocked it.
+    if (client_ && job_.sync.consistency == Consistency::kBsp) client_->set_members(elastic_->Members(step_));
+    return true;
+  }
   if (leave_at_ >= 0) return false;
   return Status::Aborted("trainer " + std::to_string(rank_) + " is no longer in the data split at step " +
                          std::to_string(step_ + 1) +

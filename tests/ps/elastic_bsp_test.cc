@@ -1,0 +1,98 @@
+// elastic_bsp_test.cc: BSP in an elastic job (cluster.elastic) on the servers, with trainers as
+// threads over the in-process transport: each clock is applied once the trainers of its step's
+// split all clocked it (ClockRequest.members) and divided by their number, so a trainer joining
+// at a clock boundary holds nobody back before it and counts from it, a pull waits for the
+// joiner's pushes, a leaver stops counting, and a trainer that disagrees on a clock's count is
+// refused naming both counts.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "tests/ps/ps_fixture.h"
+
+namespace strata {
+namespace {
+
+class ElasticBspTest : public PsTest {
+ protected:
+  void SetUp() override {
+    cluster_.elastic = true;
+    Start();
+    OptimizerSpec sgd;
+    sgd.lr = 1.0f;
+    CreateEverywhere(Sparse(1, 1, Consistency::kBsp, sgd));
+    // Keys on both servers, so both count the clocks.
+    for (uint64_t key = 0; keys_.size() < 4; ++key) {
+      if (SparseServer(key, kServers) == static_cast<uint32_t>(keys_.size() % 2)) keys_.push_back(key);
+    }
+  }
+  std::vector<float> Pull(int trainer) {
+    std::vector<float> out(keys_.size());
+    PsTicket p = clients_[trainer]->Pull(1, keys_, out.data());
+    EXPECT_TRUE(clients_[trainer]->Wait(p).ok());
+    return out;
+  }
+  void Push(int trainer, float g) {
+    const std::vector<float> grads(keys_.size(), g);
+    PsTicket p = clients_[trainer]->Push(1, keys_, grads.data());
+    ASSERT_TRUE(clients_[trainer]->Wait(p).ok());
+  }
+  Status Clock(int trainer, uint32_t members) {
+    clients_[trainer]->set_members(members);
+    return clients_[trainer]->Clock();
+  }
+  void ExpectMinus(const std::vector<float>& got, const std::vector<float>& before, float mean) {
+    for (size_t i = 0; i < keys_.size(); ++i) EXPECT_NEAR(got[i], before[i] - mean, 1e-6) << "key " << keys_[i];
+  }
+  std::vector<uint64_t> keys_;
+};
+
+TEST_F(ElasticBspTest, EachClockWaitsForItsSplitsTrainersAndTakesTheirMean) {
+  const std::vector<float> w0 = Pull(0);
+  // Clock 0: trainers 0 and 1 split the step; trainer 2 joins from clock 1 and holds nobody back.
+  Push(0, 1.0f);
+  Push(1, 3.0f);
+  ASSERT_TRUE(Clock(0, 2).ok());
+  ASSERT_TRUE(Clock(1, 2).ok());
+  const std::vector<float> w1 = Pull(0);
+  ExpectMinus(w1, w0, 2.0f);  // (1 + 3) / 2
+
+  // Clock 1: three trainers. Trainer 0's pull of clock 2 waits for the joiner's pushes.
+  clients_[2]->set_clock(1);
+  Push(0, 5.0f);
+  Push(1, 7.0f);
+  ASSERT_TRUE(Clock(0, 3).ok());
+  ASSERT_TRUE(Clock(1, 3).ok());
+  std::vector<float> w2(keys_.size());
+  PsTicket early = clients_[0]->Pull(1, keys_, w2.data());
+  Push(2, 9.0f);
+  ASSERT_TRUE(Clock(2, 3).ok());
+  ASSERT_TRUE(clients_[0]->Wait(early).ok());
+  ExpectMinus(w2, w1, 7.0f);  // (5 + 7 + 9) / 3
+
+  // A clock message sent again (a retry after a lost reply) is counted once.
+  clients_[1]->set_clock(1);
+  ASSERT_TRUE(Clock(1, 3).ok());
+
+  // Clock 2: trainer 1 left; trainers 0 and 2 split it. A trainer stating another count for the
+  // clock is refused, naming both counts, and is not counted.
+  Push(0, 2.0f);
+  ASSERT_TRUE(Clock(0, 2).ok());
+  Status wrong = Clock(1, 3);
+  EXPECT_EQ(wrong.code(), StatusCode::kFailedPrecondition) << wrong.ToString();
+  EXPECT_NE(wrong.message().find("states 3 trainers"), std::string::npos) << wrong.ToString();
+  EXPECT_NE(wrong.message().find("stated 2"), std::string::npos) << wrong.ToString();
+  Push(2, 4.0f);
+  ASSERT_TRUE(Clock(2, 2).ok());
+  ExpectMinus(Pull(2), w2, 3.0f);  // (2 + 4) / 2
+}
+
+TEST_F(ElasticBspTest, AClockMessageWithoutItsMembersIsRefusedNamingTheField) {
+  Push(0, 1.0f);
+  Status s = Clock(0, 0);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  EXPECT_NE(s.message().find("clock.members"), std::string::npos) << s.ToString();
+}
+
+}  // namespace
+}  // namespace strata
