@@ -99,6 +99,10 @@ void Bind(config::Binder& b, TransportOptions& o) {
           "largest frame (message part) a socket accepts, MiB: a peer sending more is disconnected before "
           "it is buffered, sending more fails at once; above a dense chunk and a sparse push's gradients")
       .Range(1, 1 << 20);
+  b.Field("max_connections_per_host", o.max_connections_per_host,
+          "most connections one host (IP address) may hold open to a process's port; past it a handshake "
+          "is refused and the connection closed (0: no bound; a member opens one per process)")
+      .Range(0, 1 << 20);
   b.Section("fault", o.fault, "fault injection on messages this process sends (off by default)");
 }
 

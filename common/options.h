@@ -83,6 +83,10 @@ struct TransportOptions {
   // sparse push's gradients to one server (its keys x dim x 4 bytes); every process of a job
   // must agree (they read the same job file).
   int max_message_mb = 256;
+  // The most connections one host (by IP address) may hold open to a process's bound socket;
+  // a handshake past it is refused and ZeroMQ closes that connection (common/connection_limit.h).
+  // A legitimate host opens one per process on it; 0: no bound.
+  int max_connections_per_host = 256;
   FaultOptions fault;
   // Not in the job file: the keys of cluster.curve, read at start (LoadJobConfig) when
   // cluster.auth is curve. Empty: no CURVE.

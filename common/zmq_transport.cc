@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstring>
 #include <zmq_addon.hpp>
 
 #include "common/check.h"
@@ -47,7 +48,8 @@ ZmqTransport::ZmqTransport(const TransportOptions& options)
     : options_(options),
       context_(options.io_threads),
       wake_push_(context_, zmq::socket_type::push),
-      wake_pull_(context_, zmq::socket_type::pull) {
+      wake_pull_(context_, zmq::socket_type::pull),
+      limit_(options.max_connections_per_host) {
   char name[64];
   std::snprintf(name, sizeof(name), "inproc://strata-wake-%p", static_cast<void*>(this));
   wake_pull_.bind(name);
@@ -59,6 +61,8 @@ ZmqTransport::ZmqTransport(const TransportOptions& options)
           << "authorized key " << z85 << " was not checked when read";
       authorized_.insert(std::move(key));
     }
+  }
+  if (options_.curve.enabled() || options_.max_connections_per_host > 0) {
     // Bound before any socket of this context can receive a handshake; used by the I/O thread.
     zap_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::rep);
     zap_->set(zmq::sockopt::linger, 0);
@@ -93,24 +97,55 @@ Status ZmqTransport::CheckFrameSizes(const Frames& frames) const {
   return Status::OK();
 }
 
+void ZmqTransport::DrainMonitor() {
+  if (!monitor_) return;
+  std::vector<zmq::message_t> event;
+  for (;;) {
+    event.clear();
+    if (!zmq::recv_multipart(*monitor_, std::back_inserter(event), zmq::recv_flags::dontwait)) return;
+    // libzmq's monitor event: a 6-byte frame (uint16 event, uint32 value: here the connection's
+    // file descriptor), then the endpoint.
+    if (event.empty() || event[0].size() < 6) continue;
+    uint16_t kind = 0;
+    uint32_t value = 0;
+    std::memcpy(&kind, event[0].data(), sizeof(kind));
+    std::memcpy(&value, static_cast<const char*>(event[0].data()) + 2, sizeof(value));
+    const int fd = static_cast<int>(value);
+    if (kind == ZMQ_EVENT_ACCEPTED) limit_.Opened(fd, ConnectionLimit::PeerHost(fd));
+    if (kind == ZMQ_EVENT_DISCONNECTED) limit_.Closed(fd);
+  }
+}
+
 void ZmqTransport::AnswerZap() {
   std::vector<zmq::message_t> request;
   if (!zmq::recv_multipart(*zap_, std::back_inserter(request), zmq::recv_flags::dontwait)) return;
+  // The connection asking was accepted before its handshake began: its event is queued already.
+  DrainMonitor();
   // version, request id, domain, address, identity, mechanism, credentials...
+  const std::string host = request.size() >= 4 ? request[3].to_string() : std::string();
+  const bool admitted = limit_.Admit(host);
   const bool curve = request.size() >= 7 && request[5].to_string_view() == "CURVE" &&
                      request[6].size() == 32;
-  const bool ok = curve && authorized_.contains(request[6].to_string());
+  const bool ok = admitted && (options_.curve.enabled() ? curve && authorized_.contains(request[6].to_string()) : true);
   std::array<zmq::message_t, 6> reply;
   reply[0] = zmq::message_t(std::string_view("1.0"));
   if (request.size() >= 2) reply[1].copy(request[1]);
   reply[2] = zmq::message_t(std::string_view(ok ? "200" : "400"));
-  reply[3] = zmq::message_t(std::string_view(ok ? "OK" : "unknown client key"));
+  reply[3] = zmq::message_t(std::string_view(ok ? "OK" : admitted ? "unknown client key" : "too many connections"));
   try {
     zmq::send_multipart(*zap_, reply);
   } catch (const zmq::error_t& e) {
     spdlog::warn("transport: cannot answer an authentication request: {}", e.what());
   }
   if (ok) return;
+  if (!admitted) {
+    if (const LogLimiter::Tick tick = crowded_.Count(); tick.log) {
+      spdlog::warn("transport: refused a connection from {}: it holds {} open, more than "
+                   "transport.max_connections_per_host ({}); {} refused in all, {} since the last warning",
+                   host, limit_.Open(host), limit_.per_host(), tick.total, tick.since);
+    }
+    return;
+  }
   const LogLimiter::Tick tick = refusals_.Count();
   if (!tick.log) return;
   std::string who = request.size() >= 4 ? request[3].to_string() : "?";
@@ -133,7 +168,19 @@ Result<std::string> ZmqTransport::Bind(const std::string& endpoint) {
   if (options_.curve.enabled()) {
     socket->set(zmq::sockopt::curve_server, 1);
     socket->set(zmq::sockopt::curve_secretkey, options_.curve.server.secret_key);
-    socket->set(zmq::sockopt::zap_domain, "strata");
+  }
+  std::unique_ptr<zmq::socket_t> monitor;
+  if (zap_) socket->set(zmq::sockopt::zap_domain, "strata");
+  if (options_.max_connections_per_host > 0) {
+    // Watched from before the bind, so that no accepted connection goes uncounted.
+    char name[64];
+    std::snprintf(name, sizeof(name), "inproc://strata-monitor-%p", static_cast<void*>(socket.get()));
+    if (zmq_socket_monitor(socket->handle(), name, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+      return Status::IOError(std::string("bind ") + endpoint + ": socket monitor: " + zmq_strerror(zmq_errno()));
+    }
+    monitor = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::pair);
+    monitor->set(zmq::sockopt::linger, 0);
+    monitor->connect(name);
   }
   std::string bound;
   try {
@@ -148,6 +195,7 @@ Result<std::string> ZmqTransport::Bind(const std::string& endpoint) {
     if (new_router_ || router_.socket) return Status::FailedPrecondition("already bound");
     // Handing a socket to another thread is allowed with a full fence; the mutex is one.
     new_router_ = std::move(socket);
+    new_monitor_ = std::move(monitor);
     wake_push_.send(zmq::message_t(), zmq::send_flags::dontwait);
     constexpr std::string_view kIpc = "ipc://";
     if (bound.rfind(kIpc, 0) == 0 && bound.size() > kIpc.size() && bound[kIpc.size()] != '@') {
@@ -261,6 +309,8 @@ void ZmqTransport::Shutdown() {
   router_.socket.reset();
   new_links_.clear();
   new_router_.reset();
+  monitor_.reset();
+  new_monitor_.reset();
   zap_.reset();
   wake_push_.close();
   wake_pull_.close();
@@ -274,6 +324,7 @@ void ZmqTransport::TakeCommands() {
     taken_.swap(outbox_);
     open_batches_.clear();
     if (new_router_) router_.socket = std::move(new_router_);
+    if (new_monitor_) monitor_ = std::move(new_monitor_);
     for (auto& [id, socket] : new_links_) {
       if (links_.size() <= id) links_.resize(id + 1);
       links_[id].socket = std::move(socket);
@@ -375,6 +426,8 @@ void ZmqTransport::Run() {
     items.push_back({wake_pull_.handle(), 0, ZMQ_POLLIN, 0});
     item_peer.push_back(kNoPeer);
     if (zap_) items.push_back({zap_->handle(), 0, ZMQ_POLLIN, 0});
+    const size_t monitor_item = items.size();
+    if (monitor_) items.push_back({monitor_->handle(), 0, ZMQ_POLLIN, 0});
     const size_t first_link = items.size();
     item_peer.resize(first_link, kNoPeer);
     if (router_.socket) {
@@ -402,6 +455,7 @@ void ZmqTransport::Run() {
       if (stop_) break;
       TakeCommands();
     }
+    if (monitor_ && (items[monitor_item].revents & ZMQ_POLLIN)) DrainMonitor();
     if (zap_ && (items[1].revents & ZMQ_POLLIN)) AnswerZap();
     for (size_t i = first_link; i < items.size(); ++i) {
       const PeerId peer = item_peer[i];

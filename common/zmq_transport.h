@@ -19,6 +19,10 @@
 // requests (ZAP, RFC 27) on inproc://zeromq.zap.01 in this transport's context, accepting only
 // client keys in options.curve.authorized. A refused peer never gets a message through; refusals
 // are logged at warning level, the first and then at most one line per 10 s with a count.
+// With options.max_connections_per_host > 0 the ROUTER's handshakes go through that ZAP handler
+// too (CURVE or not), which refuses those from a host holding more connections than the bound
+// (common/connection_limit.h; a socket monitor tells the I/O thread of every connection accepted
+// and closed).
 #pragma once
 
 #include <atomic>
@@ -33,6 +37,7 @@
 
 #include <zmq.hpp>
 
+#include "common/connection_limit.h"
 #include "common/frame_batch.h"
 #include "common/log_limiter.h"
 #include "common/transport.h"
@@ -82,8 +87,11 @@ class ZmqTransport final : public Transport {
   // options_.max_message_mb in bytes, and InvalidArgument naming it for a larger frame.
   int64_t MaxFrameBytes() const { return int64_t{options_.max_message_mb} << 20; }
   Status CheckFrameSizes(const Frames& frames) const;
-  // Answers one ZAP request: 200 for an authorized CURVE client key, 400 otherwise.
+  // Answers one ZAP request: 400 from a host past max_connections_per_host, else 200 for an
+  // authorized CURVE client key (or any, without CURVE), 400 otherwise.
   void AnswerZap();
+  // Takes the ROUTER monitor's pending events (connections accepted and closed) into limit_.
+  void DrainMonitor();
 
   const TransportOptions options_;
   zmq::context_t context_;
@@ -94,6 +102,7 @@ class ZmqTransport final : public Transport {
   std::vector<size_t> open_batches_;  // indices into outbox_ of batches still taking messages
   std::vector<std::pair<PeerId, std::unique_ptr<zmq::socket_t>>> new_links_;
   std::unique_ptr<zmq::socket_t> new_router_;
+  std::unique_ptr<zmq::socket_t> new_monitor_;  // the ROUTER's socket monitor (PAIR), if limited
   std::unordered_map<std::string, PeerId> peer_by_address_;
   PeerId next_peer_ = 0;
   zmq::socket_t wake_push_;
@@ -108,9 +117,12 @@ class ZmqTransport final : public Transport {
   Link router_;
   std::vector<Link> links_;  // indexed by PeerId
   std::vector<zmq::message_t> parts_;  // Drain's scratch
-  std::unique_ptr<zmq::socket_t> zap_;  // CURVE only: the ZAP handler's REP socket
+  std::unique_ptr<zmq::socket_t> zap_;  // CURVE or a connection bound: the ZAP handler's REP socket
+  std::unique_ptr<zmq::socket_t> monitor_;  // the ROUTER's socket monitor, with a connection bound
   std::unordered_set<std::string> authorized_;  // CURVE client public keys, 32 bytes each
+  ConnectionLimit limit_;
   LogLimiter refusals_;
+  LogLimiter crowded_;  // refusals past max_connections_per_host
   LogLimiter bad_batches_;
 
   std::atomic<bool> stop_{false};

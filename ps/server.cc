@@ -88,7 +88,11 @@ PsServer::PsServer(Node& node, ServerOptions options, StoreFactory store_factory
     };
   }
   StartWorkers(options_.workers);
-  node_.SetRequestHandler([this](Request r) { Dispatch(std::move(r)); });
+  node_.SetRequestHandler([this, node = &node_, guard = request_guard_](Request r) {
+    std::lock_guard lock(guard->mu);
+    if (!guard->alive) return r.ReplyError(Status::Unavailable("server " + std::to_string(node->rank()) + " is stopping"));
+    Dispatch(std::move(r));
+  });
   node_.OnEvent([this, guard = event_guard_](const NodeEvent& e) {
     std::lock_guard lock(guard->mu);
     if (!guard->alive) return;
@@ -107,6 +111,12 @@ PsServer::PsServer(Node& node, ServerOptions options, StoreFactory store_factory
 }
 
 PsServer::~PsServer() {
+  {
+    // From here on requests are answered Unavailable without touching this server (they used
+    // to be queued into it while, and after, it was destroyed: a hang at exit under load).
+    std::lock_guard lock(request_guard_->mu);
+    request_guard_->alive = false;
+  }
   {
     std::lock_guard lock(event_guard_->mu);  // waits out an event being handled
     event_guard_->alive = false;

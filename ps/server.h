@@ -361,6 +361,9 @@ class PsServer {
     bool alive = true;
   };
   std::shared_ptr<EventGuard> event_guard_ = std::make_shared<EventGuard>();
+  // The same for the node's request handler: the node (and its I/O thread, which keeps taking
+  // requests while this server is destroyed) outlives the server.
+  std::shared_ptr<EventGuard> request_guard_ = std::make_shared<EventGuard>();
 
   std::vector<std::unique_ptr<Worker>> workers_;
   std::unique_ptr<SenderLanes<Queued>> lanes_;  // which worker runs what, made with workers_

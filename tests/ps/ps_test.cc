@@ -1,7 +1,8 @@
 // ps_test.cc: parameter servers and clients as threads in one process over the in-process
 // transport (2 servers, 3 trainers): BSP equals a single-process computation, ASP applies
 // every update exactly once, SSP blocks exactly when a trainer runs too far ahead, bad requests
-// change nothing, a lost trainer fails BSP with an error naming it, stores hear every clock of
+// change nothing, a request reaching a destroyed server is answered Unavailable, a lost trainer
+// fails BSP with an error naming it, stores hear every clock of
 // the slowest trainer, and recorded tables are restored by a new server.
 #include <gtest/gtest.h>
 
@@ -279,6 +280,18 @@ TEST_F(PsTest, APushCarriesTheLearningRateItIsAppliedWith) {
   Status s = clients_[1]->Wait(b);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
   EXPECT_NE(s.message().find("carries lr 0.5"), std::string::npos) << s.ToString();
+}
+
+TEST_F(PsTest, ARequestArrivingAfterTheServerIsDestroyedIsAnsweredUnavailable) {
+  // The node (its transport still taking requests) outlives the server, as in strata-server's
+  // main: a trainer pushing while the server shuts down must get an answer, not reach freed
+  // memory (under load that hung the exit: StopTest.SigtermStopsAServerWhoseSchedulerIsGone).
+  const uint64_t key = StartWithSgdRowOnServer0();
+  ASSERT_TRUE(RawPush(1, {key}, {1, 4}, 4).ok());
+  servers_[0].reset();
+  Status s = RawPush(1, {key}, {1, 4}, 4);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  EXPECT_NE(s.message().find("server 0 is stopping"), std::string::npos) << s.ToString();
 }
 
 TEST_F(PsTest, LostTrainerFailsBspNamingIt) {
