@@ -307,7 +307,9 @@ struct Envelope {
     # copy of it; that server answers, then sends the copy as a stateTransfer on the link its
     # forwarded updates take, so the restarted server applies the copy before any of them.
     replicaJoin @35 :Void;
-    stateTransfer @36 :MigrateRows;  # every row of shard `shard` (the layout of migrateRows)
+    # A chunk of the copy of shard `shard`, in the layout of migrateRows chunks (server.migrate_chunk_mb
+    # each; `next` absent on the last, `rows` the whole copy's); all are sent at once, in order.
+    stateTransfer @36 :MigrateRows;
     gradNorm @37 :GradNorm;         # trainer -> every server (global clipping); reply: gradNorm
   }
 }

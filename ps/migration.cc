@@ -52,7 +52,7 @@ void WriteCursor(const MigrationCursor& in, wire::MigrateCursor::Builder out) {
 }
 
 Result<ChunkInfo> BuildMigrationChunk(const MigrationPlan& plan, const MigrationCursor& from, uint64_t budget_bytes,
-                                      const ReadRecords& read, Message* reply) {
+                                      const ReadRecords& read, Message* reply, bool state_transfer) {
   // Where the chunk starts: a table of the plan (and a row within its moving rows), or an id.
   size_t t = plan.tables.size();
   if (!from.push_ids) {
@@ -94,7 +94,7 @@ Result<ChunkInfo> BuildMigrationChunk(const MigrationPlan& plan, const Migration
     if (id_end < plan.push_ids.size()) info.next = MigrationCursor{0, id_end, true};
   }
 
-  auto body = reply->builder().getBody().initMigrateRows();
+  auto body = state_transfer ? reply->builder().getBody().initStateTransfer() : reply->builder().getBody().initMigrateRows();
   body.setServers(plan.servers);
   auto left = body.initLeft(static_cast<unsigned>(plan.left.size()));
   for (unsigned i = 0; i < plan.left.size(); ++i) left.set(i, plan.left[i]);

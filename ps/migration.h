@@ -68,8 +68,10 @@ struct ChunkInfo {
 // chunk that passes it, so the receiver makes every table. InvalidArgument naming
 // migrate.cursor.table or migrate.cursor.row for a cursor outside the plan; what `read` fails
 // with, in context.
+// With `state_transfer`, the body is a stateTransfer (a replica's copy of a whole shard, which
+// ps/server_transfer.cc sends in chunks the same way) instead of a migrateRows.
 Result<ChunkInfo> BuildMigrationChunk(const MigrationPlan& plan, const MigrationCursor& from, uint64_t budget_bytes,
-                                      const ReadRecords& read, Message* reply);
+                                      const ReadRecords& read, Message* reply, bool state_transfer = false);
 
 // A migrate request's cursor (nullopt when it has none: the first chunk), and writing one.
 std::optional<MigrationCursor> ReadCursor(wire::MigrateCursor::Reader in, bool present);

@@ -231,7 +231,10 @@ class PsServer {
   // State transfer (server_transfer.cc): the serving holder's answer to replicaJoin, the copy
   // of its shard as a stateTransfer message, and installing one.
   void HandleReplicaJoin(Request& request);
-  Message SnapshotLocked(uint64_t* rows);
+  // The shard's copy as stateTransfer chunks of at most server.migrate_chunk_mb (the layout of
+  // migrateRows chunks: ps/migration.h), every row of every table, then the push ids; the
+  // trainers' clocks in each. Expects forward_mu_ held (no update meanwhile).
+  Result<std::vector<Message>> SnapshotLocked(uint64_t* rows);
   Result<Message> InstallTransfer(const Request& request);
   // Joined(): asks the other holder of this shard for a copy until it answers.
   void RequestCopy(const std::atomic<bool>& stop);
@@ -320,6 +323,10 @@ class PsServer {
   bool replica_known_ = false;
   std::atomic<bool> replica_failed_{false};
   std::thread copy_thread_;  // Joined(): RequestCopy
+  // A copy being installed, chunk after chunk (the copy's one worker only): whether its first
+  // chunk arrived, the rows it announced and those taken so far.
+  bool installing_ = false;
+  uint64_t install_total_ = 0, install_rows_ = 0, install_chunks_ = 0;
   std::atomic<uint64_t> forwards_{0}, replicated_bytes_{0}, forward_errors_{0}, transferred_rows_{0};
   // Set by LoadCheckpoint before the node joins, read-only after: the checkpoint served
   // read-only (empty: training) and how many rows it gave this server.

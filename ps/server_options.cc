@@ -45,8 +45,9 @@ void Bind(config::Binder& b, ServerOptions& o) {
           "most MiB of request payload (keys) one peer may have parked here")
       .Range(1, 1 << 20);
   b.Field("migrate_chunk_mb", o.migrate_chunk_mb,
-          "elastic jobs: rows handed to a joining server or from a leaving one travel in chunks of at most "
-          "this many MiB (fractions allowed; at most transport.max_message_mb); smaller: more round trips")
+          "rows handed to a joining server or from a leaving one (elastic jobs), and a replica's copy of a "
+          "shard (replication), travel in chunks of at most this many MiB (fractions allowed; at most "
+          "transport.max_message_mb); smaller: more messages")
       .Range(1.0 / 1024, double(1 << 20));
   b.Section("store", o.store, "where the server keeps its shard of every table");
   b.Enum("replication", o.replication, {{"none", Replication::kNone}, {"backup", Replication::kBackup}},

@@ -1,10 +1,15 @@
 // server_transfer.cc: PsServer's state transfer (ps/replication.h): a restarted server asking the
 // servers serving its two shards for a copy (Joined), the serving holder's snapshot of a shard
-// sent on the link its forwarded updates take (so it arrives before any of them), and installing
-// it, after which the restarted server is the shard's backup.
+// in chunks of at most server.migrate_chunk_mb (so no message grows with the shard past
+// transport.max_message_mb), all sent at once on the link its forwarded updates take (so they
+// arrive, in order, before any of them), and installing them one by one, after which the
+// restarted server is the shard's backup.
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include "common/check.h"
@@ -67,83 +72,126 @@ void PsServer::HandleReplicaJoin(Request& request) {
     return request.ReplyError(peer.status().WithContext("sending a copy of shard " + std::to_string(Shard())));
   }
   uint64_t rows = 0;
-  Message transfer = SnapshotLocked(&rows);
-  const uint64_t bytes = PayloadBytes(transfer);
+  auto chunks = SnapshotLocked(&rows);
+  if (!chunks.ok()) {
+    ++errors_;
+    return request.ReplyError(chunks.status().WithContext("sending a copy of shard " + std::to_string(Shard())));
+  }
+  uint64_t bytes = 0;
+  for (const Message& m : *chunks) bytes += PayloadBytes(m);
   // From this update on, every one is forwarded to the joiner too, after the copy.
   replica_ = Replica{rank, joiner->incarnation, joiner->address, *peer};
   replica_known_ = true;
   replica_failed_ = false;
   const uint32_t shard = Shard();
   const std::string who = joiner->Describe();
-  node_.rpc().CallAsync(*peer, std::move(transfer), [this, shard, who, rows, bytes](Result<Message> ack) {
-    if (ack.ok()) {
+  struct Progress {
+    std::atomic<size_t> acked{0};
+    std::atomic<bool> failed{false};
+  };
+  auto progress = std::make_shared<Progress>();
+  const size_t n = chunks->size();
+  for (Message& chunk : *chunks) {
+    node_.rpc().CallAsync(*peer, std::move(chunk), [this, shard, who, rows, bytes, n, progress](Result<Message> ack) {
+      if (!ack.ok()) {
+        if (progress->failed.exchange(true)) return;
+        replica_failed_ = true;
+        spdlog::error("replication: shard {}: the copy sent to {} failed: {}; the shard runs without a backup", shard,
+                      who, ack.status().ToString());
+        return;
+      }
+      if (++progress->acked != n || progress->failed) return;
       transferred_rows_ += rows;
       replicated_bytes_ += bytes;
-      spdlog::info("replication: shard {}: {} holds a copy again ({} rows, {:.1f} MiB): it is the backup", shard, who,
-                   rows, bytes / 1048576.0);
-      return;
-    }
-    replica_failed_ = true;
-    spdlog::error("replication: shard {}: the copy sent to {} failed: {}; the shard runs without a backup", shard, who,
-                  ack.status().ToString());
-  });
+      migrate_chunks_out_ += n;
+      spdlog::info("replication: shard {}: {} holds a copy again ({} rows, {:.1f} MiB in {} chunks): it is the backup",
+                   shard, who, rows, bytes / 1048576.0, n);
+    });
+  }
   lock.unlock();
   request.Reply(request.MakeReply());
 }
 
-Message PsServer::SnapshotLocked(uint64_t* rows) {
-  // The layout of migrateRows (ps/server_migrate.cc), every row: ImportRows reads both.
-  Message m;
-  m.builder().setShard(static_cast<int32_t>(Shard()));
-  auto copy = m.builder().getBody().initStateTransfer();
+Result<std::vector<Message>> PsServer::SnapshotLocked(uint64_t* rows) {
+  // A migration plan of every row (ps/migration.h), cut into chunks now, under the lock: the
+  // rows change with the next update, whose forward must find the whole copy before it.
+  MigrationPlan plan;
   std::shared_lock tables_lock(tables_mu_);
-  auto specs = copy.initTables(static_cast<unsigned>(tables_.size()));
-  unsigned i = 0;
   for (const auto& [id, t] : tables_) {
-    ToWire(t->spec, specs[i++]);
-    std::vector<uint64_t> keys;
-    std::vector<float> records;
-    Status s = t->store->Scan([&](uint64_t key, std::span<const float> record) {
-      keys.push_back(key);
-      records.insert(records.end(), record.begin(), record.end());
+    MigrationPlan::Rows r{t->spec, {}};
+    STRATA_RETURN_IF_ERROR(t->store->Scan([&](uint64_t key, std::span<const float>) {
+      r.keys.push_back(key);
       return Status::OK();
+    }));
+    plan.tables.push_back(std::move(r));
+  }
+  plan.push_ids = push_ids_.Snapshot();
+  {
+    std::lock_guard lock(clock_mu_);
+    for (const auto& [node, clock] : trainer_clock_) plan.clocks.emplace_back(node, clock);
+  }
+  *rows = plan.rows();
+  auto read = [this](const TableSpec& spec, std::span<const uint64_t> keys, std::span<float> out) -> Status {
+    const Table& t = *tables_.at(spec.id);
+    const size_t width = static_cast<size_t>(spec.RecordWidth());
+    return t.store->Read(keys, t.init, [&](size_t j, std::span<const float> record) {
+      std::memcpy(out.data() + j * width, record.data(), width * sizeof(float));
     });
-    // Replication keeps shards in memory stores, whose scan does not fail.
-    STRATA_CHECK(s.ok()) << s.ToString();
-    const auto n = static_cast<int64_t>(keys.size());
-    *rows += keys.size();
-    m.AddPayload(DType::kI64, {n}, Buffer::Take(std::move(keys)));
-    m.AddPayload(DType::kF32, {n, static_cast<int64_t>(t->spec.RecordWidth())}, Buffer::Take(std::move(records)));
+  };
+  std::vector<Message> chunks;
+  std::optional<MigrationCursor> at = plan.Start();
+  while (at) {
+    Message m;
+    m.builder().setShard(static_cast<int32_t>(Shard()));
+    STRATA_ASSIGN_OR_RETURN(const ChunkInfo info, BuildMigrationChunk(plan, *at, MigrateChunkBytes(), read, &m,
+                                                                      /*state_transfer=*/true));
+    chunks.push_back(std::move(m));
+    at = info.next;
   }
-  std::vector<int64_t> ids;
-  for (const auto& [sender, id] : push_ids_.Snapshot()) ids.insert(ids.end(), {sender, static_cast<int64_t>(id)});
-  const auto nids = static_cast<int64_t>(ids.size() / 2);
-  m.AddPayload(DType::kI64, {nids, 2}, Buffer::Take(std::move(ids)));
-  std::lock_guard lock(clock_mu_);
-  auto clocks = copy.initTrainerClocks(static_cast<unsigned>(trainer_clock_.size()));
-  unsigned c = 0;
-  for (const auto& [node, clock] : trainer_clock_) {
-    clocks[c].setNode(node);
-    clocks[c++].setClock(clock);
-  }
-  return m;
+  return chunks;
 }
 
 Result<Message> PsServer::InstallTransfer(const Request& request) {
-  {  // a fresh copy replaces whatever this instance held
-    std::unique_lock lock(tables_mu_);
-    tables_.clear();
+  auto chunk = request.message().reader().getBody().getStateTransfer();
+  if (!installing_) {  // a fresh copy's first chunk: it replaces whatever this instance held
+    {
+      std::unique_lock lock(tables_mu_);
+      tables_.clear();
+    }
+    {
+      std::lock_guard lock(clock_mu_);
+      trainer_clock_.clear();
+    }
+    installing_ = true;
+    install_total_ = chunk.getRows();
+    install_rows_ = install_chunks_ = 0;
   }
-  {
-    std::lock_guard lock(clock_mu_);
-    trainer_clock_.clear();
+  const std::string where = "the copy of shard " + std::to_string(Shard()) + " from node " +
+                            std::to_string(request.message().sender()) + ", chunk " +
+                            std::to_string(install_chunks_ + 1);
+  if (chunk.getRows() != install_total_) {
+    installing_ = false;
+    return Status::InvalidArgument(where + ": stateTransfer.rows says " + std::to_string(chunk.getRows()) +
+                                   " rows, the first chunk said " + std::to_string(install_total_));
   }
   uint64_t rows = 0;
-  STRATA_RETURN_IF_ERROR(ImportRows(request.message(), OtherRank(), nullptr, &rows));
+  if (Status s = ImportRows(request.message(), OtherRank(), nullptr, &rows); !s.ok()) {
+    installing_ = false;  // the holder gives up on this copy (replica_failed_); a new one starts over
+    return s.WithContext(where);
+  }
+  ++install_chunks_;
+  ++migrate_chunks_in_;
+  install_rows_ += rows;
   rows_moved_in_ += rows;
+  if (chunk.hasNext()) return request.MakeReply();
+  installing_ = false;
+  if (install_rows_ != install_total_) {
+    return Status::InvalidArgument(where + ": the chunks held " + std::to_string(install_rows_) +
+                                   " rows, stateTransfer.rows " + std::to_string(install_total_));
+  }
   role_ = ShardRole::kBackup;
-  spdlog::info("replication: shard {}: copy received from node {}: this server is its backup", Shard(),
-               request.message().sender());
+  spdlog::info("replication: shard {}: copy received from node {} ({} rows in {} chunks): this server is its backup",
+               Shard(), request.message().sender(), install_rows_, install_chunks_);
   return request.MakeReply();
 }
 

@@ -4,7 +4,7 @@
 //  - ledger: two in-process trainers push counted increments through the kill: every
 //    acknowledged increment is applied exactly once (none lost, none applied twice); the same
 //    with the killed server started again (it rejoins as the backup of both shards, by state
-//    transfer) and then the other server killed;
+//    transfer, in 1 KiB chunks) and then the other server killed;
 //  - a push the primary forwarded before dying, retried to the backup with its id, is a duplicate;
 //  - ctr (ps, ASP) trained by two strata-trainer processes finishes every step.
 #include <gtest/gtest.h>
@@ -12,9 +12,11 @@
 
 #include <atomic>
 #include <future>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <thread>
+#include <vector>
 
 #include "ps/client.h"
 #include "tests/integration/process_cluster.h"
@@ -38,6 +40,8 @@ class ReplicationTest : public testing::ProcessClusterTest {
   // The scheduler and both servers; the trainers are this process's nodes.
   void StartServersAndJoin() {
     common_ = Common(Job("servers", ""));
+    // State transfers in chunks of 1 KiB: a rejoin's copy takes several.
+    common_.insert(common_.end(), {"--set", "server.migrate_chunk_mb=0.001"});
     address_ = StartScheduler(common_, "tcp://127.0.0.1:0");
     servers_[0] = &Start("strata-server", common_, address_, 0);
     servers_[1] = &Start("strata-server", common_, address_, 1);
@@ -224,6 +228,17 @@ TEST_F(ReplicationTest, ARestartedServerRejoinsAsTheBackupAndASecondKillLosesNot
   servers_[0] = &Start("strata-server", common_, address_, 0);
   EXPECT_TRUE(WaitFor([&] { return Count(servers_[0]->Log(), "copy received") >= 2; }, Millis(30000)))
       << servers_[0]->Log();
+  // Each copy came in chunks of at most server.migrate_chunk_mb (1 KiB here).
+  const std::string log = servers_[0]->Log();
+  std::smatch m;
+  std::vector<int> chunks;
+  for (auto it = log.cbegin(); std::regex_search(it, log.cend(), m, std::regex("rows in ([0-9]+) chunks"));
+       it = m.suffix().first) {
+    chunks.push_back(std::stoi(m[1]));
+  }
+  ASSERT_EQ(chunks.size(), 2u) << log;  // one copy of each shard
+  for (int n : chunks) EXPECT_GE(n, 2) << log;
+  std::cout << "copies in " << chunks[0] << " and " << chunks[1] << " chunks\n";
   EXPECT_TRUE(ledger.PushMore(50));  // forwarded to the restarted server, after its copy
   auto stats = clients_[0]->ServerStats(0);
   ASSERT_TRUE(stats.ok()) << stats.status().ToString();
