@@ -215,10 +215,22 @@ std::vector<Seed> Seeds() {
     m.builder().getBody().setReplicaJoin();
     add("replicaJoin", std::move(m));
   }
-  {  // a copy of a shard: one sparse table of one row, push ids, clocks
+  {  // an elastic BSP clock: its step split by 3 trainers
+    Message m = Request(15);
+    auto c = m.builder().getBody().initClock();
+    c.setClock(7);
+    c.setGradScale(1.0f);
+    c.setMembers(3);
+    add("clock-members", std::move(m));
+  }
+  {  // a chunk of a copy of a shard: one sparse table of one row, push ids, clocks, more to come
     Message m = Request(13);
     m.builder().setShard(0);
     auto copy = m.builder().getBody().initStateTransfer();
+    copy.setRows(9);
+    auto next = copy.initNext();
+    next.setTable(1);
+    next.setRow(1);
     auto t = copy.initTables(1)[0];
     t.setId(1);
     t.setName("emb");
