@@ -14,6 +14,7 @@
 
 #include "common/rpc.h"
 #include "common/transport.h"
+#include "echo_server.h"
 #include "test_util.h"
 
 namespace strata {
@@ -55,23 +56,16 @@ Message Echo() {
 TEST(ConnectionLimitTest, AHostPastTheBoundGetsNothingThroughUntilOneOfItsConnectionsCloses) {
   TransportOptions bounded;
   bounded.max_connections_per_host = 3;
-  auto server_transport = MakeTransport("tcp://127.0.0.1:0", bounded);
-  ASSERT_TRUE(server_transport.ok());
-  RpcEndpoint server(std::move(server_transport).value());
-  std::atomic<int> handled{0};
-  server.SetHandler([&](Request r) {
-    ++handled;
-    r.Reply(r.MakeReply());
-  });
-  auto address = server.Bind("tcp://127.0.0.1:0");
-  ASSERT_TRUE(address.ok()) << address.status().ToString();
+  testing::EchoServer server(bounded);
+  ASSERT_FALSE(server.address().empty());
+  const std::string address = server.address();
 
   // Each client is a process's transport: one connection, held while it lives.
   auto call = [&](std::unique_ptr<RpcEndpoint>* client, Millis timeout) {
-    auto t = MakeTransport(*address, TransportOptions{});
+    auto t = MakeTransport(address, TransportOptions{});
     EXPECT_TRUE(t.ok());
     *client = std::make_unique<RpcEndpoint>(std::move(t).value());
-    auto peer = (*client)->Connect(*address);
+    auto peer = (*client)->Connect(address);
     EXPECT_TRUE(peer.ok());
     return (*client)->CallAndWait(*peer, Echo(), timeout).status();
   };
@@ -80,18 +74,18 @@ TEST(ConnectionLimitTest, AHostPastTheBoundGetsNothingThroughUntilOneOfItsConnec
     Status s = call(&c, Millis(10000));
     ASSERT_TRUE(s.ok()) << s.ToString();
   }
-  EXPECT_EQ(handled.load(), 3);
+  EXPECT_EQ(server.handled(), 3);
   for (int i = 0; i < 2; ++i) {
     std::unique_ptr<RpcEndpoint> crowd;
     Status s = call(&crowd, Millis(1500));
     EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString();
   }
-  EXPECT_EQ(handled.load(), 3);  // neither reached the handler
+  EXPECT_EQ(server.handled(), 3);  // neither reached the handler
 
   held[0].reset();  // one connection closes: the host may open one again
   std::unique_ptr<RpcEndpoint> next;
   EXPECT_TRUE(testing::WaitFor([&] { return call(&next, Millis(1000)).ok(); }, Millis(20000)));
-  EXPECT_EQ(handled.load(), 4);
+  EXPECT_EQ(server.handled(), 4);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "common/curve.h"
 #include "common/rpc.h"
 #include "common/transport.h"
+#include "echo_server.h"
 #include "test_util.h"
 
 namespace strata {
@@ -39,38 +40,31 @@ TEST(ZmqCurveTransport, OnlyAuthorizedClientKeysGetThrough) {
   ASSERT_TRUE(outsider_key.ok());
   outsider.client = *outsider_key;
 
-  auto server_transport = MakeTransport("tcp://127.0.0.1:0", WithKeys(*job));
-  ASSERT_TRUE(server_transport.ok());
-  RpcEndpoint server(std::move(server_transport).value());
-  std::atomic<int> handled{0};
-  server.SetHandler([&](Request r) {
-    ++handled;
-    r.Reply(r.MakeReply());
-  });
-  auto address = server.Bind("tcp://127.0.0.1:0");
-  ASSERT_TRUE(address.ok()) << address.status().ToString();
+  testing::EchoServer server(WithKeys(*job));
+  ASSERT_FALSE(server.address().empty());
+  const std::string address = server.address();
 
   auto call = [&](const TransportOptions& o, Millis timeout) {
-    auto t = MakeTransport(*address, o);
+    auto t = MakeTransport(address, o);
     EXPECT_TRUE(t.ok());
     RpcEndpoint client(std::move(t).value());
-    auto peer = client.Connect(*address);
+    auto peer = client.Connect(address);
     EXPECT_TRUE(peer.ok());
     return client.CallAndWait(*peer, Echo(), timeout).status();
   };
   Status member = call(WithKeys(*job), Millis(10000));
   EXPECT_TRUE(member.ok()) << member.ToString();
-  EXPECT_EQ(handled.load(), 1);
+  EXPECT_EQ(server.handled(), 1);
 
   Status keyless = call(TransportOptions{}, Millis(1500));
   EXPECT_EQ(keyless.code(), StatusCode::kDeadlineExceeded) << keyless.ToString();
   Status unknown = call(WithKeys(outsider), Millis(1500));
   EXPECT_EQ(unknown.code(), StatusCode::kDeadlineExceeded) << unknown.ToString();
-  EXPECT_EQ(handled.load(), 1);  // neither reached the handler
+  EXPECT_EQ(server.handled(), 1);  // neither reached the handler
 
   Status still = call(WithKeys(*job), Millis(10000));
   EXPECT_TRUE(still.ok()) << still.ToString();
-  EXPECT_EQ(handled.load(), 2);
+  EXPECT_EQ(server.handled(), 2);
 }
 
 }  // namespace
