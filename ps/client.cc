@@ -198,8 +198,9 @@ Status PsClient::CreateTable(const TableSpec& spec) {
                                         std::to_string(layout_.base) + " servers (cluster.servers)");
     }
   }
-  // Servers serving a checkpoint answer with its spec: its dense placement (chosen for the
-  // servers that trained it) is where the chunks are, and every server must say the same.
+  // Servers serving a checkpoint, or holding the table at another dense placement (restored from
+  // a store written under the id layout), answer with their spec: its placement is where the
+  // chunks are, and every server must say the same.
   auto served = std::make_shared<std::optional<uint32_t>>();
   auto adopt = [served](const Message& reply) -> Status {
     auto body = reply.reader().getBody();
