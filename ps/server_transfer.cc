@@ -91,7 +91,11 @@ void PsServer::HandleReplicaJoin(Request& request) {
   };
   auto progress = std::make_shared<Progress>();
   const size_t n = chunks->size();
-  for (Message& chunk : *chunks) {
+  // All go at once and the receiver installs them in turn: chunk i's answer comes after i + 1
+  // installs, so it waits up to i + 1 request timeouts.
+  const Millis per_chunk(node_.options().transport.request_timeout_ms);
+  for (size_t i = 0; i < n; ++i) {
+    Message& chunk = (*chunks)[i];
     node_.rpc().CallAsync(*peer, std::move(chunk), [this, shard, who, rows, bytes, n, progress](Result<Message> ack) {
       if (!ack.ok()) {
         if (progress->failed.exchange(true)) return;
@@ -106,7 +110,7 @@ void PsServer::HandleReplicaJoin(Request& request) {
       migrate_chunks_out_ += n;
       spdlog::info("replication: shard {}: {} holds a copy again ({} rows, {:.1f} MiB in {} chunks): it is the backup",
                    shard, who, rows, bytes / 1048576.0, n);
-    });
+    }, per_chunk * static_cast<int64_t>(i + 1));
   }
   lock.unlock();
   request.Reply(request.MakeReply());
