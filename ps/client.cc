@@ -201,16 +201,16 @@ Status PsClient::CreateTable(const TableSpec& spec) {
   // Servers serving a checkpoint, or holding the table at another dense placement (restored from
   // a store written under the id layout), answer with their spec: its placement is where the
   // chunks are, and every server must say the same.
-  auto served = std::make_shared<std::optional<uint32_t>>();
-  auto adopt = [served](const Message& reply) -> Status {
+  auto held = std::make_shared<std::optional<uint32_t>>();
+  auto adopt = [held](const Message& reply) -> Status {
     auto body = reply.reader().getBody();
     if (body.which() != wire::Envelope::Body::CREATE_TABLE) return Status::OK();
     const uint32_t placement = body.getCreateTable().getPlacement();
-    if (served->has_value() && **served != placement) {
-      return Status::Internal("the servers answered dense placements " + std::to_string(**served) + " and " +
-                              std::to_string(placement) + " for one served table");
+    if (held->has_value() && **held != placement) {
+      return Status::Internal("the servers answered dense placements " + std::to_string(**held) + " and " +
+                              std::to_string(placement) + " for one table");
     }
-    *served = placement;
+    *held = placement;
     return Status::OK();
   };
   PsTicket ticket;
@@ -226,7 +226,7 @@ Status PsClient::CreateTable(const TableSpec& spec) {
   }
   STRATA_RETURN_IF_ERROR(Wait(ticket).WithContext("creating table \"" + spec.name + "\""));
   tables_[spec.id] = spec;
-  if (served->has_value()) tables_[spec.id].placement = **served;
+  if (held->has_value()) tables_[spec.id].placement = **held;
   return Status::OK();
 }
 

@@ -211,21 +211,20 @@ Result<Message> PsServer::CreateTable(const Request& request) {
   std::unique_lock lock(tables_mu_);
   if (auto it = tables_.find(spec.id); it != tables_.end()) {
     // Every trainer creates the tables it uses: the same spec again is fine.
+    const TableSpec& held = it->second->spec;
+    if (held == spec) return request.MakeReply();
     TableSpec placed = spec;
-    placed.placement = it->second->spec.placement;
-    if (!(it->second->spec == spec) && placed == it->second->spec) {
-      // The same table whose dense chunks sit at another placement: one restored from a store
-      // written before byte-balanced placement (which kept the id layout), say. The chunks are
-      // where they are; the trainer routes by the placement in this answer (PsClient::CreateTable).
-      Message reply = request.MakeReply();
-      ToWire(it->second->spec, reply.builder().getBody().initCreateTable());
-      return reply;
-    }
-    if (!(it->second->spec == spec)) {
+    placed.placement = held.placement;
+    if (!(placed == held)) {
       return Status::AlreadyExists("table " + std::to_string(spec.id) + " exists with a different spec (\"" +
-                                   it->second->spec.name + "\")");
+                                   held.name + "\")");
     }
-    return request.MakeReply();
+    // The same table whose dense chunks sit at another placement: one restored from a store
+    // written before byte-balanced placement (which kept the id layout), say. The chunks are
+    // where they are; the trainer routes by the placement in this answer (PsClient::CreateTable).
+    Message reply = request.MakeReply();
+    ToWire(held, reply.builder().getBody().initCreateTable());
+    return reply;
   }
   for (const auto& [id, t] : tables_) {
     if (t->spec.name == spec.name) {

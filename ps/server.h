@@ -297,8 +297,8 @@ class PsServer {
   // Is a pull of `t` at `clock` allowed now? Expects clock_mu_ held. Sets *error if it never will.
   bool PullReadyLocked(const Table& t, int64_t clock, Status* error) const;
   int64_t MinClockLocked() const;
-  // Does this server hold a BSP table? Takes tables_mu_.
-  bool HasBspTable() const;
+  // The name of a BSP table this server holds, if any. Takes tables_mu_.
+  std::optional<std::string> BspTable() const;
   // The same, 0 with no trainer.
   int64_t MinClockOrZeroLocked() const;
   // Applies BSP accumulations up to the min clock and takes the parked pulls that became ready.

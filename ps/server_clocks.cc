@@ -2,8 +2,9 @@
 // the pulls parked until their clock, and trainers lost.
 #include "ps/server.h"
 
-#include <algorithm>
 #include <limits>
+#include <optional>
+#include <string>
 
 #include "ps/server_table.h"
 
@@ -26,10 +27,12 @@ bool PsServer::PullReadyLocked(const Table& t, int64_t clock, Status* error) con
   return true;
 }
 
-bool PsServer::HasBspTable() const {
+std::optional<std::string> PsServer::BspTable() const {
   std::shared_lock lock(tables_mu_);
-  return std::any_of(tables_.begin(), tables_.end(),
-                     [](const auto& t) { return t.second->spec.consistency == Consistency::kBsp; });
+  for (const auto& [id, t] : tables_) {
+    if (t->spec.consistency == Consistency::kBsp) return t->spec.name;
+  }
+  return std::nullopt;
 }
 
 int64_t PsServer::MinClockLocked() const {
@@ -43,7 +46,8 @@ Result<Message> PsServer::Clock(const Request& request, std::vector<Parked>* rea
   const uint32_t sender = SenderOf(request.message());
   const auto body = request.message().reader().getBody().getClock();
   const int64_t finished = body.getClock();
-  const bool counted = node_.options().cluster.elastic && HasBspTable();
+  // Elastic BSP clock messages state their members; one that does not is refused if it should.
+  const bool counted = node_.options().cluster.elastic && (body.getMembers() > 0 || BspTable());
   std::lock_guard lock(clock_mu_);
   if (trainer_clock_.empty() && lost_trainers_.empty()) {
     for (const NodeInfo& n : node_.view().WithRole(Role::kTrainer)) {

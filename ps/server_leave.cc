@@ -50,14 +50,14 @@ Status PsServer::HandOver(Millis timeout, const std::function<void()>& while_fro
   }
   if (receivers.empty()) return Status::FailedPrecondition(who + ": it is the last server; stop the job instead");
   std::sort(receivers.begin(), receivers.end(), [](const NodeInfo* a, const NodeInfo* b) { return a->rank < b->rank; });
+  if (const auto bsp = BspTable()) {
+    // Its rows' pushes of clocks not applied yet wait here, and would not move with them.
+    return Status::FailedPrecondition(who + ": table \"" + *bsp +
+                                      "\" is BSP (sync.consistency bsp); servers leave ASP and SSP jobs only");
+  }
   {
     std::shared_lock tables_lock(tables_mu_);
     for (const auto& [id, t] : tables_) {
-      if (t->spec.consistency == Consistency::kBsp) {
-        // Its rows' pushes of clocks not applied yet wait here, and would not move with them.
-        return Status::FailedPrecondition(who + ": table \"" + t->spec.name +
-                                          "\" is BSP (sync.consistency bsp); servers leave ASP and SSP jobs only");
-      }
       if (t->spec.kind == TableKind::kDense && me < layout.base && ChunksOn(t->spec, me, layout.base) > 0) {
         return Status::FailedPrecondition(who + ": it holds chunks of dense table \"" + t->spec.name +
                                           "\", and dense tables stay on the job's first servers (cluster.servers); "

@@ -215,14 +215,9 @@ Result<std::shared_ptr<const MigrationPlan>> PsServer::StartTakeOver(const Reque
     return Status::Unavailable("migrate: the joining server counts servers " + RankList(their_left) +
                                " as left, this one " + RankList(KeyLayout().left));
   }
-  {
-    std::shared_lock tables_lock(tables_mu_);
-    for (const auto& [id, t] : tables_) {
-      if (t->spec.consistency == Consistency::kBsp) {
-        return Status::FailedPrecondition("a server cannot join: table \"" + t->spec.name +
-                                          "\" is BSP (sync.consistency bsp); servers join ASP and SSP jobs only");
-      }
-    }
+  if (const auto bsp = BspTable()) {
+    return Status::FailedPrecondition("a server cannot join: table \"" + *bsp +
+                                      "\" is BSP (sync.consistency bsp); servers join ASP and SSP jobs only");
   }
   const uint32_t target = servers - 1;
   // The layout before the joining server (also when it asks again after a lost reply) and with it.
