@@ -83,15 +83,19 @@ struct Message::Arena {
   alignas(capnp::word) uint64_t words[kArenaWords] = {};
   capnp::MallocMessageBuilder builder{
       kj::arrayPtr(reinterpret_cast<capnp::word*>(words) + 1, kArenaWords - 1)};
+  // The root, found once: a builder (or reader) points at the root struct, which never moves,
+  // and looking it up again costs a bounds-checked pointer read every time.
+  wire::Envelope::Builder root = builder.initRoot<wire::Envelope>();
 };
 
 struct Message::Incoming {
   kj::Array<capnp::word> copy;    // used when the frame was not word-aligned
   kj::ArrayPtr<const capnp::word> words;  // the envelope, in the frame or in `copy`
   std::optional<capnp::FlatArrayMessageReader> reader;
+  wire::Envelope::Reader root;  // of `reader`, once validated (see Arena::root)
 };
 
-Message::Message() : arena_(std::make_shared<Arena>()) { arena_->builder.initRoot<wire::Envelope>(); }
+Message::Message() : arena_(std::make_shared<Arena>()) {}
 Message::Message(std::unique_ptr<Incoming> incoming, Frames frames)
     : incoming_(std::move(incoming)), frames_(std::move(frames)) {}
 Message::Message(Message&&) noexcept = default;
@@ -100,12 +104,12 @@ Message::~Message() = default;
 
 wire::Envelope::Builder Message::builder() {
   STRATA_CHECK(arena_ != nullptr) << "builder() on a received (or encoded) message";
-  return arena_->builder.getRoot<wire::Envelope>();
+  return arena_->root;
 }
 
 wire::Envelope::Reader Message::reader() const {
-  if (arena_) return arena_->builder.getRoot<wire::Envelope>().asReader();
-  return incoming_->reader->getRoot<wire::Envelope>();
+  if (arena_) return arena_->root.asReader();
+  return incoming_->root;
 }
 
 Status Message::status() const {
@@ -115,7 +119,7 @@ Status Message::status() const {
   return Status(code, std::string(env.getErrorMessage().cStr()));
 }
 
-void Message::AddPayload(DType dtype, const std::vector<int64_t>& shape, Buffer buffer) {
+void Message::AddPayload(DType dtype, std::span<const int64_t> shape, Buffer buffer) {
   uint64_t numel = 1;
   for (int64_t d : shape) {
     STRATA_CHECK_GE(d, 0);
@@ -123,18 +127,27 @@ void Message::AddPayload(DType dtype, const std::vector<int64_t>& shape, Buffer 
   }
   STRATA_CHECK_EQ(numel * DTypeSize(dtype), buffer.size()) << "payload bytes do not match shape";
   auto env = builder();
-  // Cap'n Proto lists cannot grow: rebuild the descriptor list one longer.
-  auto old = env.getPayloads().asReader();
-  auto orphan = arena_->builder.getOrphanage().newOrphan<capnp::List<wire::PayloadDesc>>(old.size() + 1);
-  auto list = orphan.get();
-  for (unsigned i = 0; i < old.size(); ++i) list.setWithCaveats(i, old[i]);
-  auto desc = list[old.size()];
+  const size_t n = num_payloads();
+  wire::PayloadDesc::Builder desc = nullptr;
+  if (n == 0) {
+    desc = env.initPayloads(1)[0];  // most messages carry one payload: no list to rebuild
+  } else {
+    // Cap'n Proto lists cannot grow: rebuild the descriptor list one longer.
+    auto old = env.getPayloads().asReader();
+    auto orphan = arena_->builder.getOrphanage().newOrphan<capnp::List<wire::PayloadDesc>>(old.size() + 1);
+    auto list = orphan.get();
+    for (unsigned i = 0; i < old.size(); ++i) list.setWithCaveats(i, old[i]);
+    env.adoptPayloads(std::move(orphan));
+    desc = env.getPayloads()[static_cast<unsigned>(n)];
+  }
   desc.setDtype(static_cast<wire::DType>(dtype));
   auto dims = desc.initShape(static_cast<unsigned>(shape.size()));
   for (unsigned i = 0; i < shape.size(); ++i) dims.set(i, static_cast<uint64_t>(shape[i]));
   desc.setByteSize(buffer.size());
-  env.adoptPayloads(std::move(orphan));
-  if (frames_.empty()) frames_.emplace_back();  // the envelope's slot
+  if (frames_.empty()) {
+    frames_.reserve(2);
+    frames_.emplace_back();  // the envelope's slot
+  }
   frames_.push_back(std::move(buffer));
 }
 
@@ -360,25 +373,25 @@ Status CheckPayloads(capnp::List<wire::PayloadDesc>::Reader descs, const Frames&
   }
   for (unsigned i = 0; i < n; ++i) {
     auto d = descs[i];
-    const std::string where = "payload " + std::to_string(i) + ": ";
+    auto where = [i] { return "payload " + std::to_string(i) + ": "; };
     auto raw_dtype = static_cast<uint16_t>(d.getDtype());
     if (!IsValidDType(raw_dtype)) {
-      return Status::InvalidArgument(where + "dtype " + std::to_string(raw_dtype) + " out of range");
+      return Status::InvalidArgument(where() + "dtype " + std::to_string(raw_dtype) + " out of range");
     }
     auto shape = d.getShape();
     if (shape.size() > static_cast<unsigned>(limits.max_payload_dims)) {
-      return Status::InvalidArgument(where + std::to_string(shape.size()) + " dims exceed the limit");
+      return Status::InvalidArgument(where() + std::to_string(shape.size()) + " dims exceed the limit");
     }
     uint64_t bytes = DTypeSize(static_cast<DType>(raw_dtype));
     for (uint64_t dim : shape) {
       if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
           (dim != 0 && bytes > limits.max_payload_bytes / dim)) {
-        return Status::InvalidArgument(where + "shape overflows the payload size limit");
+        return Status::InvalidArgument(where() + "shape overflows the payload size limit");
       }
       bytes *= dim;
     }
     if (bytes != d.getByteSize() || bytes != frames[i + 1].size()) {
-      return Status::InvalidArgument(where + "shape and dtype give " + std::to_string(bytes) +
+      return Status::InvalidArgument(where() + "shape and dtype give " + std::to_string(bytes) +
                                      " bytes, envelope says " + std::to_string(d.getByteSize()) +
                                      ", frame holds " + std::to_string(frames[i + 1].size()));
     }
@@ -451,6 +464,7 @@ Result<Message> Decode(Frames frames, const WireLimits& limits) {
     unlimited.traversalLimitInWords = std::numeric_limits<uint64_t>::max();
     unlimited.nestingLimit = 16;
     incoming->reader.emplace(incoming->words, unlimited);
+    incoming->root = incoming->reader->getRoot<wire::Envelope>();
     return Message(std::move(incoming), std::move(frames));
   } catch (const kj::Exception& e) {
     return Status::Corruption(std::string("malformed envelope: ") + e.getDescription().cStr());

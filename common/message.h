@@ -8,7 +8,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <initializer_list>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -68,7 +70,10 @@ class Message {
 
   // Appends a payload frame and its descriptor (outgoing only). STRATA_CHECKs that the
   // buffer holds exactly product(shape) * DTypeSize(dtype) bytes.
-  void AddPayload(DType dtype, const std::vector<int64_t>& shape, Buffer buffer);
+  void AddPayload(DType dtype, std::span<const int64_t> shape, Buffer buffer);
+  void AddPayload(DType dtype, std::initializer_list<int64_t> shape, Buffer buffer) {
+    AddPayload(dtype, std::span<const int64_t>(shape.begin(), shape.size()), std::move(buffer));
+  }
   // Appends a 1-D u8 payload.
   void AddBytes(Buffer buffer);
   size_t num_payloads() const { return frames_.empty() ? 0 : frames_.size() - 1; }

@@ -47,13 +47,7 @@ Buffer FromZmq(zmq::message_t&& msg) {
 ZmqTransport::ZmqTransport(const TransportOptions& options)
     : options_(options),
       context_(options.io_threads),
-      wake_push_(context_, zmq::socket_type::push),
-      wake_pull_(context_, zmq::socket_type::pull),
       limit_(options.max_connections_per_host) {
-  char name[64];
-  std::snprintf(name, sizeof(name), "inproc://strata-wake-%p", static_cast<void*>(this));
-  wake_pull_.bind(name);
-  wake_push_.connect(name);
   if (options_.curve.enabled()) {
     for (const std::string& z85 : options_.curve.authorized) {
       std::string key(32, '\0');
@@ -196,7 +190,7 @@ Result<std::string> ZmqTransport::Bind(const std::string& endpoint) {
     // Handing a socket to another thread is allowed with a full fence; the mutex is one.
     new_router_ = std::move(socket);
     new_monitor_ = std::move(monitor);
-    wake_push_.send(zmq::message_t(), zmq::send_flags::dontwait);
+    wakeup_.Signal();
     constexpr std::string_view kIpc = "ipc://";
     if (bound.rfind(kIpc, 0) == 0 && bound.size() > kIpc.size() && bound[kIpc.size()] != '@') {
       ipc_file_ = bound.substr(kIpc.size());  // '@': an abstract socket, no file
@@ -225,7 +219,7 @@ Result<PeerId> ZmqTransport::Connect(const std::string& address) {
   const PeerId id = next_peer_++;
   peer_by_address_[address] = id;
   new_links_.emplace_back(id, std::move(socket));
-  wake_push_.send(zmq::message_t(), zmq::send_flags::dontwait);
+  wakeup_.Signal();
   return id;
 }
 
@@ -238,7 +232,7 @@ Status ZmqTransport::Enqueue(Outgoing out) {
   // frame, each under max_message_mb (one batch frame of it could exceed that, and the peer's
   // ZeroMQ would drop the connection at its header).
   if (small && BatchWriter::kHeaderBytes + add > max_bytes) small = false;
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   if (shut_down_) return Status::Cancelled("transport is shut down");
   if (out.peer != kNoPeer && out.peer >= next_peer_) {
     return Status::InvalidArgument("unknown peer " + std::to_string(out.peer));
@@ -267,11 +261,11 @@ Status ZmqTransport::Enqueue(Outgoing out) {
     // Copied here, so that the message's memory goes back to the allocator on this thread.
     outbox_[*open].batch->Append(out.frames);
   }
+  lock.unlock();
   // One wake-up per batch: the I/O thread takes the whole outbox each time it wakes. A handler
   // replying on the I/O thread needs none: Run() takes the outbox before it polls again.
-  if (was_empty && std::this_thread::get_id() != io_thread_.get_id()) {
-    wake_push_.send(zmq::message_t(), zmq::send_flags::dontwait);
-  }
+  // Signalled after unlocking, so that the woken thread does not block on the lock at once.
+  if (was_empty && std::this_thread::get_id() != io_thread_.get_id()) wakeup_.Signal();
   return Status::OK();
 }
 
@@ -294,7 +288,7 @@ void ZmqTransport::Shutdown() {
     if (shut_down_) return;
     shut_down_ = true;
     stop_ = true;
-    wake_push_.send(zmq::message_t(), zmq::send_flags::dontwait);
+    wakeup_.Signal();
   }
   if (io_thread_.joinable()) io_thread_.join();
   // Queued frames get `linger_ms` to leave (zmq_close lingers; the context close waits).
@@ -312,8 +306,6 @@ void ZmqTransport::Shutdown() {
   monitor_.reset();
   new_monitor_.reset();
   zap_.reset();
-  wake_push_.close();
-  wake_pull_.close();
   context_.close();
   if (!ipc_file_.empty()) ::unlink(ipc_file_.c_str());
 }
@@ -423,7 +415,7 @@ void ZmqTransport::Run() {
   while (!stop_) {
     items.clear();
     item_peer.clear();
-    items.push_back({wake_pull_.handle(), 0, ZMQ_POLLIN, 0});
+    items.push_back({nullptr, wakeup_.fd(), ZMQ_POLLIN, 0});
     item_peer.push_back(kNoPeer);
     if (zap_) items.push_back({zap_->handle(), 0, ZMQ_POLLIN, 0});
     const size_t monitor_item = items.size();
@@ -449,9 +441,7 @@ void ZmqTransport::Run() {
       break;
     }
     if (items[0].revents & ZMQ_POLLIN) {
-      zmq::message_t ignored;
-      while (wake_pull_.recv(ignored, zmq::recv_flags::dontwait)) {
-      }
+      wakeup_.Clear();  // before taking the outbox: a later signal is for later work
       if (stop_) break;
       TakeCommands();
     }

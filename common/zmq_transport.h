@@ -1,7 +1,8 @@
 // zmq_transport.h: ZmqTransport, the ZeroMQ Transport. One I/O thread owns every socket: the
 // bound ROUTER that receives requests, one DEALER per connected peer (replies come back on it),
-// and an inproc PULL that other threads use to wake it when they queue frames (one wake-up per
-// batch of queued messages, none for a reply queued on the I/O thread itself). Payloads of
+// and an eventfd (wakeup.h) that other threads signal, after releasing the queue's lock, to wake
+// it when they queue frames (one wake-up per batch of queued messages, none for a reply queued on
+// the I/O thread itself). Payloads of
 // kZeroCopyMinBytes or more are handed to ZeroMQ without copying; their owner is released when
 // ZeroMQ has written them. Small messages (every frame under kZeroCopyMinBytes) are copied
 // into a batch (frame_batch.h) on the caller's thread as they are queued, one open batch per
@@ -41,6 +42,7 @@
 #include "common/frame_batch.h"
 #include "common/log_limiter.h"
 #include "common/transport.h"
+#include "common/wakeup.h"
 
 namespace strata {
 
@@ -105,7 +107,6 @@ class ZmqTransport final : public Transport {
   std::unique_ptr<zmq::socket_t> new_monitor_;  // the ROUTER's socket monitor (PAIR), if limited
   std::unordered_map<std::string, PeerId> peer_by_address_;
   PeerId next_peer_ = 0;
-  zmq::socket_t wake_push_;
   bool shut_down_ = false;
   // The socket file of an ipc:// bind, removed at Shutdown (libzmq removes only the files of
   // wildcard binds).
@@ -113,7 +114,6 @@ class ZmqTransport final : public Transport {
 
   // I/O thread only.
   std::vector<Outgoing> taken_;
-  zmq::socket_t wake_pull_;
   Link router_;
   std::vector<Link> links_;  // indexed by PeerId
   std::vector<zmq::message_t> parts_;  // Drain's scratch
@@ -125,6 +125,7 @@ class ZmqTransport final : public Transport {
   LogLimiter crowded_;  // refusals past max_connections_per_host
   LogLimiter bad_batches_;
 
+  Wakeup wakeup_;  // signalled by any thread, cleared by the I/O thread
   std::atomic<bool> stop_{false};
   std::thread io_thread_;
 };
