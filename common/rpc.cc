@@ -2,6 +2,7 @@
 #include "common/rpc.h"
 
 #include "common/log_limiter.h"
+#include "common/source_name.h"
 
 #include <kj/exception.h>
 #include <spdlog/spdlog.h>
@@ -114,12 +115,13 @@ struct RpcCore {
     if (!decoded.ok()) {
       std::optional<uint64_t> peeked;
       if (!source.from_peer() && !envelope.empty()) peeked = PeekRequestId(envelope);
-      // Anyone who can reach the port can send garbage: the first rejection is logged, then one
-      // line per 10 s with the count.
-      if (const LogLimiter::Tick tick = rejected.Count(); tick.log) {
-        spdlog::warn("rpc: rejected a message ({}): {}; {} rejected in all, {} since the last warning",
-                     source.from_peer() ? "reply from peer " + std::to_string(source.peer) : std::string("request"),
-                     decoded.status().ToString(), tick.total, tick.since);
+      // Anyone who can reach the port can send garbage: a sender's first rejection is logged,
+      // then one line per 10 s for it with its count (log_limiter.h bounds the rest).
+      const std::string from = SourceName(source);
+      if (const LogLimiter::Tick tick = rejected.Count(from); tick.log) {
+        spdlog::warn("rpc: rejected a message from {}: {}; {} rejected from it, {} since its last warning "
+                     "({} from {} senders in all)",
+                     from, decoded.status().ToString(), tick.total, tick.since, tick.all, tick.peers);
       }
       if (peeked) SendReply(source, ErrorReply(*peeked, decoded.status()));
       return;

@@ -12,6 +12,7 @@
 #include <zmq_addon.hpp>
 
 #include "common/check.h"
+#include "common/source_name.h"
 
 namespace strata {
 namespace {
@@ -133,16 +134,17 @@ void ZmqTransport::AnswerZap() {
   }
   if (ok) return;
   if (!admitted) {
-    if (const LogLimiter::Tick tick = crowded_.Count(); tick.log) {
+    if (const LogLimiter::Tick tick = crowded_.Count(host); tick.log) {
       spdlog::warn("transport: refused a connection from {}: it holds {} open, more than "
-                   "transport.max_connections_per_host ({}); {} refused in all, {} since the last warning",
-                   host, limit_.Open(host), limit_.per_host(), tick.total, tick.since);
+                   "transport.max_connections_per_host ({}); {} refused from it, {} since its last warning "
+                   "({} from {} hosts in all)",
+                   host, limit_.Open(host), limit_.per_host(), tick.total, tick.since, tick.all, tick.peers);
     }
     return;
   }
-  const LogLimiter::Tick tick = refusals_.Count();
+  const LogLimiter::Tick tick = refusals_.Count(host);
   if (!tick.log) return;
-  std::string who = request.size() >= 4 ? request[3].to_string() : "?";
+  std::string who = host.empty() ? "?" : host;
   std::string key = "no CURVE key";
   if (curve) {
     char z85[41];
@@ -150,8 +152,8 @@ void ZmqTransport::AnswerZap() {
     key = std::string("key ") + z85;
   }
   spdlog::warn("transport: refused a connection from {} ({} not in cluster.curve.authorized_keys); "
-               "{} refused in all, {} since the last warning",
-               who, key, tick.total, tick.since);
+               "{} refused from it, {} since its last warning ({} from {} hosts in all)",
+               who, key, tick.total, tick.since, tick.all, tick.peers);
 }
 
 Result<std::string> ZmqTransport::Bind(const std::string& endpoint) {
@@ -372,10 +374,11 @@ void ZmqTransport::Flush(Link& link) {
 void ZmqTransport::DeliverBatch(const Source& source, zmq::message_t&& batch) {
   auto messages = UnpackBatch(FromZmq(std::move(batch)), kMaxBatchMessages);
   if (!messages.ok()) {
-    if (const LogLimiter::Tick tick = bad_batches_.Count(); tick.log) {
-      spdlog::warn("transport: dropped a malformed batch from {}: {}; {} dropped in all, {} since the last warning",
-                   source.from_peer() ? "peer " + std::to_string(source.peer) : std::string("a requester"),
-                   messages.status().ToString(), tick.total, tick.since);
+    const std::string from = SourceName(source);
+    if (const LogLimiter::Tick tick = bad_batches_.Count(from); tick.log) {
+      spdlog::warn("transport: dropped a malformed batch from {}: {}; {} dropped from it, {} since its last "
+                   "warning ({} from {} senders in all)",
+                   from, messages.status().ToString(), tick.total, tick.since, tick.all, tick.peers);
     }
     return;
   }
