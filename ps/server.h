@@ -357,6 +357,7 @@ class PsServer {
   std::atomic<bool> leaving_{false}, handed_over_{false};
   std::atomic<uint64_t> rows_moved_in_{0}, rows_moved_out_{0}, rows_erased_{0};
   std::atomic<uint64_t> migrate_chunks_in_{0}, migrate_chunks_out_{0};
+  std::atomic<uint64_t> migrate_asks_again_{0};  // a joiner's asks repeated after a lost or late reply
   // The plans being taken from this server, by receiver node id (a joining server's until its
   // done, the receivers' of a leave until they all answered).
   mutable std::mutex outgoing_mu_;

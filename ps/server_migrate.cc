@@ -351,6 +351,7 @@ Status PsServer::PullRows(MigrationPuller& puller, const NodeInfo& from, const P
                            " chunks taken)");
     }
     spdlog::info("server: asking {} for a chunk again: {}", from.Describe(), s.ToString());
+    ++migrate_asks_again_;
     std::this_thread::sleep_for(Millis(100));
   }
 }
@@ -388,6 +389,7 @@ Status PsServer::TakeOver(Millis timeout) {
         return s.WithContext("server " + std::to_string(me) + " joining the job: taking over its keys from server " +
                              std::to_string(r));
       }
+      if (n && n->alive) ++migrate_asks_again_;  // the first ask (its plan) again
       std::this_thread::sleep_for(Millis(100));
       (void)node_.RefreshView();
     }

@@ -25,6 +25,7 @@ std::string PsServer::StatsJson() const {
   j["rows_moved_in"] = rows_moved_in_.load();
   j["rows_moved_out"] = rows_moved_out_.load();
   j["migrate_chunks_in"] = migrate_chunks_in_.load();
+  j["migrate_asks_again"] = migrate_asks_again_.load();
   j["migrate_chunks_out"] = migrate_chunks_out_.load();
   j["layout_left"] = KeyLayout().left;
   j["rows_erased"] = rows_erased_.load();

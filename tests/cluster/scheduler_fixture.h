@@ -32,8 +32,9 @@ class SchedulerTest : public ::testing::Test {
     ASSERT_TRUE(scheduler_->Start("mem://scheduler").ok());
   }
 
-  std::unique_ptr<Node> MakeNode(Role role, const std::string& name, int rank = -1, bool join = false) {
-    return testing::MakeMemNode(cluster_, &hub_, role, name, rank, join);
+  std::unique_ptr<Node> MakeNode(Role role, const std::string& name, int rank = -1, bool join = false,
+                                 const TransportOptions* transport = nullptr) {
+    return testing::MakeMemNode(cluster_, &hub_, role, name, rank, join, transport);
   }
 
   // Joins every node concurrently (registration only completes when all are in).

@@ -29,7 +29,7 @@ class ElasticPsTest : public SchedulerTest {
     cluster_.elastic = true;
     StartScheduler(2, 1);
     std::vector<std::unique_ptr<Node>> nodes;
-    nodes.push_back(MakeNode(Role::kServer, "server0", 0));
+    nodes.push_back(MakeNode(Role::kServer, "server0", 0, false, &server0_transport_));
     nodes.push_back(MakeNode(Role::kServer, "server1", 1));
     nodes.push_back(MakeNode(Role::kTrainer, "trainer0", 0));
     for (int s = 0; s < 2; ++s) servers_.push_back(std::make_unique<PsServer>(*nodes[s], options_));
@@ -53,12 +53,12 @@ class ElasticPsTest : public SchedulerTest {
 
   // A third server joining the running job (node mem://server2, nodes_[3], servers_[2]): it
   // takes its rows over from the first two (PsServer::TakeOver).
-  Status AddServer() {
-    nodes_.push_back(MakeNode(Role::kServer, "server2", -1, /*join=*/true));
+  Status AddServer(Millis take_over_timeout = Millis(10000)) {
+    nodes_.push_back(MakeNode(Role::kServer, "server2", -1, /*join=*/true, &joiner_transport_));
     servers_.push_back(std::make_unique<PsServer>(*nodes_.back(), options_));
     servers_.back()->ExpectTakeOver();
     STRATA_RETURN_IF_ERROR(nodes_.back()->Join());
-    return servers_.back()->TakeOver(Millis(10000));
+    return servers_.back()->TakeOver(take_over_timeout);
   }
 
   Status Push(const std::vector<uint64_t>& keys, uint32_t table = kTable, uint32_t dim = kDim) {
@@ -114,6 +114,13 @@ class ElasticPsTest : public SchedulerTest {
     o.stats_interval_ms = 0;
     return o;
   }();
+  // Server 0's and AddServer's joining server's transports (faults, timeouts). Set before SetUp.
+  TransportOptions server0_transport_ = [] {
+    TransportOptions t;
+    t.request_timeout_ms = 10000;
+    return t;
+  }();
+  TransportOptions joiner_transport_ = server0_transport_;
   std::vector<std::unique_ptr<Node>> nodes_;  // server 0, server 1, trainer 0 (then a joined server)
   std::vector<std::unique_ptr<PsServer>> servers_;
   std::unique_ptr<PsClient> client_;

@@ -94,6 +94,41 @@ TEST_F(ServerMigrateTest, AJoiningServerTakesEveryRowOnceWithItsStateAndPushIdsI
   std::cout << out << " rows moved to the joining server in " << chunks << " chunks\n";
 }
 
+// Server 0 holds back half of what it sends (its migrate replies among them) for 600 ms, past the
+// joining server's 300 ms timeout: the joiner asks again (the first ask, or the chunk at its
+// cursor), the late replies are dropped as unknown, and every row still arrives exactly once.
+class LateChunkRepliesTest : public ServerMigrateTest {
+ protected:
+  LateChunkRepliesTest() {
+    server0_transport_.fault.delay_rate = 0.5;
+    server0_transport_.fault.delay_ms = 600;
+    server0_transport_.fault.seed = 7;
+    joiner_transport_.request_timeout_ms = 300;
+  }
+};
+
+TEST_F(LateChunkRepliesTest, LateChunkRepliesAreAskedForAgainAndEveryRowStillMovesOnce) {
+  const std::vector<uint64_t> keys = Keys(1200);  // about 10 chunks from server 0
+  ASSERT_TRUE(CreateAdam(kAdam).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Push(keys, kAdam, kAdamDim).ok());
+  const std::vector<float> before = Values(keys, kAdam, kAdamDim);
+  const uint64_t held = Records(0) + Records(1);
+
+  ASSERT_TRUE(AddServer(Millis(120000)).ok());
+  const uint64_t out = Stat(0, "rows_moved_out") + Stat(1, "rows_moved_out");
+  EXPECT_GT(out, held / 5);
+  EXPECT_EQ(Stat(2, "rows_moved_in"), out);
+  EXPECT_EQ(Records(2), out);
+  EXPECT_EQ(Records(0) + Records(1) + Records(2), held);
+  const uint64_t chunks = Stat(2, "migrate_chunks_in"), again = Stat(2, "migrate_asks_again");
+  EXPECT_GT(again, 0u) << "no reply was late: the test tested nothing";
+  // A chunk whose reply came late was sent twice; the joiner took it once.
+  EXPECT_GE(Stat(0, "migrate_chunks_out") + Stat(1, "migrate_chunks_out"), chunks);
+  EXPECT_EQ(Values(keys, kAdam, kAdamDim), before);
+  ASSERT_NO_FATAL_FAILURE(ExpectStateMoved(keys, 3));
+  std::cout << out << " rows moved in " << chunks << " chunks, " << again << " asks repeated\n";
+}
+
 TEST_F(ServerMigrateTest, TheServerTakingALeaversRowsAsksForThemInManyChunks) {
   const std::vector<uint64_t> keys = Keys(1200);
   ASSERT_TRUE(CreateAdam(kAdam).ok());
