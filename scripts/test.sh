@@ -12,7 +12,7 @@ count=$(cd "$build" && ctest -N "$@" | sed -n 's/^Total Tests: //p')
 stage "running ${count:-the} tests on $(nproc) cores (log: $build/logs/test.log)"
 cd "$build"
 set +e
-ctest --output-on-failure -j "$(nproc)" --timeout 300 "$@" 2>&1 | tee "$build/logs/test.log"
+ctest --output-on-failure -j "$(nproc)" --timeout 450 "$@" 2>&1 | tee "$build/logs/test.log"
 rc=${PIPESTATUS[0]}
 set -e
 if [ "$rc" -ne 0 ]; then
