@@ -62,6 +62,7 @@ void ToWire(const NodeInfo& in, wire::NodeInfo::Builder out) {
   out.setAlive(in.alive);
   out.setIncarnation(in.incarnation);
   out.setLeft(in.left);
+  out.setJoining(in.joining);
 }
 
 void ToWire(const ClusterView& in, wire::ClusterView::Builder out) {
@@ -79,6 +80,7 @@ NodeInfo FromWire(wire::NodeInfo::Reader in) {
   n.alive = in.getAlive();
   n.incarnation = in.getIncarnation();
   n.left = in.getLeft();
+  n.joining = in.getJoining();
   return n;
 }
 

@@ -33,6 +33,9 @@ struct NodeInfo {
   // Elastic jobs: it deregistered (a server only after handing its keys to the others); its
   // rank is not taken again.
   bool left = false;
+  // Elastic jobs: a server that joined and does not serve yet (its keys are still moving to it).
+  // One that dies so is marked left, not dead: its join is rolled back (docs/reliability.md).
+  bool joining = false;
 
   // "server 1 (node 2, tcp://127.0.0.1:4001)": how errors and logs name a node.
   std::string Describe() const;

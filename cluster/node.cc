@@ -8,14 +8,9 @@
 
 #include "common/check.h"
 #include "common/net.h"
+#include "common/steady_millis.h"
 
 namespace strata {
-namespace {
-int64_t SteadyMillis() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-}  // namespace
 namespace {
 
 std::unique_ptr<Transport> MakeOrDie(const std::string& endpoint, const TransportOptions& options,
@@ -449,6 +444,17 @@ Status Node::RequestShutdown() {
       [] {
         Message req;
         req.builder().getBody().setShutdown();
+        return req;
+      },
+      Timeout());
+  return r.ok() ? Status::OK() : r.status();
+}
+
+Status Node::CommitJoin() {
+  auto r = CallScheduler(
+      [] {
+        Message req;
+        req.builder().getBody().setJoinCommit();
         return req;
       },
       Timeout());

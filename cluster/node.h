@@ -89,6 +89,10 @@ class Node {
   Result<SplitSchedule> LeaseSplit(int64_t until, wire::SplitChange change = wire::SplitChange::NONE);
   // Asks the scheduler to end the job: every node is told to shut down.
   Status RequestShutdown();
+  // A server that joined a running job (--join) and holds every key it takes over: tells the
+  // scheduler, which from then on treats its death as an ordinary server's. FailedPrecondition
+  // if the scheduler rolled its join back (it was declared dead first): it must not serve.
+  Status CommitJoin();
   // Deregisters and stops heartbeating, waiting up to `timeout` (default: the cluster's call
   // timeout) for the scheduler's answer. Idempotent.
   Status Leave(std::optional<Millis> timeout = std::nullopt);

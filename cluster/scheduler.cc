@@ -122,6 +122,7 @@ void Scheduler::Dispatch(Request request) {
     case Op::DEREGISTER: return HandleDeregister(std::move(request));
     case Op::SHUTDOWN: return HandleShutdown(std::move(request));
     case Op::SPLIT_LEASE: return HandleSplitLease(std::move(request));
+    case Op::JOIN_COMMIT: return HandleJoinCommit(std::move(request));
     case Op::GET_VIEW: {
       Message reply = request.MakeReply();
       ToWire(view(), reply.builder().getBody().initView());
@@ -158,6 +159,7 @@ void Scheduler::HandleHeartbeat(Request request) {
 }
 
 void Scheduler::DeclareDeadLocked(Member& m, const std::string& why) {
+  if (options_.cluster.elastic && m.info.role == Role::kServer && m.info.joining) return RollBackJoinLocked(m, why);
   m.state = State::kDead;
   m.info.alive = false;
   m.awaiting_rejoin = false;

@@ -123,6 +123,9 @@ class Scheduler {
   void HandleDeregister(Request request);
   void HandleShutdown(Request request);
   void HandleSplitLease(Request request);
+  // A joined server holds its keys: from now on it serves them, and its death is an ordinary
+  // server's (scheduler_elastic.cc).
+  void HandleJoinCommit(Request request);
 
   // The helpers below expect mu_ held.
   ClusterView ViewLocked() const;
@@ -155,6 +158,9 @@ class Scheduler {
   // Sends a one-way message built by `make` to every live node except `except`.
   void NotifyAllLocked(const std::function<Message()>& make, uint32_t except = kSchedulerId);
   void DeclareDeadLocked(Member& m, const std::string& why);
+  // A joined server that died before it committed its join: marked left (never dead), so every
+  // node takes it out of the key layout and the older servers keep the keys they still hold.
+  void RollBackJoinLocked(Member& m, const std::string& why);
   void MaybeFinishLocked();
   // Tells every live node to shut down and marks the job over.
   void EndJobLocked();

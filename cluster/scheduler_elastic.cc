@@ -78,6 +78,7 @@ void Scheduler::HandleJoinLocked(Request& request, const Registration& reg) {
   m.info.rank = RanksLocked(reg.role);
   m.info.address = reg.address;
   m.info.alive = true;
+  m.info.joining = reg.role == Role::kServer;  // until it commits (HandleJoinCommit)
   m.state = State::kAlive;
   m.hostname = reg.hostname;
   m.pid = reg.pid;
@@ -91,6 +92,49 @@ void Scheduler::HandleJoinLocked(Request& request, const Registration& reg) {
   spdlog::info("scheduler: {} joined the running job (epoch {})", joined.info.Describe(), epoch_);
   ReplyRegisteredLocked(request, joined);
   NotifyEventLocked(wire::NodeEvent::Kind::JOINED, joined.info);
+}
+
+void Scheduler::HandleJoinCommit(Request request) {
+  const uint32_t sender = request.message().sender();
+  std::lock_guard lock(mu_);
+  if (NeedsRejoinLocked(sender)) {
+    return request.ReplyError(Status::Unavailable("joinCommit from node " + std::to_string(sender) +
+                                                  ": the scheduler restarted and does not know this node yet; " +
+                                                  std::string(kRejoinFirst)));
+  }
+  Member* m = FindMemberLocked(sender);
+  if (!m || m->info.role != Role::kServer) {
+    return request.ReplyError(Status::FailedPrecondition("joinCommit from node " + std::to_string(sender) +
+                                                         ", which is not a server of this job"));
+  }
+  if (m->state != State::kAlive) {
+    return request.ReplyError(Status::FailedPrecondition(
+        "joinCommit: " + m->info.Describe() + " was taken out of the job before it finished joining (" +
+        (m->info.left && m->info.joining ? "its join was rolled back: the older servers kept its keys"
+                                         : "it is not a live member") +
+        "); start it again with --join"));
+  }
+  if (!m->info.joining) return request.Reply(request.MakeReply());  // a repeat after a lost reply
+  m->info.joining = false;
+  ++epoch_;
+  spdlog::info("scheduler: {} holds its keys and serves them (epoch {})", m->info.Describe(), epoch_);
+  request.Reply(request.MakeReply());
+}
+
+void Scheduler::RollBackJoinLocked(Member& m, const std::string& why) {
+  m.state = State::kLeft;
+  m.info.alive = false;
+  m.info.left = true;  // info.joining stays: the view says the join was rolled back, not completed
+  m.awaiting_rejoin = false;
+  ++epoch_;
+  spdlog::warn("scheduler: {} died before it finished joining ({}): its join is rolled back, its keys stay on the "
+               "servers that held them (epoch {})",
+               m.info.Describe(), why, epoch_);
+  NotifyEventLocked(wire::NodeEvent::Kind::LEFT, m.info);
+  std::vector<std::string> names;
+  for (const auto& [name, b] : barriers_) names.push_back(name);
+  for (const auto& name : names) MaybeReleaseBarrierLocked(name);
+  MaybeFinishLocked();
 }
 
 void Scheduler::HandleSplitLease(Request request) {

@@ -48,6 +48,7 @@ std::string_view OpName(Op op) {
     case Op::REPLICA_JOIN: return "replicaJoin";
     case Op::STATE_TRANSFER: return "stateTransfer";
     case Op::GRAD_NORM: return "gradNorm";
+    case Op::JOIN_COMMIT: return "joinCommit";
   }
   return {};  // unknown: IsKnownOp relies on this being empty
 }
@@ -354,6 +355,7 @@ Status CheckBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
     case Op::VALUES:
     case Op::GET_STATS:
     case Op::REPLICA_JOIN:
+    case Op::JOIN_COMMIT:
       return Status::OK();
   }
   return Status::InvalidArgument("unknown op " + std::to_string(static_cast<unsigned>(body.which())));

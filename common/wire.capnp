@@ -34,6 +34,9 @@ struct NodeInfo {
   alive @4 :Bool;
   incarnation @5 :UInt32;   # bumped each time the node re-registers after being declared dead
   left @6 :Bool;            # elastic jobs: deregistered (a server: after handing its keys over)
+  # Elastic jobs: a server that joined the running job and does not serve yet (its keys are
+  # still moving to it). If it dies so, the scheduler marks it left: its join is rolled back.
+  joining @7 :Bool;
 }
 
 struct ClusterView {
@@ -229,6 +232,10 @@ struct MigrateRows {
   left @3 :List(UInt32);    # ...and those that left it, the sender included
   next @4 :MigrateCursor;   # a chunk: where the next one starts; absent: it was the last
   rows @5 :UInt64;          # a chunk: the rows the whole migration moves (every chunk's)
+  # A stateTransfer chunk: the copy it belongs to (the sender's incarnation << 32 | its count of
+  # copies sent, so a restarted sender's copies still count up). A newer copy starts over; the
+  # chunks of an older one are refused.
+  copy @6 :UInt64;
 }
 
 struct TrainerClock {
@@ -311,5 +318,8 @@ struct Envelope {
     # each; `next` absent on the last, `rows` the whole copy's); all are sent at once, in order.
     stateTransfer @36 :MigrateRows;
     gradNorm @37 :GradNorm;         # trainer -> every server (global clipping); reply: gradNorm
+    # A joined server -> scheduler: it holds every key it takes over. Reply: empty once it may
+    # serve them; FailedPrecondition if its join was rolled back (it was declared dead first).
+    joinCommit @38 :Void;
   }
 }

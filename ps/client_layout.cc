@@ -90,10 +90,16 @@ Result<Message> PsClient::Resplit(PsTicket::Part& part, int depth) {
   (void)node_.RefreshView();
   STRATA_RETURN_IF_ERROR(GrowLayout());
   for (size_t i = 0; i < n; ++i) by_owner[layout_.SparseOwner((*q.keys)[i])].push_back(i);
-  if (depth > 8 || (by_owner.size() == 1 && by_owner.begin()->first == part.server)) {
-    return Status::Internal("server " + std::to_string(part.server) + " refused keys as moved, but the layout of " +
-                            std::to_string(layout_.servers) + " servers places them there");
+  if (by_owner.size() == 1 && by_owner.begin()->first == part.server) {
+    // The server refused under a layout older than this view: a join rolled back (the server
+    // hears of it by its own event, which may come after this refresh). Ask it again shortly.
+    if (depth > 8) {
+      return Status::Internal("server " + std::to_string(part.server) + " refused keys as moved, but the layout of " +
+                              std::to_string(layout_.servers) + " servers places them there");
+    }
+    std::this_thread::sleep_for(Millis(50) * (depth + 1));
   }
+  if (depth > 8) return Status::Internal("keys of server " + std::to_string(part.server) + " moved 9 times in a row");
   ++resplits_;
   struct Sub {
     std::vector<size_t> positions;

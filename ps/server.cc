@@ -98,6 +98,10 @@ PsServer::PsServer(Node& node, ServerOptions options, StoreFactory store_factory
     if (!guard->alive) return;
     OnNodeEvent(e);
     OnServerEvent(e);
+    if (e.kind == NodeEvent::Kind::kLeft && e.node.role == Role::kServer && e.node.joining) {
+      std::lock_guard threads_lock(rollback_mu_);
+      rollback_threads_.emplace_back([this, gone = e.node] { RollBackJoin(gone); });
+    }
   });
   if (options_.stats_interval_ms > 0) {
     stats_thread_ = std::thread([this] {
@@ -135,6 +139,10 @@ PsServer::~PsServer() {
   }
   if (stats_thread_.joinable()) stats_thread_.join();
   if (copy_thread_.joinable()) copy_thread_.join();
+  {
+    std::lock_guard lock(rollback_mu_);  // no event adds one any more (event_guard_)
+    for (std::thread& t : rollback_threads_) t.join();
+  }
   // Forwards still in flight complete now, while this server exists (their callbacks use it).
   std::lock_guard lock(forward_mu_);
   if (replica_ && replica_->peer != kNoPeer) node_.rpc().FailCallsTo(replica_->peer, Status::Cancelled("the server is stopping"));

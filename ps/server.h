@@ -173,7 +173,9 @@ class PsServer {
     uint32_t rank = 0, incarnation = 0;
     std::string address;
     PeerId peer = kNoPeer;
+    uint64_t copy = 0;  // the state transfer it was made from (0: the original backup)
   };
+  static constexpr uint64_t kNoCopy = ~uint64_t{0};
   // The copy of shard `shard` (server_replication.cc): no handler of its own on the node, one
   // worker, no statistics thread.
   PsServer(Node& node, ServerOptions options, StoreFactory store_factory, uint32_t shard, ShardRole role);
@@ -243,6 +245,10 @@ class PsServer {
   // layout and makes its plan (StartTakeOver), its done erases the rows of the plan.
   void HandleMigrate(Request& request);
   Result<std::shared_ptr<const MigrationPlan>> StartTakeOver(const Request& request);
+  // A joined server taken out of the job before it committed its join (NodeInfo.joining; it died
+  // or gave up): its rank leaves this server's layout too, which gives back the keys it was to
+  // take (their rows are still here: a plan's rows are erased only on its done), and its plan goes.
+  void RollBackJoin(const NodeInfo& gone);
   // The plans of every server that `before` gives this server's rows and `after` another:
   // per receiver rank in `to` (rank -> node id), its keys of every sparse table, and every push
   // id and trainer clock. Internal if a row would go to a rank not in `to`. Expects migrate_mu_
@@ -318,15 +324,24 @@ class PsServer {
   std::unique_ptr<PsServer> backup_;
   std::mutex forward_mu_;
   // Serving: the backup forwarded to (none: the shard has no backup now); whether the original
-  // backup was looked up yet; a transfer to the replica failed (dropped at the next update).
+  // backup was looked up yet; the copy (Replica::copy) whose transfer or forward failed, dropped
+  // at the next update if it is still the replica's (a stale copy's failure drops nothing); the
+  // copies sent so far.
   std::optional<Replica> replica_;
   bool replica_known_ = false;
-  std::atomic<bool> replica_failed_{false};
+  std::atomic<uint64_t> failed_copy_{kNoCopy};
+  uint64_t copies_sent_ = 0;
   std::thread copy_thread_;  // Joined(): RequestCopy
-  // A copy being installed, chunk after chunk (the copy's one worker only): whether its first
-  // chunk arrived, the rows it announced and those taken so far.
+  // A copy being installed, chunk after chunk (the copy's one worker only): which copy
+  // (stateTransfer.copy), whether its first chunk arrived, the rows it announced and those taken
+  // so far. RequestCopy watches the rest: when a chunk last arrived, whether the copy failed
+  // here, and how often it asked again.
+  uint64_t install_copy_ = 0;
   bool installing_ = false;
   uint64_t install_total_ = 0, install_rows_ = 0, install_chunks_ = 0;
+  std::atomic<int64_t> install_heard_ms_{0};
+  std::atomic<bool> copy_failed_{false};
+  std::atomic<uint64_t> copy_asks_again_{0};
   std::atomic<uint64_t> forwards_{0}, replicated_bytes_{0}, forward_errors_{0}, transferred_rows_{0};
   // Set by LoadCheckpoint before the node joins, read-only after: the checkpoint served
   // read-only (empty: training) and how many rows it gave this server.
@@ -358,6 +373,7 @@ class PsServer {
   std::atomic<uint64_t> rows_moved_in_{0}, rows_moved_out_{0}, rows_erased_{0};
   std::atomic<uint64_t> migrate_chunks_in_{0}, migrate_chunks_out_{0};
   std::atomic<uint64_t> migrate_asks_again_{0};  // a joiner's asks repeated after a lost or late reply
+  std::atomic<uint64_t> joins_rolled_back_{0};   // RollBackJoin
   // The plans being taken from this server, by receiver node id (a joining server's until its
   // done, the receivers' of a leave until they all answered).
   mutable std::mutex outgoing_mu_;
@@ -379,6 +395,10 @@ class PsServer {
   ReadAhead read_ahead_;
   std::atomic<bool> stop_{false};
   std::thread stats_thread_;
+  // RollBackJoin runs off the I/O thread that delivers events: it waits for migrate_mu_, which a
+  // HandOver holds across calls whose replies that thread receives.
+  std::mutex rollback_mu_;
+  std::vector<std::thread> rollback_threads_;
   std::mutex stats_mu_;
   std::condition_variable stats_cv_;
 

@@ -196,6 +196,10 @@ Result<std::shared_ptr<const MigrationPlan>> PsServer::StartTakeOver(const Reque
     if (auto fresh = node_.RefreshView(); fresh.ok()) view = std::move(*fresh);
     to = view.Find(Role::kServer, static_cast<int>(servers) - 1);
   }
+  if (to && to->left) {
+    return Status::FailedPrecondition("migrate: " + to->Describe() +
+                                      " left the job (its join was rolled back); start it again with --join");
+  }
   if (servers == 0 || !to || to->id != request.message().sender() || servers - 1 <= me) {
     return Status::InvalidArgument("migrate to a layout of " + std::to_string(servers) +
                                    " servers: only the server of the last rank there, which joined after this "
@@ -356,6 +360,25 @@ Status PsServer::PullRows(MigrationPuller& puller, const NodeInfo& from, const P
   }
 }
 
+void PsServer::RollBackJoin(const NodeInfo& gone) {
+  if (!node_.options().cluster.elastic || gone.rank <= 0 || gone.id == node_.id()) return;
+  const uint32_t rank = static_cast<uint32_t>(gone.rank);
+  std::unique_lock freeze(migrate_mu_);  // as a switch: no push or pull checks an owner meanwhile
+  const std::shared_ptr<const MigrationPlan> plan = Outgoing(gone.id);
+  SetOutgoing(gone.id, nullptr);
+  // (servers n + 1, n left) places every key where (servers n) did: a server the joiner never
+  // asked changes nothing, one it asked serves the keys of its plan again.
+  PsLayout now = KeyLayout();
+  if (now.Left(rank)) return;
+  now.Leave(rank);
+  layout_servers_ = std::max(layout_servers_.load(), rank + 1);
+  SetLayoutLeft(now.left);
+  ++joins_rolled_back_;
+  spdlog::warn("server: {} left the job before it finished joining: its join is rolled back{}", gone.Describe(),
+               plan ? ", and the " + std::to_string(plan->rows()) + " rows it was taking are served here again"
+                    : " (it had taken nothing from this server)");
+}
+
 Status PsServer::TakeOver(Millis timeout) {
   const uint32_t me = static_cast<uint32_t>(node_.rank());
   layout_servers_ = me + 1;
@@ -394,6 +417,9 @@ Status PsServer::TakeOver(Millis timeout) {
       (void)node_.RefreshView();
     }
   }
+  // Serve only once the scheduler knows: had it declared this server dead meanwhile, the older
+  // servers would have taken its keys back already (RollBackJoin).
+  STRATA_RETURN_IF_ERROR(node_.CommitJoin().WithContext("server " + std::to_string(me) + " joining the job"));
   taking_over_ = false;
   spdlog::info("server: took over {} rows; serving as server {} of {}", rows_moved_in_.load(), me, me + 1);
   // The older servers may erase what they gave now, exactly the rows of their plan (best effort:

@@ -124,7 +124,7 @@ std::unique_lock<std::mutex> PsServer::ReplicationLock() {
 }
 
 PsServer::Replica* PsServer::ReplicaLocked() {
-  if (replica_failed_.exchange(false)) replica_.reset();
+  if (const uint64_t failed = failed_copy_.exchange(kNoCopy); replica_ && failed == replica_->copy) replica_.reset();
   if (!replica_known_) {
     // The original backup: the other holder, while both have run since the job started.
     replica_known_ = true;
@@ -166,10 +166,11 @@ void PsServer::Finish(Request& request, Result<Message> reply, std::unique_lock<
   };
   auto pending = std::make_shared<Pending>(Pending{std::move(request), std::move(reply).value()});
   const uint32_t shard = Shard(), rank = replica->rank, incarnation = replica->incarnation;
+  const uint64_t copy = replica->copy;
   // Sent under the lock the update was applied under: forwards leave in apply order (one link,
   // which ZeroMQ keeps in order), and the backup's single worker for the link applies them so.
   // The callback may run before CallAsync returns: it must not take forward_mu_.
-  node_.rpc().CallAsync(replica->peer, std::move(forward), [this, pending, bytes, shard, rank, incarnation](Result<Message> ack) {
+  node_.rpc().CallAsync(replica->peer, std::move(forward), [this, pending, bytes, shard, rank, incarnation, copy](Result<Message> ack) {
     if (ack.ok()) {
       ++forwards_;
       replicated_bytes_ += bytes;
@@ -192,7 +193,7 @@ void PsServer::Finish(Request& request, Result<Message> reply, std::unique_lock<
       // not go on serving it alone. The update applied here was never acknowledged; the sender
       // sends it to the server serving the shard now.
       if (role_.exchange(ShardRole::kEmpty) == ShardRole::kServing) {
-        replica_failed_ = true;
+        failed_copy_ = copy;
         spdlog::error("replication: shard {}: server {} {} (this server was declared dead): this server stops "
                       "serving it and holds no copy of it until it is restarted", shard, rank, kTookOver);
       }
@@ -203,7 +204,7 @@ void PsServer::Finish(Request& request, Result<Message> reply, std::unique_lock<
                                                              std::string(kTookOver)));
     }
     // It refused an update this server applied: its copy is no longer the same; drop it.
-    if (!replica_failed_.exchange(true)) {
+    if (failed_copy_.exchange(copy) != copy) {
       spdlog::error("replication: shard {}: its backup, server {}, refused an update: {}; the shard runs without a "
                     "backup from now on", shard, rank, s.ToString());
     }

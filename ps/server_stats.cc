@@ -26,6 +26,7 @@ std::string PsServer::StatsJson() const {
   j["rows_moved_out"] = rows_moved_out_.load();
   j["migrate_chunks_in"] = migrate_chunks_in_.load();
   j["migrate_asks_again"] = migrate_asks_again_.load();
+  j["joins_rolled_back"] = joins_rolled_back_.load();
   j["migrate_chunks_out"] = migrate_chunks_out_.load();
   j["layout_left"] = KeyLayout().left;
   j["rows_erased"] = rows_erased_.load();
@@ -41,6 +42,7 @@ std::string PsServer::StatsJson() const {
     j["transferred_rows"] = transferred_rows_.load();
     j["replicated_bytes"] = replicated_bytes_.load();
     j["forward_errors"] = forward_errors_.load();
+    j["copy_asks_again"] = copy_asks_again_.load();
     std::lock_guard lock(backup_mu_);
     if (backup_) j["backup"] = nlohmann::json::parse(backup_->StatsJson());
   }

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "common/check.h"
+#include "common/steady_millis.h"
 #include "ps/server.h"
 #include "ps/server_table.h"
 
@@ -31,6 +32,7 @@ void PsServer::Joined() {
 
 void PsServer::RequestCopy(const std::atomic<bool>& stop) {
   const uint32_t shard = Shard();
+  const auto silence = Millis(node_.options().transport.request_timeout_ms);
   std::string last;
   while (!stop && role_ == ShardRole::kEmpty) {
     const ClusterView view = node_.view();
@@ -41,10 +43,22 @@ void PsServer::RequestCopy(const std::atomic<bool>& stop) {
         Message m;
         m.builder().setShard(static_cast<int32_t>(shard));
         m.builder().getBody().setReplicaJoin();
+        copy_failed_ = false;  // before the ask: the copy's first chunk may beat its answer here
+        install_heard_ms_ = SteadyMillis();
         auto r = node_.rpc().CallAndWait(*peer, std::move(m), Millis(10000));
         if (r.ok()) {
           spdlog::info("replication: {} sends a copy of shard {}", holder->Describe(), shard);
-          return;
+          // Until it is installed: a copy that failed here, or that fell silent (a chunk lost, or
+          // its sender gone) for a request timeout, is asked for again, whole.
+          while (!stop && role_ == ShardRole::kEmpty && !copy_failed_ &&
+                 SteadyMillis() - install_heard_ms_ < silence.count()) {
+            std::this_thread::sleep_for(Millis(20));
+          }
+          if (stop || role_ != ShardRole::kEmpty) return;
+          ++copy_asks_again_;
+          spdlog::warn("replication: the copy of shard {} from {} {}; asking for it again", shard, holder->Describe(),
+                       copy_failed_ ? "failed here" : "fell silent for " + std::to_string(silence.count()) + " ms");
+          continue;
         }
         if (r.status().ToString() != last) {
           last = r.status().ToString();
@@ -79,10 +93,15 @@ void PsServer::HandleReplicaJoin(Request& request) {
   }
   uint64_t bytes = 0;
   for (const Message& m : *chunks) bytes += PayloadBytes(m);
+  // Numbered so that the joiner starts over on a newer copy and refuses an older one's chunks,
+  // and a failure of an older one here drops nothing.
+  const NodeInfo* self = view.Find(Role::kServer, node_.rank());
+  const uint64_t copy = (uint64_t{self ? self->incarnation : 0u} << 32) | ++copies_sent_;
+  for (Message& chunk : *chunks) chunk.builder().getBody().getStateTransfer().setCopy(copy);
   // From this update on, every one is forwarded to the joiner too, after the copy.
-  replica_ = Replica{rank, joiner->incarnation, joiner->address, *peer};
+  replica_ = Replica{rank, joiner->incarnation, joiner->address, *peer, copy};
   replica_known_ = true;
-  replica_failed_ = false;
+  failed_copy_ = kNoCopy;
   const uint32_t shard = Shard();
   const std::string who = joiner->Describe();
   struct Progress {
@@ -96,11 +115,18 @@ void PsServer::HandleReplicaJoin(Request& request) {
   const Millis per_chunk(node_.options().transport.request_timeout_ms);
   for (size_t i = 0; i < n; ++i) {
     Message& chunk = (*chunks)[i];
-    node_.rpc().CallAsync(*peer, std::move(chunk), [this, shard, who, rows, bytes, n, progress](Result<Message> ack) {
+    node_.rpc().CallAsync(*peer, std::move(chunk), [this, shard, who, rows, bytes, n, progress, copy](Result<Message> ack) {
       if (!ack.ok()) {
         if (progress->failed.exchange(true)) return;
-        replica_failed_ = true;
-        spdlog::error("replication: shard {}: the copy sent to {} failed: {}; the shard runs without a backup", shard,
+        if (ack.status().code() == StatusCode::kDeadlineExceeded) {
+          // Slow, not failed: forwards keep going behind the copy. A copy that stalls there is asked
+          // for again; a joiner that died is dropped by its dead event (OnHolderEvent).
+          spdlog::warn("replication: shard {}: {} has not answered a chunk of its copy in time: {}", shard, who,
+                       ack.status().ToString());
+          return;
+        }
+        failed_copy_ = copy;  // forwards stop at the next update; the joiner asks for a new copy
+        spdlog::error("replication: shard {}: the copy sent to {} failed: {}; no backup until it asks again", shard,
                       who, ack.status().ToString());
         return;
       }
@@ -157,7 +183,20 @@ Result<std::vector<Message>> PsServer::SnapshotLocked(uint64_t* rows) {
 
 Result<Message> PsServer::InstallTransfer(const Request& request) {
   auto chunk = request.message().reader().getBody().getStateTransfer();
-  if (!installing_) {  // a fresh copy's first chunk: it replaces whatever this instance held
+  const uint64_t copy = chunk.getCopy();
+  if (copy < install_copy_ || (copy == install_copy_ && !installing_)) {
+    // Left over from a copy that failed, or was replaced by a newer one: nothing changes.
+    return Status::FailedPrecondition(
+        "stateTransfer: a chunk of copy " + std::to_string(copy >> 32) + "." + std::to_string(copy & 0xffffffffu) +
+        " of shard " + std::to_string(Shard()) + ", but " +
+        (copy < install_copy_ ? "copy " + std::to_string(install_copy_ >> 32) + "." +
+                                    std::to_string(install_copy_ & 0xffffffffu) + " replaced it"
+                              : std::string("that copy is over (installed, or failed)")));
+  }
+  install_heard_ms_ = SteadyMillis();
+  if (copy > install_copy_) {  // a fresh copy's first chunk: it replaces whatever this instance held
+    install_copy_ = copy;
+    role_ = ShardRole::kEmpty;  // not a backup again before the whole copy is in
     {
       std::unique_lock lock(tables_mu_);
       tables_.clear();
@@ -175,12 +214,14 @@ Result<Message> PsServer::InstallTransfer(const Request& request) {
                             std::to_string(install_chunks_ + 1);
   if (chunk.getRows() != install_total_) {
     installing_ = false;
+    copy_failed_ = true;
     return Status::InvalidArgument(where + ": stateTransfer.rows says " + std::to_string(chunk.getRows()) +
                                    " rows, the first chunk said " + std::to_string(install_total_));
   }
   uint64_t rows = 0;
   if (Status s = ImportRows(request.message(), OtherRank(), nullptr, &rows); !s.ok()) {
-    installing_ = false;  // the holder gives up on this copy (replica_failed_); a new one starts over
+    installing_ = false;  // the holder drops this copy (failed_copy_); RequestCopy asks for a new one
+    copy_failed_ = true;
     return s.WithContext(where);
   }
   ++install_chunks_;
@@ -190,6 +231,7 @@ Result<Message> PsServer::InstallTransfer(const Request& request) {
   if (chunk.hasNext()) return request.MakeReply();
   installing_ = false;
   if (install_rows_ != install_total_) {
+    copy_failed_ = true;
     return Status::InvalidArgument(where + ": the chunks held " + std::to_string(install_rows_) +
                                    " rows, stateTransfer.rows " + std::to_string(install_total_));
   }

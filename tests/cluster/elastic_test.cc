@@ -224,5 +224,60 @@ TEST_F(SchedulerTest, AJoinBeforeTheJobStartedIsRefused) {
   EXPECT_NE(s.message().find("has not started"), std::string::npos) << s.ToString();
 }
 
+// A joined server serves only after it commits its join. One that dies before (its keys may be
+// half moved) is marked left, not dead: every node takes it out of the key layout, and its
+// commit, should it still come, is refused naming the rollback. One that committed and then dies
+// is an ordinary dead server (its rank may come back).
+TEST_F(SchedulerTest, AServerDeadBeforeItCommitsItsJoinIsRolledBackOneDeadAfterIsDead) {
+  cluster_.elastic = true;
+  StartScheduler(1, 1);
+  std::mutex mu;  // before the nodes: their events reach the callback until they are gone
+  std::vector<NodeEvent> events;
+  std::vector<std::unique_ptr<Node>> nodes;
+  nodes.push_back(MakeNode(Role::kServer, "s"));
+  nodes.push_back(MakeNode(Role::kTrainer, "t0"));
+  nodes[1]->OnEvent([&](const NodeEvent& e) {
+    std::lock_guard lock(mu);
+    if (e.node.role == Role::kServer && e.kind != NodeEvent::Kind::kJoined) events.push_back(e);
+  });
+  JoinAll(nodes);
+  auto s1 = MakeNode(Role::kServer, "s1", -1, true);
+  ASSERT_TRUE(s1->Join().ok());
+  {
+    const ClusterView v = s1->view();
+    EXPECT_TRUE(v.Find(s1->id())->joining);
+  }
+  s1->StopWithoutLeaving();  // dies before its commit
+  ASSERT_TRUE(WaitFor([&] { std::lock_guard l(mu); return !events.empty(); }, std::chrono::milliseconds(10000)));
+  {
+    std::lock_guard lock(mu);
+    EXPECT_EQ(events[0].kind, NodeEvent::Kind::kLeft);
+    EXPECT_EQ(events[0].node.rank, 1);
+    EXPECT_TRUE(events[0].node.joining && events[0].node.left && !events[0].node.alive);
+  }
+  Status late = s1->CommitJoin();
+  EXPECT_EQ(late.code(), StatusCode::kFailedPrecondition) << late.ToString();
+  EXPECT_NE(late.message().find("its join was rolled back"), std::string::npos) << late.ToString();
+
+  // The next one takes rank 2 (rank 1 left for good), commits, then dies: dead, not left.
+  auto s2 = MakeNode(Role::kServer, "s2", -1, true);
+  ASSERT_TRUE(s2->Join().ok());
+  EXPECT_EQ(s2->rank(), 2);
+  ASSERT_TRUE(s2->CommitJoin().ok());
+  ASSERT_TRUE(s2->CommitJoin().ok()) << "a repeated commit (its reply lost) is answered again";
+  {
+    const ClusterView v = *nodes[1]->RefreshView();
+    EXPECT_FALSE(v.Find(s2->id())->joining);
+  }
+  s2->StopWithoutLeaving();
+  ASSERT_TRUE(WaitFor([&] { std::lock_guard l(mu); return events.size() >= 2; }, std::chrono::milliseconds(10000)));
+  std::lock_guard lock(mu);
+  EXPECT_EQ(events[1].kind, NodeEvent::Kind::kDead);
+  EXPECT_EQ(events[1].node.rank, 2);
+  EXPECT_FALSE(events[1].node.left);
+  // Commits from a trainer are refused.
+  EXPECT_EQ(nodes[1]->CommitJoin().code(), StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace strata

@@ -201,6 +201,7 @@ void TouchBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
     case Op::DEREGISTER:
     case Op::SHUTDOWN:
     case Op::ECHO:
+    case Op::JOIN_COMMIT:
       return;
   }
 }

@@ -7,6 +7,7 @@
 // in tests/integration/replication_test.cc.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <future>
 #include <map>
 #include <mutex>
@@ -16,6 +17,7 @@
 #include "cluster/scheduler.h"
 #include "common/inproc_transport.h"
 #include "mem_node.h"
+#include "test_util.h"
 #include "offload/memory_row_store.h"
 #include "ps/client.h"
 #include "ps/replication.h"
@@ -275,6 +277,75 @@ TEST_F(ReplicationTest, RequestsThatDoNotBelongAreRefusedNamingWhy) {
   // Nothing above changed the backup copy.
   nlohmann::json j = Stats(1);
   EXPECT_EQ(j["backup"]["pushes"].get<uint64_t>(), 0u) << j.dump();
+}
+
+// A restarted server whose copy of a shard fails to install (its first store cannot be made: a
+// full disk) asks for the copy again, whole; the holder numbers its copies, so the new one starts
+// over and the old one's failure drops nothing. The backup it ends up with loses nothing: once
+// the holder is killed, it serves every update acknowledged before.
+TEST_F(ReplicationTest, ACopyThatFailsToInstallIsAskedForAgainAndItsBackupLosesNothing) {
+  TableSpec spec;  // SGD, lr 1, zeros: a key's value is minus the pushes applied to it
+  spec.id = 1;
+  spec.name = "ledger";
+  spec.kind = TableKind::kSparse;
+  spec.dim = 4;
+  spec.optimizer.lr = 1.0f;
+  for (auto& c : clients_) ASSERT_TRUE(c->CreateTable(spec).ok());
+  std::vector<uint64_t> keys(200);
+  for (uint64_t k = 0; k < keys.size(); ++k) keys[k] = k * 7919;
+  const std::vector<float> ones(keys.size() * 4, 1.0f);
+  int pushes = 0;
+  auto push = [&](int times) {
+    for (int i = 0; i < times; ++i, ++pushes) {
+      PsTicket t = clients_[0]->Push(1, keys, ones.data());
+      ASSERT_TRUE(clients_[0]->Wait(t).ok());
+    }
+  };
+  auto kill = [&](int s) {
+    servers_[s].reset();
+    server_nodes_[s]->StopWithoutLeaving();
+    server_nodes_[s].reset();
+    ASSERT_TRUE(testing::WaitFor(
+        [&] {
+          const auto v = trainer_nodes_[0]->RefreshView();
+          const NodeInfo* n = v.ok() ? v->Find(Role::kServer, s) : nullptr;
+          return n && !n->alive;
+        },
+        Millis(30000)));
+  };
+  push(3);
+  ASSERT_NO_FATAL_FAILURE(kill(0));
+  push(2);  // server 1 serves shard 0 from its copy
+
+  std::atomic<int> made{0};
+  StoreFactory full_disk_once = [&](const TableSpec& t) -> Result<std::unique_ptr<RowStore>> {
+    if (made++ == 0) return Status::ResourceExhausted("no space left on device (the test's first store)");
+    return std::unique_ptr<RowStore>(std::make_unique<MemoryRowStore>(t.RecordWidth()));
+  };
+  server_nodes_[0] = MakeNode(Role::kServer, "server0", 0);
+  ServerOptions o;
+  o.stats_interval_ms = 0;
+  o.replication = Replication::kBackup;
+  servers_[0] = std::make_unique<PsServer>(*server_nodes_[0], o, full_disk_once);
+  ASSERT_TRUE(server_nodes_[0]->Join().ok());
+  servers_[0]->Joined();
+  nlohmann::json j;
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        j = Stats(0);
+        return j.value("role", "") == "backup" && j.contains("backup") && j["backup"].value("role", "") == "backup";
+      },
+      Millis(30000)))
+      << j.dump();
+  EXPECT_GE(made.load(), 3) << "the first store failed, then both copies' tables were made";
+  EXPECT_EQ(j["copy_asks_again"].get<uint64_t>() + j["backup"]["copy_asks_again"].get<uint64_t>(), 1u) << j.dump();
+  push(2);  // forwarded to the new backups
+
+  ASSERT_NO_FATAL_FAILURE(kill(1));
+  std::vector<float> values(keys.size() * 4);
+  PsTicket pull = clients_[0]->Pull(1, keys, values.data());
+  ASSERT_TRUE(clients_[0]->Wait(pull).ok());
+  for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(values[i], -static_cast<float>(pushes)) << "float " << i;
 }
 
 }  // namespace

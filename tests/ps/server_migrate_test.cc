@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include "tests/ps/elastic_fixture.h"
 #include "tests/test_util.h"
@@ -248,6 +249,88 @@ TEST_F(ServerMigrateTest, AChunkAskedAgainIsTheSameAndHostileAsksAreRefusedNamin
   EXPECT_EQ(Stat(0, "rows_erased"), expect.size());
   EXPECT_EQ(Stat(0, "rows_moved_out"), expect.size());
   EXPECT_EQ(Records(0), held - expect.size());
+}
+
+// A joining server that dies after an older server switched its layout for it, before it took
+// every row: the scheduler marks it left instead of dead (its join is rolled back), the older
+// servers take its rank out of their layouts and serve the rows they still hold, and pushes sent
+// meanwhile are applied once each. The dead joiner cannot take rows any more; the next server
+// to join takes its share under the layout with the dead one left, and nothing is lost.
+TEST_F(ServerMigrateTest, AJoiningServerThatDiesHalfwayIsRolledBackAndNothingIsLost) {
+  const std::vector<uint64_t> keys = Keys(1200);
+  ASSERT_TRUE(CreateAdam(kAdam).ok());
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(Push(keys, kAdam, kAdamDim).ok());
+  const std::vector<uint64_t> ledger = Keys(300);
+  ASSERT_TRUE(Push(ledger).ok());
+  int rounds = 1;
+  const std::vector<float> before = Values(keys, kAdam, kAdamDim);
+  const uint64_t held = Records(0) + Records(1);
+
+  // The joiner registers and asks server 0 for its plan (server 0 switches: it refuses the keys
+  // of the plan as moved from now on), then dies: no heartbeat, no commit.
+  nodes_.push_back(MakeNode(Role::kServer, "server2", -1, /*join=*/true));
+  Node& joiner = *nodes_.back();
+  servers_.push_back(std::make_unique<PsServer>(joiner, options_));
+  servers_.back()->ExpectTakeOver();  // answers Unavailable: the clients retry
+  ASSERT_TRUE(joiner.Join().ok());
+  {
+    const ClusterView v = joiner.view();
+    EXPECT_TRUE(v.Find(joiner.id())->joining);
+  }
+  Message ask;
+  auto req = ask.builder().getBody().initMigrate();
+  req.setServers(3);
+  req.initLeft(0);
+  auto peer = joiner.rpc().Connect("mem://server0");
+  ASSERT_TRUE(peer.ok());
+  ASSERT_TRUE(joiner.rpc().CallAndWait(*peer, std::move(ask), Millis(5000)).ok());
+  EXPECT_EQ(Stats(0)["layout_servers"].get<uint32_t>(), 3u);
+  joiner.StopWithoutLeaving();
+
+  // Pushes go on while the scheduler waits out the joiner's heartbeat timeout and after.
+  bool rolled_back = false;
+  for (int extra = 0; extra < 3; ++rounds) {
+    ASSERT_TRUE(Push(ledger).ok());
+    if (rolled_back) ++extra;
+    rolled_back = rolled_back || (Stat(0, "joins_rolled_back") == 1 && Stat(1, "joins_rolled_back") == 1);
+    std::this_thread::sleep_for(Millis(50));
+  }
+  const ClusterView view = *nodes_[2]->RefreshView();
+  const NodeInfo* gone = view.Find(Role::kServer, 2);
+  ASSERT_NE(gone, nullptr);
+  EXPECT_TRUE(gone->left && gone->joining && !gone->alive);
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(Stats(s)["layout_left"], nlohmann::json::array({2})) << "server " << s;
+    EXPECT_EQ(Stat(s, "rows_erased"), 0u) << "server " << s;
+  }
+  EXPECT_EQ(Records(0) + Records(1), held);
+  EXPECT_EQ(Values(keys, kAdam, kAdamDim), before);
+  for (float applied : Applied(ledger)) ASSERT_EQ(applied, static_cast<float>(rounds));
+
+  // The dead joiner's asks are refused: its rank left the job.
+  Status late = servers_[2]->TakeOver(Millis(2000));
+  EXPECT_EQ(late.code(), StatusCode::kFailedPrecondition) << late.ToString();
+  EXPECT_NE(late.message().find("its join was rolled back"), std::string::npos) << late.ToString();
+
+  // The next server to join (rank 3, rank 2 left) takes its share, with its state.
+  nodes_.push_back(MakeNode(Role::kServer, "server3", -1, /*join=*/true));
+  servers_.push_back(std::make_unique<PsServer>(*nodes_.back(), options_));
+  servers_.back()->ExpectTakeOver();
+  ASSERT_TRUE(nodes_.back()->Join().ok());
+  EXPECT_EQ(nodes_.back()->rank(), 3);
+  ASSERT_TRUE(servers_.back()->TakeOver(Millis(20000)).ok());
+  const uint64_t out = Stat(0, "rows_moved_out") + Stat(1, "rows_moved_out");
+  EXPECT_GT(out, held / 5);
+  EXPECT_EQ(Stat(3, "rows_moved_in"), out);
+  EXPECT_EQ(Records(0) + Records(1) + Records(3), held);
+  {
+    const ClusterView v = *nodes_.back()->RefreshView();
+    EXPECT_FALSE(v.Find(nodes_.back()->id())->joining) << "server 3 committed its join";
+  }
+  EXPECT_EQ(Values(keys, kAdam, kAdamDim), before);
+  for (float applied : Applied(ledger)) ASSERT_EQ(applied, static_cast<float>(rounds));
+  ASSERT_NO_FATAL_FAILURE(ExpectStateMoved(keys, 2));
+  std::cout << rounds << " ledger rounds across the rollback; " << out << " rows then moved to server 3\n";
 }
 
 }  // namespace
