@@ -53,6 +53,7 @@ void FillNode(wire::NodeInfo::Builder n, uint32_t id, wire::Role role, int rank)
   n.setAddress("tcp://127.0.0.1:" + std::to_string(7000 + id));
   n.setAlive(true);
   n.setIncarnation(id % 2);
+  n.setJoining(id == 3);  // elastic: a server still taking its keys over
 }
 
 void FillView(wire::ClusterView::Builder v) {
@@ -215,6 +216,11 @@ std::vector<Seed> Seeds() {
     m.builder().getBody().setReplicaJoin();
     add("replicaJoin", std::move(m));
   }
+  {  // elastic: a joined server that holds its keys tells the scheduler
+    Message m = Request(16);
+    m.builder().getBody().setJoinCommit();
+    add("joinCommit", std::move(m));
+  }
   {  // an elastic BSP clock: its step split by 3 trainers
     Message m = Request(15);
     auto c = m.builder().getBody().initClock();
@@ -228,6 +234,7 @@ std::vector<Seed> Seeds() {
     m.builder().setShard(0);
     auto copy = m.builder().getBody().initStateTransfer();
     copy.setRows(9);
+    copy.setCopy((uint64_t{1} << 32) | 2);  // the holder's incarnation 1, its second copy
     auto next = copy.initNext();
     next.setTable(1);
     next.setRow(1);
