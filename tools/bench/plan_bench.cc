@@ -1,11 +1,13 @@
 // plan_bench.cc: strata-bench plan: the planner (issue #19) judged by running what it ranks.
 // For gpt on 4 trainer processes and the seeds' mlp (1024 -> 4096 -> 1024) on 2, strata-plan
 // ranks every plan (calibrating this machine, cached); the planner's top 3 and `--others` more
-// plans spread over the rest of the ranking run through strata-launch for --steps steps each.
+// plans spread over the rest of the ranking run through strata-launch for --steps steps each,
+// --rounds times (interleaved, the order reversed every other round).
 // Per plan: predicted beside measured step time (median of the steps after the first two, the
-// slowest rank's) and peak memory (the allocator's high-water mark, the largest rank's); per
-// case: Spearman's rank correlation, the median absolute error, the chosen plan against the
-// best measured one.
+// slowest rank's, then of the rounds, with their spread) and peak memory (the allocator's
+// high-water mark, the largest rank's); per case: Spearman's rank correlation, the rounds'
+// Spearman with each other (how well this host can rank the plans at all), the median absolute
+// error, the chosen plan against the best measured one.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -29,6 +31,7 @@ namespace fs = std::filesystem;
 struct Options {
   int steps = 20;
   int others = 7;
+  int rounds = 1;
   int timeout_s = 300;
   std::string cases = "gpt,mlp";
   std::string data = "/usr/share/common-licenses/GPL-3";
@@ -134,13 +137,14 @@ Result<Report> RunPlanBench(const Options& o) {
   const unsigned cpus = std::thread::hardware_concurrency();
   Report report;
   report.benchmark = "plan";
-  report.config = {{"steps", o.steps}, {"others", o.others}, {"cases", o.cases}, {"cpus", cpus}};
+  report.config = {{"steps", o.steps}, {"others", o.others}, {"rounds", o.rounds}, {"cases", o.cases}, {"cpus", cpus}};
   Table table("strata-bench plan: the planner's predictions beside measured runs",
               {{"case", "case", Table::Format::kText},
                {"rank", "rank", Table::Format::kInteger},
                {"plan", "plan", Table::Format::kText},
                {"pred ms", "predicted_ms", Table::Format::kFixed1},
                {"meas ms", "measured_ms", Table::Format::kFixed1},
+               {"spread %", "rounds_spread_pct", Table::Format::kFixed1},
                {"err %", "error_pct", Table::Format::kFixed1},
                {"pred MiB", "predicted_mib", Table::Format::kFixed2},
                {"meas MiB", "measured_mib", Table::Format::kFixed2},
@@ -150,6 +154,7 @@ Result<Report> RunPlanBench(const Options& o) {
                  {"trainers", "trainers", Table::Format::kInteger},
                  {"plans run", "plans", Table::Format::kInteger},
                  {"Spearman", "spearman", Table::Format::kFixed3},
+                 {"retest Spearman", "retest_spearman", Table::Format::kFixed3},
                  {"median |err| %", "median_abs_error_pct", Table::Format::kFixed1},
                  {"chosen ms", "chosen_ms", Table::Format::kFixed1},
                  {"best ms", "best_ms", Table::Format::kFixed1},
@@ -181,36 +186,58 @@ Result<Report> RunPlanBench(const Options& o) {
       const size_t i = 3 + (rest - 1) * (k + 1) / o.others;
       if (std::find(pick.begin(), pick.end(), i) == pick.end()) pick.push_back(i);
     }
+    // Every plan runs once per round; rounds alternate the order (so a drift of the host's load
+    // falls on every plan alike), and a plan's figure is the median of its rounds.
+    std::map<size_t, std::vector<Measured>> runs;  // plan index -> one per round
+    for (int round = 0; round < o.rounds; ++round) {
+      std::vector<size_t> order = pick;
+      if (round % 2 == 1) std::reverse(order.begin(), order.end());
+      for (size_t i : order) {
+        const nlohmann::json& p = plans[i];
+        const std::string label = p.at("plan").get<std::string>();
+        const fs::path run_dir = dir / ("rank" + std::to_string(i + 1) + "-round" + std::to_string(round + 1));
+        fs::create_directories(run_dir);
+        const int64_t batch = p.at("micro_batch").get<int64_t>() * p.at("dp").get<int64_t>();
+        std::vector<std::string> args = {launch, "--servers", "0", "--trainers", std::to_string(c.trainers), "--timeout",
+                                         std::to_string(o.timeout_s), job.string()};
+        for (const std::string& s :
+             {"parallel.dp=" + std::to_string(p.at("dp").get<int>()), "parallel.tp=" + std::to_string(p.at("tp").get<int>()),
+              "parallel.pp=" + std::to_string(p.at("pp").get<int>()), "parallel.vpp=" + std::to_string(p.at("vpp").get<int>()),
+              "parallel.schedule=" + p.at("schedule").get<std::string>(),
+              "parallel.zero=" + std::to_string(p.at("zero").get<int>()),
+              "parallel.recompute=" + p.at("recompute").get<std::string>(),
+              "parallel.partition=\"" + p.at("partition").get<std::string>() + "\"",
+              "train.micro_batches=" + std::to_string(p.at("micro_batches").get<int>()),
+              "train.batch_size=" + std::to_string(batch), "train.steps=" + std::to_string(o.steps),
+              "train.metrics_path=" + (run_dir / "m-{rank}.jsonl").string()}) {
+          args.push_back("--set");
+          args.push_back(s);
+        }
+        std::cerr << "plan: " << c.name << " round " << round + 1 << " #" << i + 1 << " " << label << " ... " << std::flush;
+        Stopwatch took;
+        STRATA_RETURN_IF_ERROR(LaunchJob(args, run_dir / "launch.log").WithContext(c.name + " " + label));
+        std::cerr << took.Seconds() << " s\n";
+        // The progress line's samples a step: train.batch_size x train.micro_batches.
+        STRATA_ASSIGN_OR_RETURN(Measured m, ReadMeasured(run_dir, c.trainers, batch * p.at("micro_batches").get<int64_t>()));
+        runs[i].push_back(m);
+      }
+    }
     std::vector<double> predicted, measured, mem_err;
+    std::vector<std::vector<double>> by_round(static_cast<size_t>(o.rounds));  // measured, per round
     double chosen_ms = 0, best_ms = 1e300;
     std::string best_plan;
     for (size_t i : pick) {
       const nlohmann::json& p = plans[i];
       const std::string label = p.at("plan").get<std::string>();
-      const fs::path run_dir = dir / ("rank" + std::to_string(i + 1));
-      fs::create_directories(run_dir);
-      const int64_t batch = p.at("micro_batch").get<int64_t>() * p.at("dp").get<int64_t>();
-      std::vector<std::string> args = {launch, "--servers", "0", "--trainers", std::to_string(c.trainers), "--timeout",
-                                       std::to_string(o.timeout_s), job.string()};
-      for (const std::string& s :
-           {"parallel.dp=" + std::to_string(p.at("dp").get<int>()), "parallel.tp=" + std::to_string(p.at("tp").get<int>()),
-            "parallel.pp=" + std::to_string(p.at("pp").get<int>()), "parallel.vpp=" + std::to_string(p.at("vpp").get<int>()),
-            "parallel.schedule=" + p.at("schedule").get<std::string>(),
-            "parallel.zero=" + std::to_string(p.at("zero").get<int>()),
-            "parallel.recompute=" + p.at("recompute").get<std::string>(),
-            "parallel.partition=\"" + p.at("partition").get<std::string>() + "\"",
-            "train.micro_batches=" + std::to_string(p.at("micro_batches").get<int>()),
-            "train.batch_size=" + std::to_string(batch), "train.steps=" + std::to_string(o.steps),
-            "train.metrics_path=" + (run_dir / "m-{rank}.jsonl").string()}) {
-        args.push_back("--set");
-        args.push_back(s);
+      std::vector<double> ms;
+      Measured m;
+      for (size_t r = 0; r < runs[i].size(); ++r) {
+        ms.push_back(runs[i][r].step_ms);
+        by_round[r].push_back(runs[i][r].step_ms);
+        m.peak_bytes = std::max(m.peak_bytes, runs[i][r].peak_bytes);
       }
-      std::cerr << "plan: " << c.name << " #" << i + 1 << " " << label << " ... " << std::flush;
-      Stopwatch took;
-      STRATA_RETURN_IF_ERROR(LaunchJob(args, run_dir / "launch.log").WithContext(c.name + " " + label));
-      std::cerr << took.Seconds() << " s\n";
-      // The progress line's samples a step: train.batch_size x train.micro_batches.
-      STRATA_ASSIGN_OR_RETURN(Measured m, ReadMeasured(run_dir, c.trainers, batch * p.at("micro_batches").get<int64_t>()));
+      m.step_ms = Median(ms);
+      const double spread = (*std::max_element(ms.begin(), ms.end()) / *std::min_element(ms.begin(), ms.end()) - 1) * 100;
       const double pred = p.at("step_ms").get<double>();
       const double pred_mib = p.at("memory_bytes").get<double>() / (1 << 20);
       const double meas_mib = static_cast<double>(m.peak_bytes) / (1 << 20);
@@ -222,13 +249,19 @@ Result<Report> RunPlanBench(const Options& o) {
         best_ms = m.step_ms;
         best_plan = label;
       }
-      table.AddRow({c.name, static_cast<int64_t>(i + 1), label, pred, m.step_ms, (pred / m.step_ms - 1) * 100, pred_mib,
-                    meas_mib, meas_mib > 0 ? (pred_mib / meas_mib - 1) * 100 : 0.0});
+      table.AddRow({c.name, static_cast<int64_t>(i + 1), label, pred, m.step_ms, spread, (pred / m.step_ms - 1) * 100,
+                    pred_mib, meas_mib, meas_mib > 0 ? (pred_mib / meas_mib - 1) * 100 : 0.0});
+    }
+    // How well the host can rank the plans at all: the rank correlation of one round's
+    // measurements with another's (the predictions cannot be ranked better than this).
+    std::vector<double> retest;
+    for (size_t a = 0; a < by_round.size(); ++a) {
+      for (size_t b = a + 1; b < by_round.size(); ++b) retest.push_back(Spearman(by_round[a], by_round[b]));
     }
     std::vector<double> abs_err;
     for (size_t k = 0; k < predicted.size(); ++k) abs_err.push_back(std::abs(predicted[k] / measured[k] - 1) * 100);
     summary.AddRow({c.name, static_cast<int64_t>(c.trainers), static_cast<int64_t>(predicted.size()),
-                    Spearman(predicted, measured), Median(abs_err), chosen_ms, best_ms, chosen_ms / best_ms, best_plan,
+                    Spearman(predicted, measured), retest.empty() ? std::nan("") : Median(retest), Median(abs_err), chosen_ms, best_ms, chosen_ms / best_ms, best_plan,
                     Median(mem_err)});
     if (static_cast<unsigned>(c.trainers) > cpus) {
       report.notes.push_back(c.name + ": " + std::to_string(c.trainers) + " trainer processes on " + std::to_string(cpus) +
@@ -239,7 +272,10 @@ Result<Report> RunPlanBench(const Options& o) {
   }
   report.tables.push_back(std::move(table));
   report.tables.push_back(std::move(summary));
-  report.notes.push_back("measured step: the slowest rank's, median over steps 3..N; memory: the largest rank's allocator high-water mark during a step");
+  report.notes.push_back("measured step: the slowest rank's, median over steps 3..N, then over --rounds runs (spread: slowest "
+                         "round over fastest); memory: the largest rank's allocator high-water mark during a step");
+  report.notes.push_back("retest Spearman: the median over pairs of rounds of the rank correlation of one round's measured "
+                         "step times with another's, the ceiling of what a prediction can reach on this host (needs --rounds >= 2)");
   report.notes.push_back(HostLoadNote(cpus, total.Seconds()));
   FinishWorkDir(work, o.keep, &report.notes);
   return report;
@@ -251,6 +287,8 @@ BenchFn SetupPlanBench(CLI::App& app) {
   auto o = std::make_shared<Options>();
   app.add_option("--steps", o->steps, "steps per plan")->check(CLI::PositiveNumber);
   app.add_option("--others", o->others, "plans run besides the planner's top 3")->check(CLI::NonNegativeNumber);
+  app.add_option("--rounds", o->rounds, "runs of every plan, interleaved; a plan's figure is their median")
+      ->check(CLI::PositiveNumber);
   app.add_option("--cases", o->cases, "gpt (4 trainers), mlp (2 trainers)");
   app.add_option("--data", o->data, "text file for gpt (generated when absent)");
   app.add_option("--timeout", o->timeout_s, "seconds per job");
