@@ -439,26 +439,24 @@ Result<SplitSchedule> Node::LeaseSplit(int64_t until, wire::SplitChange change) 
   return SplitSchedule::FromWire(reply.reader().getBody().getSplitSchedule());
 }
 
+namespace {
+
+// A request to the scheduler whose body is one Void field, set by `set`.
+Message VoidRequest(void (wire::Envelope::Body::Builder::*set)(::capnp::Void)) {
+  Message req;
+  auto body = req.builder().getBody();
+  (body.*set)(::capnp::VOID);
+  return req;
+}
+
+}  // namespace
+
 Status Node::RequestShutdown() {
-  auto r = CallScheduler(
-      [] {
-        Message req;
-        req.builder().getBody().setShutdown();
-        return req;
-      },
-      Timeout());
-  return r.ok() ? Status::OK() : r.status();
+  return CallScheduler([] { return VoidRequest(&wire::Envelope::Body::Builder::setShutdown); }, Timeout()).status();
 }
 
 Status Node::CommitJoin() {
-  auto r = CallScheduler(
-      [] {
-        Message req;
-        req.builder().getBody().setJoinCommit();
-        return req;
-      },
-      Timeout());
-  return r.ok() ? Status::OK() : r.status();
+  return CallScheduler([] { return VoidRequest(&wire::Envelope::Body::Builder::setJoinCommit); }, Timeout()).status();
 }
 
 void Node::StopWithoutLeaving() {
