@@ -13,6 +13,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -26,6 +27,7 @@
 #include "trainer/auto/auto_select.h"
 #include "trainer/auto/device_model.h"
 #include "trainer/device.h"
+#include "trainer/ops/parallel.h"
 #include "trainer/parallel/comm_model.h"
 #include "trainer/parallel/plan.h"
 
@@ -256,6 +258,14 @@ int main(int argc, char** argv) {
   if (!explain && !rank.device_model.empty()) return RankStated(*job, rank);
   if (!explain) {
     if (rank.cores <= 0) rank.cores = static_cast<int>(std::thread::hardware_concurrency());
+    // The calibration runs on each trainer's share of the cores, as strata-launch gives it
+    // (OPENBLAS_NUM_THREADS = cores / trainers), unless the environment already says.
+    if (!std::getenv("OPENBLAS_NUM_THREADS")) {
+      const int world = rank.trainers > 0 ? rank.trainers : static_cast<int>(job->cluster.trainers);
+      const int threads = std::max(1, rank.cores / std::max(1, world));
+      setenv("OPENBLAS_NUM_THREADS", std::to_string(threads).c_str(), 1);
+      ops::SetBlasThreads(threads);
+    }
     if (rank.cache.empty()) {
       const char* home = std::getenv("HOME");  // main() is where the environment is read
       if (home) rank.cache = std::string(home) + "/.cache/strata/plan_calibration.json";

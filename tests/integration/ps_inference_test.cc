@@ -94,7 +94,7 @@ class PsInferenceTest : public testing::LaunchFixture {
     ASSERT_TRUE(trained.is_object());
     EXPECT_GT(trained["auc"].get<double>(), 0.55) << trained;
     uint64_t loaded_by_one = 0;
-    for (const auto [servers, trainers] : {std::pair{1, 1}, std::pair{3, 2}}) {
+    for (const auto& [servers, trainers] : {std::pair{1, 1}, std::pair{3, 2}}) {
       const std::string tag = mode + "-on-" + std::to_string(servers);
       std::string log;
       nlohmann::json eval;

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "trainer/device.h"
+#include "trainer/ops/parallel.h"
 #include "trainer/parallel/plan.h"
 
 namespace strata {
@@ -33,19 +34,33 @@ Result<RankedPlans> PlanJob(const TrainJob& job, const ops::Exec& exec, const Pl
     if (req.log) req.log(s);
   };
   STRATA_ASSIGN_OR_RETURN(std::vector<PlanChoice> choices, EnumeratePlans(job, req.planner));
-  const std::string key = CalibrationKey(job, req.device);
+  // Measured as the trainers will run: each with its compute threads, as many at once as keep
+  // the cores busy.
+  const int threads = ops::ParallelThreads();
+  const int corun = CalibrationCorun(req.planner.world, req.planner.cores, req.device);
+  const std::string key = CalibrationKey(job, req.device, threads, corun);
+  // The all-reduce's bandwidth point: every gradient, fp32, as a ZeRO-0 data-parallel sync moves it.
+  int64_t grad_bytes = 0;
+  {
+    STRATA_ASSIGN_OR_RETURN(std::vector<UnitSpec> units, ModelUnits(job.model));
+    for (const UnitSpec& u : units) grad_bytes += 4 * u.params;
+  }
+  const std::string comm_key = CommCostsKey(req.host, req.planner.world, grad_bytes);
   Calibration cal;
   cal.key = key;
   CommCosts comm;
   if (!req.cache_path.empty()) {
     STRATA_ASSIGN_OR_RETURN(cal, LoadCalibration(req.cache_path, key));
-    STRATA_ASSIGN_OR_RETURN(comm, LoadCommCosts(req.cache_path, req.host));
+    STRATA_ASSIGN_OR_RETURN(comm, LoadCommCosts(req.cache_path, comm_key));
   }
+  cal.corun = corun;
   const std::vector<ProfileKey> needed = NeededProfiles(choices);
   int missing = 0;
   for (const ProfileKey& k : needed) missing += cal.units.count(k) ? 0 : 1;
   if (missing > 0 || cal.optimizer_s_per_param <= 0) {
-    log(fmt::format("calibrating {} (micro-batch, recompute) profiles of every unit on {}", missing, req.device));
+    log(fmt::format("calibrating {} (micro-batch, recompute) profiles of every unit on {}, {} thread{} each, {} "
+                    "cop{} at once",
+                    missing, req.device, threads, threads == 1 ? "" : "s", corun, corun == 1 ? "y" : "ies"));
     STRATA_RETURN_IF_ERROR(Calibrate(job, exec, needed, cal));
   }
   std::set<int> sizes;
@@ -57,13 +72,14 @@ Result<RankedPlans> PlanJob(const TrainJob& job, const ops::Exec& exec, const Pl
   bool comm_missing = comm.p2p.latency_s <= 0 && comm.p2p.s_per_byte <= 0;
   for (int n : sizes) comm_missing = comm_missing || !comm.all_reduce.count(n);
   if (comm_missing && req.planner.world > 1) {
-    log(fmt::format("measuring collectives on in-process Gloo communicators (group sizes {})",
-                    fmt::join(sizes, ", ")));
-    STRATA_ASSIGN_OR_RETURN(comm, MeasureCommCosts({sizes.begin(), sizes.end()}));
+    log(fmt::format("measuring collectives on in-process Gloo communicators (group sizes {}; {} ranks at once, "
+                    "as the job's groups)",
+                    fmt::join(sizes, ", "), req.planner.world));
+    STRATA_ASSIGN_OR_RETURN(comm, MeasureCommCosts({sizes.begin(), sizes.end()}, req.planner.world, grad_bytes));
   }
   if (!req.cache_path.empty()) {
     STRATA_RETURN_IF_ERROR(SaveCalibration(req.cache_path, cal));
-    if (req.planner.world > 1) STRATA_RETURN_IF_ERROR(SaveCommCosts(req.cache_path, req.host, comm));
+    if (req.planner.world > 1) STRATA_RETURN_IF_ERROR(SaveCommCosts(req.cache_path, comm_key, comm));
   }
   return RankPlans(job, choices, cal, comm, req.planner);
 }

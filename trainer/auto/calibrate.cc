@@ -2,11 +2,14 @@
 #include "trainer/auto/calibrate.h"
 
 #include <algorithm>
+#include <barrier>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "common/allocator.h"
 #include "common/file.h"
@@ -29,10 +32,17 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Unit `u` alone, on `sample`, in recompute mode `r`. The allocator must be the exec's own (its
-// counters are this measurement's).
-Result<UnitProfile> ProfileUnit(const ModelOptions& base, const ops::Exec& exec, const Batch& sample, int u,
-                                int n_units, Recompute r, int reps) {
+// What one copy of a measurement saw: its repetitions' times and its bytes.
+struct UnitSamples {
+  std::vector<double> f, full, in, wt, saved, peak;
+  int64_t output_bytes = 0;
+};
+
+// Unit `u` alone, on `sample`, in recompute mode `r`, `reps` times after a warm-up; `sync` is
+// called before each repetition (the co-run copies' barrier). The allocator must be the exec's
+// own (its counters are this measurement's).
+Result<UnitSamples> SampleUnit(const ModelOptions& base, const ops::Exec& exec, const Batch& sample, int u,
+                               int n_units, Recompute r, int reps, const std::function<void()>& sync) {
   ModelOptions options = base;
   options.recompute_attention_core = r == Recompute::kSelective;
   UnitSelection one(n_units, false);
@@ -48,9 +58,9 @@ Result<UnitProfile> ProfileUnit(const ModelOptions& base, const ops::Exec& exec,
     ops::Fill(exec, x, 0.01f);
   }
   Allocator& alloc = exec.alloc();
-  std::vector<double> f, full, in, wt, saved, peak;
-  int64_t output_bytes = 0;
+  UnitSamples s;
   for (int rep = 0; rep < reps + 1; ++rep) {  // the first is a warm-up
+    sync();
     for (const bool split : {false, true}) {
       nn::Context ctx(exec, true, 1);
       SynchronizeDevice(exec);
@@ -62,7 +72,7 @@ Result<UnitProfile> ProfileUnit(const ModelOptions& base, const ops::Exec& exec,
       SynchronizeDevice(exec);
       const double tf = Since(t);
       const int64_t alive = alloc.stats().bytes_in_use - before;
-      output_bytes = static_cast<int64_t>(out.nbytes());
+      s.output_bytes = static_cast<int64_t>(out.nbytes());
       t = Clock::now();
       Tensor dy;
       if (last) {
@@ -75,10 +85,10 @@ Result<UnitProfile> ProfileUnit(const ModelOptions& base, const ops::Exec& exec,
         m->BackwardUnits(range, dy, ctx, BackwardPart::kFull);
         SynchronizeDevice(exec);
         if (rep > 0) {
-          f.push_back(tf);
-          full.push_back(Since(t));
-          saved.push_back(static_cast<double>(alive));
-          peak.push_back(static_cast<double>(std::max<int64_t>(0, alloc.stats().peak_bytes_in_use - before - alive)));
+          s.f.push_back(tf);
+          s.full.push_back(Since(t));
+          s.saved.push_back(static_cast<double>(alive));
+          s.peak.push_back(static_cast<double>(std::max<int64_t>(0, alloc.stats().peak_bytes_in_use - before - alive)));
         }
       } else {
         m->BackwardUnits(range, dy, ctx, BackwardPart::kInput);
@@ -88,43 +98,112 @@ Result<UnitProfile> ProfileUnit(const ModelOptions& base, const ops::Exec& exec,
         m->BackwardWeightUnits(range, ctx);
         SynchronizeDevice(exec);
         if (rep > 0) {
-          in.push_back(ti);
-          wt.push_back(Since(t));
+          s.in.push_back(ti);
+          s.wt.push_back(Since(t));
         }
       }
     }
   }
+  return s;
+}
+
+// Runs `measure(exec, sync)` as `corun` copies at once, one thread each with its own allocator
+// (copy 0 on the caller's exec when corun is 1), and returns every copy's result in order.
+// `sync` is a barrier of the copies. A copy that runs out of memory fails the whole measurement.
+template <typename T>
+Result<std::vector<T>> CoRun(const ops::Exec& exec, int corun,
+                             const std::function<Result<T>(const ops::Exec&, const std::function<void()>&)>& measure) {
+  if (corun <= 1 || exec.is_cuda()) {
+    STRATA_ASSIGN_OR_RETURN(T one, measure(exec, [] {}));  // out of memory throws to the caller, as any op
+    return std::vector<T>{std::move(one)};
+  }
+  std::barrier<> barrier(corun);
+  std::vector<std::unique_ptr<AlignedHostAllocator>> allocs;
+  std::vector<Result<T>> out;
+  for (int k = 0; k < corun; ++k) {
+    allocs.push_back(std::make_unique<AlignedHostAllocator>());
+    out.emplace_back(Status::Aborted("co-run copy " + std::to_string(k) + " did not run"));
+  }
+  {
+    std::vector<std::jthread> threads;
+    for (int k = 0; k < corun; ++k) {
+      threads.emplace_back([&, k] {
+        ops::Exec e = exec;
+        e.allocator = allocs[k].get();
+        auto sync = [&] { barrier.arrive_and_wait(); };
+        try {
+          out[k] = measure(e, sync);
+        } catch (const ops::OutOfMemory& oom) {
+          out[k] = oom.status();
+        }
+        // A copy that failed leaves the barrier, so the others never wait on it.
+        if (!out[k].ok()) barrier.arrive_and_drop();
+      });
+    }
+  }
+  std::vector<T> all;
+  for (Result<T>& r : out) {
+    if (!r.ok()) return r.status();
+    all.push_back(std::move(*r));
+  }
+  return all;
+}
+
+Result<UnitProfile> ProfileUnit(const ModelOptions& base, const ops::Exec& exec, const Batch& sample, int u,
+                                int n_units, Recompute r, int reps, int corun) {
+  STRATA_ASSIGN_OR_RETURN(
+      std::vector<UnitSamples> copies,
+      CoRun<UnitSamples>(exec, corun, [&](const ops::Exec& e, const std::function<void()>& sync) {
+        return SampleUnit(base, e, sample, u, n_units, r, reps, sync);
+      }));
+  UnitSamples all;
+  for (const UnitSamples& c : copies) {
+    for (auto [to, from] : {std::pair{&all.f, &c.f}, {&all.full, &c.full}, {&all.in, &c.in}, {&all.wt, &c.wt}}) {
+      to->insert(to->end(), from->begin(), from->end());
+    }
+  }
   UnitProfile p;
-  p.f = Median(f);
-  p.b = Median(full);
-  p.i = Median(in);
-  p.w = Median(wt);
-  p.saved_bytes = static_cast<int64_t>(Median(saved));
-  p.peak_bytes = static_cast<int64_t>(Median(peak));
-  p.output_bytes = output_bytes;
+  p.f = Median(all.f);
+  p.b = Median(all.full);
+  p.i = Median(all.in);
+  p.w = Median(all.wt);
+  p.saved_bytes = static_cast<int64_t>(Median(copies[0].saved));
+  p.peak_bytes = static_cast<int64_t>(Median(copies[0].peak));
+  p.output_bytes = copies[0].output_bytes;
   return p;
 }
 
-// One optimizer step over the largest unit's parameters, per parameter.
-Result<double> ProfileOptimizer(const TrainJob& job, const ops::Exec& exec, int reps) {
+// One optimizer step over the largest unit's parameters, per parameter (median over the
+// repetitions of every co-run copy).
+Result<double> ProfileOptimizer(const TrainJob& job, const ops::Exec& exec, int reps, int corun) {
   STRATA_ASSIGN_OR_RETURN(std::vector<UnitSpec> units, ModelUnits(job.model));
   int largest = 0;
   for (size_t u = 0; u < units.size(); ++u) {
     if (units[u].params > units[largest].params) largest = static_cast<int>(u);
   }
   if (units[largest].params == 0) return 0.0;
-  UnitSelection one(units.size(), false);
-  one[largest] = true;
-  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, CreateModel(job.model, exec, one));
-  std::unique_ptr<Optimizer> opt = Optimizer::Create(job.optimizer, m->params());
-  std::vector<double> t;
-  for (int rep = 0; rep < reps + 1; ++rep) {
-    const auto start = Clock::now();
-    opt->Step(job.optimizer.lr);
-    SynchronizeDevice(exec);
-    if (rep > 0) t.push_back(Since(start));
-  }
-  return Median(t) / static_cast<double>(m->params().NumElements());
+  STRATA_ASSIGN_OR_RETURN(
+      std::vector<std::vector<double>> copies,
+      CoRun<std::vector<double>>(exec, corun, [&](const ops::Exec& e, const std::function<void()>& sync)
+                                                  -> Result<std::vector<double>> {
+        UnitSelection one(units.size(), false);
+        one[largest] = true;
+        STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, CreateModel(job.model, e, one));
+        std::unique_ptr<Optimizer> opt = Optimizer::Create(job.optimizer, m->params());
+        const double n = static_cast<double>(m->params().NumElements());
+        std::vector<double> t;
+        for (int rep = 0; rep < reps + 1; ++rep) {
+          sync();
+          const auto start = Clock::now();
+          opt->Step(job.optimizer.lr);
+          SynchronizeDevice(e);
+          if (rep > 0) t.push_back(Since(start) / n);
+        }
+        return t;
+      }));
+  std::vector<double> all;
+  for (const std::vector<double>& c : copies) all.insert(all.end(), c.begin(), c.end());
+  return Median(all);
 }
 
 const char* KindName(ModelOptions::Kind k) {
@@ -163,7 +242,12 @@ Result<const std::vector<UnitProfile>*> Calibration::Find(int64_t micro_batch, R
   return &it->second;
 }
 
-std::string CalibrationKey(const TrainJob& job, const std::string& device) {
+int CalibrationCorun(int world, int cores, const std::string& device) {
+  if (cores <= 0 || device != "cpu") return 1;
+  return std::max(1, std::min(world, cores));
+}
+
+std::string CalibrationKey(const TrainJob& job, const std::string& device, int threads, int corun) {
   const ModelOptions& m = job.model;
   std::ostringstream k;
   k << KindName(m.kind) << " seed=" << m.seed << " recompute=" << m.recompute;
@@ -179,7 +263,7 @@ std::string CalibrationKey(const TrainJob& job, const std::string& device) {
       break;
   }
   k << " optimizer=" << (job.optimizer.kind == OptimizerOptions::Kind::kAdamW ? "adamw" : "sgd")
-    << " momentum=" << job.optimizer.momentum << " device=" << device;
+    << " momentum=" << job.optimizer.momentum << " device=" << device << " threads=" << threads << " corun=" << corun;
   return k.str();
 }
 
@@ -194,13 +278,14 @@ Status Calibrate(const TrainJob& job, const ops::Exec& exec, const std::vector<P
     const Batch sample = data->Next();
     std::vector<UnitProfile> profiles;
     for (int u = 0; u < n; ++u) {
-      STRATA_ASSIGN_OR_RETURN(UnitProfile p, ProfileUnit(job.model, exec, sample, u, n, key.second, cal.reps));
+      STRATA_ASSIGN_OR_RETURN(UnitProfile p,
+                              ProfileUnit(job.model, exec, sample, u, n, key.second, cal.reps, cal.corun));
       profiles.push_back(p);
     }
     cal.units[key] = std::move(profiles);
   }
   if (cal.optimizer_s_per_param <= 0) {
-    STRATA_ASSIGN_OR_RETURN(cal.optimizer_s_per_param, ProfileOptimizer(job, exec, cal.reps));
+    STRATA_ASSIGN_OR_RETURN(cal.optimizer_s_per_param, ProfileOptimizer(job, exec, cal.reps, cal.corun));
   }
   return Status::OK();
 }

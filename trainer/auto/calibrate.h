@@ -1,9 +1,13 @@
 // calibrate.h: what the planner (planner.h) measures of a model on this device before it
 // predicts anything: per unit and per local micro-batch size and recompute mode, the forward,
 // full backward, backward-for-input and backward-for-weights times and the bytes a forward
-// leaves alive until its backward; and the optimizer's time per parameter. Cached as JSON in a
-// file keyed by the model's options and the device, so a second run (and every trainer of a
-// `parallel.auto` job) reads the same numbers.
+// leaves alive until its backward; and the optimizer's time per parameter. Measured as the job's
+// trainers will run: with each trainer's CPU threads (the caller sets them: strata-plan's main,
+// or the launcher's OPENBLAS_NUM_THREADS in a trainer) and, on the CPU, under the job's own load:
+// `corun` copies of each measurement at once, one per core the trainers keep busy, so the figures
+// carry what busy neighbours cost (shared caches, memory bandwidth, the hypervisor's share).
+// Cached as JSON in a file keyed by the model's options, the device, the threads and the co-run,
+// so a second run (and every trainer of a `parallel.auto` job) reads the same numbers.
 #pragma once
 
 #include <cstdint>
@@ -34,17 +38,25 @@ struct Calibration {
   std::map<ProfileKey, std::vector<UnitProfile>> units;  // one profile per unit of the model
   double optimizer_s_per_param = 0;  // one optimizer step, seconds per parameter
   int reps = 3;
+  // Copies of each measurement run at once on as many threads (CPU only), each on its own model,
+  // inputs and allocator; a time is the median over copies and repetitions, bytes are copy 0's.
+  int corun = 1;
 
   // The profiles of (micro_batch, recompute); NotFound when they were not measured.
   Result<const std::vector<UnitProfile>*> Find(int64_t micro_batch, ParallelOptions::Recompute r) const;
 };
 
-// "gpt layers=2 heads=4 width=64 context=32 vocab=256 ... optimizer=adamw device=cpu".
-std::string CalibrationKey(const TrainJob& job, const std::string& device);
+// "gpt layers=2 heads=4 width=64 context=32 vocab=256 ... optimizer=adamw device=cpu threads=1
+// corun=2": `threads` the compute threads of one trainer (ops::ParallelThreads), `corun` as above.
+std::string CalibrationKey(const TrainJob& job, const std::string& device, int threads = 1, int corun = 1);
 
-// Measures what `needed` lists and `cal` lacks (median of `cal.reps` after one warm-up), one unit
-// built at a time as MeasureUnitCosts does; the optimizer on the largest unit when not yet
-// measured. Samples come from the job's data source.
+// The co-run of a calibration for `world` trainers on `cores` CPU cores: the cores they keep busy,
+// min(world, cores); 1 for a CUDA device or unknown cores (0).
+int CalibrationCorun(int world, int cores, const std::string& device);
+
+// Measures what `needed` lists and `cal` lacks (median of `cal.reps` after one warm-up, over
+// `cal.corun` copies at once), one unit built at a time as MeasureUnitCosts does; the optimizer
+// on the largest unit when not yet measured. Samples come from the job's data source.
 Status Calibrate(const TrainJob& job, const ops::Exec& exec, const std::vector<ProfileKey>& needed,
                  Calibration& cal);
 

@@ -20,33 +20,38 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr size_t kSmall = 256;        // floats: 1 KiB, the latency point
-constexpr size_t kLarge = 256 * 1024; // floats: 1 MiB, the bandwidth point
+constexpr size_t kLarge = 256 * 1024; // floats: 1 MiB, the point-to-point bandwidth point
+constexpr size_t kMaxLarge = 16 * 1024 * 1024;  // floats: 64 MiB, the largest all-reduce measured
 
 double MedianOf(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-LinkFit Fit(double small_s, double large_s) {
+LinkFit Fit(double small_s, double large_s, size_t large) {
   LinkFit f;
-  const double db = static_cast<double>((kLarge - kSmall) * sizeof(float));
+  const double db = static_cast<double>((large - kSmall) * sizeof(float));
   f.s_per_byte = std::max(0.0, (large_s - small_s) / db);
   f.latency_s = std::max(0.0, small_s - f.s_per_byte * kSmall * sizeof(float));
   return f;
 }
 
-// n ranks as threads: a scheduler and n nodes in this process for the rendezvous. Rank 0's
-// medians of the all-reduce (and, with n == 2, of a send from 0 to 1 answered by 1) at both sizes.
-Result<std::pair<LinkFit, LinkFit>> MeasureGroup(int n, int reps) {
-  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<InprocCluster> cluster, StartInprocTrainers(n));
+// `copies` groups of n ranks, all threads of this process (a scheduler and n x copies nodes for
+// the rendezvous), measuring at once, so each group sees the load of the whole world doing the
+// same (a job's dp groups all-reduce together; its pipelines hand off together). Per group, its
+// rank 0's medians of the all-reduce (and, with n == 2, of a send from 0 to 1 answered by 1) at
+// both sizes; the result is the median over the groups.
+Result<std::pair<LinkFit, LinkFit>> MeasureGroup(int n, int copies, size_t large, int reps) {
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<InprocCluster> cluster, StartInprocTrainers(n * copies));
   std::vector<std::unique_ptr<Node>>& nodes = cluster->nodes;
 
   std::mutex mu;
   Status failed;
-  double ar_small = 0, ar_large = 0, p2p_small = 0, p2p_large = 0;
-  auto rank_main = [&](int r) -> Status {
-    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> c, MakeGlooCommunicator(*nodes[r], "plan/comm", r, n));
-    std::vector<float> buf(kLarge, 1.0f);
+  std::vector<double> ar_small, ar_large, p2p_small, p2p_large;
+  auto rank_main = [&](int g, int r) -> Status {
+    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> c,
+                            MakeGlooCommunicator(*nodes[g * n + r], "plan/comm/" + std::to_string(g), r, n));
+    std::vector<float> buf(std::max(large, kLarge), 1.0f);
     auto time = [&](size_t count, auto&& op) -> Result<double> {
       std::vector<double> t;
       for (int rep = 0; rep < reps + 1; ++rep) {
@@ -71,31 +76,36 @@ Result<std::pair<LinkFit, LinkFit>> MeasureGroup(int n, int reps) {
       return Status::OK();
     };
     STRATA_ASSIGN_OR_RETURN(double s, time(kSmall, all_reduce));
-    STRATA_ASSIGN_OR_RETURN(double l, time(kLarge, all_reduce));
+    STRATA_ASSIGN_OR_RETURN(double l, time(large, all_reduce));
     STRATA_ASSIGN_OR_RETURN(double ps, time(kSmall, ping));
     STRATA_ASSIGN_OR_RETURN(double pl, time(kLarge, ping));
     if (r == 0) {
       std::lock_guard<std::mutex> lock(mu);
-      ar_small = s;
-      ar_large = l;
-      p2p_small = ps / 2;
-      p2p_large = pl / 2;
+      ar_small.push_back(s);
+      ar_large.push_back(l);
+      p2p_small.push_back(ps / 2);
+      p2p_large.push_back(pl / 2);
     }
     return Status::OK();
   };
   std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      Status s = rank_main(r);
-      if (!s.ok()) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (failed.ok()) failed = s.WithContext("measuring collectives, rank " + std::to_string(r));
-      }
-    });
+  for (int g = 0; g < copies; ++g) {
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, g, r] {
+        Status s = rank_main(g, r);
+        if (!s.ok()) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (failed.ok()) {
+            failed = s.WithContext("measuring collectives, group " + std::to_string(g) + " rank " + std::to_string(r));
+          }
+        }
+      });
+    }
   }
   for (auto& t : threads) t.join();
   STRATA_RETURN_IF_ERROR(failed);
-  return std::make_pair(Fit(ar_small, ar_large), Fit(p2p_small, p2p_large));
+  return std::make_pair(Fit(MedianOf(ar_small), MedianOf(ar_large), large),
+                        Fit(MedianOf(p2p_small), MedianOf(p2p_large), kLarge));
 }
 
 nlohmann::json ToJson(const LinkFit& f) { return {{"latency_s", f.latency_s}, {"s_per_byte", f.s_per_byte}}; }
@@ -137,19 +147,27 @@ double CommCosts::P2P(double bytes, int n, int stride) const {
   return (SpansNodes(n, stride) ? p2p_inter : p2p).Seconds(bytes);
 }
 
-Result<CommCosts> MeasureCommCosts(const std::vector<int>& sizes, int reps) {
+Result<CommCosts> MeasureCommCosts(const std::vector<int>& sizes, int world, int64_t large_bytes, int reps) {
+  // The bandwidth point at the size the job moves: a fit from 1 MiB alone misses what a buffer
+  // past the caches costs (memory traffic of the reduction and the copies).
+  const size_t large = std::clamp<size_t>(static_cast<size_t>(std::max<int64_t>(0, large_bytes)) / sizeof(float),
+                                          kLarge, kMaxLarge);
   CommCosts costs;
   for (int n : sizes) {
     if (n < 2) continue;
-    STRATA_ASSIGN_OR_RETURN(auto fits, MeasureGroup(n, reps));
+    STRATA_ASSIGN_OR_RETURN(auto fits, MeasureGroup(n, std::max(1, world / n), large, reps));
     costs.all_reduce[n] = fits.first;
     if (n == 2) costs.p2p = fits.second;
   }
   if (costs.all_reduce.empty()) {
-    STRATA_ASSIGN_OR_RETURN(auto fits, MeasureGroup(2, reps));
+    STRATA_ASSIGN_OR_RETURN(auto fits, MeasureGroup(2, std::max(1, world / 2), large, reps));
     costs.p2p = fits.second;  // no group larger than one: only the pipeline's sends could matter
   }
   return costs;
+}
+
+std::string CommCostsKey(const std::string& host, int world, int64_t large_bytes) {
+  return host + " world=" + std::to_string(world) + " large=" + std::to_string(large_bytes);
 }
 
 Result<CommCosts> LoadCommCosts(const std::string& path, const std::string& host) {

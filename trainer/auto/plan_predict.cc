@@ -58,6 +58,10 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
   // dp x tp copies of the pipeline run side by side), and what every process does at once (the
   // optimizer) is slowed by world / cores.
   const double slow = o.cores > 0 ? std::max(1.0, static_cast<double>(o.world) / o.cores) : 1.0;
+  // The dp sync hides behind backward only where it has a processor of its own (a GPU's copy
+  // engines and NICs, or a spare core). Trainers that keep every CPU core busy leave none: the
+  // collective's copies and reductions take turns with the compute, so they add to the step.
+  const bool overlap = o.overlap && !(o.cores > 0 && o.world >= o.cores);
   const double tp = c.tp;
   // Tensor parallelism divides a unit's compute and its inner activations by tp (its matrix
   // products and attention heads split); the activation it hands on stays whole.
@@ -175,7 +179,7 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
     // optimizer (ZeRO-1/2) overlap the next forward unit by unit; ZeRO-3 prefetches the next unit's.
     const double last_share = psi > 0 ? static_cast<double>(first_unit) / p : 1.0;
     double exposed = sync + gathers;
-    if (o.overlap && c.dp > 1) {
+    if (overlap && c.dp > 1) {
       exposed = std::max(sync * last_share, sync - backward);
       if (c.zero == 3) {
         exposed += std::max(gathers / (2.0 * c.micro_batches * std::max<size_t>(1, full_units.size())),

@@ -1,6 +1,8 @@
 // parallel.cc: the ops' pool behind ParallelFor (a ThreadPool sized once, on first use).
 #include "trainer/ops/parallel.h"
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <thread>
@@ -19,6 +21,8 @@ int ParallelThreads() {
   }
   return std::max(1u, std::thread::hardware_concurrency());
 }
+
+void SetBlasThreads(int n) { openblas_set_num_threads(std::max(1, n)); }
 
 void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;

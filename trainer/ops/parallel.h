@@ -26,6 +26,11 @@ ThreadPool& OpsThreadPool();
 // share of the cores), else the number of cores.
 int ParallelThreads();
 
+// Sets OpenBLAS's threads for the GEMMs that follow (it read OPENBLAS_NUM_THREADS when it was
+// loaded, before main). A main() that picks the process's threads calls this and sets
+// OPENBLAS_NUM_THREADS before any op runs, so the pool (made on first use) agrees.
+void SetBlasThreads(int n);
+
 // Elementwise loops below this many elements run inline: waking the pool costs more.
 constexpr int64_t kParallelGrain = 1 << 16;
 

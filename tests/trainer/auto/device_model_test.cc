@@ -143,8 +143,10 @@ TEST(DeviceModel, MixedPrecisionMemoryIsBf16WeightsFp32GradientsAndAShardedFp32M
   ASSERT_TRUE(cal.ok());
   Result<PlanPrediction> p = Predict(job, c, *cal, StatedCommCosts(*d), o);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
+  Result<std::vector<UnitSpec>> units = ModelUnits(job.model);  // held: a range-for over *temporary dangles
+  ASSERT_TRUE(units.ok());
   int64_t psi = 0;
-  for (const UnitSpec& u : *ModelUnits(job.model)) psi += u.params;
+  for (const UnitSpec& u : *units) psi += u.params;
   EXPECT_EQ(p->memory.params, 2 * psi);
   EXPECT_EQ(p->memory.grads, static_cast<int64_t>(4.0 * psi + 4.0 * psi / 64));
   EXPECT_EQ(p->memory.optimizer, static_cast<int64_t>(12.0 * psi / 64));  // master + two moments

@@ -284,5 +284,41 @@ TEST(Planner, CalibrationMeasuresFewerSavedBytesWithFullRecompute) {
   EXPECT_GT(cal.optimizer_s_per_param, 0);
 }
 
+TEST(Planner, CalibrationUnderCoRunKeepsTheBytesOfOneCopyAndTimesEveryCopy) {
+  TrainJob job = Gpt();
+  job.model.vocab = 256;
+  job.data.kind = DataOptions::Kind::kText;
+  job.data.path = std::string(STRATA_SOURCE_DIR) + "/tests/data/corpus.txt";
+  job.data.eval_samples = 64;
+  Calibration alone, loaded;
+  alone.reps = loaded.reps = 1;
+  loaded.corun = 3;  // more copies than this host's cores: the barrier must still let all through
+  ASSERT_TRUE(Calibrate(job, ops::Exec::Cpu(), {{2, Recompute::kSelective}}, alone).ok());
+  const Status s = Calibrate(job, ops::Exec::Cpu(), {{2, Recompute::kSelective}}, loaded);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const auto& a = alone.units.at({2, Recompute::kSelective});
+  const auto& l = loaded.units.at({2, Recompute::kSelective});
+  ASSERT_EQ(a.size(), l.size());
+  for (size_t u = 0; u < a.size(); ++u) {
+    // Each copy has its own allocator, so its counters see only its own tensors.
+    EXPECT_EQ(l[u].saved_bytes, a[u].saved_bytes) << "unit " << u;
+    EXPECT_EQ(l[u].output_bytes, a[u].output_bytes) << "unit " << u;
+    EXPECT_EQ(l[u].peak_bytes, a[u].peak_bytes) << "unit " << u;
+    for (double t : {l[u].f, l[u].b, l[u].i, l[u].w}) EXPECT_GT(t, 0) << "unit " << u;
+  }
+  EXPECT_GT(loaded.optimizer_s_per_param, 0);
+}
+
+TEST(Planner, CalibrationCoRunIsTheCoresTheTrainersKeepBusyOnTheCpuOnly) {
+  EXPECT_EQ(CalibrationCorun(4, 2, "cpu"), 2);
+  EXPECT_EQ(CalibrationCorun(2, 16, "cpu"), 2);
+  EXPECT_EQ(CalibrationCorun(1, 2, "cpu"), 1);
+  EXPECT_EQ(CalibrationCorun(4, 0, "cpu"), 1);   // cores unknown
+  EXPECT_EQ(CalibrationCorun(4, 8, "cuda"), 1);  // a GPU a trainer: nothing shared
+  TrainJob job = Gpt();
+  EXPECT_NE(CalibrationKey(job, "cpu", 1, 2), CalibrationKey(job, "cpu", 2, 1));
+  EXPECT_NE(CalibrationKey(job, "cpu", 1, 2).find("threads=1 corun=2"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace strata
