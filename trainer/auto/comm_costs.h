@@ -46,12 +46,13 @@ struct CommCosts {
 };
 
 // Measures all-reduce on every group size in `sizes` (>= 2) and a point-to-point send, each at
-// a small and a large message (`reps` timed repetitions after one warm-up, medians), and fits
+// a small and a large message (`reps` timed repetitions after one warm-up; per group the mean of
+// the fastest 90%, then the median over the groups), and fits
 // the two points. Under the job's own load: world / n groups of n measure at once (the job's
 // groups of that size communicate together), so a host whose `world` trainers share its cores
 // gives each group the latency and bandwidth it will see. The all-reduce's large point is
 // `large_bytes` (the job's gradients; clamped to 1-64 MiB), the send's 1 MiB.
-Result<CommCosts> MeasureCommCosts(const std::vector<int>& sizes, int world, int64_t large_bytes, int reps = 5);
+Result<CommCosts> MeasureCommCosts(const std::vector<int>& sizes, int world, int64_t large_bytes, int reps = 20);
 
 // The cache: an entry "comm <host>" in the calibration file (the caller's `host` names the
 // world too: CommCostsKey). Load gives empty costs when absent.
