@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <barrier>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -17,6 +18,7 @@
 #include "trainer/device.h"
 #include "trainer/models/model.h"
 #include "trainer/ops/ops.h"
+#include "trainer/optim.h"
 
 namespace strata {
 namespace {
@@ -173,8 +175,8 @@ Result<UnitProfile> ProfileUnit(const ModelOptions& base, const ops::Exec& exec,
   return p;
 }
 
-// One optimizer step over the largest unit's parameters, per parameter (median over the
-// repetitions of every co-run copy).
+// The gradient-norm pass and one optimizer step over the largest unit's parameters, per
+// parameter (median over the repetitions of every co-run copy).
 Result<double> ProfileOptimizer(const TrainJob& job, const ops::Exec& exec, int reps, int corun) {
   STRATA_ASSIGN_OR_RETURN(std::vector<UnitSpec> units, ModelUnits(job.model));
   int largest = 0;
@@ -191,14 +193,19 @@ Result<double> ProfileOptimizer(const TrainJob& job, const ops::Exec& exec, int 
         STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, CreateModel(job.model, e, one));
         std::unique_ptr<Optimizer> opt = Optimizer::Create(job.optimizer, m->params());
         const double n = static_cast<double>(m->params().NumElements());
+        double norm = 0;  // summed so the pass is not optimised away
         std::vector<double> t;
         for (int rep = 0; rep < reps + 1; ++rep) {
           sync();
           const auto start = Clock::now();
+          // What the trainer's step does after backward, every step: the gradient norm's pass
+          // over every gradient (ClipGradients), then the update.
+          norm += GradSquaredSum(m->params());
           opt->Step(job.optimizer.lr);
           SynchronizeDevice(e);
           if (rep > 0) t.push_back(Since(start) / n);
         }
+        if (!std::isfinite(norm)) return Status::Internal("calibration: the gradient norm is not finite");
         return t;
       }));
   std::vector<double> all;

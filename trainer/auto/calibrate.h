@@ -1,7 +1,8 @@
 // calibrate.h: what the planner (planner.h) measures of a model on this device before it
 // predicts anything: per unit and per local micro-batch size and recompute mode, the forward,
 // full backward, backward-for-input and backward-for-weights times and the bytes a forward
-// leaves alive until its backward; and the optimizer's time per parameter. Measured as the job's
+// leaves alive until its backward; and the time per parameter of what a step does after backward
+// (the gradient norm's pass and the optimizer's update). Measured as the job's
 // trainers will run: with each trainer's CPU threads (the caller sets them: strata-plan's main,
 // or the launcher's OPENBLAS_NUM_THREADS in a trainer) and, on the CPU, under the job's own load:
 // `corun` copies of each measurement at once, one per core the trainers keep busy, so the figures
@@ -36,7 +37,7 @@ using ProfileKey = std::pair<int64_t, ParallelOptions::Recompute>;
 struct Calibration {
   std::string key;  // CalibrationKey: the model's options and the device
   std::map<ProfileKey, std::vector<UnitProfile>> units;  // one profile per unit of the model
-  double optimizer_s_per_param = 0;  // one optimizer step, seconds per parameter
+  double optimizer_s_per_param = 0;  // the gradient-norm pass and one optimizer step, seconds per parameter
   int reps = 3;
   // Copies of each measurement run at once on as many threads (CPU only), each on its own model,
   // inputs and allocator; a time is the median over copies and repetitions, bytes are copy 0's.
