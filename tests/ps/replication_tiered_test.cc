@@ -103,7 +103,7 @@ class TieredReplicationTest : public ::testing::TestWithParam<Durability> {
     o.store.path = root_.path();
     o.store.dram_budget_mb = kDramMb;
     o.store.durability = GetParam();
-    o.store.checkpoint_every_clocks = 2;
+    if (GetParam() == Durability::kCheckpoint) o.store.checkpoint_every_clocks = 2;
     std::filesystem::create_directories(Dir(s));
     o.tables_file = Dir(s) + "/tables";
     servers_[s] = std::make_unique<PsServer>(*server_nodes_[s], o, TieredStores(o.store, Dir(s)));
@@ -269,7 +269,7 @@ TEST_P(TieredReplicationTest, TheBackupsTieredStoreHoldsThePrimarysRowsAndOptimi
 // The primary killed: its backup takes the shard over from its tiered store, every update
 // acknowledged before the kill in it once, and goes on alone.
 TEST_P(TieredReplicationTest, AKillOfThePrimaryLosesNoAcknowledgedUpdate) {
-  for (auto& c : clients_) ASSERT_TRUE(c->CreateTable(LedgerTable()).ok());
+  for (auto& c : clients_) ASSERT_TRUE(c->CreateTable(LedgerTable()).ok()) << c->CreateTable(LedgerTable()).ToString();
   const std::vector<uint64_t> keys = Keys(300);
   ASSERT_NO_FATAL_FAILURE(PushOnes(keys, 3));
   ASSERT_NO_FATAL_FAILURE(Kill(0));
@@ -350,7 +350,7 @@ TEST_P(TieredReplicationTest, ARestartedServerWithStaleStateHoldsExactlyTheServi
   EXPECT_EQ(Pull({shard0[0]})[0], -1.0f) << "a push id the serving holder never saw was taken for a duplicate";
 }
 
-INSTANTIATE_TEST_SUITE_P(Durability, TieredReplicationTest,
+INSTANTIATE_TEST_SUITE_P(Store, TieredReplicationTest,
                          ::testing::Values(Durability::kNone, Durability::kWal, Durability::kCheckpoint),
                          [](const ::testing::TestParamInfo<Durability>& p) {
                            return std::string(p.param == Durability::kNone  ? "None"
