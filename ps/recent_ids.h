@@ -36,6 +36,12 @@ class RecentIds {
     }
   }
 
+  // Forgets every id (a state transfer replaces them with its copy's).
+  void Clear() {
+    std::lock_guard lock(mu_);
+    senders_.clear();
+  }
+
   // Every (sender, id) held, oldest first per sender: what a server hands over with rows that
   // move to another server (ps/server_migrate.cc), so retries reaching it are known there too.
   std::vector<std::pair<uint32_t, uint64_t>> Snapshot() const {

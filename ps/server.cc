@@ -77,13 +77,16 @@ const float* GradientFloats(const Buffer& b, DType dtype, std::vector<float>* sc
 
 
 PsServer::PsServer(Node& node, ServerOptions options, StoreFactory store_factory)
+    : PsServer(node, std::move(options), ServerStores{std::move(store_factory), {}, {}}) {}
+
+PsServer::PsServer(Node& node, ServerOptions options, ServerStores stores)
     : node_(node),
       options_(options),
-      store_factory_(std::move(store_factory)),
+      stores_(std::move(stores)),
       parked_quota_(static_cast<uint64_t>(options.max_parked_per_peer),
                     static_cast<uint64_t>(options.max_parked_mb_per_peer) << 20) {
-  if (!store_factory_) {
-    store_factory_ = [](const TableSpec& spec) -> Result<std::unique_ptr<RowStore>> {
+  if (!stores_.make) {
+    stores_.make = [](const TableSpec& spec) -> Result<std::unique_ptr<RowStore>> {
       return std::unique_ptr<RowStore>(std::make_unique<MemoryRowStore>(spec.RecordWidth()));
     };
   }
@@ -254,7 +257,7 @@ Result<Message> PsServer::CreateTable(const Request& request) {
 }
 
 Result<std::unique_ptr<PsServer::Table>> PsServer::MakeTableLocked(const TableSpec& spec) {
-  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<RowStore> store, store_factory_(spec));
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<RowStore> store, stores_.make(spec));
   auto t = std::make_unique<Table>();
   t->spec = spec;
   t->store = std::move(store);

@@ -57,17 +57,18 @@
 #include "ps/replication.h"
 #include "ps/sender_lanes.h"
 #include "ps/server_options.h"
+#include "ps/server_stores.h"
 #include "ps/table.h"
 
 namespace strata {
-
-// Makes the store for this server's shard of a table (default: MemoryRowStore).
-using StoreFactory = std::function<Result<std::unique_ptr<RowStore>>(const TableSpec& spec)>;
 
 // Thread-safe. Serves through the Node it is given: construct before node.Join().
 class PsServer {
  public:
   PsServer(Node& node, ServerOptions options, StoreFactory store_factory = {});
+  // With stores that survive the process (TieredStores): a state transfer clears them first,
+  // and the copy of another shard (replication) keeps its own (ServerStores::backup).
+  PsServer(Node& node, ServerOptions options, ServerStores stores);
   ~PsServer();
   PsServer(const PsServer&) = delete;
   PsServer& operator=(const PsServer&) = delete;
@@ -178,7 +179,7 @@ class PsServer {
   static constexpr uint64_t kNoCopy = ~uint64_t{0};
   // The copy of shard `shard` (server_replication.cc): no handler of its own on the node, one
   // worker, no statistics thread.
-  PsServer(Node& node, ServerOptions options, StoreFactory store_factory, uint32_t shard, ShardRole role);
+  PsServer(Node& node, ServerOptions options, ServerStores stores, uint32_t shard, ShardRole role);
   void StartWorkers(int workers);
   void Dispatch(Request request);
   void Enqueue(SenderLanes<Queued>::Ready ready);
@@ -238,6 +239,9 @@ class PsServer {
   // trainers' clocks in each. Expects forward_mu_ held (no update meanwhile).
   Result<std::vector<Message>> SnapshotLocked(uint64_t* rows);
   Result<Message> InstallTransfer(const Request& request);
+  // A copy's first chunk: drops every table (and, with durable stores, their files), the push
+  // ids and the trainers' clocks this instance held.
+  Status ClearForCopy();
   // Joined(): asks the other holder of this shard for a copy until it answers.
   void RequestCopy(const std::atomic<bool>& stop);
   // The sending side of a take-over or a leave (see TakeOver): a migrate request, answered
@@ -347,7 +351,7 @@ class PsServer {
   // read-only (empty: training) and how many rows it gave this server.
   std::string serving_;
   uint64_t loaded_rows_ = 0;
-  StoreFactory store_factory_;
+  ServerStores stores_;  // stores_.make always set
 
   mutable std::shared_mutex tables_mu_;
   std::map<uint32_t, std::unique_ptr<Table>> tables_;

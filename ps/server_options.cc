@@ -52,10 +52,9 @@ void Bind(config::Binder& b, ServerOptions& o) {
   b.Section("store", o.store, "where the server keeps its shard of every table");
   b.Enum("replication", o.replication, {{"none", Replication::kNone}, {"backup", Replication::kBackup}},
          "none: a dead server's shard waits for it to restart; backup: each shard also lives on the "
-         "next server, which takes it over when its primary dies (needs 2+ servers, the memory "
-         "store, asp or ssp; docs/reliability.md)");
-  b.Require(o.replication == Replication::kNone || o.store.kind == StoreKind::kMemory, "replication",
-            "backup needs store.kind: memory (a backup shard has no store directory of its own)");
+         "next server, which takes it over when its primary dies (needs 2+ servers, asp or ssp; with "
+         "store.kind: tiered the copy has stores of its own under <path>/server-<rank>/backup-of-<shard>; "
+         "docs/reliability.md)");
 }
 
 }  // namespace strata

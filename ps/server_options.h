@@ -48,14 +48,15 @@ struct ServerOptions {
   // Lower bounds what a hostile or broken peer can make a server hold.
   int max_parked_per_peer = 65536;
   int max_parked_mb_per_peer = 256;  // payload bytes (the keys) of those parked pulls
-  // The stores behind the tables; read by whoever makes the server's StoreFactory
-  // (strata-server), not by PsServer itself.
+  // The stores behind the tables; read by whoever makes the server's ServerStores
+  // (strata-server: TieredStores), not by PsServer itself.
   ServerStoreOptions store;
   // none: a server killed loses its shard unless a durable store reloads it when it restarts.
   // backup: shard r also lives on server (r + 1) % S; every update is applied there before it
   // is acknowledged, and when r dies its backup serves r's keys at once (ps/replication.h). Costs
-  // a forward and its acknowledgement per update. Needs 2 or more servers, the memory store, and
-  // no BSP tables (checked by the job loader; a BSP createTable is refused).
+  // a forward and its acknowledgement per update. Needs 2 or more servers and no BSP tables
+  // (checked by the job loader; a BSP createTable is refused). With the tiered store the copy
+  // of shard r - 1 keeps tiered stores of its own (<path>/server-<rank>/backup-of-<r - 1>).
   Replication replication = Replication::kNone;
   // Elastic jobs (cluster.elastic): the rows a server hands another when a server joins or
   // leaves travel in chunks of at most this many MiB of keys, records and push ids (fractions

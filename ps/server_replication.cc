@@ -18,9 +18,9 @@ bool Current(const ClusterView& view, uint32_t rank, uint32_t incarnation) {
 
 }  // namespace
 
-PsServer::PsServer(Node& node, ServerOptions options, StoreFactory store_factory, uint32_t shard, ShardRole role)
+PsServer::PsServer(Node& node, ServerOptions options, ServerStores stores, uint32_t shard, ShardRole role)
     : node_(node), options_(std::move(options)), backup_of_(static_cast<int>(shard)), role_(role),
-      store_factory_(std::move(store_factory)),
+      stores_(std::move(stores)),
       parked_quota_(static_cast<uint64_t>(options_.max_parked_per_peer),
                     static_cast<uint64_t>(options_.max_parked_mb_per_peer) << 20) {
   // One worker: forwarded requests apply in the order the serving holder applied them.
@@ -36,10 +36,17 @@ PsServer* PsServer::Copy() {
   std::lock_guard lock(backup_mu_);
   if (!backup_) {
     // An original server holds the backup of the previous shard from the start; a restarted one
-    // holds nothing until a state transfer arrives.
+    // holds nothing until a state transfer arrives. So does one with durable stores, at the start
+    // too: what its directory holds may be stale, and the serving holder may have restored rows
+    // of an earlier run (the first chunk of the copy clears the directory).
+    const uint32_t shard = BackedUpShard(static_cast<uint32_t>(rank), servers);
     const NodeInfo* self = view.Find(Role::kServer, rank);
-    const ShardRole role = self && self->incarnation == 0 ? ShardRole::kBackup : ShardRole::kEmpty;
-    backup_.reset(new PsServer(node_, options_, store_factory_, BackedUpShard(static_cast<uint32_t>(rank), servers), role));
+    const ShardRole role =
+        self && self->incarnation == 0 && !stores_.durable() ? ShardRole::kBackup : ShardRole::kEmpty;
+    ServerStores stores = stores_.backup ? stores_.backup(shard) : ServerStores{stores_.make, {}, {}};
+    ServerOptions options = options_;
+    options.tables_file.clear();  // a copy always starts from a state transfer: nothing to reload
+    backup_.reset(new PsServer(node_, std::move(options), std::move(stores), shard, role));
   }
   return backup_.get();
 }
@@ -132,7 +139,9 @@ PsServer::Replica* PsServer::ReplicaLocked() {
     const NodeInfo* self = view.Find(Role::kServer, node_.rank());
     const uint32_t other = OtherRank();
     const NodeInfo* b = view.Find(Role::kServer, static_cast<int>(other));
-    if (backup_of_ < 0 && self && self->incarnation == 0 && b && b->alive && b->incarnation == 0 && b != self) {
+    // Not with durable stores: that backup starts empty and asks for a copy (Copy()).
+    if (backup_of_ < 0 && !stores_.durable() && self && self->incarnation == 0 && b && b->alive &&
+        b->incarnation == 0 && b != self) {
       replica_ = Replica{other, 0, b->address, kNoPeer};
     }
   }

@@ -21,12 +21,20 @@ namespace strata {
 void PsServer::Joined() {
   if (options_.replication != Replication::kBackup || backup_of_ >= 0) return;
   PsServer* copy = Copy();
-  if (RoleNow() != ShardRole::kEmpty) return;  // an original server
-  spdlog::info("replication: server {} was restarted: it holds none of shards {} and {}; asking the servers serving "
-               "them for a copy", node_.rank(), Shard(), copy ? std::to_string(copy->Shard()) : "-");
-  copy_thread_ = std::thread([this, copy] {
-    RequestCopy(stop_);
-    if (copy) copy->RequestCopy(stop_);
+  // A restarted server holds neither shard; an original one with durable stores not its backup.
+  const bool own = RoleNow() == ShardRole::kEmpty;
+  const bool other = copy && copy->RoleNow() == ShardRole::kEmpty;
+  if (!own && !other) return;  // an original server
+  if (own) {
+    spdlog::info("replication: server {} was restarted: it holds none of shards {} and {}; asking the servers "
+                 "serving them for a copy", node_.rank(), Shard(), copy ? std::to_string(copy->Shard()) : "-");
+  } else {
+    spdlog::info("replication: server {} keeps durable stores: asking the server serving shard {} for a copy "
+                 "(nothing on disk is trusted for a backup)", node_.rank(), copy->Shard());
+  }
+  copy_thread_ = std::thread([this, copy, own, other] {
+    if (own) RequestCopy(stop_);
+    if (other) copy->RequestCopy(stop_);
   });
 }
 
@@ -181,6 +189,20 @@ Result<std::vector<Message>> PsServer::SnapshotLocked(uint64_t* rows) {
   return chunks;
 }
 
+Status PsServer::ClearForCopy() {
+  std::unique_lock lock(tables_mu_);
+  tables_.clear();  // closes the stores
+  // Durable stores: their files go too (RocksDB, checkpoints, the push ids recorded with the
+  // updates), those of tables the copy lacks included, and the tables file lists none.
+  if (stores_.clear) STRATA_RETURN_IF_ERROR(stores_.clear());
+  STRATA_RETURN_IF_ERROR(RecordTablesLocked(nullptr));
+  lock.unlock();
+  push_ids_.Clear();  // the copy's replace them (the last chunk carries them)
+  std::lock_guard clocks(clock_mu_);
+  trainer_clock_.clear();
+  return Status::OK();
+}
+
 Result<Message> PsServer::InstallTransfer(const Request& request) {
   auto chunk = request.message().reader().getBody().getStateTransfer();
   const uint64_t copy = chunk.getCopy();
@@ -197,17 +219,15 @@ Result<Message> PsServer::InstallTransfer(const Request& request) {
   if (copy > install_copy_) {  // a fresh copy's first chunk: it replaces whatever this instance held
     install_copy_ = copy;
     role_ = ShardRole::kEmpty;  // not a backup again before the whole copy is in
-    {
-      std::unique_lock lock(tables_mu_);
-      tables_.clear();
-    }
-    {
-      std::lock_guard lock(clock_mu_);
-      trainer_clock_.clear();
-    }
     installing_ = true;
     install_total_ = chunk.getRows();
     install_rows_ = install_chunks_ = 0;
+    if (Status s = ClearForCopy(); !s.ok()) {
+      installing_ = false;  // RequestCopy asks for a new one, whose first chunk clears again
+      copy_failed_ = true;
+      return s.WithContext("installing the copy of shard " + std::to_string(Shard()) + " from node " +
+                           std::to_string(request.message().sender()));
+    }
   }
   const std::string where = "the copy of shard " + std::to_string(Shard()) + " from node " +
                             std::to_string(request.message().sender()) + ", chunk " +

@@ -14,7 +14,6 @@
 
 #include "common/allocator.h"
 #include "common/logging.h"
-#include "offload/tiered_row_store.h"
 #include "ps/server.h"
 #include "tools/job_config.h"
 #include "tools/metrics_endpoint.h"
@@ -24,39 +23,6 @@
 
 namespace strata {
 namespace {
-
-// The stores of this server's tables as server.store says: tiered ones at <dir>/table-<id>.
-// In checkpoint mode a table with a checkpoint is restored from its latest one; without one it
-// starts empty, since records written back between checkpoints are not a consistent state.
-StoreFactory MakeStoreFactory(const ServerStoreOptions& c, const std::string& dir) {
-  if (c.kind == StoreKind::kMemory) return {};
-  return [c, dir](const TableSpec& spec) -> Result<std::unique_ptr<RowStore>> {
-    TieredStoreOptions o;
-    o.path = dir + "/table-" + std::to_string(spec.id);
-    o.dram_budget_bytes = static_cast<uint64_t>(c.dram_budget_mb * 1048576.0);
-    o.policy = c.policy;
-    o.durability = c.durability;
-    o.checkpoint_every_clocks = c.checkpoint_every_clocks;
-    const int width = static_cast<int>(spec.RecordWidth());
-    // Each DRAM shard must hold a record: a small budget (a dense table's few large chunks)
-    // gets fewer shards, down to one.
-    const uint64_t footprint = 4ull * static_cast<uint64_t>(width) + TieredRowStore::kRecordOverheadBytes;
-    while (o.shards > 1 && o.dram_budget_bytes / static_cast<uint64_t>(o.shards) < footprint) o.shards /= 2;
-    if (c.durability == Durability::kCheckpoint) {
-      auto latest = TieredRowStore::LatestCheckpoint(o.path + "/checkpoints");
-      if (latest.ok()) {
-        STRATA_ASSIGN_OR_RETURN(auto store, TieredRowStore::OpenFromCheckpoint(*latest, o, width));
-        return std::unique_ptr<RowStore>(std::move(store));
-      }
-      if (!latest.status().IsNotFound()) return latest.status();
-      std::error_code ec;
-      std::filesystem::remove_all(o.path + "/db", ec);
-      if (ec) return Status::IOError("cannot clear " + o.path + "/db: " + ec.message());
-    }
-    STRATA_ASSIGN_OR_RETURN(auto store, TieredRowStore::Open(o, width));
-    return std::unique_ptr<RowStore>(std::move(store));
-  };
-}
 
 // The server's times (PsServer::ReadTimings) as the histograms docs/metrics.md names. Those of
 // durability and saveTables appear once there is one.
@@ -204,7 +170,9 @@ int main(int argc, char** argv) {
   node.OnEvent([](const NodeEvent& e) {
     if (e.kind == NodeEvent::Kind::kDead) spdlog::warn("event: dead {}", e.node.Describe());
   });
-  PsServer server(node, server_options, serve ? StoreFactory() : MakeStoreFactory(store, dir));
+  // Tiered: <dir>/table-<id>, and the replication copy's at <dir>/backup-of-<shard>/table-<id>.
+  PsServer server(node, server_options,
+                  serve || store.kind == StoreKind::kMemory ? ServerStores{} : TieredStores(store, dir));
   // /metrics and /healthz: started before loading and registering when the port is known by
   // then (--metrics-port, or a fixed rank), so a readiness probe sees 503 until this server
   // serves; else once joined.

@@ -1,10 +1,12 @@
 // replication_test.cc: issue #16's replicated servers with real processes on loopback
-// (strata-scheduler, two strata-server with server.replication: backup and the memory store):
-// a primary killed with SIGKILL mid-stream, its backup taking its shard over.
+// (strata-scheduler, two strata-server with server.replication: backup and the memory store, or
+// the tiered store for one case): a primary killed with SIGKILL mid-stream, its backup taking its
+// shard over.
 //  - ledger: two in-process trainers push counted increments through the kill: every
 //    acknowledged increment is applied exactly once (none lost, none applied twice); the same
 //    with the killed server started again (it rejoins as the backup of both shards, by state
-//    transfer, in 1 KiB chunks) and then the other server killed;
+//    transfer, in 1 KiB chunks) and then the other server killed; and that with tiered stores,
+//    the restarted server's stale stores on disk replaced by its copies;
 //  - a push the primary forwarded before dying, retried to the backup with its id, is a duplicate;
 //  - ctr (ps, ASP) trained by two strata-trainer processes finishes every step.
 #include <gtest/gtest.h>
@@ -38,8 +40,10 @@ class ReplicationTest : public testing::ProcessClusterTest {
             "--set", "sync.consistency=asp", "--set", "train.metrics_path=" + Metrics("run")};
   }
   // The scheduler and both servers; the trainers are this process's nodes.
-  void StartServersAndJoin() {
+  // `extra`: --set arguments of the servers' job (the store).
+  void StartServersAndJoin(const std::vector<std::string>& extra = {}) {
     common_ = Common(Job("servers", ""));
+    common_.insert(common_.end(), extra.begin(), extra.end());
     // State transfers in chunks of 1 KiB: a rejoin's copy takes several.
     common_.insert(common_.end(), {"--set", "server.migrate_chunk_mb=0.001"});
     address_ = StartScheduler(common_, "tcp://127.0.0.1:0");
@@ -254,6 +258,37 @@ TEST_F(ReplicationTest, ARestartedServerRejoinsAsTheBackupAndASecondKillLosesNot
   j = nlohmann::json::parse(*stats);
   EXPECT_EQ(j["role"], "serving") << *stats;
   EXPECT_EQ(j["backup"]["role"], "serving") << *stats;
+}
+
+// The same with tiered stores (durability wal, a DRAM budget of a few rows, so both shards and
+// their copies live in RocksDB): the restarted server finds its stores and its backup copy's
+// stores on disk, stale (server 1 served shard 0 meanwhile); its copies replace them whole.
+TEST_F(ReplicationTest, ATieredServerRestartedOverItsStaleStoresRejoinsAndASecondKillLosesNothing) {
+  StartServersAndJoin({"--set", "server.store.kind=tiered", "--set", "server.store.path=" + dir_.File("stores"),
+                       "--set", "server.store.dram_budget_mb=0.001", "--set", "server.store.durability=wal"});
+  // Even at the start, each backup took its shard by state transfer (nothing on disk is trusted).
+  for (Subprocess* s : servers_) {
+    EXPECT_TRUE(WaitFor([&] { return Count(s->Log(), "copy received") >= 1; }, Millis(30000))) << s->Log();
+  }
+  Ledger ledger(clients_);
+  EXPECT_TRUE(ledger.PushMore(50));
+  Kill(0);
+  EXPECT_TRUE(ledger.PushMore(30));
+  servers_[0] = &Start("strata-server", common_, address_, 0);
+  EXPECT_TRUE(WaitFor([&] { return Count(servers_[0]->Log(), "copy received") >= 2; }, Millis(30000)))
+      << servers_[0]->Log();
+  EXPECT_NE(servers_[0]->Log().find("table 1 \"ledger\" restored"), std::string::npos)
+      << "server 0 did not find its stale store: " << servers_[0]->Log();
+  EXPECT_TRUE(ledger.PushMore(50));
+  auto stats = clients_[0]->ServerStats(0);
+  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+  auto j = nlohmann::json::parse(*stats);
+  EXPECT_EQ(j["role"], "backup") << *stats;
+  EXPECT_EQ(j["backup"]["role"], "backup") << *stats;
+  Kill(1, 2);  // server 0 takes both shards over from its tiered copies
+  EXPECT_TRUE(ledger.PushMore(50));
+  ledger.Stop();
+  ledger.Check(PullAll());
 }
 
 // A push the primary applied and forwarded before it died, retried to the backup with the same

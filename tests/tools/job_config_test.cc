@@ -146,7 +146,7 @@ TEST(ConfigJobTest, ServerStoreErrorsNameTheField) {
   EXPECT_THAT(workers.status().message(), HasSubstr("server.workers: expected"));
 }
 
-TEST(ConfigJobTest, ServerReplicationIsCheckedAgainstTheServersStoreAndConsistency) {
+TEST(ConfigJobTest, ServerReplicationIsCheckedAgainstTheServersAndConsistency) {
   auto defaults = LoadJobConfig("", {});
   ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
   EXPECT_EQ(defaults->server.replication, Replication::kNone);
@@ -158,9 +158,12 @@ TEST(ConfigJobTest, ServerReplicationIsCheckedAgainstTheServersStoreAndConsisten
   auto one = LoadJobConfig("", {"server.replication=backup", "cluster.servers=1", "sync.consistency=asp"});
   EXPECT_THAT(one.status().message(), HasSubstr("server.replication: backup needs cluster.servers of 2 or more"));
   EXPECT_THAT(one.status().message(), HasSubstr("got 1"));
+  // The tiered store replicates too (the copy keeps stores of its own).
   auto tiered = LoadJobConfig("", {"server.replication=backup", "cluster.servers=2", "server.store.kind=tiered",
-                                   "server.store.path=/tmp/x"});
-  EXPECT_THAT(tiered.status().message(), HasSubstr("server.replication: backup needs store.kind: memory"));
+                                   "server.store.path=/tmp/x", "sync.consistency=asp",
+                                   "server.store.durability=wal"});
+  ASSERT_TRUE(tiered.ok()) << tiered.status().ToString();
+  EXPECT_EQ(tiered->server.store.kind, StoreKind::kTiered);
   auto bsp = LoadJobConfig("", {"server.replication=backup", "cluster.servers=2", "sync.mode=ps",
                                 "sync.consistency=bsp"});
   EXPECT_THAT(bsp.status().message(), HasSubstr("does not replicate BSP tables (sync.consistency: bsp)"));
