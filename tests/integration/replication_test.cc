@@ -32,6 +32,8 @@ using testing::WaitFor;
 constexpr uint32_t kDim = 4;
 constexpr uint64_t kKeys = 64;
 
+class Ledger;
+
 class ReplicationTest : public testing::ProcessClusterTest {
  protected:
   std::vector<std::string> Common(const std::string& job) {
@@ -81,6 +83,17 @@ class ReplicationTest : public testing::ProcessClusterTest {
     servers_[rank] = nullptr;
     const std::string line = "take-over of shard ";
     EXPECT_TRUE(WaitFor([&] { return Count(other->Log(), line) >= shards; }, Millis(30000))) << other->Log();
+  }
+  // Server 0 killed while the ledger pushes, then started again: waits until it logged the copies
+  // of both its shards.
+  void KillAndRestartServer0(Ledger& ledger);  // defined after Ledger
+  // Server 0's role for its own shard and for the one it backs up, from its statistics.
+  void ExpectServer0Roles(const std::string& own, const std::string& other) {
+    auto stats = clients_[0]->ServerStats(0);
+    ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+    auto j = nlohmann::json::parse(*stats);
+    EXPECT_EQ(j["role"], own) << *stats;
+    EXPECT_EQ(j["backup"]["role"], other) << *stats;
   }
   static size_t Count(const std::string& text, const std::string& needle) {
     size_t n = 0;
@@ -205,6 +218,15 @@ class Ledger {
   std::vector<std::thread> threads_;
 };
 
+void ReplicationTest::KillAndRestartServer0(Ledger& ledger) {
+  EXPECT_TRUE(ledger.PushMore(50));
+  Kill(0);
+  EXPECT_TRUE(ledger.PushMore(30));
+  servers_[0] = &Start("strata-server", common_, address_, 0);
+  EXPECT_TRUE(WaitFor([&] { return Count(servers_[0]->Log(), "copy received") >= 2; }, Millis(30000)))
+      << servers_[0]->Log();
+}
+
 TEST_F(ReplicationTest, APrimaryKilledLosesNoAcknowledgedUpdateAndAppliesNoneTwice) {
   StartServersAndJoin();
   Ledger ledger(clients_);
@@ -226,12 +248,7 @@ TEST_F(ReplicationTest, APrimaryKilledLosesNoAcknowledgedUpdateAndAppliesNoneTwi
 TEST_F(ReplicationTest, ARestartedServerRejoinsAsTheBackupAndASecondKillLosesNothing) {
   StartServersAndJoin();
   Ledger ledger(clients_);
-  EXPECT_TRUE(ledger.PushMore(50));
-  Kill(0);
-  EXPECT_TRUE(ledger.PushMore(30));
-  servers_[0] = &Start("strata-server", common_, address_, 0);
-  EXPECT_TRUE(WaitFor([&] { return Count(servers_[0]->Log(), "copy received") >= 2; }, Millis(30000)))
-      << servers_[0]->Log();
+  KillAndRestartServer0(ledger);
   // Each copy came in chunks of at most server.migrate_chunk_mb (1 KiB here).
   const std::string log = servers_[0]->Log();
   std::smatch m;
@@ -244,20 +261,12 @@ TEST_F(ReplicationTest, ARestartedServerRejoinsAsTheBackupAndASecondKillLosesNot
   for (int n : chunks) EXPECT_GE(n, 2) << log;
   std::cout << "copies in " << chunks[0] << " and " << chunks[1] << " chunks\n";
   EXPECT_TRUE(ledger.PushMore(50));  // forwarded to the restarted server, after its copy
-  auto stats = clients_[0]->ServerStats(0);
-  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
-  auto j = nlohmann::json::parse(*stats);
-  EXPECT_EQ(j["role"], "backup") << *stats;
-  EXPECT_EQ(j["backup"]["role"], "backup") << *stats;
+  ExpectServer0Roles("backup", "backup");
   Kill(1, 2);  // server 0 takes both shards over
   EXPECT_TRUE(ledger.PushMore(50));
   ledger.Stop();
   ledger.Check(PullAll());
-  stats = clients_[0]->ServerStats(0);
-  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
-  j = nlohmann::json::parse(*stats);
-  EXPECT_EQ(j["role"], "serving") << *stats;
-  EXPECT_EQ(j["backup"]["role"], "serving") << *stats;
+  ExpectServer0Roles("serving", "serving");
 }
 
 // The same with tiered stores (durability wal, a DRAM budget of a few rows, so both shards and
@@ -271,20 +280,11 @@ TEST_F(ReplicationTest, ATieredServerRestartedOverItsStaleStoresRejoinsAndASecon
     EXPECT_TRUE(WaitFor([&] { return Count(s->Log(), "copy received") >= 1; }, Millis(30000))) << s->Log();
   }
   Ledger ledger(clients_);
-  EXPECT_TRUE(ledger.PushMore(50));
-  Kill(0);
-  EXPECT_TRUE(ledger.PushMore(30));
-  servers_[0] = &Start("strata-server", common_, address_, 0);
-  EXPECT_TRUE(WaitFor([&] { return Count(servers_[0]->Log(), "copy received") >= 2; }, Millis(30000)))
-      << servers_[0]->Log();
+  KillAndRestartServer0(ledger);
   EXPECT_NE(servers_[0]->Log().find("table 1 \"ledger\" restored"), std::string::npos)
       << "server 0 did not find its stale store: " << servers_[0]->Log();
   EXPECT_TRUE(ledger.PushMore(50));
-  auto stats = clients_[0]->ServerStats(0);
-  ASSERT_TRUE(stats.ok()) << stats.status().ToString();
-  auto j = nlohmann::json::parse(*stats);
-  EXPECT_EQ(j["role"], "backup") << *stats;
-  EXPECT_EQ(j["backup"]["role"], "backup") << *stats;
+  ExpectServer0Roles("backup", "backup");
   Kill(1, 2);  // server 0 takes both shards over from its tiered copies
   EXPECT_TRUE(ledger.PushMore(50));
   ledger.Stop();
