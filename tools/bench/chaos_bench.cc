@@ -197,9 +197,14 @@ RunFigures RunTraining(const Options& o, const std::string& bin, const fs::path&
     return f;
   }
   ChaosCluster& cl = **cluster;
+  // No fault before every node has joined: a server killed before it registered is never
+  // declared dead (and the hostile client needs the servers' logged addresses).
+  if (Status s = cl.WaitUntilJoined(Millis(60000)); !s.ok()) {
+    f.error = s.ToString();
+    return f;
+  }
   HostileClient hostile;
   if (disturb && o.hostile) {
-    std::this_thread::sleep_for(Millis(1500));  // the servers have joined and logged their addresses
     std::vector<std::string> targets = cl.ServerAddresses();
     targets.push_back(cl.scheduler_address());
     hostile.Start(targets);

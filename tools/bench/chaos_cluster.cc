@@ -48,6 +48,38 @@ Result<std::unique_ptr<ChaosCluster>> ChaosCluster::Start(ChaosClusterOptions op
   return c;
 }
 
+Status ChaosCluster::WaitUntilJoined(Millis timeout) {
+  std::string missing;
+  auto joined = [&] {
+    missing.clear();
+    for (int r = 0; r < options_.servers; ++r) {
+      if (!servers_[static_cast<size_t>(r)]->Running()) {
+        missing = "server " + std::to_string(r) + " exited before it joined; its log:\n" +
+                  Log("server-" + std::to_string(r));
+        return true;
+      }
+      if (CountInLog("server-" + std::to_string(r), "joined as server " + std::to_string(r) + " ") == 0) {
+        missing = "server " + std::to_string(r);
+        return false;
+      }
+    }
+    for (int r = 0; r < options_.trainers; ++r) {
+      if (CountInLog("trainer-" + std::to_string(r), "joined as trainer " + std::to_string(r) + " ") == 0 &&
+          trainers_[static_cast<size_t>(r)]->Running()) {
+        missing = "trainer " + std::to_string(r);
+        return false;
+      }
+    }
+    return true;
+  };
+  if (!PollFor(joined, timeout)) {
+    return Status::DeadlineExceeded(missing + " had not joined the cluster within " + std::to_string(timeout.count()) +
+                                    " ms");
+  }
+  if (!missing.empty()) return Status::Unavailable(missing);
+  return Status::OK();
+}
+
 ChaosCluster::~ChaosCluster() {
   for (auto& t : trainers_) t.reset();
   for (auto& s : servers_) s.reset();

@@ -31,6 +31,10 @@ class ChaosCluster {
   static Result<std::unique_ptr<ChaosCluster>> Start(ChaosClusterOptions options);
   ~ChaosCluster();  // kills whatever still runs
 
+  // Waits until every server and trainer has logged that it joined the cluster. A fault before
+  // then would hit a node the scheduler does not know yet (and so never declares dead).
+  Status WaitUntilJoined(std::chrono::milliseconds timeout);
+
   // kill -9 of server `rank`, then (once the scheduler declared it dead, so that its rank may
   // register again) the same command again. Returns the seconds from the kill to the restart.
   Result<double> KillAndRestartServer(int rank, std::chrono::milliseconds timeout);
