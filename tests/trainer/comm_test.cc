@@ -304,5 +304,40 @@ TEST_F(CommTest, PeerThatWentAwayIsUnavailable) {
   });
 }
 
+// A posted send leaves the caller at once (the communicator's sender thread writes it); a
+// send to a peer that went away still fails at its Wait, naming the peer, and breaks the
+// communicator, so the next operation says so instead of hanging.
+TEST_F(CommTest, APostedSendToAPeerThatWentAwayFailsAtItsWait) {
+  GlooOptions quick;
+  quick.timeout = Millis(2000);
+  OnRanks(2, [&](int r) {
+    auto comm = MakeGlooCommunicator(*nodes_[r], "posted-gone", r, 2, quick);
+    ASSERT_TRUE(comm.ok()) << comm.status().ToString();
+    ASSERT_TRUE((*comm)->Barrier().ok());
+    if (r == 1) {
+      comm->reset();
+      return;
+    }
+    std::this_thread::sleep_for(Millis(200));  // rank 1's sockets are closed
+    std::vector<float> data(4 << 20);         // larger than a socket buffer
+    std::vector<std::unique_ptr<Communicator::Request>> sends;
+    for (uint32_t tag : {1u, 2u, 3u}) {
+      auto q = (*comm)->ISend(data.data(), data.size(), 1, tag);
+      if (!q.ok()) {
+        EXPECT_EQ(q.status().code(), StatusCode::kFailedPrecondition) << q.status().ToString();
+        break;
+      }
+      sends.push_back(*std::move(q));
+    }
+    ASSERT_FALSE(sends.empty());
+    Status first = sends[0]->Wait();
+    EXPECT_TRUE(first.code() == StatusCode::kUnavailable || first.code() == StatusCode::kDeadlineExceeded)
+        << first.ToString();
+    EXPECT_NE(first.message().find("send to rank 1"), std::string::npos) << first.ToString();
+    for (size_t i = 1; i < sends.size(); ++i) EXPECT_FALSE(sends[i]->Wait().ok());
+    EXPECT_EQ((*comm)->Barrier().code(), StatusCode::kFailedPrecondition);
+  });
+}
+
 }  // namespace
 }  // namespace strata

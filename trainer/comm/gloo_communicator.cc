@@ -16,9 +16,13 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/types.h>
 
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <vector>
+
+#include "common/serial_queue.h"
 
 namespace strata {
 namespace {
@@ -94,7 +98,7 @@ void Scale(float* data, size_t count, float factor) {
   for (size_t i = 0; i < count; ++i) data[i] *= factor;
 }
 
-// Safe for one thread at a time (Communicator's contract).
+// Safe for one thread at a time (Communicator's contract); ISend's posts run on its own thread.
 class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(std::shared_ptr<gloo::Context> context, std::string name)
@@ -219,17 +223,33 @@ class GlooCommunicator final : public Communicator {
   }
 
  private:
+  // A send handed to sender_: Gloo's buffer once that thread has posted it, or why it could not.
+  struct SendPost {
+    std::mutex mu;
+    std::condition_variable posted;
+    bool done = false;                                // under mu
+    Status status;                                    // under mu
+    std::unique_ptr<gloo::transport::UnboundBuffer> buf;  // under mu
+  };
+
   // A posted unbound-buffer transfer; waiting goes through the communicator, so a failure
   // breaks it like any other.
   class GlooRequest final : public Request {
    public:
     GlooRequest(GlooCommunicator& comm, std::unique_ptr<gloo::transport::UnboundBuffer> buf,
-                bool send, std::string what)
-        : comm_(comm), buf_(std::move(buf)), send_(send), what_(std::move(what)) {}
+                std::shared_ptr<SendPost> post, bool send, std::string what)
+        : comm_(comm), buf_(std::move(buf)), post_(std::move(post)), send_(send), what_(std::move(what)) {}
     ~GlooRequest() override {
-      if (buf_) (void)Wait();
+      if (buf_ || post_) (void)Wait();
     }
     Status Wait() override {
+      if (post_) {
+        std::shared_ptr<SendPost> post = std::move(post_);
+        std::unique_lock lock(post->mu);
+        post->posted.wait(lock, [&] { return post->done; });
+        if (!post->status.ok()) return comm_.Break(post->status);
+        buf_ = std::move(post->buf);
+      }
       if (!buf_) return Status::OK();
       Status s = comm_.Run(what_, [&] {
         if (send_) {
@@ -245,24 +265,56 @@ class GlooCommunicator final : public Communicator {
    private:
     GlooCommunicator& comm_;
     std::unique_ptr<gloo::transport::UnboundBuffer> buf_;
+    std::shared_ptr<SendPost> post_;  // a send not yet known to be posted
     const bool send_;
     const std::string what_;
   };
 
+  // A receive is posted here; a send goes to sender_, because Gloo writes a send to the socket
+  // in the posting thread when the peer's receive is already known: the compute thread would
+  // spend the copy through the kernel (about 0.5 ms for 256 KiB on loopback) between two
+  // actions of a pipeline instead of computing while the sender thread moves the bytes.
   Result<std::unique_ptr<Request>> Post(bool send, float* data, size_t count, int peer, uint32_t tag) {
     const std::string what = (send ? "send to rank " : "recv from rank ") + std::to_string(peer);
     STRATA_RETURN_IF_ERROR(CheckPeer(send ? "send to" : "recv from", peer));
+    if (!broken_.ok()) {
+      return Status::FailedPrecondition(what + ": communicator broken by an earlier error (" + broken_.ToString() +
+                                        ")");
+    }
+    // An empty transfer still gets a buffer of one float, so that it is matched in order.
+    float* ptr = count ? data : &empty_;
+    const size_t bytes = count * sizeof(float);
+    const uint64_t slot = gloo::Slot::build(kPointToPointSlotPrefix, tag);
+    if (send) {
+      auto post = std::make_shared<SendPost>();
+      sender_.Post([this, post, ptr, bytes, peer, slot, what] {
+        std::unique_ptr<gloo::transport::UnboundBuffer> buf;
+        Status s = Guard(what, [&] {
+          buf = context_->createUnboundBuffer(ptr, bytes);
+          buf->send(peer, slot);
+        });
+        {
+          std::lock_guard lock(post->mu);
+          post->status = s;
+          post->buf = std::move(buf);
+          post->done = true;
+        }
+        post->posted.notify_all();
+      });
+      return std::unique_ptr<Request>(std::make_unique<GlooRequest>(*this, nullptr, std::move(post), true, what));
+    }
     std::unique_ptr<gloo::transport::UnboundBuffer> buf;
     STRATA_RETURN_IF_ERROR(Run(what, [&] {
-      // An empty transfer still gets a buffer of one float, so that it is matched in order.
-      buf = context_->createUnboundBuffer(count ? data : &empty_, count * sizeof(float));
-      if (send) {
-        buf->send(peer, gloo::Slot::build(kPointToPointSlotPrefix, tag));
-      } else {
-        buf->recv(peer, gloo::Slot::build(kPointToPointSlotPrefix, tag));
-      }
+      buf = context_->createUnboundBuffer(ptr, bytes);
+      buf->recv(peer, slot);
     }));
-    return std::unique_ptr<Request>(std::make_unique<GlooRequest>(*this, std::move(buf), send, what));
+    return std::unique_ptr<Request>(std::make_unique<GlooRequest>(*this, std::move(buf), nullptr, false, what));
+  }
+
+  // Records `s`, a failure seen outside Run, as the one that broke the communicator.
+  Status Break(const Status& s) {
+    if (broken_.ok()) broken_ = s;
+    return s;
   }
 
   // Runs one operation unless an earlier failure broke the communicator; a failure breaks it.
@@ -326,6 +378,8 @@ class GlooCommunicator final : public Communicator {
   std::vector<float> scratch_;  // reduce-scatter's two halves, grown on demand
   Status broken_;               // the first failure; OK while usable
   float empty_ = 0;             // the buffer of empty transfers
+  // ISend's thread; declared last, so that it stops (running what is queued) before the rest goes.
+  SerialQueue sender_;
 };
 
 }  // namespace

@@ -94,6 +94,7 @@ Result<Tensor> StageExecutor::TakeRecv(std::map<Key, Pending>& posted, Key key, 
 
 Status StageExecutor::Send(const Action& a) {
   const bool forward = a.kind == ActionKind::kSendF;
+  Trace::Scope scope(trace_, forward ? "send activation" : "send gradient", "pipeline", 0, step_);
   auto& from = forward ? outputs_ : input_grads_;
   auto it = from.find({a.stage, a.micro});
   if (it == from.end()) return Status::Internal(ToString(a) + ": nothing computed to send");
