@@ -150,6 +150,10 @@ void Bind(config::Binder& b, ParallelOptions& o) {
   b.Field("partition", o.partition,
           "how units are cut into stages: params, cost, or the first unit of each later stage "
           "(\"3,6,9\")");
+  b.Field("shm_ring_mb", o.shm_ring_mb,
+          "pipeline hand-offs between trainers on one host through shared-memory rings of this "
+          "many MiB per peer (0: loopback TCP)")
+      .Range(0.0, 1024.0);
   b.Field("auto", o.auto_plan,
           "let the planner choose the whole plan from measured costs (dp, tp, pp, vpp, schedule, "
           "micro_batches, zero, recompute, partition; docs/auto_parallel.md)");

@@ -158,6 +158,9 @@ struct ParallelOptions {
   // "cost" (balanced measured forward+backward time of each unit), or the first unit of every
   // stage after the first as a comma list ("3,6,9" for 4 stages).
   std::string partition = "params";
+  // Pipeline hand-offs between trainers on one host go through shared memory (a ring of this
+  // many MiB per peer, trainer/comm/shm_p2p.h) instead of loopback TCP; 0: always TCP.
+  double shm_ring_mb = 4;
   // The planner (trainer/auto/planner.h) chooses dp, tp, pp, vpp, schedule, micro-batches, zero,
   // recompute and partition (and train.batch_size, keeping batch_size x micro-batches) from
   // measured costs; trainer 0 decides and publishes, every trainer runs its top plan.

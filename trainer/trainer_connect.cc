@@ -58,6 +58,9 @@ Status Trainer::MakeGroups() {
     }
     GlooOptions gloo;
     gloo.timeout = timeout;
+    if (name.starts_with("trainers/pp/")) {
+      gloo.shm_ring_bytes = static_cast<uint64_t>(job_.parallel.shm_ring_mb * (1 << 20));
+    }
     return MakeGlooCommunicator(*node_, name, rank, size, gloo);
   };
   // Replicas all-reduce (allreduce, hybrid) or meet only on the servers (ps), where they may

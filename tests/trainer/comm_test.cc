@@ -248,6 +248,58 @@ TEST_P(CommSizesTest, PostedSendsBeforeReceivesDoNotDeadlock) {
   });
 }
 
+// The same exchanges through shared memory (every rank of the fixture is in this process, so
+// on one host) with rings far smaller than the messages: blocking sends in a ring, posted sends
+// before receives, tags waited in another order than sent, and an empty message; collectives
+// still run on Gloo.
+TEST_P(CommSizesTest, SharedMemoryCarriesMessagesLargerThanItsRings) {
+  const int n = GetParam();
+  GlooOptions shm;
+  shm.shm_ring_bytes = 64 << 10;
+  OnRanks(n, [&](int r) {
+    auto comm = Make(r, "shm", shm);
+    ASSERT_NE(comm, nullptr);
+    const int next = (r + 1) % n, prev = (r + n - 1) % n;
+    for (size_t count : {size_t{0}, size_t{1}, size_t{300007}}) {
+      std::vector<float> mine(count), got(count, -1.0f);
+      for (size_t i = 0; i < count; ++i) mine[i] = static_cast<float>(r * 1000003 + i);
+      const uint32_t tag = static_cast<uint32_t>(count);
+      if (r % 2 == 0) {
+        ASSERT_TRUE(comm->Send(mine.data(), count, next, tag).ok());
+        ASSERT_TRUE(comm->Recv(got.data(), count, prev, tag).ok());
+      } else {
+        ASSERT_TRUE(comm->Recv(got.data(), count, prev, tag).ok());
+        ASSERT_TRUE(comm->Send(mine.data(), count, next, tag).ok());
+      }
+      for (size_t i = 0; i < count; ++i) ASSERT_EQ(got[i], static_cast<float>(prev * 1000003 + i)) << count;
+    }
+    const size_t count = 1 << 20;  // 4 MiB, 64 rings' worth
+    std::vector<std::vector<float>> out, in;
+    std::vector<std::unique_ptr<Communicator::Request>> sends, recvs;
+    for (uint32_t tag : {7u, 8u, 9u}) {
+      out.emplace_back(count, static_cast<float>(r * 100 + tag));
+      auto q = comm->ISend(out.back().data(), count, next, tag);
+      ASSERT_TRUE(q.ok()) << q.status().ToString();
+      sends.push_back(*std::move(q));
+    }
+    for (uint32_t tag : {9u, 7u, 8u}) {
+      in.emplace_back(count, -1.0f);
+      auto q = comm->IRecv(in.back().data(), count, prev, tag);
+      ASSERT_TRUE(q.ok()) << q.status().ToString();
+      recvs.push_back(*std::move(q));
+    }
+    for (size_t k : {2u, 0u, 1u}) ASSERT_TRUE(recvs[k]->Wait().ok());
+    for (auto& q : sends) ASSERT_TRUE(q->Wait().ok());
+    const uint32_t order[] = {9u, 7u, 8u};
+    for (size_t k = 0; k < 3; ++k) {
+      for (size_t i = 0; i < count; i += 997) ASSERT_EQ(in[k][i], static_cast<float>(prev * 100 + order[k]));
+    }
+    float x = 1.0f;
+    ASSERT_TRUE(comm->AllReduce(&x, 1, ReduceOp::kSum).ok());
+    EXPECT_EQ(x, static_cast<float>(n));
+  });
+}
+
 TEST_P(CommSizesTest, BadPeersAreInvalidArgumentsAndBreakNothing) {
   const int n = GetParam();
   OnRanks(n, [&](int r) {

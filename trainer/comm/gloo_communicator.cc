@@ -22,7 +22,10 @@
 #include <stdexcept>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 #include "common/serial_queue.h"
+#include "trainer/comm/shm_p2p.h"
 
 namespace strata {
 namespace {
@@ -107,6 +110,10 @@ class GlooCommunicator final : public Communicator {
   int rank() const override { return context_->rank; }
   int size() const override { return context_->size; }
 
+  // From now on every send and receive goes through `shm` (every rank of the group switches
+  // together: see MakeGlooCommunicator).
+  void UseSharedMemory(std::unique_ptr<ShmP2P> shm) { shm_ = std::move(shm); }
+
  protected:
 
   Status DoAllReduce(float* data, size_t count, ReduceOp op) override {
@@ -178,6 +185,10 @@ class GlooCommunicator final : public Communicator {
 
   Status DoSend(const float* data, size_t count, int peer, uint32_t tag) override {
     STRATA_RETURN_IF_ERROR(CheckPeer("send to", peer));
+    if (shm_) {
+      STRATA_ASSIGN_OR_RETURN(auto request, Post(true, const_cast<float*>(data), count, peer, tag));
+      return request->Wait();
+    }
     if (count == 0) return Status::OK();
     return Run("send to rank " + std::to_string(peer), [&] {
       auto buf = context_->createUnboundBuffer(const_cast<float*>(data), count * sizeof(float));
@@ -214,6 +225,10 @@ class GlooCommunicator final : public Communicator {
 
   Status DoRecv(float* data, size_t count, int peer, uint32_t tag) override {
     STRATA_RETURN_IF_ERROR(CheckPeer("recv from", peer));
+    if (shm_) {
+      STRATA_ASSIGN_OR_RETURN(auto request, Post(false, data, count, peer, tag));
+      return request->Wait();
+    }
     if (count == 0) return Status::OK();
     return Run("recv from rank " + std::to_string(peer), [&] {
       auto buf = context_->createUnboundBuffer(data, count * sizeof(float));
@@ -270,6 +285,27 @@ class GlooCommunicator final : public Communicator {
     const std::string what_;
   };
 
+  // A transfer through shared memory (UseSharedMemory).
+  class ShmRequest final : public Request {
+   public:
+    ShmRequest(GlooCommunicator& comm, std::shared_ptr<ShmP2P::Op> op, std::string what)
+        : comm_(comm), op_(std::move(op)), what_(std::move(what)) {}
+    ~ShmRequest() override {
+      if (op_) (void)Wait();
+    }
+    Status Wait() override {
+      if (!op_) return Status::OK();
+      std::shared_ptr<ShmP2P::Op> op = std::move(op_);
+      Status s = comm_.shm_->Wait(*op);
+      return s.ok() ? s : comm_.Break(s.WithContext(what_));
+    }
+
+   private:
+    GlooCommunicator& comm_;
+    std::shared_ptr<ShmP2P::Op> op_;
+    const std::string what_;
+  };
+
   // A receive is posted here; a send goes to sender_, because Gloo writes a send to the socket
   // in the posting thread when the peer's receive is already known: the compute thread would
   // spend the copy through the kernel (about 0.5 ms for 256 KiB on loopback) between two
@@ -284,6 +320,10 @@ class GlooCommunicator final : public Communicator {
     // An empty transfer still gets a buffer of one float, so that it is matched in order.
     float* ptr = count ? data : &empty_;
     const size_t bytes = count * sizeof(float);
+    if (shm_) {
+      return std::unique_ptr<Request>(
+          std::make_unique<ShmRequest>(*this, shm_->Post(send, count ? data : nullptr, bytes, peer, tag), what));
+    }
     const uint64_t slot = gloo::Slot::build(kPointToPointSlotPrefix, tag);
     if (send) {
       auto post = std::make_shared<SendPost>();
@@ -378,6 +418,7 @@ class GlooCommunicator final : public Communicator {
   std::vector<float> scratch_;  // reduce-scatter's two halves, grown on demand
   Status broken_;               // the first failure; OK while usable
   float empty_ = 0;             // the buffer of empty transfers
+  std::unique_ptr<ShmP2P> shm_;  // point-to-point through shared memory, when the group shares a host
   // ISend's thread; declared last, so that it stops (running what is queued) before the rest goes.
   SerialQueue sender_;
 };
@@ -402,7 +443,28 @@ Result<std::unique_ptr<Communicator>> MakeGlooCommunicator(Node& node, const std
     context->connectFullMesh(store, device);
   });
   if (!s.ok()) return s.WithContext("communicator \"" + name + "\"");
-  return std::unique_ptr<Communicator>(std::make_unique<GlooCommunicator>(context, name));
+  auto comm = std::make_unique<GlooCommunicator>(context, name);
+  if (options.shm_ring_bytes > 0 && size > 1) {
+    const std::string prefix = "gloo/" + name + "/";
+    auto shm = ShmP2P::Open(
+        rank, size, options.shm_ring_bytes, options.timeout,
+        [&](const std::string& key, const std::string& value) { return node.KvSet(prefix + key, value); },
+        [&](const std::string& key) { return node.KvGet(prefix + key, options.timeout); });
+    // All ranks or none: a rank on another host (or without room in /dev/shm) keeps the group on TCP.
+    double ok = shm.ok() ? 1 : 0;
+    STRATA_RETURN_IF_ERROR(comm->AllReduceHost(&ok, 1, ReduceOp::kMin).WithContext("communicator \"" + name + "\""));
+    if (ok == 1) {
+      (*shm)->Unlink();  // every rank has mapped every segment
+      comm->UseSharedMemory(*std::move(shm));
+      if (rank == 0) {
+        spdlog::info("communicator \"{}\": point-to-point through shared memory ({} KiB rings)", name,
+                     options.shm_ring_bytes >> 10);
+      }
+    } else if (!shm.ok()) {
+      spdlog::warn("communicator \"{}\": point-to-point over TCP, not shared memory: {}", name, shm.status().ToString());
+    }
+  }
+  return std::unique_ptr<Communicator>(std::move(comm));
 }
 
 }  // namespace strata

@@ -23,6 +23,9 @@ struct GlooOptions {
   // For the rendezvous and for every operation: a collective, send or recv that waits longer for
   // a peer fails with DeadlineExceeded (and breaks the communicator, see communicator.h).
   Millis timeout{60000};
+  // When > 0 and every rank of the group is on this host: sends and receives go through shared
+  // memory (ShmP2P, a ring of this many bytes per peer) instead of TCP; collectives stay on Gloo.
+  uint64_t shm_ring_bytes = 0;
 };
 
 // Creates the communicator of `rank` among `size` ranks, rendezvousing under `name` in the
