@@ -1,5 +1,5 @@
 // pipeline_bench.cc: strata-bench pipeline: runs a gpt job through strata-launch on real trainer
-// processes (one per pipeline rank, Gloo between stages) for every (pp, micro-batches,
+// processes (one per pipeline rank, shared memory between stages) for every (pp, micro-batches,
 // schedule), reads each trainer's per-step pipeline timings back from its metrics file, and puts
 // the measured bubble beside the simulator's bubble for the same step's measured F/B/I/W costs
 // and the textbook formula; the peak saved activations per rank beside what the schedule's
@@ -624,7 +624,7 @@ Result<Report> RunPipelineBench(const Options& o) {
   const std::string text = HostLoadNote(cpus, total.Seconds());
   report.notes = {
       "each configuration: strata-launch --servers 0 --trainers pp (dp 1) of a byte-level gpt, "
-      "OPENBLAS_NUM_THREADS=1, Gloo between stages; every trainer writes each step's pipeline "
+      "OPENBLAS_NUM_THREADS=1, hand-offs between stages through shared memory (parallel.shm_ring_mb; 0 for Gloo over loopback TCP); every trainer writes each step's pipeline "
       "timings (its executor's clock) to its metrics file. The first --warmup steps are left out; "
       "figures are medians over the other steps.",
       "measured bubble: per step 1 - sum_r busy_r / (pp x max_r step_r) over the pipeline ranks, "

@@ -461,7 +461,7 @@ Result<std::unique_ptr<Communicator>> MakeGlooCommunicator(Node& node, const std
                      options.shm_ring_bytes >> 10);
       }
     } else if (!shm.ok()) {
-      spdlog::warn("communicator \"{}\": point-to-point over TCP, not shared memory: {}", name, shm.status().ToString());
+      spdlog::info("communicator \"{}\": point-to-point over TCP, not shared memory: {}", name, shm.status().ToString());
     }
   }
   return std::unique_ptr<Communicator>(std::move(comm));
