@@ -105,6 +105,24 @@ TEST(ShmP2P, AReceiveNobodySendsTimesOut) {
   EXPECT_GE(std::chrono::steady_clock::now() - start, Millis(300));
 }
 
+// A peer is gone when the lock its segment's file holds for its life is free (a process that
+// dies drops it; here the rank's object is destroyed, which closes the file the same way).
+TEST(ShmP2P, AReceiveFromARankThatWentAwayFailsNamingIt) {
+  Kv kv;
+  auto p = OpenPair(kv, 4096, 4096, Millis(10000));
+  ASSERT_TRUE(p[0].ok() && p[1].ok());
+  (*p[0])->Unlink();
+  (*p[1])->Unlink();
+  float x = 0;
+  auto q = (*p[1])->Post(false, &x, 4, 0, 1);
+  p[0] = Status::Cancelled("rank 0 went away");  // destroys rank 0's ShmP2P
+  const auto start = std::chrono::steady_clock::now();
+  Status s = (*p[1])->Wait(*q);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  EXPECT_NE(s.message().find("rank 0's process"), std::string::npos) << s.ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, Millis(2000));
+}
+
 TEST(ShmP2P, ARankThatCannotMakeItsSegmentFailsTheOthersAtOnce) {
   Kv kv;
   // Rank 1 asks for a ring too small to hold a message header's page: refused before it maps

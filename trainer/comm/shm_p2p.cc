@@ -3,7 +3,7 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
-#include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -140,6 +140,9 @@ Result<std::unique_ptr<ShmP2P>> ShmP2P::Open(int rank, int size, uint64_t ring_b
       return Status::ResourceExhausted("reserving " + std::to_string(seg->bytes) + " bytes of shared memory for " +
                                        seg->name + ": " + std::strerror(e));
     }
+    // Held while this process lives: a peer that can take the lock exclusively knows it is gone
+    // (whatever pid namespace either runs in; the kernel drops the lock with the process).
+    if (flock(seg->fd, LOCK_SH) != 0) return Status::Unavailable(Errno("flock " + seg->name));
     void* base = mmap(nullptr, seg->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, seg->fd, 0);
     if (base == MAP_FAILED) return Status::Unavailable(Errno("mmap " + seg->name));
     seg->base = static_cast<char*>(base);
@@ -337,9 +340,11 @@ Status ShmP2P::Failed(Op& op, Status s) {
 }
 
 Status ShmP2P::PeerGone(int peer) const {
-  const int32_t pid = segments_[peer]->header().pid;
-  if (kill(pid, 0) != 0 && errno == ESRCH) {
-    return Status::Unavailable("rank " + std::to_string(peer) + "'s process (pid " + std::to_string(pid) + ") is gone");
+  const Segment& seg = *segments_[peer];
+  if (flock(seg.fd, LOCK_EX | LOCK_NB) == 0) {  // nobody holds the owner's shared lock
+    flock(seg.fd, LOCK_UN);
+    return Status::Unavailable("rank " + std::to_string(peer) + "'s process (pid " +
+                               std::to_string(seg.header().pid) + ") is gone");
   }
   return Status::OK();
 }

@@ -7,8 +7,8 @@
 // per hand-off, on the pipeline's critical path. Here a transfer is one copy into a ring the
 // receiver owns and one copy out of it, in the two ranks' own threads, and a futex wake.
 //
-// Layout: each rank owns one POSIX shared-memory segment: a header with its doorbell (a futex
-// word) and pid, and one single-producer single-consumer byte ring per other rank (that rank
+// Layout: each rank owns one POSIX shared-memory segment (holding a shared flock on it for its
+// life, so that peers can tell when it is gone): a header with its doorbell (a futex word) and pid, and one single-producer single-consumer byte ring per other rank (that rank
 // writes, the owner reads). A message is a 16-byte header (tag, bytes) and its payload, streamed
 // through the ring in as many pieces as its space allows, so a message may be larger than the
 // ring. A writer rings the reader's doorbell after it advances the ring's head; a reader rings
@@ -91,7 +91,7 @@ class ShmP2P {
   bool PumpSends(int peer);
   bool PumpRecvs(int peer);
   Status Failed(Op& op, Status s);
-  Status PeerGone(int peer) const;
+  Status PeerGone(int peer) const;  // Unavailable once the peer's segment lock is free
 
   const int rank_, size_;
   const uint64_t ring_bytes_;
