@@ -176,29 +176,31 @@ TEST_P(CommSizesTest, ReduceScatterAndAllGatherInPlace) {
   });
 }
 
+// Rank r sends `count` floats to r + 1 and receives r - 1's, blocking: Send blocks until the
+// peer receives, so even ranks send first and odd ranks receive first.
+void RingExchange(Communicator& comm, int r, int n, size_t count) {
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  std::vector<float> mine(count), got(count, -1.0f);
+  for (size_t i = 0; i < count; ++i) mine[i] = static_cast<float>(r * 1000003 + i);
+  const uint32_t tag = static_cast<uint32_t>(count);
+  if (r % 2 == 0) {
+    ASSERT_TRUE(comm.Send(mine.data(), count, next, tag).ok());
+    ASSERT_TRUE(comm.Recv(got.data(), count, prev, tag).ok());
+  } else {
+    ASSERT_TRUE(comm.Recv(got.data(), count, prev, tag).ok());
+    ASSERT_TRUE(comm.Send(mine.data(), count, next, tag).ok());
+  }
+  for (size_t i = 0; i < count; ++i) {
+    ASSERT_EQ(got[i], static_cast<float>(prev * 1000003 + i)) << "count " << count << " at " << i;
+  }
+}
+
 TEST_P(CommSizesTest, SendRecvRingExchange) {
   const int n = GetParam();
   OnRanks(n, [&](int r) {
     auto comm = Make(r, "ring");
     ASSERT_NE(comm, nullptr);
-    const int next = (r + 1) % n, prev = (r + n - 1) % n;
-    for (size_t count : {size_t{1}, size_t{5}, size_t{300007}}) {
-      std::vector<float> mine(count), got(count, -1.0f);
-      for (size_t i = 0; i < count; ++i) mine[i] = static_cast<float>(r * 1000003 + i);
-      // Send blocks until the peer receives: even ranks send first, odd ranks receive first.
-      const uint32_t tag = static_cast<uint32_t>(count);
-      if (r % 2 == 0) {
-        ASSERT_TRUE(comm->Send(mine.data(), count, next, tag).ok());
-        ASSERT_TRUE(comm->Recv(got.data(), count, prev, tag).ok());
-      } else {
-        ASSERT_TRUE(comm->Recv(got.data(), count, prev, tag).ok());
-        ASSERT_TRUE(comm->Send(mine.data(), count, next, tag).ok());
-      }
-      for (size_t i = 0; i < count; ++i) {
-        ASSERT_EQ(got[i], static_cast<float>(prev * 1000003 + i))
-            << "count " << count << " at " << i;
-      }
-    }
+    for (size_t count : {size_t{1}, size_t{5}, size_t{300007}}) ASSERT_NO_FATAL_FAILURE(RingExchange(*comm, r, n, count));
     // Point-to-point traffic between collectives does not disturb them.
     float x = 1.0f;
     ASSERT_TRUE(comm->AllReduce(&x, 1, ReduceOp::kSum).ok());
@@ -260,19 +262,7 @@ TEST_P(CommSizesTest, SharedMemoryCarriesMessagesLargerThanItsRings) {
     auto comm = Make(r, "shm", shm);
     ASSERT_NE(comm, nullptr);
     const int next = (r + 1) % n, prev = (r + n - 1) % n;
-    for (size_t count : {size_t{0}, size_t{1}, size_t{300007}}) {
-      std::vector<float> mine(count), got(count, -1.0f);
-      for (size_t i = 0; i < count; ++i) mine[i] = static_cast<float>(r * 1000003 + i);
-      const uint32_t tag = static_cast<uint32_t>(count);
-      if (r % 2 == 0) {
-        ASSERT_TRUE(comm->Send(mine.data(), count, next, tag).ok());
-        ASSERT_TRUE(comm->Recv(got.data(), count, prev, tag).ok());
-      } else {
-        ASSERT_TRUE(comm->Recv(got.data(), count, prev, tag).ok());
-        ASSERT_TRUE(comm->Send(mine.data(), count, next, tag).ok());
-      }
-      for (size_t i = 0; i < count; ++i) ASSERT_EQ(got[i], static_cast<float>(prev * 1000003 + i)) << count;
-    }
+    for (size_t count : {size_t{0}, size_t{1}, size_t{300007}}) ASSERT_NO_FATAL_FAILURE(RingExchange(*comm, r, n, count));
     const size_t count = 1 << 20;  // 4 MiB, 64 rings' worth
     std::vector<std::vector<float>> out, in;
     std::vector<std::unique_ptr<Communicator::Request>> sends, recvs;
