@@ -93,6 +93,33 @@ TEST(ShmP2P, AMessageSentBeforeItsReceiveWaitsForItAndSizesMustAgree) {
   EXPECT_EQ(b.Wait(*q5).code(), StatusCode::kFailedPrecondition);
 }
 
+// A message still streaming in (larger than the ring) when the receive of its tag is posted is
+// that receive's, in order: if the sizes disagree, that receive fails naming both, not a later one.
+TEST(ShmP2P, AMessageStreamingInWhenItsReceiveIsPostedGoesToThatReceive) {
+  Kv kv;
+  auto p = OpenPair(kv, 4096, 4096, Millis(5000));
+  ASSERT_TRUE(p[0].ok() && p[1].ok());
+  ShmP2P& a = **p[0];
+  ShmP2P& b = **p[1];
+  std::vector<char> big(8000, 'x'), small(80, 'y');
+  auto s1 = a.Post(true, big.data(), big.size(), 1, 5);  // half of it fits the ring
+  EXPECT_FALSE(s1->done);
+  char other = 0;
+  auto unrelated = b.Post(false, &other, 1, 0, 6);  // b reads the head of tag 5's message
+  std::vector<char> r1(80);
+  auto q1 = b.Post(false, r1.data(), r1.size(), 0, 5);  // posted while it streams in
+  std::thread sender([&] {
+    EXPECT_TRUE(a.Wait(*s1).ok());
+    auto s2 = a.Post(true, small.data(), small.size(), 1, 5);
+    (void)a.Wait(*s2);
+  });
+  Status s = b.Wait(*q1);
+  sender.join();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("8000 bytes, the receive 80"), std::string::npos) << s.ToString();
+  EXPECT_EQ(b.Wait(*unrelated).code(), StatusCode::kFailedPrecondition);  // the failure broke the rest
+}
+
 TEST(ShmP2P, AReceiveNobodySendsTimesOut) {
   Kv kv;
   auto p = OpenPair(kv, 4096, 4096, Millis(300));

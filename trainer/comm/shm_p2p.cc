@@ -60,6 +60,14 @@ long Futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* 
   return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
 }
 
+void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
 
 }  // namespace
@@ -97,12 +105,14 @@ struct ShmP2P::Segment {
 namespace {
 
 void CopyIn(char* ring, uint64_t cap, uint64_t pos, const char* src, uint64_t n) {
+  if (n == 0) return;  // src may be null
   const uint64_t off = pos % cap, first = std::min(n, cap - off);
   std::memcpy(ring + off, src, first);
   if (n > first) std::memcpy(ring, src + first, n - first);
 }
 
 void CopyOut(char* dst, const char* ring, uint64_t cap, uint64_t pos, uint64_t n) {
+  if (n == 0) return;  // dst may be null
   const uint64_t off = pos % cap, first = std::min(n, cap - off);
   std::memcpy(dst, ring + off, first);
   if (n > first) std::memcpy(dst + first, ring, n - first);
@@ -119,7 +129,10 @@ Result<std::unique_ptr<ShmP2P>> ShmP2P::Open(int rank, int size, uint64_t ring_b
                                              std::chrono::milliseconds timeout, const Publish& publish,
                                              const Lookup& lookup) {
   if (size < 2 || rank < 0 || rank >= size) return Status::InvalidArgument("shared-memory transfers need 2 ranks or more");
-  if (ring_bytes < 4096) return Status::InvalidArgument("shared-memory ring of " + std::to_string(ring_bytes) + " bytes: at least 4096");
+  if (ring_bytes < 4096 || ring_bytes > (uint64_t{1} << 36)) {
+    if (publish) (void)publish("shm/" + std::to_string(rank), "-");  // the others fail at once
+    return Status::InvalidArgument("shared-memory ring of " + std::to_string(ring_bytes) + " bytes: 4 KiB to 64 GiB");
+  }
   std::unique_ptr<ShmP2P> p(new ShmP2P(rank, size, ring_bytes, timeout));
   const std::string key = "shm/";
   std::random_device rd;
@@ -206,12 +219,18 @@ std::shared_ptr<ShmP2P::Op> ShmP2P::Post(bool send, void* data, uint64_t bytes, 
   op->tag = tag;
   op->data = static_cast<char*>(data);
   op->bytes = bytes;
+  if (!broken_.ok()) {
+    (void)Failed(*op, Status::FailedPrecondition("shared-memory transfers broken by an earlier error (" +
+                                                 broken_.ToString() + ")"));
+    return op;
+  }
   Peer& p = peers_[peer];
   if (send) {
     p.sends.push_back(op);
-    PumpSends(peer);
+    Progress();  // this send, and whatever else can move
     return op;
   }
+  Progress();  // a message of this tag may be waiting in the ring
   auto early = p.unexpected.find(tag);
   if (early != p.unexpected.end()) {
     std::vector<char> m = std::move(early->second.front());
@@ -277,6 +296,14 @@ bool ShmP2P::PumpRecvs(int peer) {
       MessageHeader mh;
       CopyOut(reinterpret_cast<char*>(&mh), data, ring_bytes_, tail, kMessageHeaderBytes);
       tail += kMessageHeaderBytes;
+      if (mh.bytes > (uint64_t{1} << 40)) {
+        // Not a message any rank of this group sends: the ring is not ours to read any more.
+        Status bad = Status::Corruption("message header from rank " + std::to_string(peer) + " says " +
+                                        std::to_string(mh.bytes) + " bytes");
+        Op none;
+        (void)Failed(none, bad);  // breaks the transfers: every queued op fails, naming this
+        return false;
+      }
       in = Incoming{};
       in.have_header = true;
       in.tag = mh.tag;
@@ -305,11 +332,18 @@ bool ShmP2P::PumpRecvs(int peer) {
     } else if (broken_.ok()) {
       // Unexpected: kept for the receive of its tag (one posted meanwhile takes it now).
       auto it = p.posted.lower_bound(in.tag);
-      if (it != p.posted.end() && it->first == in.tag && it->second->bytes == in.bytes) {
-        if (in.bytes) std::memcpy(it->second->data, in.stash.data(), in.bytes);
-        it->second->moved = in.bytes;
-        it->second->done = true;
+      if (it != p.posted.end() && it->first == in.tag) {
+        std::shared_ptr<Op> op = it->second;
         p.posted.erase(it);
+        if (op->bytes != in.bytes) {
+          (void)Failed(*op, Status::InvalidArgument("message of tag " + std::to_string(in.tag) + " from rank " +
+                                                    std::to_string(peer) + " has " + std::to_string(in.bytes) +
+                                                    " bytes, the receive " + std::to_string(op->bytes)));
+        } else {
+          if (in.bytes) std::memcpy(op->data, in.stash.data(), in.bytes);
+          op->moved = in.bytes;
+          op->done = true;
+        }
       } else {
         p.unexpected[in.tag].push_back(std::move(in.stash));
       }
@@ -335,7 +369,24 @@ bool ShmP2P::Progress() {
 Status ShmP2P::Failed(Op& op, Status s) {
   op.status = s;
   op.done = true;
-  if (broken_.ok()) broken_ = s;
+  if (broken_.ok()) {
+    broken_ = s;
+    // Nothing queued moves any more, and no buffer of a failed op is touched again.
+    const Status after = Status::FailedPrecondition("shared-memory transfers broken by an earlier error (" +
+                                                    s.ToString() + ")");
+    for (Peer& p : peers_) {
+      for (auto& q : p.sends) {
+        if (!q->done) q->status = after, q->done = true;
+      }
+      for (auto& [t, q] : p.posted) {
+        if (!q->done) q->status = after, q->done = true;
+      }
+      if (p.in.op && !p.in.op->done) p.in.op->status = after, p.in.op->done = true;
+      p.sends.clear();
+      p.posted.clear();
+      p.in.op = nullptr;
+    }
+  }
   return s;
 }
 
@@ -350,29 +401,39 @@ Status ShmP2P::PeerGone(int peer) const {
 }
 
 Status ShmP2P::Wait(Op& op) {
+  if (broken_.ok()) Progress();  // moves the other queued transfers on too
   if (op.done) return op.status;
-  if (!broken_.ok()) return Failed(op, Status::FailedPrecondition("shared-memory transfers broken by an earlier error (" + broken_.ToString() + ")"));
+  if (!broken_.ok()) {
+    return Failed(op, Status::FailedPrecondition("shared-memory transfers broken by an earlier error (" +
+                                                 broken_.ToString() + ")"));
+  }
   SegmentHeader& mine = segments_[rank_]->header();
-  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + timeout_;
+  auto next_check = Clock::now() + std::chrono::milliseconds(50);
   for (int idle = 0;;) {
     const uint32_t bell = mine.doorbell.load(std::memory_order_seq_cst);
     if (Progress()) idle = 0;
     if (op.done) return op.status;
+    // The deadline and the peer's life, every 50 ms, busy or not.
+    if (const auto now = Clock::now(); now >= next_check) {
+      if (now >= deadline) {
+        return Failed(op, Status::DeadlineExceeded("timed out after " + std::to_string(timeout_.count()) + " ms"));
+      }
+      if (Status s = PeerGone(op.peer); !s.ok()) return Failed(op, s);
+      next_check = now + std::chrono::milliseconds(50);
+    }
     // A short spin first (about 20 us of pause instructions, which leave a hyperthread
     // sibling its core): a neighbour's hand-off often lands within microseconds of the wait,
     // and a sleep puts a wake-up on its path.
     if (++idle < 2) {
-      for (int i = 0; i < 2000 && mine.doorbell.load(std::memory_order_relaxed) == bell; ++i) __builtin_ia32_pause();
+      for (int i = 0; i < 2000 && mine.doorbell.load(std::memory_order_relaxed) == bell; ++i) CpuRelax();
       continue;
     }
     mine.sleeping.store(1, std::memory_order_seq_cst);
-    const timespec slice{0, 50'000'000};  // 50 ms: a dead peer or the deadline is noticed
+    const timespec slice{0, 50'000'000};  // 50 ms at most: the checks above run
     Futex(&mine.doorbell, FUTEX_WAIT, bell, &slice);
     mine.sleeping.store(0, std::memory_order_seq_cst);
-    if (std::chrono::steady_clock::now() >= deadline) {
-      return Failed(op, Status::DeadlineExceeded("timed out after " + std::to_string(timeout_.count()) + " ms"));
-    }
-    if (Status s = PeerGone(op.peer); !s.ok()) return Failed(op, s);
   }
 }
 
