@@ -62,8 +62,12 @@ Result<std::pair<LinkFit, LinkFit>> MeasureGroup(int n, int copies, size_t large
   Status failed;
   std::vector<double> ar_small, ar_large, p2p_small, p2p_large;
   auto rank_main = [&](int g, int r) -> Status {
+    // Point-to-point as a job's pipeline on this host moves it: through shared memory
+    // (parallel.shm_ring_mb's default); collectives on Gloo either way.
+    GlooOptions gloo;
+    gloo.shm_ring_bytes = uint64_t{4} << 20;
     STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> c,
-                            MakeGlooCommunicator(*nodes[g * n + r], "plan/comm/" + std::to_string(g), r, n));
+                            MakeGlooCommunicator(*nodes[g * n + r], "plan/comm/" + std::to_string(g), r, n, gloo));
     std::vector<float> buf(std::max(large, kLarge), 1.0f);
     auto time = [&](size_t count, auto&& op) -> Result<double> {
       std::vector<double> t;
@@ -180,7 +184,7 @@ Result<CommCosts> MeasureCommCosts(const std::vector<int>& sizes, int world, int
 }
 
 std::string CommCostsKey(const std::string& host, int world, int64_t large_bytes) {
-  return host + " world=" + std::to_string(world) + " large=" + std::to_string(large_bytes);
+  return host + " world=" + std::to_string(world) + " large=" + std::to_string(large_bytes) + " p2p=shm";
 }
 
 Result<CommCosts> LoadCommCosts(const std::string& path, const std::string& host) {
