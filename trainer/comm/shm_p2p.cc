@@ -231,6 +231,11 @@ std::shared_ptr<ShmP2P::Op> ShmP2P::Post(bool send, void* data, uint64_t bytes, 
     return op;
   }
   Progress();  // a message of this tag may be waiting in the ring
+  if (!broken_.ok()) {  // that progress found the transfers broken
+    (void)Failed(*op, Status::FailedPrecondition("shared-memory transfers broken by an earlier error (" +
+                                                 broken_.ToString() + ")"));
+    return op;
+  }
   auto early = p.unexpected.find(tag);
   if (early != p.unexpected.end()) {
     std::vector<char> m = std::move(early->second.front());
