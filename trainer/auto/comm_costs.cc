@@ -14,6 +14,7 @@
 #include "cluster/inproc_cluster.h"
 #include "common/file.h"
 #include "trainer/comm/gloo_communicator.h"
+#include "trainer/train_options.h"
 
 namespace strata {
 namespace {
@@ -65,7 +66,7 @@ Result<std::pair<LinkFit, LinkFit>> MeasureGroup(int n, int copies, size_t large
     // Point-to-point as a job's pipeline on this host moves it: through shared memory
     // (parallel.shm_ring_mb's default); collectives on Gloo either way.
     GlooOptions gloo;
-    gloo.shm_ring_bytes = uint64_t{4} << 20;
+    gloo.shm_ring_bytes = static_cast<uint64_t>(ParallelOptions{}.shm_ring_mb * (1 << 20));
     STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> c,
                             MakeGlooCommunicator(*nodes[g * n + r], "plan/comm/" + std::to_string(g), r, n, gloo));
     std::vector<float> buf(std::max(large, kLarge), 1.0f);
