@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "trainer/auto/pipeline_replay.h"
 #include "trainer/pipeline/schedules.h"
 #include "trainer/pipeline/simulate.h"
 #include "trainer/pipeline/timeline.h"
@@ -68,6 +69,9 @@ int Run(int argc, char** argv) {
   std::string schedule_name = "1f1b", costs_text = "1,1,1", svg_path;
   PipelineShape shape;
   bool list = false;
+  double slots = 0;
+  int replay_copies = 0, replay_reps = 9;
+  double replay_kib = 8;
   app.add_option("--schedule", schedule_name, "gpipe, 1f1b, interleaved, zb-h1 or zbv")
       ->capture_default_str();
   app.add_option("--pp", shape.pp, "pipeline ranks")->capture_default_str();
@@ -77,6 +81,21 @@ int Run(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--costs", costs_text,
                  "durations F,I,W[,comm] (B = I + W; comm: latency between ranks)")
+      ->capture_default_str();
+  app.add_option("--slots", slots,
+                 "cores the ranks share (processor sharing, as the planner simulates a pipeline with "
+                 "more processes than cores; 0: a core per rank)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--replay", replay_copies,
+                 "also run the schedule on this host's cores: this many copies of the pipeline at once, "
+                 "a thread per rank, each action spinning its cost in milliseconds of CPU time, each "
+                 "hand-off a real send (shared memory); prints the measured step beside the simulated one")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--replay-reps", replay_reps, "timed replay steps (the median is printed)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--replay-kib", replay_kib, "bytes a hand-off moves in the replay, in KiB")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--svg", svg_path, "also write the timeline as an SVG picture to this file");
   app.add_flag("--list", list, "also print each rank's action list, sends and receives included");
@@ -102,6 +121,7 @@ int Run(int argc, char** argv) {
                 "'");
   }
 
+  costs->slots = slots;
   auto sim = Simulate(*kind, shape, *costs);
   if (!sim.ok()) {  // a builder bug, not the user's input
     std::cerr << "strata-schedule: " << sim.status().ToString() << "\n";
@@ -113,7 +133,10 @@ int Run(int argc, char** argv) {
   const Timeline timeline = ToTimeline(*sim, title);
   std::cout << RenderGrid(timeline);
   std::cout << "costs: F=" << costs->f << " I=" << costs->i << " W=" << costs->w
-            << " (B=" << costs->b << ") comm=" << costs->comm << "; makespan " << sim->makespan
+            << " (B=" << costs->b << ") comm=" << costs->comm
+            << (slots > 0 ? " slots=" : "");
+  if (slots > 0) std::cout << slots;
+  std::cout << "; makespan " << sim->makespan
             << "\n";
   std::cout << "bubble: simulated " << sim->bubble << ", textbook " << TextbookBubble(*kind, shape)
             << " (textbook assumes F=I=W and comm=0)\n";
@@ -125,6 +148,30 @@ int Run(int argc, char** argv) {
       if (!actions.ok()) return Fail(actions.status().ToString());
       std::cout << "rank " << r << ": " << ToString(*actions) << "\n";
     }
+  }
+  if (replay_copies > 0) {
+    auto replay = PipelineReplay::Start(shape.pp, replay_copies, 4u << 20);
+    if (!replay.ok()) {
+      std::cerr << "strata-schedule: " << replay.status().ToString() << "\n";
+      return 1;
+    }
+    PipelineStepCosts step;
+    step.compute = *costs;
+    step.compute.comm = 0;
+    step.compute.slots = 0;
+    step.compute.f = costs->f * 1e-3;
+    step.compute.b = costs->b * 1e-3;
+    step.compute.i = costs->i * 1e-3;
+    step.compute.w = costs->w * 1e-3;
+    step.boundary_bytes.assign(static_cast<size_t>(shape.num_stages()), static_cast<int64_t>(replay_kib * 1024));
+    auto seconds = (*replay)->Measure(*kind, shape, step, replay_reps);
+    if (!seconds.ok()) {
+      std::cerr << "strata-schedule: " << seconds.status().ToString() << "\n";
+      return 1;
+    }
+    std::cout << "replay: " << replay_copies << " cop" << (replay_copies == 1 ? "y" : "ies") << " x " << shape.pp
+              << " threads on this host, costs in ms: measured step " << *seconds * 1e3 << " ms (mean of "
+              << replay_reps << " back to back) against the simulated makespan " << sim->makespan << " ms\n";
   }
   if (!svg_path.empty()) {
     std::ofstream out(svg_path);

@@ -35,7 +35,13 @@ Status Trace::Write(const std::string& path, int rank) const {
   {
     std::ofstream out(tmp, std::ios::trunc);
     if (!out) return Status::IOError("cannot write trace " + tmp);
-    out << nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() << "\n";
+    // The origin on the host's steady clock (CLOCK_MONOTONIC on Linux, shared by its processes):
+    // add it to every ts to line up the ranks of one host.
+    const double origin_us = std::chrono::duration<double, std::micro>(origin_.time_since_epoch()).count();
+    out << nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"},
+                          {"otherData", {{"steady_clock_origin_us", origin_us}}}}
+               .dump()
+        << "\n";
     if (!out) return Status::IOError("writing trace " + tmp + " failed");
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) return Status::IOError("cannot rename " + tmp);

@@ -121,7 +121,7 @@ void Bind(config::Binder& b, SyncOptions& o) {
           "(w[n-1] + (w[n-1] - w[n-2]), a prediction of the current ones); false: as pulled (DPU exactly)");
   b.Field("prefetch", o.prefetch, "ps: pull the next step's parameters during this step");
   b.Field("timeout_ms", o.timeout_ms, "rendezvous, collectives and server calls").Range(100, 86400000);
-  b.Field("trace_path", o.trace_path, "Chrome-trace timeline per rank; {rank} is replaced (empty: none)");
+  b.Field("trace_path", o.trace_path, "Chrome-trace timeline per rank; {rank} is replaced (without it, rank 0's alone; empty: none)");
   b.Require(o.consistency == Consistency::kSsp || o.staleness == 0, "staleness", "is only for consistency: ssp");
   b.Require(!o.delayed_update || o.mode == M::kOffload, "delayed_update", "is only for mode: offload");
   b.Require(!o.delayed_update || o.overlap, "delayed_update", "needs overlap: true (the unit pipeline)");

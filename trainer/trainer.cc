@@ -234,6 +234,7 @@ std::vector<Batch> Trainer::NextBatches() {
 }
 
 Status Trainer::ReduceLoss(double* v) {
+  Trace::Scope scope(trace_.get(), "loss all-reduce", "comm", 0, step_);
   if (groups_.pp) STRATA_RETURN_IF_ERROR(groups_.pp->AllReduceHost(v, 1, ReduceOp::kSum).WithContext("summing the loss over " + PipelineTrainers()));
   if (groups_.dp) {
     STRATA_RETURN_IF_ERROR(groups_.dp->AllReduceHost(v, 1, ReduceOp::kAvg).WithContext("averaging the loss over the replicas"));
@@ -319,6 +320,7 @@ std::string Trainer::PipelineTrainers() const {
 Result<double> Trainer::ClipGradients() {
   // ps and offload clip on the servers, by the norm over every stage's tables (PsSync::Finish).
   if (ps_ && ps_->clips()) return ps_->grad_norm();
+  Trace::Scope scope(trace_.get(), "gradient norm", "comm", 0, step_);
   nn::ParameterRegistry& reg = model_->params();
   // Each element counted once: a tensor-parallel shard's squares are summed over the tp group,
   // a parameter whole on every tp rank (norms, biases of row-split layers) counted as is.
@@ -523,9 +525,13 @@ Result<TrainSummary> Trainer::RunSteps() {
     progress_->Metrics(end.dump());
   }
   if (trace_->enabled()) {
-    const std::string path = ForRank(job_.sync.trace_path, rank_);
-    STRATA_RETURN_IF_ERROR(trace_->Write(path, rank_));
-    spdlog::info("wrote the timeline to {}", path);
+    // One file per rank with {rank} in the path; without it rank 0's alone (as the metrics
+    // file), rather than every rank racing to replace one file.
+    if (rank_ == 0 || job_.sync.trace_path.find("{rank}") != std::string::npos) {
+      const std::string path = ForRank(job_.sync.trace_path, rank_);
+      STRATA_RETURN_IF_ERROR(trace_->Write(path, rank_));
+      spdlog::info("wrote the timeline to {}", path);
+    }
     if (plan_.pp > 1 && steps_run > 0) STRATA_RETURN_IF_ERROR(WritePipelineTimeline());
   }
   if (leave_at_ >= 0) {  // left an elastic job: the others finish and evaluate

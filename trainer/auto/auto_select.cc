@@ -77,6 +77,25 @@ Result<RankedPlans> PlanJob(const TrainJob& job, const ops::Exec& exec, const Pl
                     fmt::join(sizes, ", "), req.planner.world));
     STRATA_ASSIGN_OR_RETURN(comm, MeasureCommCosts({sizes.begin(), sizes.end()}, req.planner.world, grad_bytes));
   }
+  // Pipelines whose ranks outnumber the cores: each fitting plan's pipeline (once per
+  // PipelineKey) replayed on this host's cores, as the job's processes will share them.
+  std::vector<PipelineReplayRequest> replays;
+  std::vector<std::string> replay_keys;
+  for (const PlanChoice& c : choices) {
+    STRATA_ASSIGN_OR_RETURN(PlanPrediction p, Predict(job, c, cal, comm, req.planner));
+    if (!p.fits || !p.replay) continue;
+    if (std::find(replay_keys.begin(), replay_keys.end(), p.pipeline_key) != replay_keys.end()) continue;
+    replay_keys.push_back(p.pipeline_key);
+    replays.push_back(*p.replay);
+  }
+  if (!replays.empty()) {
+    log(fmt::format("replaying {} pipeline{} on this host's {} cores ({} trainers: more processes than cores, "
+                    "which the simulator's processor sharing does not model)",
+                    replays.size(), replays.size() == 1 ? "" : "s", req.planner.cores, req.planner.world));
+    const uint64_t ring = static_cast<uint64_t>(job.parallel.shm_ring_mb * (1 << 20));
+    STRATA_ASSIGN_OR_RETURN(std::vector<double> seconds, ReplayPipelines(replays, ring));
+    for (size_t i = 0; i < replays.size(); ++i) cal.pipeline_s[replay_keys[i]] = seconds[i];
+  }
   if (!req.cache_path.empty()) {
     STRATA_RETURN_IF_ERROR(SaveCalibration(req.cache_path, cal));
     if (req.planner.world > 1) STRATA_RETURN_IF_ERROR(SaveCommCosts(req.cache_path, comm_key, comm));

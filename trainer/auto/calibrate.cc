@@ -324,6 +324,9 @@ Result<Calibration> LoadCalibration(const std::string& path, const std::string& 
       }
       cal.units[{e.at("micro_batch").get<int64_t>(), r}] = std::move(ps);
     }
+    if (c.contains("pipeline_s")) {
+      for (const auto& [k, v] : c.at("pipeline_s").items()) cal.pipeline_s[k] = v.get<double>();
+    }
   } catch (const nlohmann::json::exception& e) {
     return Status::Corruption(path + ": entry \"" + key + "\": " + e.what());
   }
@@ -345,7 +348,9 @@ Status SaveCalibration(const std::string& path, const Calibration& cal) {
     }
     profiles.push_back({{"micro_batch", key.first}, {"recompute", RecomputeName(key.second)}, {"units", units}});
   }
-  doc[cal.key] = {{"optimizer_s_per_param", cal.optimizer_s_per_param}, {"profiles", profiles}};
+  doc[cal.key] = {{"optimizer_s_per_param", cal.optimizer_s_per_param},
+                  {"profiles", profiles},
+                  {"pipeline_s", nlohmann::json(cal.pipeline_s)}};
   const std::filesystem::path p(path);
   std::error_code ec;
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);

@@ -38,6 +38,9 @@ struct Calibration {
   std::string key;  // CalibrationKey: the model's options and the device
   std::map<ProfileKey, std::vector<UnitProfile>> units;  // one profile per unit of the model
   double optimizer_s_per_param = 0;  // the gradient-norm pass and one optimizer step, seconds per parameter
+  // Pipeline steps measured by PipelineReplay on this host (the planner's oversubscribed
+  // pipelines), seconds by PipelineKey.
+  std::map<std::string, double> pipeline_s;
   int reps = 3;
   // Copies of each measurement run at once on as many threads (CPU only), each on its own model,
   // inputs and allocator; a time is the median over copies and repetitions, bytes are copy 0's.

@@ -23,6 +23,7 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kSmall = 256;        // floats: 1 KiB, the latency point
 constexpr size_t kLarge = 256 * 1024; // floats: 1 MiB, the point-to-point bandwidth point
 constexpr size_t kMaxLarge = 16 * 1024 * 1024;  // floats: 64 MiB, the largest all-reduce measured
+constexpr std::chrono::microseconds kStagger{300};  // between the ranks' calls
 
 double MedianOf(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -52,16 +53,34 @@ LinkFit Fit(double small_s, double large_s, size_t large) {
 
 // `copies` groups of n ranks, all threads of this process (a scheduler and n x copies nodes for
 // the rendezvous), measuring at once, so each group sees the load of the whole world doing the
-// same (a job's dp groups all-reduce together; its pipelines hand off together). Per group, its
-// rank 0's medians of the all-reduce (and, with n == 2, of a send from 0 to 1 answered by 1) at
-// both sizes; the result is the median over the groups.
-Result<std::pair<LinkFit, LinkFit>> MeasureGroup(int n, int copies, size_t large, int reps) {
+// same (a job's dp groups all-reduce together; its pipelines hand off together). Per group, the
+// all-reduce (and, with n == 2, a send from 0 to 1 answered by 1) at both sizes; the result is
+// the median over the groups.
+//
+// What a repetition costs is timed from the last rank's arrival to the last rank's return (one
+// steady clock: the ranks are threads). A collective cannot finish before its last rank calls
+// it, and in a job that wait is the skew of the work before it (the pipeline's tail, one rank's
+// slower optimizer), which the step's other parts already count; timing each rank from its own
+// call would count the barrier's release skew on this busy host as the collective's latency
+// (session 17: 2.6 and 5.0 ms fitted for a 2- and 4-rank all-reduce of 1 KiB, where a pp 4
+// job's trace showed its last rank's scalar all-reduce at 0.5 ms).
+struct GroupFits {
+  LinkFit all_reduce, p2p;
+  double scalar_s = 0;
+};
+
+Result<GroupFits> MeasureGroup(int n, int copies, size_t large, int reps) {
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<InprocCluster> cluster, StartInprocTrainers(n * copies));
   std::vector<std::unique_ptr<Node>>& nodes = cluster->nodes;
 
+  // stamps[group][op][rank][rep]: (called, returned).
+  constexpr int kOps = 5;  // all-reduce small, large; ping small, large; scalars
+  using Stamp = std::pair<Clock::time_point, Clock::time_point>;
+  std::vector<std::vector<std::vector<std::vector<Stamp>>>> stamps(
+      static_cast<size_t>(copies),
+      std::vector<std::vector<std::vector<Stamp>>>(kOps, std::vector<std::vector<Stamp>>(static_cast<size_t>(n))));
   std::mutex mu;
   Status failed;
-  std::vector<double> ar_small, ar_large, p2p_small, p2p_large;
   auto rank_main = [&](int g, int r) -> Status {
     // Point-to-point as a job's pipeline on this host moves it: through shared memory
     // (parallel.shm_ring_mb's default); collectives on Gloo either way.
@@ -70,15 +89,19 @@ Result<std::pair<LinkFit, LinkFit>> MeasureGroup(int n, int copies, size_t large
     STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> c,
                             MakeGlooCommunicator(*nodes[g * n + r], "plan/comm/" + std::to_string(g), r, n, gloo));
     std::vector<float> buf(std::max(large, kLarge), 1.0f);
-    auto time = [&](size_t count, auto&& op) -> Result<double> {
-      std::vector<double> t;
+    auto time = [&](int op_index, size_t count, auto&& op) -> Status {
+      std::vector<Stamp>& mine = stamps[g][op_index][r];
       for (int rep = 0; rep < reps + 1; ++rep) {
         STRATA_RETURN_IF_ERROR(c->Barrier());
+        // The ranks call one after another, as they reach a step's collectives from work that
+        // ends at different times: the earlier ones wait inside it (asleep, as in a job) for the
+        // last, whose call starts the clock.
+        std::this_thread::sleep_for(kStagger * r);
         const auto start = Clock::now();
         STRATA_RETURN_IF_ERROR(op(count));
-        if (rep > 0) t.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+        if (rep > 0) mine.emplace_back(start, Clock::now());
       }
-      return TrimmedMeanOf(t);
+      return Status::OK();
     };
     auto all_reduce = [&](size_t count) { return c->AllReduce(buf.data(), count, ReduceOp::kSum); };
     // A round trip: 0 sends, 1 answers with the same size; half of it is one send.
@@ -93,17 +116,16 @@ Result<std::pair<LinkFit, LinkFit>> MeasureGroup(int n, int copies, size_t large
       }
       return Status::OK();
     };
-    STRATA_ASSIGN_OR_RETURN(double s, time(kSmall, all_reduce));
-    STRATA_ASSIGN_OR_RETURN(double l, time(large, all_reduce));
-    STRATA_ASSIGN_OR_RETURN(double ps, time(kSmall, ping));
-    STRATA_ASSIGN_OR_RETURN(double pl, time(kLarge, ping));
-    if (r == 0) {
-      std::lock_guard<std::mutex> lock(mu);
-      ar_small.push_back(s);
-      ar_large.push_back(l);
-      p2p_small.push_back(ps / 2);
-      p2p_large.push_back(pl / 2);
-    }
+    STRATA_RETURN_IF_ERROR(time(0, kSmall, all_reduce));
+    STRATA_RETURN_IF_ERROR(time(1, large, all_reduce));
+    STRATA_RETURN_IF_ERROR(time(2, kSmall, ping));
+    STRATA_RETURN_IF_ERROR(time(3, kLarge, ping));
+    // A step's scalar (its loss, a gradient norm): one double. Not the small point of the fit:
+    // Gloo's ring moves a buffer of fewer elements than ranks in fewer messages, and on the
+    // 2-core host 2 doubles over 4 ranks took 0.5 ms where 16 floats took 2 (and 2 doubles over
+    // 2 ranks, 2).
+    double scalar = 1;
+    STRATA_RETURN_IF_ERROR(time(4, 1, [&](size_t count) { return c->AllReduceHost(&scalar, count, ReduceOp::kSum); }));
     return Status::OK();
   };
   std::vector<std::thread> threads;
@@ -122,8 +144,28 @@ Result<std::pair<LinkFit, LinkFit>> MeasureGroup(int n, int copies, size_t large
   }
   for (auto& t : threads) t.join();
   STRATA_RETURN_IF_ERROR(failed);
-  return std::make_pair(Fit(MedianOf(ar_small), MedianOf(ar_large), large),
-                        Fit(MedianOf(p2p_small), MedianOf(p2p_large), kLarge));
+  // Per group and op: each repetition from its last call to its last return.
+  std::vector<double> per_op[kOps];
+  for (int g = 0; g < copies; ++g) {
+    for (int op = 0; op < kOps; ++op) {
+      const int ranks = op == 2 || op == 3 ? 2 : n;  // the ping is ranks 0 and 1's
+      std::vector<double> t;
+      for (int rep = 0; rep < reps; ++rep) {
+        Clock::time_point called{}, returned{};
+        for (int r = 0; r < ranks; ++r) {
+          called = std::max(called, stamps[g][op][r][rep].first);
+          returned = std::max(returned, stamps[g][op][r][rep].second);
+        }
+        t.push_back(std::chrono::duration<double>(returned - called).count());
+      }
+      per_op[op].push_back(TrimmedMeanOf(t));
+    }
+  }
+  GroupFits fits;
+  fits.all_reduce = Fit(MedianOf(per_op[0]), MedianOf(per_op[1]), large);
+  fits.p2p = Fit(MedianOf(per_op[2]) / 2, MedianOf(per_op[3]) / 2, kLarge);
+  fits.scalar_s = MedianOf(per_op[4]);
+  return fits;
 }
 
 nlohmann::json ToJson(const LinkFit& f) { return {{"latency_s", f.latency_s}, {"s_per_byte", f.s_per_byte}}; }
@@ -161,6 +203,16 @@ double CommCosts::ReduceScatter(int n, double bytes, int stride) const {
   return RingHalf(SpansNodes(n, stride) ? all_reduce_inter : all_reduce, n, bytes);
 }
 double CommCosts::AllGather(int n, double bytes, int stride) const { return ReduceScatter(n, bytes, stride); }
+double CommCosts::ScalarAllReduce(int n, int stride) const {
+  if (n <= 1) return 0;
+  if (!SpansNodes(n, stride)) {
+    auto it = scalar_all_reduce.find(n);
+    if (it == scalar_all_reduce.end()) it = scalar_all_reduce.lower_bound(n);
+    if (it == scalar_all_reduce.end() && !scalar_all_reduce.empty()) it = std::prev(it);
+    if (it != scalar_all_reduce.end()) return it->second;
+  }
+  return AllReduce(n, 8, stride);
+}
 double CommCosts::P2P(double bytes, int n, int stride) const {
   return (SpansNodes(n, stride) ? p2p_inter : p2p).Seconds(bytes);
 }
@@ -174,18 +226,19 @@ Result<CommCosts> MeasureCommCosts(const std::vector<int>& sizes, int world, int
   for (int n : sizes) {
     if (n < 2) continue;
     STRATA_ASSIGN_OR_RETURN(auto fits, MeasureGroup(n, std::max(1, world / n), large, reps));
-    costs.all_reduce[n] = fits.first;
-    if (n == 2) costs.p2p = fits.second;
+    costs.all_reduce[n] = fits.all_reduce;
+    costs.scalar_all_reduce[n] = fits.scalar_s;
+    if (n == 2) costs.p2p = fits.p2p;
   }
   if (costs.all_reduce.empty()) {
     STRATA_ASSIGN_OR_RETURN(auto fits, MeasureGroup(2, std::max(1, world / 2), large, reps));
-    costs.p2p = fits.second;  // no group larger than one: only the pipeline's sends could matter
+    costs.p2p = fits.p2p;  // no group larger than one: only the pipeline's sends could matter
   }
   return costs;
 }
 
 std::string CommCostsKey(const std::string& host, int world, int64_t large_bytes) {
-  return host + " world=" + std::to_string(world) + " large=" + std::to_string(large_bytes) + " p2p=shm";
+  return host + " world=" + std::to_string(world) + " large=" + std::to_string(large_bytes) + " p2p=shm last-arrival";
 }
 
 Result<CommCosts> LoadCommCosts(const std::string& path, const std::string& host) {
@@ -199,6 +252,9 @@ Result<CommCosts> LoadCommCosts(const std::string& path, const std::string& host
   try {
     for (const auto& [n, f] : doc[key].at("all_reduce").items()) costs.all_reduce[std::stoi(n)] = FromJson(f);
     costs.p2p = FromJson(doc[key].at("p2p"));
+    for (const auto& [n, t] : doc[key].at("scalar_all_reduce_s").items()) {
+      costs.scalar_all_reduce[std::stoi(n)] = t.get<double>();
+    }
   } catch (const std::exception& e) {
     return Status::Corruption(path + ": entry \"" + key + "\": " + e.what());
   }
@@ -213,7 +269,9 @@ Status SaveCommCosts(const std::string& path, const std::string& host, const Com
   }
   nlohmann::json ar = nlohmann::json::object();
   for (const auto& [n, f] : costs.all_reduce) ar[std::to_string(n)] = ToJson(f);
-  doc["comm " + host] = {{"all_reduce", ar}, {"p2p", ToJson(costs.p2p)}};
+  nlohmann::json scalar = nlohmann::json::object();
+  for (const auto& [n, t] : costs.scalar_all_reduce) scalar[std::to_string(n)] = t;
+  doc["comm " + host] = {{"all_reduce", ar}, {"p2p", ToJson(costs.p2p)}, {"scalar_all_reduce_s", scalar}};
   std::error_code ec;
   const std::filesystem::path p(path);
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);

@@ -28,6 +28,7 @@ struct LinkFit {
 struct CommCosts {
   std::map<int, LinkFit> all_reduce;  // by group size: an all-reduce of `bytes` per rank
   LinkFit p2p;                        // one send of `bytes` to a peer (and its receive)
+  std::map<int, double> scalar_all_reduce;  // by group size: seconds for a step's scalar (a double)
   int ranks_per_node = 0;
   std::map<int, LinkFit> all_reduce_inter;  // groups that span nodes
   LinkFit p2p_inter;                        // a send between nodes
@@ -41,14 +42,18 @@ struct CommCosts {
   // A send between neighbours of a pipeline of `n` ranks `stride` apart: inter-node when the
   // pipeline spans nodes (its slowest hop).
   double P2P(double bytes, int n = 2, int stride = 1) const;
+  // A step's scalar all-reduce (the loss, a norm): measured per group size where it was, else
+  // the all-reduce fit at 8 bytes.
+  double ScalarAllReduce(int n, int stride = 1) const;
   bool SpansNodes(int n, int stride) const { return ranks_per_node > 0 && n * stride > ranks_per_node; }
   bool empty() const { return all_reduce.empty(); }
 };
 
 // Measures all-reduce on every group size in `sizes` (>= 2) and a point-to-point send, each at
-// a small and a large message (`reps` timed repetitions after one warm-up; per group the mean of
-// the fastest 90%, then the median over the groups), and fits
-// the two points. Under the job's own load: world / n groups of n measure at once (the job's
+// a small and a large message, and an all-reduce of one double (`reps` timed repetitions after
+// one warm-up, each from the last rank's call to the last rank's return, the ranks calling 0.3
+// ms apart as after uneven work; per group the mean of the fastest 90%, then the median over
+// the groups), and fits the two points. Under the job's own load: world / n groups of n measure at once (the job's
 // groups of that size communicate together), so a host whose `world` trainers share its cores
 // gives each group the latency and bandwidth it will see. The all-reduce's large point is
 // `large_bytes` (the job's gradients; clamped to 1-64 MiB), the send's 1 MiB.

@@ -88,10 +88,15 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
   }
   STRATA_ASSIGN_OR_RETURN(ParallelPlan plan, ResolvePlan(ApplyChoice(job, c), o.world));
 
+  // More ranks in pipelines than cores: the pipeline is replayed on this host (below), with
+  // the units' own times (measured one copy per core) and the tp collectives as waits.
+  const bool replay = stages > 1 && slow > 1;
+  PipelineStepCosts replay_costs;
   pipeline::Costs costs;
   std::vector<int64_t> stage_saved(stages, 0), stage_transient(stages, 0);
   for (int s = 0; s < stages; ++s) {
     double f = 0, b = 0, i = 0, w = 0;
+    double own_f = 0, own_b = 0, own_i = 0, wait_f = 0, wait_b = 0;
     for (int u = plan.stages[s].first; u < plan.stages[s].last; ++u) {
       const TpCalls t =
           c.tp > 1 ? UnitTpCalls(job.model, u, n_units, (*prof)[u], c.recompute, c.micro_batch, o.value_bytes) : TpCalls{};
@@ -103,6 +108,11 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
       b += unit_b(u) + tb;
       i += unit_i(u) + tb;
       w += unit_w(u);
+      own_f += unit_f(u);
+      own_b += unit_b(u);
+      own_i += unit_i(u);
+      wait_f += tf * slow;
+      wait_b += tb * slow;
       stage_saved[s] += unit_saved(u);
       stage_transient[s] = std::max<int64_t>(stage_transient[s], static_cast<int64_t>((*prof)[u].peak_bytes / tp));
     }
@@ -110,6 +120,15 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
     costs.b_stage.push_back(b);
     costs.i_stage.push_back(i);
     costs.w_stage.push_back(w);
+    if (replay) {
+      replay_costs.compute.f_stage.push_back(own_f);
+      replay_costs.compute.b_stage.push_back(own_b);
+      replay_costs.compute.i_stage.push_back(own_i);
+      replay_costs.compute.w_stage.push_back(w);
+      replay_costs.f_wait.push_back(wait_f);
+      replay_costs.b_wait.push_back(wait_b);
+      replay_costs.boundary_bytes.push_back((*prof)[plan.stages[s].last - 1].output_bytes);
+    }
   }
   // A hand-off between ranks: the largest stage boundary's activation.
   int64_t boundary = 0;
@@ -120,13 +139,38 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
   costs.comm = stages > 1 ? comm.P2P(static_cast<double>(boundary), c.pp, pp_stride) : 0;
   if (slow > 1) costs.slots = static_cast<double>(o.cores) / (c.dp * c.tp);
   STRATA_ASSIGN_OR_RETURN(pipeline::Simulation sim, pipeline::Simulate(c.schedule, plan.shape(), costs));
+  PlanPrediction pred;
+  // Replayed, a step's pipeline part is measured whole: the pipeline, the loss's and the
+  // gradient norm's all-reduces over it, and the optimizer (its largest rank's, unslowed).
+  double replayed = 0;
+  const double pp_scalars = 2 * comm.ScalarAllReduce(c.pp, c.dp * c.tp);
+  if (replay) {
+    pred.pipeline_key = PipelineKey(c);
+    if (auto it = cal.pipeline_s.find(pred.pipeline_key); it != cal.pipeline_s.end()) {
+      replayed = it->second;
+      pred.pipeline_replayed = true;
+    } else {
+      int64_t most = 0;
+      for (int r = 0; r < c.pp; ++r) {
+        int64_t psi = 0;
+        for (int s : pipeline::StagesOfRank(c.schedule, plan.shape(), r)) {
+          for (int u = plan.stages[s].first; u < plan.stages[s].last; ++u) psi += units[u].params;
+        }
+        most = std::max(most, psi);
+      }
+      replay_costs.scalar_all_reduces = 2;
+      replay_costs.optimizer_s =
+          cal.optimizer_s_per_param * static_cast<double>(c.zero > 0 ? most / c.dp : most);
+      pred.replay = PipelineReplayRequest{c.schedule, plan.shape(), replay_costs, c.dp * c.tp,
+                                          sim.makespan + pp_scalars + replay_costs.optimizer_s};
+    }
+  }
 
   // Per pipeline rank: memory by the ZeRO formulas and the schedule's live activations, and the
   // step's parts; the plan's figures are its worst rank's.
   const OptimizerOptions& opt = job.optimizer;
   const double k = opt.kind == OptimizerOptions::Kind::kAdamW ? 8 : (opt.momentum > 0 ? 4 : 0);
   const double n = c.dp;
-  PlanPrediction pred;
   double worst_step = -1;
   for (int r = 0; r < c.pp; ++r) {
     const std::vector<int> mine = pipeline::StagesOfRank(c.schedule, plan.shape(), r);
@@ -188,16 +232,22 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
         exposed += std::max(gathers * last_share, gathers - forward);
       }
     }
-    // Scalars a step: the loss and gradient norm over pp, the loss over dp, the norm over tp.
-    exposed += 2 * comm.AllReduce(c.pp, 8, pp_stride) + comm.AllReduce(c.dp, 8, dp_stride) + comm.AllReduce(c.tp, 8);
+    // Scalars a step: the loss and gradient norm over pp, the loss over dp (and under ZeRO the
+    // norm's sums over the dp shards), the norm over tp.
+    exposed += pp_scalars + (c.zero > 0 ? 2 : 1) * comm.ScalarAllReduce(c.dp, dp_stride) +
+               comm.ScalarAllReduce(c.tp);
     const double optimizer = slow * cal.optimizer_s_per_param * (c.zero > 0 ? p / n : p);
     const double busy = sim.busy[r];
-    const double step = sim.makespan + exposed + optimizer;
+    double step = sim.makespan + exposed + optimizer, bubble = sim.makespan - busy;
+    if (pred.pipeline_replayed) {
+      step = replayed + exposed - pp_scalars;
+      bubble = std::max(0.0, replayed - pp_scalars - optimizer - busy);
+    }
     if (step > worst_step) {
       worst_step = step;
       pred.step_s = step;
       pred.compute_s = busy + optimizer;
-      pred.bubble_s = sim.makespan - busy;
+      pred.bubble_s = bubble;
       pred.comm_s = exposed;
       pred.optimizer_s = optimizer;
     }

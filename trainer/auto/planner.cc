@@ -114,6 +114,12 @@ Result<std::vector<PlanChoice>> EnumeratePlans(const TrainJob& job, const Planne
   return out;
 }
 
+std::string PipelineKey(const PlanChoice& c) {
+  PlanChoice p = c;
+  p.zero = 0;
+  return p.ToString() + " mb" + std::to_string(c.micro_batch) + " cut=" + c.partition;
+}
+
 std::vector<ProfileKey> NeededProfiles(const std::vector<PlanChoice>& choices) {
   std::set<ProfileKey> keys;
   for (const PlanChoice& c : choices) keys.insert({c.micro_batch, c.recompute});

@@ -9,12 +9,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
 #include "trainer/auto/calibrate.h"
 #include "trainer/auto/comm_costs.h"
+#include "trainer/auto/pipeline_replay.h"
 #include "trainer/parallel/plan.h"
 #include "trainer/train_options.h"
 
@@ -68,7 +70,17 @@ struct PlanPrediction {
   double compute_s = 0, bubble_s = 0, comm_s = 0;
   double optimizer_s = 0;  // part of compute_s
   bool fits = true;
+  // A pipeline whose ranks outnumber the cores is measured, not simulated (pipeline_replay.h):
+  // its key in Calibration::pipeline_s, whether the step above used that measurement, and,
+  // when it is not in the calibration yet, what to replay.
+  std::string pipeline_key;
+  bool pipeline_replayed = false;
+  std::optional<PipelineReplayRequest> replay;
 };
+
+// A plan's pipeline as the replay measures it: the choice without its ZeRO stage (which does
+// not change the pipeline), its local micro-batch and the stage cut.
+std::string PipelineKey(const PlanChoice& c);
 
 // The job the trainer runs for `c`: parallel.dp/tp/pp/vpp/schedule/zero/recompute/partition,
 // train.micro_batches and train.batch_size (the global micro-batch, micro_batch x dp).

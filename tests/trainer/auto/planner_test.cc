@@ -212,6 +212,54 @@ TEST(Planner, GradientSyncHidesBehindBackwardOnlyAsFarAsBackwardLasts) {
   EXPECT_LT(hidden->comm_s, exposed->comm_s);
 }
 
+TEST(Planner, APipelineWhoseRanksOutnumberTheCoresIsReplayedAndItsMeasurementUsed) {
+  const TrainJob job = Gpt();
+  PlannerOptions o = Options(4, 8);
+  PlanChoice c;
+  c.pp = 4;
+  c.schedule = ScheduleKind::k1F1B;
+  c.micro_batches = 4;
+  c.micro_batch = 2;
+  Calibration cal = Synthetic(job, {c});
+  CommCosts comm;
+  comm.all_reduce[4] = LinkFit{1e-4, 0};
+  comm.scalar_all_reduce[4] = 3e-4;
+  // A core per rank: simulated, nothing to replay.
+  o.cores = 4;
+  auto simulated = Predict(job, c, cal, comm, o);
+  ASSERT_TRUE(simulated.ok()) << simulated.status().ToString();
+  EXPECT_FALSE(simulated->replay.has_value());
+  EXPECT_TRUE(simulated->pipeline_key.empty());
+  // Two cores for four ranks: the prediction asks for a replay of one copy of its pipeline, with
+  // the units' own costs, the two scalar all-reduces over the pipeline and the optimizer.
+  o.cores = 2;
+  auto asks = Predict(job, c, cal, comm, o);
+  ASSERT_TRUE(asks.ok());
+  ASSERT_TRUE(asks->replay.has_value());
+  EXPECT_FALSE(asks->pipeline_replayed);
+  EXPECT_EQ(asks->pipeline_key, PipelineKey(asks->choice));
+  EXPECT_EQ(asks->replay->copies, 1);
+  EXPECT_EQ(asks->replay->shape.pp, 4);
+  EXPECT_EQ(asks->replay->costs.scalar_all_reduces, 2);
+  ASSERT_EQ(asks->replay->costs.compute.f_stage.size(), 4u);
+  double f = 0;
+  for (double x : asks->replay->costs.compute.f_stage) f += x;
+  EXPECT_NEAR(f, 6 * 2e-3, 1e-12);  // every unit's forward once, unslowed
+  // Measured: the step is the measurement (which holds the pipeline's scalars and the
+  // optimizer) plus what the replay does not run, whatever the simulator says.
+  cal.pipeline_s[asks->pipeline_key] = 0.5;
+  auto used = Predict(job, c, cal, comm, o);
+  ASSERT_TRUE(used.ok());
+  EXPECT_TRUE(used->pipeline_replayed);
+  EXPECT_FALSE(used->replay.has_value());
+  EXPECT_NEAR(used->step_s, 0.5, 1e-12);  // dp 1, tp 1: nothing beside the pipeline
+  EXPECT_NEAR(used->compute_s + used->bubble_s + used->comm_s, used->step_s, 1e-12);
+  // ZeRO does not change the pipeline: one key for every stage.
+  PlanChoice z = asks->choice;
+  z.zero = 1;
+  EXPECT_EQ(PipelineKey(z), asks->pipeline_key);
+}
+
 TEST(Planner, ChoiceJsonRoundTripsAndBadFieldsAreNamed) {
   PlanChoice c;
   c.dp = 2;

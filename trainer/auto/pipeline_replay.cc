@@ -1,0 +1,227 @@
+// pipeline_replay.cc: PipelineReplay.
+#include "trainer/auto/pipeline_replay.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <barrier>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <tuple>
+
+#include "cluster/inproc_cluster.h"
+#include "trainer/comm/gloo_communicator.h"
+
+namespace strata {
+namespace {
+
+using pipeline::Action;
+using pipeline::ActionKind;
+using Clock = std::chrono::steady_clock;
+
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// `seconds` of this thread's CPU time: a spin that is preempted resumes and still does its work.
+void SpinCpu(double seconds) {
+  if (seconds <= 0) return;
+  const double end = ThreadCpuSeconds() + seconds;
+  volatile double sink = 0;
+  do {
+    for (int i = 0; i < 256; ++i) sink = sink + 1.0;
+  } while (ThreadCpuSeconds() < end);
+}
+
+void Wait(double seconds) {
+  if (seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+
+double At(const std::vector<double>& v, int s) { return s < static_cast<int>(v.size()) ? v[s] : 0.0; }
+
+// One rank's step: the executor's order (every receive posted first, sends not waited for until
+// the end), compute replaced by spins.
+Status RankStep(Communicator& comm, pipeline::ScheduleKind kind, const pipeline::PipelineShape& shape,
+                const std::vector<Action>& actions, const PipelineStepCosts& step, int rank) {
+  const int stages = shape.num_stages();
+  const int m = shape.micro_batches;
+  auto tag = [m](bool forward, int stage, int micro) {
+    return 2u * static_cast<uint32_t>(stage * m + micro) + (forward ? 0u : 1u);
+  };
+  auto floats = [&](int boundary_stage) {
+    const int64_t bytes = boundary_stage >= 0 && boundary_stage < static_cast<int>(step.boundary_bytes.size())
+                              ? step.boundary_bytes[boundary_stage]
+                              : 4;
+    return static_cast<size_t>(std::max<int64_t>(1, bytes / 4));
+  };
+  struct Pending {
+    std::vector<float> buffer;
+    std::unique_ptr<Communicator::Request> request;
+  };
+  std::map<std::tuple<bool, int, int>, Pending> recvs;  // (forward, stage, micro)
+  std::vector<Pending> sends;
+  for (const Action& a : actions) {
+    if (a.kind != ActionKind::kRecvF && a.kind != ActionKind::kRecvB) continue;
+    const bool forward = a.kind == ActionKind::kRecvF;
+    Pending p;
+    p.buffer.resize(floats(forward ? a.stage - 1 : a.stage));
+    const int peer = pipeline::RankOfStage(kind, shape, forward ? a.stage - 1 : a.stage + 1);
+    STRATA_ASSIGN_OR_RETURN(p.request, comm.IRecv(p.buffer.data(), p.buffer.size(), peer, tag(forward, a.stage, a.micro)));
+    recvs.emplace(std::make_tuple(forward, a.stage, a.micro), std::move(p));
+  }
+  auto take = [&](bool forward, int stage, int micro) -> Status {
+    auto it = recvs.find({forward, stage, micro});
+    if (it == recvs.end()) return Status::OK();  // the neighbouring stage is on this rank
+    Status s = it->second.request->Wait();
+    recvs.erase(it);
+    return s;
+  };
+  for (const Action& a : actions) {
+    switch (a.kind) {
+      case ActionKind::kRecvF:
+      case ActionKind::kRecvB:
+        break;
+      case ActionKind::kSendF:
+      case ActionKind::kSendB: {
+        const bool forward = a.kind == ActionKind::kSendF;
+        Pending p;
+        p.buffer.resize(floats(forward ? a.stage : a.stage - 1));
+        const int to = forward ? a.stage + 1 : a.stage - 1;
+        STRATA_ASSIGN_OR_RETURN(p.request, comm.ISend(p.buffer.data(), p.buffer.size(),
+                                                      pipeline::RankOfStage(kind, shape, to), tag(forward, to, a.micro)));
+        sends.push_back(std::move(p));
+        break;
+      }
+      case ActionKind::kForward:
+        if (a.stage > 0) STRATA_RETURN_IF_ERROR(take(true, a.stage, a.micro));
+        SpinCpu(step.compute.F(a.stage));
+        Wait(At(step.f_wait, a.stage));
+        break;
+      case ActionKind::kBackward:
+      case ActionKind::kBackwardInput:
+        if (a.stage + 1 < stages) STRATA_RETURN_IF_ERROR(take(false, a.stage, a.micro));
+        SpinCpu(a.kind == ActionKind::kBackward ? step.compute.B(a.stage) : step.compute.I(a.stage));
+        Wait(At(step.b_wait, a.stage));
+        break;
+      case ActionKind::kBackwardWeight:
+        SpinCpu(step.compute.W(a.stage));
+        break;
+    }
+  }
+  for (Pending& p : sends) STRATA_RETURN_IF_ERROR(p.request->Wait());
+  if (!recvs.empty()) return Status::Internal("pipeline replay: rank " + std::to_string(rank) + " left receives unused");
+  return Status::OK();
+}
+
+}  // namespace
+
+PipelineReplay::~PipelineReplay() {
+  comms_.clear();  // before the nodes they rendezvoused through
+  cluster_.reset();
+}
+
+Result<std::unique_ptr<PipelineReplay>> PipelineReplay::Start(int pp, int copies, uint64_t shm_ring_bytes) {
+  if (pp < 2 || copies < 1) {
+    return Status::InvalidArgument("pipeline replay: needs pp >= 2 and a copy, got pp " + std::to_string(pp) +
+                                   ", copies " + std::to_string(copies));
+  }
+  std::unique_ptr<PipelineReplay> replay(new PipelineReplay(pp, copies));
+  STRATA_ASSIGN_OR_RETURN(replay->cluster_, StartInprocTrainers(pp * copies));
+  replay->comms_.resize(static_cast<size_t>(pp * copies));
+  std::mutex mu;
+  Status failed;
+  std::vector<std::thread> threads;
+  for (int c = 0; c < copies; ++c) {
+    for (int r = 0; r < pp; ++r) {
+      threads.emplace_back([&, c, r] {
+        GlooOptions gloo;
+        gloo.shm_ring_bytes = shm_ring_bytes;
+        Result<std::unique_ptr<Communicator>> comm = MakeGlooCommunicator(
+            *replay->cluster_->nodes[c * pp + r], "plan/replay/" + std::to_string(c), r, pp, gloo);
+        std::lock_guard<std::mutex> lock(mu);
+        if (comm.ok()) {
+          replay->comms_[c * pp + r] = *std::move(comm);
+        } else if (failed.ok()) {
+          failed = comm.status().WithContext("pipeline replay: copy " + std::to_string(c) + " rank " + std::to_string(r));
+        }
+      });
+    }
+  }
+  for (std::thread& t : threads) t.join();
+  STRATA_RETURN_IF_ERROR(failed);
+  return replay;
+}
+
+Result<double> PipelineReplay::Measure(pipeline::ScheduleKind kind, const pipeline::PipelineShape& shape,
+                                       const PipelineStepCosts& step, int reps) {
+  if (shape.pp != pp_) {
+    return Status::InvalidArgument("pipeline replay: started for pp " + std::to_string(pp_) + ", asked for pp " +
+                                   std::to_string(shape.pp));
+  }
+  STRATA_RETURN_IF_ERROR(pipeline::Validate(kind, shape));
+  std::vector<std::vector<Action>> actions(static_cast<size_t>(pp_));
+  for (int r = 0; r < pp_; ++r) {
+    STRATA_ASSIGN_OR_RETURN(actions[r], pipeline::BuildActions(kind, shape, r));
+  }
+  const int threads_n = pp_ * copies_;
+  reps = std::max(1, reps);
+  // One step to warm up, then every thread released together and `reps` steps run back to back
+  // as a job runs them: the pipeline, the step's scalar all-reduces over it, the optimizer.
+  // Ranks leave those all-reduces at different moments, and the next step starts as they do.
+  Clock::time_point released;
+  std::barrier sync(threads_n, [&]() noexcept { released = Clock::now(); });
+  std::vector<Clock::time_point> ended(static_cast<size_t>(threads_n));
+  std::mutex mu;
+  Status failed;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < threads_n; ++t) {
+    threads.emplace_back([&, t] {
+      const int rank = t % pp_;
+      Communicator& comm = *comms_[t];
+      auto one_step = [&]() -> Status {
+        STRATA_RETURN_IF_ERROR(RankStep(comm, kind, shape, actions[rank], step, rank));
+        for (int i = 0; i < step.scalar_all_reduces; ++i) {
+          double v = 1;
+          STRATA_RETURN_IF_ERROR(comm.AllReduceHost(&v, 1, ReduceOp::kSum));
+        }
+        SpinCpu(step.optimizer_s);
+        return Status::OK();
+      };
+      Status st = one_step();
+      sync.arrive_and_wait();  // arrived even after a failure: nobody is stranded
+      for (int s = 0; s < reps && st.ok(); ++s) st = one_step();
+      ended[t] = Clock::now();
+      if (!st.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (failed.ok()) failed = st.WithContext("pipeline replay, thread " + std::to_string(t));
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  STRATA_RETURN_IF_ERROR(failed);
+  const Clock::time_point last = *std::max_element(ended.begin(), ended.end());
+  return std::chrono::duration<double>(last - released).count() / reps;
+}
+
+Result<std::vector<double>> ReplayPipelines(const std::vector<PipelineReplayRequest>& requests, uint64_t shm_ring_bytes,
+                                            double budget_s) {
+  std::vector<double> out(requests.size(), 0.0);
+  std::map<std::pair<int, int>, std::vector<size_t>> groups;  // (pp, copies) -> requests
+  for (size_t i = 0; i < requests.size(); ++i) groups[{requests[i].shape.pp, requests[i].copies}].push_back(i);
+  for (const auto& [group, indices] : groups) {
+    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<PipelineReplay> replay,
+                            PipelineReplay::Start(group.first, group.second, shm_ring_bytes));
+    for (size_t i : indices) {
+      const PipelineReplayRequest& r = requests[i];
+      const int reps = std::clamp(static_cast<int>(budget_s / std::max(1e-6, r.simulated_s)), 1, 7);
+      STRATA_ASSIGN_OR_RETURN(out[i], replay->Measure(r.kind, r.shape, r.costs, reps));
+    }
+  }
+  return out;
+}
+
+}  // namespace strata
