@@ -150,7 +150,7 @@ int Run(int argc, char** argv) {
     }
   }
   if (replay_copies > 0) {
-    auto replay = PipelineReplay::Start(shape.pp, replay_copies, 4u << 20);
+    auto replay = PipelineReplay::Start(shape.pp, replay_copies, 1, 4u << 20);
     if (!replay.ok()) {
       std::cerr << "strata-schedule: " << replay.status().ToString() << "\n";
       return 1;
@@ -170,7 +170,7 @@ int Run(int argc, char** argv) {
       return 1;
     }
     std::cout << "replay: " << replay_copies << " cop" << (replay_copies == 1 ? "y" : "ies") << " x " << shape.pp
-              << " threads on this host, costs in ms: measured step " << *seconds * 1e3 << " ms (mean of "
+              << " threads on this host, costs in ms: measured step " << *seconds * 1e3 << " ms (median of "
               << replay_reps << " back to back) against the simulated makespan " << sim->makespan << " ms\n";
   }
   if (!svg_path.empty()) {

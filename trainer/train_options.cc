@@ -152,7 +152,8 @@ void Bind(config::Binder& b, ParallelOptions& o) {
           "(\"3,6,9\")");
   b.Field("shm_ring_mb", o.shm_ring_mb,
           "pipeline hand-offs between trainers on one host through shared-memory rings of this "
-          "many MiB per peer (0: loopback TCP)")
+          "many MiB per peer, and small all-reduces (a step's loss and gradient norm) of every "
+          "group on one host through shared memory (0: loopback TCP and Gloo for both)")
       .Range(0.0, 1024.0);
   b.Field("auto", o.auto_plan,
           "let the planner choose the whole plan from measured costs (dp, tp, pp, vpp, schedule, "

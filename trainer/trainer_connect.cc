@@ -18,6 +18,12 @@
 #endif
 
 namespace strata {
+namespace {
+
+// The shared-memory ring per peer of the dp and tp groups: their small all-reduces only.
+constexpr uint64_t kSmallCollectiveRingBytes = 64 << 10;
+
+}  // namespace
 
 Result<std::vector<double>> Trainer::SharedUnitCosts() {
   // Trainer 0 measures and publishes; every trainer cuts the model the same way.
@@ -60,6 +66,10 @@ Status Trainer::MakeGroups() {
     gloo.timeout = timeout;
     if (name.starts_with("trainers/pp/")) {
       gloo.shm_ring_bytes = static_cast<uint64_t>(job_.parallel.shm_ring_mb * (1 << 20));
+    } else if (job_.parallel.shm_ring_mb > 0 && (name.starts_with("trainers/dp/") || name.starts_with("trainers/tp/"))) {
+      // No hand-offs here, but the step's scalar all-reduces (the loss, the gradient norm) go
+      // through shared memory when the group is on one host (GlooCommunicator).
+      gloo.shm_ring_bytes = kSmallCollectiveRingBytes;
     }
     return MakeGlooCommunicator(*node_, name, rank, size, gloo);
   };

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <future>
 #include <latch>
 #include <thread>
@@ -287,6 +288,50 @@ TEST_P(CommSizesTest, SharedMemoryCarriesMessagesLargerThanItsRings) {
     float x = 1.0f;
     ASSERT_TRUE(comm->AllReduce(&x, 1, ReduceOp::kSum).ok());
     EXPECT_EQ(x, static_cast<float>(n));
+  });
+}
+
+// Small all-reduces of a group on shared memory go through it (gathered on rank 0, reduced in
+// rank order, sent back): every op and both host types give what Gloo's ring gives, every rank
+// the same bits, interleaved with point-to-point traffic on the same rings; tags from
+// kReservedTags on are refused to callers.
+TEST_P(CommSizesTest, SmallAllReducesThroughSharedMemoryAgreeWithGloo) {
+  const int n = GetParam();
+  GlooOptions shm;
+  shm.shm_ring_bytes = 64 << 10;
+  OnRanks(n, [&](int r) {
+    auto fast = Make(r, "small-shm", shm);
+    auto ring = Make(r, "small-gloo");
+    ASSERT_NE(fast, nullptr);
+    ASSERT_NE(ring, nullptr);
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
+      for (size_t count : {size_t{1}, size_t{3}, size_t{1024}}) {  // 1024 floats: the 4 KiB bound
+        std::vector<float> a(count), b(count);
+        for (size_t i = 0; i < count; ++i) a[i] = b[i] = 0.1f * static_cast<float>((r + 1) * (i + 1)) - 0.05f * r;
+        ASSERT_TRUE(fast->AllReduce(a.data(), count, op).ok());
+        ASSERT_TRUE(ring->AllReduce(b.data(), count, op).ok());
+        for (size_t i = 0; i < count; ++i) ASSERT_NEAR(a[i], b[i], 1e-5f * std::abs(b[i]) + 1e-6f) << i;
+        // Every rank holds rank 0's result, bit for bit.
+        std::vector<float> all(count * n);
+        ASSERT_TRUE(ring->AllGather(a.data(), all.data(), count).ok());
+        for (int q = 0; q < n; ++q) {
+          ASSERT_EQ(std::memcmp(all.data() + q * count, a.data(), count * sizeof(float)), 0) << "rank " << q;
+        }
+      }
+      double d = 0.25 * (r + 1), e = d;
+      ASSERT_TRUE(fast->AllReduceHost(&d, 1, op).ok());
+      ASSERT_TRUE(ring->AllReduceHost(&e, 1, op).ok());
+      EXPECT_DOUBLE_EQ(d, e);
+    }
+    // Hand-offs on the same rings between the collectives still arrive whole and in place.
+    ASSERT_NO_FATAL_FAILURE(RingExchange(*fast, r, n, 5000));
+    double loss = r;
+    ASSERT_TRUE(fast->AllReduceHost(&loss, 1, ReduceOp::kSum).ok());
+    EXPECT_DOUBLE_EQ(loss, n * (n - 1) / 2.0);
+    float x = 0;
+    const Status reserved = fast->Send(&x, 1, (r + 1) % n, Communicator::kReservedTags + 3);
+    EXPECT_EQ(reserved.code(), StatusCode::kInvalidArgument) << reserved.ToString();
+    EXPECT_NE(reserved.message().find("reserved"), std::string::npos) << reserved.ToString();
   });
 }
 

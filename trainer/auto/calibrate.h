@@ -41,7 +41,7 @@ struct Calibration {
   // Pipeline steps measured by PipelineReplay on this host (the planner's oversubscribed
   // pipelines), seconds by PipelineKey.
   std::map<std::string, double> pipeline_s;
-  int reps = 3;
+  int reps = 7;
   // Copies of each measurement run at once on as many threads (CPU only), each on its own model,
   // inputs and allocator; a time is the median over copies and repetitions, bytes are copy 0's.
   int corun = 1;

@@ -64,9 +64,12 @@ LinkFit Fit(double small_s, double large_s, size_t large) {
 // call would count the barrier's release skew on this busy host as the collective's latency
 // (session 17: 2.6 and 5.0 ms fitted for a 2- and 4-rank all-reduce of 1 KiB, where a pp 4
 // job's trace showed its last rank's scalar all-reduce at 0.5 ms).
+// Each collective twice: the ranks calling one after another (asleep inside it when the last
+// arrives: the first collective after uneven work) and together (the next one, which they all
+// reach as the previous returns; on shared cores every rank and Gloo thread then competes).
 struct GroupFits {
-  LinkFit all_reduce, p2p;
-  double scalar_s = 0;
+  LinkFit all_reduce, p2p, all_reduce_together;
+  double scalar_s = 0, scalar_together_s = 0;
 };
 
 Result<GroupFits> MeasureGroup(int n, int copies, size_t large, int reps) {
@@ -74,7 +77,9 @@ Result<GroupFits> MeasureGroup(int n, int copies, size_t large, int reps) {
   std::vector<std::unique_ptr<Node>>& nodes = cluster->nodes;
 
   // stamps[group][op][rank][rep]: (called, returned).
-  constexpr int kOps = 5;  // all-reduce small, large; ping small, large; scalars
+  // all-reduce small, large; ping small, large; scalar; then all-reduce small, large and scalar
+  // with the ranks calling together.
+  constexpr int kOps = 8;
   using Stamp = std::pair<Clock::time_point, Clock::time_point>;
   std::vector<std::vector<std::vector<std::vector<Stamp>>>> stamps(
       static_cast<size_t>(copies),
@@ -91,12 +96,13 @@ Result<GroupFits> MeasureGroup(int n, int copies, size_t large, int reps) {
     std::vector<float> buf(std::max(large, kLarge), 1.0f);
     auto time = [&](int op_index, size_t count, auto&& op) -> Status {
       std::vector<Stamp>& mine = stamps[g][op_index][r];
+      const bool together = op_index >= 5;
       for (int rep = 0; rep < reps + 1; ++rep) {
         STRATA_RETURN_IF_ERROR(c->Barrier());
-        // The ranks call one after another, as they reach a step's collectives from work that
-        // ends at different times: the earlier ones wait inside it (asleep, as in a job) for the
-        // last, whose call starts the clock.
-        std::this_thread::sleep_for(kStagger * r);
+        // Staggered, the ranks call one after another, as they reach a step's first collective
+        // from work that ends at different times: the earlier ones wait inside it (asleep, as in
+        // a job) for the last, whose call starts the clock.
+        if (!together) std::this_thread::sleep_for(kStagger * r);
         const auto start = Clock::now();
         STRATA_RETURN_IF_ERROR(op(count));
         if (rep > 0) mine.emplace_back(start, Clock::now());
@@ -125,7 +131,11 @@ Result<GroupFits> MeasureGroup(int n, int copies, size_t large, int reps) {
     // 2-core host 2 doubles over 4 ranks took 0.5 ms where 16 floats took 2 (and 2 doubles over
     // 2 ranks, 2).
     double scalar = 1;
-    STRATA_RETURN_IF_ERROR(time(4, 1, [&](size_t count) { return c->AllReduceHost(&scalar, count, ReduceOp::kSum); }));
+    auto scalar_all_reduce = [&](size_t count) { return c->AllReduceHost(&scalar, count, ReduceOp::kSum); };
+    STRATA_RETURN_IF_ERROR(time(4, 1, scalar_all_reduce));
+    STRATA_RETURN_IF_ERROR(time(5, kSmall, all_reduce));
+    STRATA_RETURN_IF_ERROR(time(6, large, all_reduce));
+    STRATA_RETURN_IF_ERROR(time(7, 1, scalar_all_reduce));
     return Status::OK();
   };
   std::vector<std::thread> threads;
@@ -165,6 +175,8 @@ Result<GroupFits> MeasureGroup(int n, int copies, size_t large, int reps) {
   fits.all_reduce = Fit(MedianOf(per_op[0]), MedianOf(per_op[1]), large);
   fits.p2p = Fit(MedianOf(per_op[2]) / 2, MedianOf(per_op[3]) / 2, kLarge);
   fits.scalar_s = MedianOf(per_op[4]);
+  fits.all_reduce_together = Fit(MedianOf(per_op[5]), MedianOf(per_op[6]), large);
+  fits.scalar_together_s = MedianOf(per_op[7]);
   return fits;
 }
 
@@ -203,15 +215,21 @@ double CommCosts::ReduceScatter(int n, double bytes, int stride) const {
   return RingHalf(SpansNodes(n, stride) ? all_reduce_inter : all_reduce, n, bytes);
 }
 double CommCosts::AllGather(int n, double bytes, int stride) const { return ReduceScatter(n, bytes, stride); }
-double CommCosts::ScalarAllReduce(int n, int stride) const {
+double CommCosts::AllReduceTogether(int n, double bytes, int stride) const {
+  if (SpansNodes(n, stride) || all_reduce_together.empty()) return AllReduce(n, bytes, stride);
+  return RingAllReduce(all_reduce_together, n, bytes);
+}
+
+double CommCosts::ScalarAllReduce(int n, int stride, bool together) const {
   if (n <= 1) return 0;
+  const std::map<int, double>& m = together ? scalar_all_reduce_together : scalar_all_reduce;
   if (!SpansNodes(n, stride)) {
-    auto it = scalar_all_reduce.find(n);
-    if (it == scalar_all_reduce.end()) it = scalar_all_reduce.lower_bound(n);
-    if (it == scalar_all_reduce.end() && !scalar_all_reduce.empty()) it = std::prev(it);
-    if (it != scalar_all_reduce.end()) return it->second;
+    auto it = m.find(n);
+    if (it == m.end()) it = m.lower_bound(n);
+    if (it == m.end() && !m.empty()) it = std::prev(it);
+    if (it != m.end()) return it->second;
   }
-  return AllReduce(n, 8, stride);
+  return together ? AllReduceTogether(n, 8, stride) : AllReduce(n, 8, stride);
 }
 double CommCosts::P2P(double bytes, int n, int stride) const {
   return (SpansNodes(n, stride) ? p2p_inter : p2p).Seconds(bytes);
@@ -227,7 +245,9 @@ Result<CommCosts> MeasureCommCosts(const std::vector<int>& sizes, int world, int
     if (n < 2) continue;
     STRATA_ASSIGN_OR_RETURN(auto fits, MeasureGroup(n, std::max(1, world / n), large, reps));
     costs.all_reduce[n] = fits.all_reduce;
+    costs.all_reduce_together[n] = fits.all_reduce_together;
     costs.scalar_all_reduce[n] = fits.scalar_s;
+    costs.scalar_all_reduce_together[n] = fits.scalar_together_s;
     if (n == 2) costs.p2p = fits.p2p;
   }
   if (costs.all_reduce.empty()) {
@@ -238,7 +258,7 @@ Result<CommCosts> MeasureCommCosts(const std::vector<int>& sizes, int world, int
 }
 
 std::string CommCostsKey(const std::string& host, int world, int64_t large_bytes) {
-  return host + " world=" + std::to_string(world) + " large=" + std::to_string(large_bytes) + " p2p=shm last-arrival";
+  return host + " world=" + std::to_string(world) + " large=" + std::to_string(large_bytes) + " p2p=shm last-arrival together";
 }
 
 Result<CommCosts> LoadCommCosts(const std::string& path, const std::string& host) {
@@ -255,6 +275,12 @@ Result<CommCosts> LoadCommCosts(const std::string& path, const std::string& host
     for (const auto& [n, t] : doc[key].at("scalar_all_reduce_s").items()) {
       costs.scalar_all_reduce[std::stoi(n)] = t.get<double>();
     }
+    for (const auto& [n, t] : doc[key].at("scalar_all_reduce_together_s").items()) {
+      costs.scalar_all_reduce_together[std::stoi(n)] = t.get<double>();
+    }
+    for (const auto& [n, f] : doc[key].at("all_reduce_together").items()) {
+      costs.all_reduce_together[std::stoi(n)] = FromJson(f);
+    }
   } catch (const std::exception& e) {
     return Status::Corruption(path + ": entry \"" + key + "\": " + e.what());
   }
@@ -269,9 +295,16 @@ Status SaveCommCosts(const std::string& path, const std::string& host, const Com
   }
   nlohmann::json ar = nlohmann::json::object();
   for (const auto& [n, f] : costs.all_reduce) ar[std::to_string(n)] = ToJson(f);
-  nlohmann::json scalar = nlohmann::json::object();
+  nlohmann::json scalar = nlohmann::json::object(), scalar_together = nlohmann::json::object(),
+                 together = nlohmann::json::object();
   for (const auto& [n, t] : costs.scalar_all_reduce) scalar[std::to_string(n)] = t;
-  doc["comm " + host] = {{"all_reduce", ar}, {"p2p", ToJson(costs.p2p)}, {"scalar_all_reduce_s", scalar}};
+  for (const auto& [n, t] : costs.scalar_all_reduce_together) scalar_together[std::to_string(n)] = t;
+  for (const auto& [n, f] : costs.all_reduce_together) together[std::to_string(n)] = ToJson(f);
+  doc["comm " + host] = {{"all_reduce", ar},
+                         {"p2p", ToJson(costs.p2p)},
+                         {"scalar_all_reduce_s", scalar},
+                         {"all_reduce_together", together},
+                         {"scalar_all_reduce_together_s", scalar_together}};
   std::error_code ec;
   const std::filesystem::path p(path);
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);

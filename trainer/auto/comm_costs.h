@@ -29,6 +29,10 @@ struct CommCosts {
   std::map<int, LinkFit> all_reduce;  // by group size: an all-reduce of `bytes` per rank
   LinkFit p2p;                        // one send of `bytes` to a peer (and its receive)
   std::map<int, double> scalar_all_reduce;  // by group size: seconds for a step's scalar (a double)
+  // The same with the ranks calling together (the collectives after a step's first; tensor
+  // parallelism's, whose ranks do the same work before): on shared cores these cost more.
+  std::map<int, LinkFit> all_reduce_together;
+  std::map<int, double> scalar_all_reduce_together;
   int ranks_per_node = 0;
   std::map<int, LinkFit> all_reduce_inter;  // groups that span nodes
   LinkFit p2p_inter;                        // a send between nodes
@@ -42,9 +46,12 @@ struct CommCosts {
   // A send between neighbours of a pipeline of `n` ranks `stride` apart: inter-node when the
   // pipeline spans nodes (its slowest hop).
   double P2P(double bytes, int n = 2, int stride = 1) const;
-  // A step's scalar all-reduce (the loss, a norm): measured per group size where it was, else
-  // the all-reduce fit at 8 bytes.
-  double ScalarAllReduce(int n, int stride = 1) const;
+  // An all-reduce its ranks call together (AllReduce's: one they reach one after another);
+  // AllReduce where that was not measured.
+  double AllReduceTogether(int n, double bytes, int stride = 1) const;
+  // A step's scalar all-reduce (the loss, a norm), reached one after another or `together`:
+  // measured per group size where it was, else the all-reduce fit at 8 bytes.
+  double ScalarAllReduce(int n, int stride = 1, bool together = false) const;
   bool SpansNodes(int n, int stride) const { return ranks_per_node > 0 && n * stride > ranks_per_node; }
   bool empty() const { return all_reduce.empty(); }
 };

@@ -45,7 +45,7 @@ double At(const std::vector<double>& v, int s) { return s < static_cast<int>(v.s
 
 // One rank's step: the executor's order (every receive posted first, sends not waited for until
 // the end), compute replaced by spins.
-Status RankStep(Communicator& comm, pipeline::ScheduleKind kind, const pipeline::PipelineShape& shape,
+Status RankStep(Communicator* comm, pipeline::ScheduleKind kind, const pipeline::PipelineShape& shape,
                 const std::vector<Action>& actions, const PipelineStepCosts& step, int rank) {
   const int stages = shape.num_stages();
   const int m = shape.micro_batches;
@@ -70,7 +70,7 @@ Status RankStep(Communicator& comm, pipeline::ScheduleKind kind, const pipeline:
     Pending p;
     p.buffer.resize(floats(forward ? a.stage - 1 : a.stage));
     const int peer = pipeline::RankOfStage(kind, shape, forward ? a.stage - 1 : a.stage + 1);
-    STRATA_ASSIGN_OR_RETURN(p.request, comm.IRecv(p.buffer.data(), p.buffer.size(), peer, tag(forward, a.stage, a.micro)));
+    STRATA_ASSIGN_OR_RETURN(p.request, comm->IRecv(p.buffer.data(), p.buffer.size(), peer, tag(forward, a.stage, a.micro)));
     recvs.emplace(std::make_tuple(forward, a.stage, a.micro), std::move(p));
   }
   auto take = [&](bool forward, int stage, int micro) -> Status {
@@ -91,7 +91,7 @@ Status RankStep(Communicator& comm, pipeline::ScheduleKind kind, const pipeline:
         Pending p;
         p.buffer.resize(floats(forward ? a.stage : a.stage - 1));
         const int to = forward ? a.stage + 1 : a.stage - 1;
-        STRATA_ASSIGN_OR_RETURN(p.request, comm.ISend(p.buffer.data(), p.buffer.size(),
+        STRATA_ASSIGN_OR_RETURN(p.request, comm->ISend(p.buffer.data(), p.buffer.size(),
                                                       pipeline::RankOfStage(kind, shape, to), tag(forward, to, a.micro)));
         sends.push_back(std::move(p));
         break;
@@ -117,39 +117,76 @@ Status RankStep(Communicator& comm, pipeline::ScheduleKind kind, const pipeline:
   return Status::OK();
 }
 
+// The step after the pipeline, as Trainer::TrainStep and its optimizer step run it.
+Status RankTail(Communicator* pp, Communicator* dp, const PipelineStepCosts& step, int rank,
+                std::vector<float>& grads, std::vector<float>& shard) {
+  const int64_t bytes = rank < static_cast<int>(step.grad_bytes.size()) ? step.grad_bytes[rank] : 0;
+  const bool sync = dp != nullptr && dp->size() > 1 && bytes > 0;
+  size_t per_rank = 0;
+  if (sync) {
+    per_rank = static_cast<size_t>((bytes / 4 + dp->size() - 1) / dp->size());
+    grads.resize(per_rank * static_cast<size_t>(dp->size()));
+    shard.resize(per_rank);
+    if (step.zero > 0) {
+      STRATA_RETURN_IF_ERROR(dp->ReduceScatter(grads.data(), shard.data(), per_rank, ReduceOp::kSum));
+    } else {
+      STRATA_RETURN_IF_ERROR(dp->AllReduce(grads.data(), grads.size(), ReduceOp::kSum));
+    }
+  }
+  for (char g : step.scalars) {
+    Communicator* c = g == 'p' ? pp : dp;
+    if (c == nullptr || c->size() < 2) continue;
+    double v = 1;
+    STRATA_RETURN_IF_ERROR(c->AllReduceHost(&v, 1, ReduceOp::kSum));
+  }
+  SpinCpu(step.optimizer_s);
+  if (sync && step.zero > 0) STRATA_RETURN_IF_ERROR(dp->AllGather(shard.data(), grads.data(), per_rank));
+  return Status::OK();
+}
+
 }  // namespace
 
 PipelineReplay::~PipelineReplay() {
-  comms_.clear();  // before the nodes they rendezvoused through
+  pp_comms_.clear();  // before the nodes they rendezvoused through
+  dp_comms_.clear();
   cluster_.reset();
 }
 
-Result<std::unique_ptr<PipelineReplay>> PipelineReplay::Start(int pp, int copies, uint64_t shm_ring_bytes) {
-  if (pp < 2 || copies < 1) {
-    return Status::InvalidArgument("pipeline replay: needs pp >= 2 and a copy, got pp " + std::to_string(pp) +
-                                   ", copies " + std::to_string(copies));
+Result<std::unique_ptr<PipelineReplay>> PipelineReplay::Start(int pp, int dp, int tp, uint64_t shm_ring_bytes) {
+  if (pp < 1 || dp < 1 || tp < 1 || pp * dp * tp < 2) {
+    return Status::InvalidArgument("pipeline replay: needs pp, dp and tp >= 1 and two ranks or more, got pp " +
+                                   std::to_string(pp) + ", dp " + std::to_string(dp) + ", tp " + std::to_string(tp));
   }
-  std::unique_ptr<PipelineReplay> replay(new PipelineReplay(pp, copies));
-  STRATA_ASSIGN_OR_RETURN(replay->cluster_, StartInprocTrainers(pp * copies));
-  replay->comms_.resize(static_cast<size_t>(pp * copies));
+  std::unique_ptr<PipelineReplay> replay(new PipelineReplay(pp, dp, tp));
+  const int n = pp * dp * tp;
+  STRATA_ASSIGN_OR_RETURN(replay->cluster_, StartInprocTrainers(n));
+  replay->pp_comms_.resize(static_cast<size_t>(n));
+  replay->dp_comms_.resize(static_cast<size_t>(n));
   std::mutex mu;
   Status failed;
   std::vector<std::thread> threads;
-  for (int c = 0; c < copies; ++c) {
-    for (int r = 0; r < pp; ++r) {
-      threads.emplace_back([&, c, r] {
-        GlooOptions gloo;
-        gloo.shm_ring_bytes = shm_ring_bytes;
-        Result<std::unique_ptr<Communicator>> comm = MakeGlooCommunicator(
-            *replay->cluster_->nodes[c * pp + r], "plan/replay/" + std::to_string(c), r, pp, gloo);
-        std::lock_guard<std::mutex> lock(mu);
-        if (comm.ok()) {
-          replay->comms_[c * pp + r] = *std::move(comm);
-        } else if (failed.ok()) {
-          failed = comm.status().WithContext("pipeline replay: copy " + std::to_string(c) + " rank " + std::to_string(r));
-        }
-      });
-    }
+  for (int t = 0; t < n; ++t) {
+    threads.emplace_back([&, t] {
+      const int r = t % pp, copy = t / pp, d = copy / tp, k = copy % tp;
+      GlooOptions gloo;
+      gloo.shm_ring_bytes = shm_ring_bytes;
+      GlooOptions small;  // as the trainer's dp groups: shared memory for their small all-reduces
+      small.shm_ring_bytes = shm_ring_bytes > 0 ? 64 << 10 : 0;
+      Node& node = *replay->cluster_->nodes[t];
+      Result<std::unique_ptr<Communicator>> pipe =
+          pp > 1 ? MakeGlooCommunicator(node, "plan/replay/pp/" + std::to_string(copy), r, pp, gloo)
+                 : Result<std::unique_ptr<Communicator>>(std::unique_ptr<Communicator>());
+      Result<std::unique_ptr<Communicator>> data =
+          dp > 1 ? MakeGlooCommunicator(node, "plan/replay/dp/" + std::to_string(k) + "/" + std::to_string(r), d, dp, small)
+                 : Result<std::unique_ptr<Communicator>>(std::unique_ptr<Communicator>());
+      std::lock_guard<std::mutex> lock(mu);
+      if (pipe.ok() && data.ok()) {
+        replay->pp_comms_[t] = *std::move(pipe);
+        replay->dp_comms_[t] = *std::move(data);
+      } else if (failed.ok()) {
+        failed = (pipe.ok() ? data.status() : pipe.status()).WithContext("pipeline replay: thread " + std::to_string(t));
+      }
+    });
   }
   for (std::thread& t : threads) t.join();
   STRATA_RETURN_IF_ERROR(failed);
@@ -167,34 +204,34 @@ Result<double> PipelineReplay::Measure(pipeline::ScheduleKind kind, const pipeli
   for (int r = 0; r < pp_; ++r) {
     STRATA_ASSIGN_OR_RETURN(actions[r], pipeline::BuildActions(kind, shape, r));
   }
-  const int threads_n = pp_ * copies_;
+  const int threads_n = pp_ * dp_ * tp_;
   reps = std::max(1, reps);
   // One step to warm up, then every thread released together and `reps` steps run back to back
-  // as a job runs them: the pipeline, the step's scalar all-reduces over it, the optimizer.
-  // Ranks leave those all-reduces at different moments, and the next step starts as they do.
+  // as a job runs them: the pipeline, then its tail (the gradient sync, the scalar all-reduces,
+  // the optimizer). Ranks leave those collectives at different moments, and the next step
+  // starts as they do.
   Clock::time_point released;
   std::barrier sync(threads_n, [&]() noexcept { released = Clock::now(); });
-  std::vector<Clock::time_point> ended(static_cast<size_t>(threads_n));
+  // ended[s][t]: when thread t finished step s.
+  std::vector<std::vector<Clock::time_point>> ended(static_cast<size_t>(reps),
+                                                    std::vector<Clock::time_point>(static_cast<size_t>(threads_n)));
   std::mutex mu;
   Status failed;
   std::vector<std::thread> threads;
   for (int t = 0; t < threads_n; ++t) {
     threads.emplace_back([&, t] {
       const int rank = t % pp_;
-      Communicator& comm = *comms_[t];
+      std::vector<float> grads, shard;
       auto one_step = [&]() -> Status {
-        STRATA_RETURN_IF_ERROR(RankStep(comm, kind, shape, actions[rank], step, rank));
-        for (int i = 0; i < step.scalar_all_reduces; ++i) {
-          double v = 1;
-          STRATA_RETURN_IF_ERROR(comm.AllReduceHost(&v, 1, ReduceOp::kSum));
-        }
-        SpinCpu(step.optimizer_s);
-        return Status::OK();
+        STRATA_RETURN_IF_ERROR(RankStep(pp_comms_[t].get(), kind, shape, actions[rank], step, rank));
+        return RankTail(pp_comms_[t].get(), dp_comms_[t].get(), step, rank, grads, shard);
       };
       Status st = one_step();
       sync.arrive_and_wait();  // arrived even after a failure: nobody is stranded
-      for (int s = 0; s < reps && st.ok(); ++s) st = one_step();
-      ended[t] = Clock::now();
+      for (int s = 0; s < reps; ++s) {
+        if (st.ok()) st = one_step();
+        ended[s][t] = Clock::now();
+      }
       if (!st.ok()) {
         std::lock_guard<std::mutex> lock(mu);
         if (failed.ok()) failed = st.WithContext("pipeline replay, thread " + std::to_string(t));
@@ -203,21 +240,32 @@ Result<double> PipelineReplay::Measure(pipeline::ScheduleKind kind, const pipeli
   }
   for (std::thread& t : threads) t.join();
   STRATA_RETURN_IF_ERROR(failed);
-  const Clock::time_point last = *std::max_element(ended.begin(), ended.end());
-  return std::chrono::duration<double>(last - released).count() / reps;
+  // A step's time: from the slowest thread's end of the one before to its end of this one (as
+  // strata-bench plan reads a job: the slowest rank's step), the median over the steps.
+  std::vector<double> steps;
+  Clock::time_point before = released;
+  for (int s = 0; s < reps; ++s) {
+    const Clock::time_point end = *std::max_element(ended[s].begin(), ended[s].end());
+    steps.push_back(std::chrono::duration<double>(end - before).count());
+    before = end;
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps[steps.size() / 2];
 }
 
 Result<std::vector<double>> ReplayPipelines(const std::vector<PipelineReplayRequest>& requests, uint64_t shm_ring_bytes,
                                             double budget_s) {
   std::vector<double> out(requests.size(), 0.0);
-  std::map<std::pair<int, int>, std::vector<size_t>> groups;  // (pp, copies) -> requests
-  for (size_t i = 0; i < requests.size(); ++i) groups[{requests[i].shape.pp, requests[i].copies}].push_back(i);
+  std::map<std::tuple<int, int, int>, std::vector<size_t>> groups;  // (pp, dp, tp) -> requests
+  for (size_t i = 0; i < requests.size(); ++i) {
+    groups[{requests[i].shape.pp, requests[i].dp, requests[i].tp}].push_back(i);
+  }
   for (const auto& [group, indices] : groups) {
-    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<PipelineReplay> replay,
-                            PipelineReplay::Start(group.first, group.second, shm_ring_bytes));
+    const auto [pp, dp, tp] = group;
+    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<PipelineReplay> replay, PipelineReplay::Start(pp, dp, tp, shm_ring_bytes));
     for (size_t i : indices) {
       const PipelineReplayRequest& r = requests[i];
-      const int reps = std::clamp(static_cast<int>(budget_s / std::max(1e-6, r.simulated_s)), 1, 7);
+      const int reps = std::clamp(static_cast<int>(budget_s / std::max(1e-6, r.simulated_s)), 3, 15);
       STRATA_ASSIGN_OR_RETURN(out[i], replay->Measure(r.kind, r.shape, r.costs, reps));
     }
   }

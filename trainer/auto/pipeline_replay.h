@@ -13,6 +13,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cluster/inproc_cluster.h"
@@ -32,47 +33,57 @@ struct PipelineStepCosts {
   pipeline::Costs compute;
   std::vector<double> f_wait, b_wait;
   std::vector<int64_t> boundary_bytes;
-  // After the pipeline, as the trainer's step: this many all-reduces of one double over it (the
-  // loss, the gradient norm), then `optimizer_s` of CPU time on every rank.
-  int scalar_all_reduces = 0;
+  // After the pipeline, as the trainer's step:
+  // - the data-parallel gradient sync of `grad_bytes[r]` (per pipeline rank; 0 or dp 1: none):
+  //   an all-reduce, or with `zero` 1 or 2 a reduce-scatter (and the all-gather after the
+  //   optimizer);
+  // - one-double all-reduces in the order of `scalars`, a group each ('p': the pipeline, 'd':
+  //   data-parallel; the trainer: the loss over p then d, the gradient norm over p);
+  // - `optimizer_s` of CPU time on every rank.
+  std::vector<int64_t> grad_bytes;
+  int zero = 0;
+  std::string scalars;
   double optimizer_s = 0;
 };
 
-// What the planner asks the replay to measure for a plan: `copies` pipelines of shape.pp ranks.
+// What the planner asks the replay to measure for a plan: dp x tp pipelines of shape.pp ranks
+// (the tp copies of a stage run side by side, their collectives in `f_wait` and `b_wait`).
 struct PipelineReplayRequest {
   pipeline::ScheduleKind kind = pipeline::ScheduleKind::k1F1B;
   pipeline::PipelineShape shape;
   PipelineStepCosts costs;
-  int copies = 1;
+  int dp = 1, tp = 1;
   double simulated_s = 0;  // the simulator's makespan for the same costs (processor sharing)
 };
 
 class PipelineReplay {
  public:
-  // `copies` pipelines of `pp` ranks (copies x pp threads, all at once: the job's dp x tp
-  // pipelines share the cores the same way), over in-process nodes; `shm_ring_bytes` as
-  // GlooOptions' (0: TCP). The communicators stay up for every Measure.
-  static Result<std::unique_ptr<PipelineReplay>> Start(int pp, int copies, uint64_t shm_ring_bytes);
+  // dp x tp pipelines of `pp` ranks (dp x tp x pp threads, all at once: the job's pipelines
+  // share the cores the same way), over in-process nodes, with a communicator per pipeline and
+  // one per data-parallel group (the pipelines of one tp index, rank by rank); `shm_ring_bytes`
+  // as GlooOptions' (0: TCP). The communicators stay up for every Measure.
+  static Result<std::unique_ptr<PipelineReplay>> Start(int pp, int dp, int tp, uint64_t shm_ring_bytes);
   ~PipelineReplay();
 
   // Seconds a step of `kind` on `shape` (shape.pp must be Start's): one step to warm up, then
-  // every thread released together runs `reps` steps back to back (each: the pipeline, the
-  // scalar all-reduces, the optimizer); the mean over them, to the last thread's end.
+  // every thread released together runs `reps` steps back to back (each: the pipeline, then the
+  // tail PipelineStepCosts lists); each step from the slowest thread's end of the one before to
+  // its end of this one, the median over the steps.
   Result<double> Measure(pipeline::ScheduleKind kind, const pipeline::PipelineShape& shape,
                          const PipelineStepCosts& step, int reps);
 
   int pp() const { return pp_; }
-  int copies() const { return copies_; }
 
  private:
-  PipelineReplay(int pp, int copies) : pp_(pp), copies_(copies) {}
-  const int pp_, copies_;
+  PipelineReplay(int pp, int dp, int tp) : pp_(pp), dp_(dp), tp_(tp) {}
+  const int pp_, dp_, tp_;
   std::unique_ptr<InprocCluster> cluster_;
-  std::vector<std::unique_ptr<Communicator>> comms_;  // copy c, rank r at c * pp + r
+  // Thread t = (d * tp + k) * pp + r: its pipeline's communicator and its dp group's.
+  std::vector<std::unique_ptr<Communicator>> pp_comms_, dp_comms_;
 };
 
-// Measures every request (grouped by pipeline and copies: one set of communicators each), its
-// repetitions sized to about `budget_s` of replay each (1 to 7). Results in request order.
+// Measures every request (grouped by shape: one set of communicators each), its repetitions
+// sized to about `budget_s` of replay each (3 to 15). Results in request order.
 Result<std::vector<double>> ReplayPipelines(const std::vector<PipelineReplayRequest>& requests, uint64_t shm_ring_bytes,
                                             double budget_s = 0.25);
 

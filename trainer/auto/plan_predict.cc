@@ -88,9 +88,10 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
   }
   STRATA_ASSIGN_OR_RETURN(ParallelPlan plan, ResolvePlan(ApplyChoice(job, c), o.world));
 
-  // More ranks in pipelines than cores: the pipeline is replayed on this host (below), with
-  // the units' own times (measured one copy per core) and the tp collectives as waits.
-  const bool replay = stages > 1 && slow > 1;
+  // More ranks than cores: the step is replayed on this host (below), with the units' own
+  // times (measured one copy per core), unless tensor parallelism (whose collectives the replay
+  // could only sleep through) or ZeRO-3 (whose per-unit gathers it does not run) is in it.
+  const bool replay = slow > 1 && c.tp == 1 && c.zero < 3 && (stages > 1 || c.dp > 1);
   PipelineStepCosts replay_costs;
   pipeline::Costs costs;
   std::vector<int64_t> stage_saved(stages, 0), stage_transient(stages, 0);
@@ -102,8 +103,9 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
           c.tp > 1 ? UnitTpCalls(job.model, u, n_units, (*prof)[u], c.recompute, c.micro_batch, o.value_bytes) : TpCalls{};
       // Measured collectives already ran as many threads as ranks on these cores: divided by
       // `slow` here, the simulator's sharing gives them back their measured time.
-      const double tf = t.forward * comm.AllReduce(c.tp, static_cast<double>(t.bytes)) / slow;
-      const double tb = t.backward * comm.AllReduce(c.tp, static_cast<double>(t.bytes)) / slow;
+      // The tp ranks reach these together (the same work before each).
+      const double tf = t.forward * comm.AllReduceTogether(c.tp, static_cast<double>(t.bytes)) / slow;
+      const double tb = t.backward * comm.AllReduceTogether(c.tp, static_cast<double>(t.bytes)) / slow;
       f += unit_f(u) + tf;
       b += unit_b(u) + tb;
       i += unit_i(u) + tb;
@@ -140,10 +142,10 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
   if (slow > 1) costs.slots = static_cast<double>(o.cores) / (c.dp * c.tp);
   STRATA_ASSIGN_OR_RETURN(pipeline::Simulation sim, pipeline::Simulate(c.schedule, plan.shape(), costs));
   PlanPrediction pred;
-  // Replayed, a step's pipeline part is measured whole: the pipeline, the loss's and the
-  // gradient norm's all-reduces over it, and the optimizer (its largest rank's, unslowed).
+  // Replayed, a step is measured whole but for the tensor-parallel scalar: the pipeline, the dp
+  // gradient sync, the loss's and the gradient norm's all-reduces, and the optimizer (its
+  // largest rank's, unslowed).
   double replayed = 0;
-  const double pp_scalars = 2 * comm.ScalarAllReduce(c.pp, c.dp * c.tp);
   if (replay) {
     pred.pipeline_key = PipelineKey(c);
     if (auto it = cal.pipeline_s.find(pred.pipeline_key); it != cal.pipeline_s.end()) {
@@ -157,12 +159,14 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
           for (int u = plan.stages[s].first; u < plan.stages[s].last; ++u) psi += units[u].params;
         }
         most = std::max(most, psi);
+        replay_costs.grad_bytes.push_back(c.dp > 1 ? 4 * psi : 0);
       }
-      replay_costs.scalar_all_reduces = 2;
-      replay_costs.optimizer_s =
-          cal.optimizer_s_per_param * static_cast<double>(c.zero > 0 ? most / c.dp : most);
-      pred.replay = PipelineReplayRequest{c.schedule, plan.shape(), replay_costs, c.dp * c.tp,
-                                          sim.makespan + pp_scalars + replay_costs.optimizer_s};
+      replay_costs.zero = c.zero;
+      replay_costs.scalars = c.zero > 0 ? "pddp" : "pdp";  // Trainer::ReduceLoss, then ClipGradients
+      replay_costs.optimizer_s = cal.optimizer_s_per_param * static_cast<double>(c.zero > 0 ? most / c.dp : most);
+      PipelineReplayRequest request{c.schedule, plan.shape(), replay_costs, c.dp, c.tp, 0};
+      request.simulated_s = sim.makespan + replay_costs.optimizer_s;
+      pred.replay = std::move(request);
     }
   }
 
@@ -214,7 +218,7 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
         sync = comm.AllReduce(c.dp, grad_bytes, dp_stride);
       } else {
         sync = comm.ReduceScatter(c.dp, grad_bytes, dp_stride);
-        const double gather = comm.AllGather(c.dp, weight_bytes, dp_stride);
+        const double gather = comm.AllGather(c.dp, weight_bytes, dp_stride);  // ranks at different points of their optimizer
         gathers = c.zero == 3 ? 2.0 * c.micro_batches * gather : gather;
       }
     }
@@ -234,14 +238,24 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
     }
     // Scalars a step: the loss and gradient norm over pp, the loss over dp (and under ZeRO the
     // norm's sums over the dp shards), the norm over tp.
-    exposed += pp_scalars + (c.zero > 0 ? 2 : 1) * comm.ScalarAllReduce(c.dp, dp_stride) +
-               comm.ScalarAllReduce(c.tp);
+    // In the trainer's order (the loss over pp, then dp; the norm over dp's shards under ZeRO,
+    // tp, pp): the first collective after compute is reached one rank after another, the ones
+    // after it together (the dp gradient sync, when there is one, is that first).
+    {
+      bool first = !(c.dp > 1 && sync > 0);
+      for (const auto& [n, stride] : std::vector<std::pair<int, int>>{
+               {c.pp, pp_stride}, {c.dp, dp_stride}, {c.zero > 0 ? c.dp : 1, dp_stride}, {c.tp, 1}, {c.pp, pp_stride}}) {
+        if (n < 2) continue;
+        exposed += comm.ScalarAllReduce(n, stride, /*together=*/!first);
+        first = false;
+      }
+    }
     const double optimizer = slow * cal.optimizer_s_per_param * (c.zero > 0 ? p / n : p);
     const double busy = sim.busy[r];
     double step = sim.makespan + exposed + optimizer, bubble = sim.makespan - busy;
-    if (pred.pipeline_replayed) {
-      step = replayed + exposed - pp_scalars;
-      bubble = std::max(0.0, replayed - pp_scalars - optimizer - busy);
+    if (pred.pipeline_replayed) {  // the parts beside the measured whole: what the model says
+      step = replayed + comm.ScalarAllReduce(c.tp, 1, /*together=*/true);
+      bubble = std::max(0.0, step - busy - optimizer - exposed);
     }
     if (step > worst_step) {
       worst_step = step;

@@ -115,9 +115,7 @@ Result<std::vector<PlanChoice>> EnumeratePlans(const TrainJob& job, const Planne
 }
 
 std::string PipelineKey(const PlanChoice& c) {
-  PlanChoice p = c;
-  p.zero = 0;
-  return p.ToString() + " mb" + std::to_string(c.micro_batch) + " cut=" + c.partition;
+  return c.ToString() + " mb" + std::to_string(c.micro_batch) + " cut=" + c.partition;
 }
 
 std::vector<ProfileKey> NeededProfiles(const std::vector<PlanChoice>& choices) {

@@ -78,8 +78,7 @@ struct PlanPrediction {
   std::optional<PipelineReplayRequest> replay;
 };
 
-// A plan's pipeline as the replay measures it: the choice without its ZeRO stage (which does
-// not change the pipeline), its local micro-batch and the stage cut.
+// A plan's step as the replay measures it: the choice, its local micro-batch and the stage cut.
 std::string PipelineKey(const PlanChoice& c);
 
 // The job the trainer runs for `c`: parallel.dp/tp/pp/vpp/schedule/zero/recompute/partition,

@@ -40,16 +40,27 @@ Status Communicator::Broadcast(float* data, size_t count, int root) {
 
 Status Communicator::Barrier() { return Count(DoBarrier(), CommOp::kBarrier, 0); }
 
+namespace {
+Status CheckTag(const char* what, uint32_t tag) {
+  if (tag < Communicator::kReservedTags) return Status::OK();
+  return Status::InvalidArgument(std::string(what) + ": tag " + std::to_string(tag) + " is reserved (tags from " +
+                                 std::to_string(Communicator::kReservedTags) + " on are the communicator's own)");
+}
+}  // namespace
+
 Status Communicator::Send(const float* data, size_t count, int peer, uint32_t tag) {
+  STRATA_RETURN_IF_ERROR(CheckTag("send", tag));
   return Count(DoSend(data, count, peer, tag), CommOp::kSend, count * kFloat);
 }
 
 Status Communicator::Recv(float* data, size_t count, int peer, uint32_t tag) {
+  STRATA_RETURN_IF_ERROR(CheckTag("recv", tag));
   return Count(DoRecv(data, count, peer, tag), CommOp::kRecv, count * kFloat);
 }
 
 Result<std::unique_ptr<Communicator::Request>> Communicator::ISend(const float* data, size_t count,
                                                                    int peer, uint32_t tag) {
+  STRATA_RETURN_IF_ERROR(CheckTag("send", tag));
   Result<std::unique_ptr<Request>> r = DoISend(data, count, peer, tag);
   if (r.ok()) stats_.Record(CommOp::kSend, count * kFloat);
   return r;
@@ -57,6 +68,7 @@ Result<std::unique_ptr<Communicator::Request>> Communicator::ISend(const float* 
 
 Result<std::unique_ptr<Communicator::Request>> Communicator::IRecv(float* data, size_t count,
                                                                    int peer, uint32_t tag) {
+  STRATA_RETURN_IF_ERROR(CheckTag("recv", tag));
   Result<std::unique_ptr<Request>> r = DoIRecv(data, count, peer, tag);
   if (r.ok()) stats_.Record(CommOp::kRecv, count * kFloat);
   return r;

@@ -70,6 +70,10 @@ class Communicator {
   Status Broadcast(float* data, size_t count, int root);
   Status Barrier();
 
+  // Tags from here on are the communicator's own (small all-reduces through shared memory):
+  // point-to-point calls with one are refused (InvalidArgument).
+  static constexpr uint32_t kReservedTags = 0xF0000000u;
+
   // Point-to-point (pipeline stages): `count` floats to or from `peer` (another rank of this
   // group). A Send matches the Recv of the same tag on the peer, in issue order per (peer, tag);
   // counts must agree. Both block until the transfer is done (Gloo) or enqueue it (NCCL, which

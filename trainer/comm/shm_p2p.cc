@@ -22,7 +22,7 @@
 namespace strata {
 namespace {
 
-constexpr uint64_t kMagic = 0x3170326d68736174ULL;  // "tashm2p1"
+constexpr uint64_t kMagic = 0x3270326d68736174ULL;  // "tashm2p2"
 constexpr uint64_t kHeaderBytes = 256;
 constexpr uint64_t kRingHeaderBytes = 128;
 constexpr uint64_t kMessageHeaderBytes = 16;
@@ -40,6 +40,11 @@ static_assert(sizeof(SegmentHeader) <= kHeaderBytes);
 
 struct RingHeader {
   alignas(64) std::atomic<uint64_t> head;  // bytes ever written (the writer's)
+  // Set by the writer when a send waits for space; the reader rings the writer's doorbell after
+  // freeing some only then. (Ringing it after every read woke a writer asleep on something
+  // else once a message: on cores the ranks share, each such wake-up can preempt a rank that
+  // was computing.)
+  std::atomic<uint32_t> writer_waiting;
   alignas(64) std::atomic<uint64_t> tail;  // bytes ever read (the owner's)
 };
 static_assert(sizeof(RingHeader) <= kRingHeaderBytes);
@@ -265,9 +270,26 @@ bool ShmP2P::PumpSends(int peer) {
   char* data = seg.data(rank_);
   uint64_t head = ring.head.load(std::memory_order_relaxed);
   const uint64_t start = head;
+  for (uint64_t seen_tail = ring.tail.load(std::memory_order_acquire);;) {
+    PumpInto(p, data, head, seen_tail);
+    if (p.sends.empty()) break;
+    // Out of space: ask the reader for a ring when it frees some, then look once more (a read
+    // that finished before the flag was up rings nobody).
+    ring.writer_waiting.store(1, std::memory_order_seq_cst);
+    const uint64_t tail = ring.tail.load(std::memory_order_seq_cst);
+    if (tail == seen_tail) break;
+    seen_tail = tail;
+  }
+  if (head == start) return false;
+  ring.head.store(head, std::memory_order_release);
+  seg.Ring();
+  return true;
+}
+
+void ShmP2P::PumpInto(Peer& p, char* data, uint64_t& head, uint64_t tail) {
   while (!p.sends.empty()) {
     Op& op = *p.sends.front();
-    uint64_t space = ring_bytes_ - (head - ring.tail.load(std::memory_order_acquire));
+    uint64_t space = ring_bytes_ - (head - tail);
     if (op.moved == 0) {
       if (space < kMessageHeaderBytes) break;  // a header goes in whole
       const MessageHeader mh{op.tag, 0, op.bytes};
@@ -284,10 +306,6 @@ bool ShmP2P::PumpSends(int peer) {
     op.done = true;
     p.sends.pop_front();
   }
-  if (head == start) return false;
-  ring.head.store(head, std::memory_order_release);
-  seg.Ring();
-  return true;
 }
 
 bool ShmP2P::PumpRecvs(int peer) {
@@ -359,8 +377,8 @@ bool ShmP2P::PumpRecvs(int peer) {
     in = Incoming{};
   }
   if (tail == start) return false;
-  ring.tail.store(tail, std::memory_order_release);
-  segments_[peer]->Ring();  // the writer may be waiting for space
+  ring.tail.store(tail, std::memory_order_seq_cst);
+  if (ring.writer_waiting.exchange(0, std::memory_order_seq_cst) != 0) segments_[peer]->Ring();
   return true;
 }
 

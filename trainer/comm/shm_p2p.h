@@ -89,6 +89,9 @@ class ShmP2P {
   ShmP2P(int rank, int size, uint64_t ring_bytes, std::chrono::milliseconds timeout);
   bool Progress();  // one pass over every peer; whether anything moved
   bool PumpSends(int peer);
+  // Writes what of `p`'s queued sends fits before `tail` (the ring's read position) into the
+  // ring at `data`, from `head` on; advances `head`.
+  void PumpInto(Peer& p, char* data, uint64_t& head, uint64_t tail);
   bool PumpRecvs(int peer);
   Status Failed(Op& op, Status s);
   Status PeerGone(int peer) const;  // Unavailable once the peer's segment lock is free

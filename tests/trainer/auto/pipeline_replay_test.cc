@@ -1,7 +1,8 @@
-// pipeline_replay_test.cc: PipelineReplay on real in-process communicators, no timing bounds
-// but the one physics gives: a replay spins each action's CPU time and waits for its inputs, so
-// no step can take less than the schedule's critical path (the simulator's makespan with a core
-// per rank), however busy the host. Bad shapes are refused naming what is wrong.
+// pipeline_replay_test.cc: PipelineReplay (a plan's step on this host's cores) on real
+// in-process communicators, no timing bounds but the one physics gives: a replay spins each
+// action's CPU time and waits for its inputs, so no step can take less than the schedule's
+// critical path (the simulator's makespan with a core per rank), however busy the host. Bad
+// shapes are refused naming what is wrong.
 #include "trainer/auto/pipeline_replay.h"
 
 #include <gtest/gtest.h>
@@ -22,7 +23,7 @@ PipelineStepCosts Costs(int stages) {
 }
 
 TEST(PipelineReplay, AStepIsNeverShorterThanItsCriticalPath) {
-  auto replay = PipelineReplay::Start(2, 1, 1 << 20);
+  auto replay = PipelineReplay::Start(2, 1, 1, 1 << 20);
   ASSERT_TRUE(replay.ok()) << replay.status().ToString();
   for (ScheduleKind kind : {ScheduleKind::k1F1B, ScheduleKind::kZbH1}) {
     pipeline::PipelineShape shape;
@@ -35,7 +36,7 @@ TEST(PipelineReplay, AStepIsNeverShorterThanItsCriticalPath) {
     ASSERT_TRUE(seconds.ok()) << seconds.status().ToString();
     EXPECT_GE(*seconds, 0.99 * sim->makespan) << pipeline::ScheduleKindName(kind);
     // The step's tail as a trainer runs it: two scalar all-reduces, then the optimizer.
-    costs.scalar_all_reduces = 2;
+    costs.scalars = "pp";
     costs.optimizer_s = 3e-3;
     auto with_tail = (*replay)->Measure(kind, shape, costs, 2);
     ASSERT_TRUE(with_tail.ok()) << with_tail.status().ToString();
@@ -45,13 +46,14 @@ TEST(PipelineReplay, AStepIsNeverShorterThanItsCriticalPath) {
 
 TEST(PipelineReplay, ReplaysEveryRequestInOrderAcrossShapes) {
   std::vector<PipelineReplayRequest> requests;
-  for (int pp : {2, 3}) {
+  for (int pp : {1, 2, 3}) {  // pp 1: dp 2 replicas, no pipeline
     PipelineReplayRequest r;
     r.kind = ScheduleKind::kGpipe;
     r.shape.pp = pp;
     r.shape.micro_batches = 2;
     r.costs = Costs(pp);
-    r.copies = pp == 2 ? 2 : 1;
+    r.dp = pp <= 2 ? 2 : 1;
+    r.costs.grad_bytes.assign(static_cast<size_t>(pp), 64 << 10);  // dp 2: a sync of 64 KiB a rank
     auto sim = pipeline::Simulate(r.kind, r.shape, r.costs.compute);
     ASSERT_TRUE(sim.ok());
     r.simulated_s = sim->makespan;
@@ -59,15 +61,15 @@ TEST(PipelineReplay, ReplaysEveryRequestInOrderAcrossShapes) {
   }
   auto seconds = ReplayPipelines(requests, 1 << 20, 0.02);
   ASSERT_TRUE(seconds.ok()) << seconds.status().ToString();
-  ASSERT_EQ(seconds->size(), 2u);
+  ASSERT_EQ(seconds->size(), 3u);
   for (size_t i = 0; i < requests.size(); ++i) EXPECT_GE((*seconds)[i], 0.99 * requests[i].simulated_s) << i;
 }
 
 TEST(PipelineReplay, BadShapesAreRefusedNamingThem) {
-  auto one = PipelineReplay::Start(1, 1, 0);
+  auto one = PipelineReplay::Start(1, 1, 1, 0);
   ASSERT_FALSE(one.ok());
-  EXPECT_NE(one.status().message().find("pp >= 2"), std::string::npos) << one.status().ToString();
-  auto replay = PipelineReplay::Start(2, 1, 0);  // over TCP: the replay works on either
+  EXPECT_NE(one.status().message().find("two ranks"), std::string::npos) << one.status().ToString();
+  auto replay = PipelineReplay::Start(2, 1, 1, 0);  // over TCP: the replay works on either
   ASSERT_TRUE(replay.ok()) << replay.status().ToString();
   pipeline::PipelineShape shape;
   shape.pp = 3;

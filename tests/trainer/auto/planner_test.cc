@@ -231,22 +231,24 @@ TEST(Planner, APipelineWhoseRanksOutnumberTheCoresIsReplayedAndItsMeasurementUse
   EXPECT_FALSE(simulated->replay.has_value());
   EXPECT_TRUE(simulated->pipeline_key.empty());
   // Two cores for four ranks: the prediction asks for a replay of one copy of its pipeline, with
-  // the units' own costs, the two scalar all-reduces over the pipeline and the optimizer.
+  // the units' own costs, the scalar all-reduces and the optimizer.
   o.cores = 2;
   auto asks = Predict(job, c, cal, comm, o);
   ASSERT_TRUE(asks.ok());
   ASSERT_TRUE(asks->replay.has_value());
   EXPECT_FALSE(asks->pipeline_replayed);
   EXPECT_EQ(asks->pipeline_key, PipelineKey(asks->choice));
-  EXPECT_EQ(asks->replay->copies, 1);
+  EXPECT_EQ(asks->replay->dp, 1);
+  EXPECT_EQ(asks->replay->tp, 1);
   EXPECT_EQ(asks->replay->shape.pp, 4);
-  EXPECT_EQ(asks->replay->costs.scalar_all_reduces, 2);
+  EXPECT_EQ(asks->replay->costs.scalars, "pdp");  // the loss over pp and dp, the norm over pp
+  EXPECT_EQ(asks->replay->costs.grad_bytes, std::vector<int64_t>(4, 0));  // dp 1: no sync
   ASSERT_EQ(asks->replay->costs.compute.f_stage.size(), 4u);
   double f = 0;
   for (double x : asks->replay->costs.compute.f_stage) f += x;
   EXPECT_NEAR(f, 6 * 2e-3, 1e-12);  // every unit's forward once, unslowed
-  // Measured: the step is the measurement (which holds the pipeline's scalars and the
-  // optimizer) plus what the replay does not run, whatever the simulator says.
+  // Measured: the step is the measurement (which holds the step's tail) plus what the replay
+  // does not run (a tp scalar), whatever the simulator says.
   cal.pipeline_s[asks->pipeline_key] = 0.5;
   auto used = Predict(job, c, cal, comm, o);
   ASSERT_TRUE(used.ok());
@@ -254,10 +256,29 @@ TEST(Planner, APipelineWhoseRanksOutnumberTheCoresIsReplayedAndItsMeasurementUse
   EXPECT_FALSE(used->replay.has_value());
   EXPECT_NEAR(used->step_s, 0.5, 1e-12);  // dp 1, tp 1: nothing beside the pipeline
   EXPECT_NEAR(used->compute_s + used->bubble_s + used->comm_s, used->step_s, 1e-12);
-  // ZeRO does not change the pipeline: one key for every stage.
+  // ZeRO changes the step's sync: its own key.
   PlanChoice z = asks->choice;
   z.zero = 1;
-  EXPECT_EQ(PipelineKey(z), asks->pipeline_key);
+  EXPECT_NE(PipelineKey(z), asks->pipeline_key);
+  // dp 2 x pp 2: each pipeline rank's dp group all-reduces its stages' gradients, fp32.
+  PlanChoice d = c;
+  d.dp = 2;
+  d.pp = 2;
+  d.micro_batch = 1;
+  Calibration cal2 = Synthetic(job, {d});
+  auto two = Predict(job, d, cal2, comm, o);
+  ASSERT_TRUE(two.ok()) << two.status().ToString();
+  ASSERT_TRUE(two->replay.has_value());
+  EXPECT_EQ(two->replay->dp, 2);
+  ASSERT_EQ(two->replay->costs.grad_bytes.size(), 2u);
+  auto plan = ResolvePlan(ApplyChoice(job, two->choice), 4);
+  ASSERT_TRUE(plan.ok());
+  const std::vector<UnitSpec> units = ModelUnits(job.model).value();
+  for (int r = 0; r < 2; ++r) {
+    int64_t psi = 0;
+    for (int u = plan->stages[r].first; u < plan->stages[r].last; ++u) psi += units[u].params;
+    EXPECT_EQ(two->replay->costs.grad_bytes[r], 4 * psi) << r;
+  }
 }
 
 TEST(Planner, ChoiceJsonRoundTripsAndBadFieldsAreNamed) {
