@@ -218,7 +218,7 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
         sync = comm.AllReduce(c.dp, grad_bytes, dp_stride);
       } else {
         sync = comm.ReduceScatter(c.dp, grad_bytes, dp_stride);
-        const double gather = comm.AllGather(c.dp, weight_bytes, dp_stride);  // ranks at different points of their optimizer
+        const double gather = comm.AllGather(c.dp, weight_bytes, dp_stride);
         gathers = c.zero == 3 ? 2.0 * c.micro_batches * gather : gather;
       }
     }
@@ -236,17 +236,16 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
         exposed += std::max(gathers * last_share, gathers - forward);
       }
     }
-    // Scalars a step: the loss and gradient norm over pp, the loss over dp (and under ZeRO the
-    // norm's sums over the dp shards), the norm over tp.
-    // In the trainer's order (the loss over pp, then dp; the norm over dp's shards under ZeRO,
-    // tp, pp): the first collective after compute is reached one rank after another, the ones
-    // after it together (the dp gradient sync, when there is one, is that first).
+    // A step's scalars in the trainer's order: the loss over pp, then dp; the norm over dp's
+    // shards (ZeRO), tp, pp. The first collective after compute is reached one rank after
+    // another, the ones after it together (the dp gradient sync, when there is one, is that
+    // first).
     {
       bool first = !(c.dp > 1 && sync > 0);
-      for (const auto& [n, stride] : std::vector<std::pair<int, int>>{
+      for (const auto& [group, stride] : std::vector<std::pair<int, int>>{
                {c.pp, pp_stride}, {c.dp, dp_stride}, {c.zero > 0 ? c.dp : 1, dp_stride}, {c.tp, 1}, {c.pp, pp_stride}}) {
-        if (n < 2) continue;
-        exposed += comm.ScalarAllReduce(n, stride, /*together=*/!first);
+        if (group < 2) continue;
+        exposed += comm.ScalarAllReduce(group, stride, /*together=*/!first);
         first = false;
       }
     }
