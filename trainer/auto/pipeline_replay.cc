@@ -48,9 +48,8 @@ double At(const std::vector<double>& v, int s) { return s < static_cast<int>(v.s
 Status RankStep(Communicator* comm, pipeline::ScheduleKind kind, const pipeline::PipelineShape& shape,
                 const std::vector<Action>& actions, const PipelineStepCosts& step, int rank) {
   const int stages = shape.num_stages();
-  const int m = shape.micro_batches;
-  auto tag = [m](bool forward, int stage, int micro) {
-    return 2u * static_cast<uint32_t>(stage * m + micro) + (forward ? 0u : 1u);
+  auto tag = [&shape](bool forward, int stage, int micro) {
+    return pipeline::HandoffTag(forward, stage, micro, shape.micro_batches);
   };
   auto floats = [&](int boundary_stage) {
     const int64_t bytes = boundary_stage >= 0 && boundary_stage < static_cast<int>(step.boundary_bytes.size())

@@ -41,6 +41,13 @@ std::string ToString(const Action& a);               // "<stage><kind><micro>", 
 Result<Action> ParseAction(std::string_view text);
 // Space-separated actions, as ToString writes them one after another.
 std::string ToString(const std::vector<Action>& actions);
+
+// The point-to-point tag of a hand-off to `stage` (the receiving stage) for micro-batch `micro`
+// of `micro_batches`: activations even, gradients odd. The executor and the planner's replay
+// both match sends to receives by it.
+inline uint32_t HandoffTag(bool forward, int stage, int micro, int micro_batches) {
+  return 2u * static_cast<uint32_t>(stage * micro_batches + micro) + (forward ? 0u : 1u);
+}
 // Parses that form back (any run of spaces separates actions); InvalidArgument naming the
 // first bad action.
 Result<std::vector<Action>> ParseActions(std::string_view text);

@@ -47,7 +47,7 @@ int StageExecutor::RankOf(int stage) const { return RankOfStage(plan_.schedule, 
 bool StageExecutor::holds_last_stage() const { return Local(plan_.shape().num_stages() - 1); }
 
 uint32_t StageExecutor::Tag(bool forward, int stage, int micro) const {
-  return 2u * static_cast<uint32_t>(stage * plan_.micro_batches + micro) + (forward ? 0u : 1u);
+  return HandoffTag(forward, stage, micro, plan_.micro_batches);
 }
 
 Status StageExecutor::PostRecv(const Action& a) {
