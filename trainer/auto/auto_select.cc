@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "trainer/auto/unit_replay.h"
 #include "trainer/device.h"
 #include "trainer/ops/parallel.h"
 #include "trainer/parallel/plan.h"
@@ -87,6 +88,10 @@ Result<RankedPlans> PlanJob(const TrainJob& job, const ops::Exec& exec, const Pl
     if (std::find(replay_keys.begin(), replay_keys.end(), p.pipeline_key) != replay_keys.end()) continue;
     replay_keys.push_back(p.pipeline_key);
     replays.push_back(*p.replay);
+    // The model's own compute, not spins of its calibrated parts (unit_replay.h says why).
+    if (!exec.is_cuda()) {
+      STRATA_ASSIGN_OR_RETURN(replays.back().work, UnitReplayWork(job, exec, p.choice, req.planner.world));
+    }
   }
   if (!replays.empty()) {
     log(fmt::format("replaying {} pipeline{} on this host's {} cores ({} trainers: more processes than cores, "

@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <barrier>
 #include <chrono>
 #include <map>
@@ -44,9 +45,9 @@ void Wait(double seconds) {
 double At(const std::vector<double>& v, int s) { return s < static_cast<int>(v.size()) ? v[s] : 0.0; }
 
 // One rank's step: the executor's order (every receive posted first, sends not waited for until
-// the end), compute replaced by spins.
+// the end), compute run by `work` or replaced by spins.
 Status RankStep(Communicator* comm, pipeline::ScheduleKind kind, const pipeline::PipelineShape& shape,
-                const std::vector<Action>& actions, const PipelineStepCosts& step, int rank) {
+                const std::vector<Action>& actions, const PipelineStepCosts& step, int rank, ReplayWork* work) {
   const int stages = shape.num_stages();
   auto tag = [&shape](bool forward, int stage, int micro) {
     return pipeline::HandoffTag(forward, stage, micro, shape.micro_batches);
@@ -97,17 +98,29 @@ Status RankStep(Communicator* comm, pipeline::ScheduleKind kind, const pipeline:
       }
       case ActionKind::kForward:
         if (a.stage > 0) STRATA_RETURN_IF_ERROR(take(true, a.stage, a.micro));
-        SpinCpu(step.compute.F(a.stage));
-        Wait(At(step.f_wait, a.stage));
+        if (work != nullptr) {
+          STRATA_RETURN_IF_ERROR(work->Forward(a.stage, a.micro));
+        } else {
+          SpinCpu(step.compute.F(a.stage));
+          Wait(At(step.f_wait, a.stage));  // a work's own collectives take their time
+        }
         break;
       case ActionKind::kBackward:
       case ActionKind::kBackwardInput:
         if (a.stage + 1 < stages) STRATA_RETURN_IF_ERROR(take(false, a.stage, a.micro));
-        SpinCpu(a.kind == ActionKind::kBackward ? step.compute.B(a.stage) : step.compute.I(a.stage));
-        Wait(At(step.b_wait, a.stage));
+        if (work != nullptr) {
+          STRATA_RETURN_IF_ERROR(work->Backward(a.stage, a.micro, a.kind == ActionKind::kBackward));
+        } else {
+          SpinCpu(a.kind == ActionKind::kBackward ? step.compute.B(a.stage) : step.compute.I(a.stage));
+          Wait(At(step.b_wait, a.stage));
+        }
         break;
       case ActionKind::kBackwardWeight:
-        SpinCpu(step.compute.W(a.stage));
+        if (work != nullptr) {
+          STRATA_RETURN_IF_ERROR(work->BackwardWeight(a.stage, a.micro));
+        } else {
+          SpinCpu(step.compute.W(a.stage));
+        }
         break;
     }
   }
@@ -117,8 +130,8 @@ Status RankStep(Communicator* comm, pipeline::ScheduleKind kind, const pipeline:
 }
 
 // The step after the pipeline, as Trainer::TrainStep and its optimizer step run it.
-Status RankTail(Communicator* pp, Communicator* dp, const PipelineStepCosts& step, int rank,
-                std::vector<float>& grads, std::vector<float>& shard) {
+Status RankTail(Communicator* pp, Communicator* dp, Communicator* tp, const PipelineStepCosts& step, int rank,
+                ReplayWork* work, std::vector<float>& grads, std::vector<float>& shard) {
   const int64_t bytes = rank < static_cast<int>(step.grad_bytes.size()) ? step.grad_bytes[rank] : 0;
   const bool sync = dp != nullptr && dp->size() > 1 && bytes > 0;
   size_t per_rank = 0;
@@ -133,12 +146,16 @@ Status RankTail(Communicator* pp, Communicator* dp, const PipelineStepCosts& ste
     }
   }
   for (char g : step.scalars) {
-    Communicator* c = g == 'p' ? pp : dp;
+    Communicator* c = g == 'p' ? pp : g == 't' ? tp : dp;
     if (c == nullptr || c->size() < 2) continue;
     double v = 1;
     STRATA_RETURN_IF_ERROR(c->AllReduceHost(&v, 1, ReduceOp::kSum));
   }
-  SpinCpu(step.optimizer_s);
+  if (work != nullptr && step.zero == 0) {
+    STRATA_RETURN_IF_ERROR(work->Update());
+  } else {  // ZeRO's update covers the rank's shard: the calibrated time per parameter
+    SpinCpu(step.optimizer_s);
+  }
   if (sync && step.zero > 0) STRATA_RETURN_IF_ERROR(dp->AllGather(shard.data(), grads.data(), per_rank));
   return Status::OK();
 }
@@ -148,6 +165,7 @@ Status RankTail(Communicator* pp, Communicator* dp, const PipelineStepCosts& ste
 PipelineReplay::~PipelineReplay() {
   pp_comms_.clear();  // before the nodes they rendezvoused through
   dp_comms_.clear();
+  tp_comms_.clear();
   cluster_.reset();
 }
 
@@ -161,6 +179,7 @@ Result<std::unique_ptr<PipelineReplay>> PipelineReplay::Start(int pp, int dp, in
   STRATA_ASSIGN_OR_RETURN(replay->cluster_, StartInprocTrainers(n));
   replay->pp_comms_.resize(static_cast<size_t>(n));
   replay->dp_comms_.resize(static_cast<size_t>(n));
+  replay->tp_comms_.resize(static_cast<size_t>(n));
   std::mutex mu;
   Status failed;
   std::vector<std::thread> threads;
@@ -169,7 +188,7 @@ Result<std::unique_ptr<PipelineReplay>> PipelineReplay::Start(int pp, int dp, in
       const int r = t % pp, copy = t / pp, d = copy / tp, k = copy % tp;
       GlooOptions gloo;
       gloo.shm_ring_bytes = shm_ring_bytes;
-      GlooOptions small;  // as the trainer's dp groups: shared memory for their small all-reduces
+      GlooOptions small;  // as the trainer's dp and tp groups: shared memory for their small all-reduces
       small.shm_ring_bytes = shm_ring_bytes > 0 ? 64 << 10 : 0;
       Node& node = *replay->cluster_->nodes[t];
       Result<std::unique_ptr<Communicator>> pipe =
@@ -178,12 +197,17 @@ Result<std::unique_ptr<PipelineReplay>> PipelineReplay::Start(int pp, int dp, in
       Result<std::unique_ptr<Communicator>> data =
           dp > 1 ? MakeGlooCommunicator(node, "plan/replay/dp/" + std::to_string(k) + "/" + std::to_string(r), d, dp, small)
                  : Result<std::unique_ptr<Communicator>>(std::unique_ptr<Communicator>());
+      Result<std::unique_ptr<Communicator>> tensor =
+          tp > 1 ? MakeGlooCommunicator(node, "plan/replay/tp/" + std::to_string(d) + "/" + std::to_string(r), k, tp, small)
+                 : Result<std::unique_ptr<Communicator>>(std::unique_ptr<Communicator>());
       std::lock_guard<std::mutex> lock(mu);
-      if (pipe.ok() && data.ok()) {
+      if (pipe.ok() && data.ok() && tensor.ok()) {
         replay->pp_comms_[t] = *std::move(pipe);
         replay->dp_comms_[t] = *std::move(data);
+        replay->tp_comms_[t] = *std::move(tensor);
       } else if (failed.ok()) {
-        failed = (pipe.ok() ? data.status() : pipe.status()).WithContext("pipeline replay: thread " + std::to_string(t));
+        failed = (!pipe.ok() ? pipe.status() : !data.ok() ? data.status() : tensor.status())
+                     .WithContext("pipeline replay: thread " + std::to_string(t));
       }
     });
   }
@@ -193,7 +217,7 @@ Result<std::unique_ptr<PipelineReplay>> PipelineReplay::Start(int pp, int dp, in
 }
 
 Result<double> PipelineReplay::Measure(pipeline::ScheduleKind kind, const pipeline::PipelineShape& shape,
-                                       const PipelineStepCosts& step, int reps) {
+                                       const PipelineStepCosts& step, int reps, const ReplayWorkFactory& work) {
   if (shape.pp != pp_) {
     return Status::InvalidArgument("pipeline replay: started for pp " + std::to_string(pp_) + ", asked for pp " +
                                    std::to_string(shape.pp));
@@ -211,6 +235,8 @@ Result<double> PipelineReplay::Measure(pipeline::ScheduleKind kind, const pipeli
   // starts as they do.
   Clock::time_point released;
   std::barrier sync(threads_n, [&]() noexcept { released = Clock::now(); });
+  std::barrier made_all(threads_n);
+  std::atomic<bool> work_failed{false};
   // ended[s][t]: when thread t finished step s.
   std::vector<std::vector<Clock::time_point>> ended(static_cast<size_t>(reps),
                                                     std::vector<Clock::time_point>(static_cast<size_t>(threads_n)));
@@ -221,11 +247,27 @@ Result<double> PipelineReplay::Measure(pipeline::ScheduleKind kind, const pipeli
     threads.emplace_back([&, t] {
       const int rank = t % pp_;
       std::vector<float> grads, shard;
+      std::unique_ptr<ReplayWork> mine;
       auto one_step = [&]() -> Status {
-        STRATA_RETURN_IF_ERROR(RankStep(pp_comms_[t].get(), kind, shape, actions[rank], step, rank));
-        return RankTail(pp_comms_[t].get(), dp_comms_[t].get(), step, rank, grads, shard);
+        STRATA_RETURN_IF_ERROR(RankStep(pp_comms_[t].get(), kind, shape, actions[rank], step, rank, mine.get()));
+        return RankTail(pp_comms_[t].get(), dp_comms_[t].get(), tp_comms_[t].get(), step, rank, mine.get(), grads,
+                        shard);
       };
-      Status st = one_step();
+      Status st;
+      if (work) {
+        Result<std::unique_ptr<ReplayWork>> made = work(rank, tp_comms_[t].get());
+        if (made.ok()) {
+          mine = *std::move(made);
+        } else {
+          st = made.status();
+          std::lock_guard<std::mutex> lock(mu);  // the cause, reported before the others' aborts
+          if (failed.ok()) failed = st.WithContext("pipeline replay, thread " + std::to_string(t) + "'s work");
+          work_failed = true;
+        }
+      }
+      made_all.arrive_and_wait();  // nobody sends to a rank that has no work to receive with
+      if (st.ok() && work_failed) st = Status::Aborted("another rank's work could not be made");
+      if (st.ok()) st = one_step();
       sync.arrive_and_wait();  // arrived even after a failure: nobody is stranded
       for (int s = 0; s < reps; ++s) {
         if (st.ok()) st = one_step();
@@ -265,7 +307,7 @@ Result<std::vector<double>> ReplayPipelines(const std::vector<PipelineReplayRequ
     for (size_t i : indices) {
       const PipelineReplayRequest& r = requests[i];
       const int reps = std::clamp(static_cast<int>(budget_s / std::max(1e-6, r.simulated_s)), 3, 15);
-      STRATA_ASSIGN_OR_RETURN(out[i], replay->Measure(r.kind, r.shape, r.costs, reps));
+      STRATA_ASSIGN_OR_RETURN(out[i], replay->Measure(r.kind, r.shape, r.costs, reps, r.work));
     }
   }
   return out;

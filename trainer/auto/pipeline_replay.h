@@ -12,6 +12,7 @@
 // cannot: the planner uses it for pipelines whose ranks outnumber the cores.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,8 +25,29 @@
 
 namespace strata {
 
+// What one replayed rank computes for real in place of the spins: the planner's UnitReplayWork
+// (unit_replay.h) runs the model's own units on a sample micro-batch. Made on the rank's thread
+// (its allocator, its caches), used by that thread only.
+class ReplayWork {
+ public:
+  virtual ~ReplayWork() = default;
+  // Each fails only when the device runs out of memory (ResourceExhausted).
+  virtual Status Forward(int stage, int micro) = 0;
+  // `full`: the fused backward (kBackward); otherwise its input half (kBackwardInput).
+  virtual Status Backward(int stage, int micro, bool full) = 0;
+  virtual Status BackwardWeight(int stage, int micro) = 0;
+  // What the trainer's step does after its gradients are synchronised: the gradient norm's
+  // pass and the optimizer's update (then gradients zeroed, as the next step starts).
+  virtual Status Update() = 0;
+};
+// One rank's work, by its pipeline rank (0 .. pp-1) and its tensor-parallel group's communicator
+// (null for tp 1: the model's collectives run on it, as the trainer's do); called on the thread
+// that runs it.
+using ReplayWorkFactory = std::function<Result<std::unique_ptr<ReplayWork>>(int pp_rank, Communicator* tp)>;
+
 // One pipeline step as the replay runs it. `compute`'s F, B, I and W per stage are CPU seconds
-// (spun on the thread's own CPU clock, so a preempted spin still does all its work); `f_wait`
+// (spun on the thread's own CPU clock, so a preempted spin still does all its work) unless a
+// ReplayWork runs the stage's real compute in their place; `f_wait`
 // and `b_wait` per stage are time a compute action spends blocked beside it (a tensor-parallel
 // collective), slept, not spun (I takes b_wait, W none); `boundary_bytes[s]` is what stage s
 // sends on (its output; the gradient back is the same size).
@@ -38,8 +60,9 @@ struct PipelineStepCosts {
   //   an all-reduce, or with `zero` 1 or 2 a reduce-scatter (and the all-gather after the
   //   optimizer);
   // - one-double all-reduces in the order of `scalars`, a group each ('p': the pipeline, 'd':
-  //   data-parallel; the trainer: the loss over p then d, the gradient norm over p);
-  // - `optimizer_s` of CPU time on every rank.
+  //   data-parallel, 't': tensor-parallel; the trainer: the loss over p then d, the gradient
+  //   norm over t then p);
+  // - `optimizer_s` of CPU time on every rank, or with a ReplayWork and `zero` 0 its Update.
   std::vector<int64_t> grad_bytes;
   int zero = 0;
   std::string scalars;
@@ -47,30 +70,34 @@ struct PipelineStepCosts {
 };
 
 // What the planner asks the replay to measure for a plan: dp x tp pipelines of shape.pp ranks
-// (the tp copies of a stage run side by side, their collectives in `f_wait` and `b_wait`).
+// (the tp copies of a stage run side by side: with `work`, its model's collectives over their tp
+// group; with spins, slept as `f_wait` and `b_wait`).
 struct PipelineReplayRequest {
   pipeline::ScheduleKind kind = pipeline::ScheduleKind::k1F1B;
   pipeline::PipelineShape shape;
   PipelineStepCosts costs;
   int dp = 1, tp = 1;
   double simulated_s = 0;  // the simulator's makespan for the same costs (processor sharing)
+  ReplayWorkFactory work;  // empty: spins of `costs.compute`
 };
 
 class PipelineReplay {
  public:
   // dp x tp pipelines of `pp` ranks (dp x tp x pp threads, all at once: the job's pipelines
-  // share the cores the same way), over in-process nodes, with a communicator per pipeline and
-  // one per data-parallel group (the pipelines of one tp index, rank by rank); `shm_ring_bytes`
-  // as GlooOptions' (0: TCP). The communicators stay up for every Measure.
+  // share the cores the same way), over in-process nodes, with a communicator per pipeline, one
+  // per data-parallel group (the pipelines of one tp index, rank by rank) and one per
+  // tensor-parallel group (the tp copies of a pipeline rank); `shm_ring_bytes` as GlooOptions'
+  // (0: TCP). The communicators stay up for every Measure.
   static Result<std::unique_ptr<PipelineReplay>> Start(int pp, int dp, int tp, uint64_t shm_ring_bytes);
   ~PipelineReplay();
 
   // Seconds a step of `kind` on `shape` (shape.pp must be Start's): one step to warm up, then
   // every thread released together runs `reps` steps back to back (each: the pipeline, then the
   // tail PipelineStepCosts lists); each step from the slowest thread's end of the one before to
-  // its end of this one, the median over the steps.
+  // its end of this one, the median over the steps. With `work`, each thread makes its rank's
+  // ReplayWork first and runs it in place of the compute spins.
   Result<double> Measure(pipeline::ScheduleKind kind, const pipeline::PipelineShape& shape,
-                         const PipelineStepCosts& step, int reps);
+                         const PipelineStepCosts& step, int reps, const ReplayWorkFactory& work = {});
 
   int pp() const { return pp_; }
 
@@ -78,8 +105,9 @@ class PipelineReplay {
   PipelineReplay(int pp, int dp, int tp) : pp_(pp), dp_(dp), tp_(tp) {}
   const int pp_, dp_, tp_;
   std::unique_ptr<InprocCluster> cluster_;
-  // Thread t = (d * tp + k) * pp + r: its pipeline's communicator and its dp group's.
-  std::vector<std::unique_ptr<Communicator>> pp_comms_, dp_comms_;
+  // Thread t = (d * tp + k) * pp + r: its pipeline's communicator, its dp group's and its tp
+  // group's.
+  std::vector<std::unique_ptr<Communicator>> pp_comms_, dp_comms_, tp_comms_;
 };
 
 // Measures every request (grouped by shape: one set of communicators each), its repetitions

@@ -88,10 +88,10 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
   }
   STRATA_ASSIGN_OR_RETURN(ParallelPlan plan, ResolvePlan(ApplyChoice(job, c), o.world));
 
-  // More ranks than cores: the step is replayed on this host (below), with the units' own
-  // times (measured one copy per core), unless tensor parallelism (whose collectives the replay
-  // could only sleep through) or ZeRO-3 (whose per-unit gathers it does not run) is in it.
-  const bool replay = slow > 1 && c.tp == 1 && c.zero < 3 && (stages > 1 || c.dp > 1);
+  // More ranks than cores: the step is replayed on this host (below; the planner runs the
+  // model's own units, tensor-parallel collectives included), unless ZeRO-3 (whose per-unit
+  // gathers it does not run) is in it.
+  const bool replay = slow > 1 && c.zero < 3 && (stages > 1 || c.dp > 1 || c.tp > 1);
   PipelineStepCosts replay_costs;
   pipeline::Costs costs;
   std::vector<int64_t> stage_saved(stages, 0), stage_transient(stages, 0);
@@ -142,9 +142,8 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
   if (slow > 1) costs.slots = static_cast<double>(o.cores) / (c.dp * c.tp);
   STRATA_ASSIGN_OR_RETURN(pipeline::Simulation sim, pipeline::Simulate(c.schedule, plan.shape(), costs));
   PlanPrediction pred;
-  // Replayed, a step is measured whole but for the tensor-parallel scalar: the pipeline, the dp
-  // gradient sync, the loss's and the gradient norm's all-reduces, and the optimizer (its
-  // largest rank's, unslowed).
+  // Replayed, a step is measured whole: the pipeline, the dp gradient sync, the loss's and the
+  // gradient norm's all-reduces, and the optimizer (its largest rank's, unslowed).
   double replayed = 0;
   if (replay) {
     pred.pipeline_key = PipelineKey(c);
@@ -162,9 +161,9 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
         replay_costs.grad_bytes.push_back(c.dp > 1 ? 4 * psi : 0);
       }
       replay_costs.zero = c.zero;
-      replay_costs.scalars = c.zero > 0 ? "pddp" : "pdp";  // Trainer::ReduceLoss, then ClipGradients
+      replay_costs.scalars = c.zero > 0 ? "pddtp" : "pdtp";  // Trainer::ReduceLoss, then ClipGradients
       replay_costs.optimizer_s = cal.optimizer_s_per_param * static_cast<double>(c.zero > 0 ? most / c.dp : most);
-      PipelineReplayRequest request{c.schedule, plan.shape(), replay_costs, c.dp, c.tp, 0};
+      PipelineReplayRequest request{c.schedule, plan.shape(), replay_costs, c.dp, c.tp, 0, {}};
       request.simulated_s = sim.makespan + replay_costs.optimizer_s;
       pred.replay = std::move(request);
     }
@@ -253,7 +252,7 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
     const double busy = sim.busy[r];
     double step = sim.makespan + exposed + optimizer, bubble = sim.makespan - busy;
     if (pred.pipeline_replayed) {  // the parts beside the measured whole: what the model says
-      step = replayed + comm.ScalarAllReduce(c.tp, 1, /*together=*/true);
+      step = replayed;
       bubble = std::max(0.0, step - busy - optimizer - exposed);
     }
     if (step > worst_step) {

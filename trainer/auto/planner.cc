@@ -115,7 +115,9 @@ Result<std::vector<PlanChoice>> EnumeratePlans(const TrainJob& job, const Planne
 }
 
 std::string PipelineKey(const PlanChoice& c) {
-  return c.ToString() + " mb" + std::to_string(c.micro_batch) + " cut=" + c.partition;
+  // "units": replayed with the model's own compute (unit_replay.h); keys of the spins before it
+  // no longer match.
+  return c.ToString() + " mb" + std::to_string(c.micro_batch) + " cut=" + c.partition + " units";
 }
 
 std::vector<ProfileKey> NeededProfiles(const std::vector<PlanChoice>& choices) {

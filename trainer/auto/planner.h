@@ -78,7 +78,8 @@ struct PlanPrediction {
   std::optional<PipelineReplayRequest> replay;
 };
 
-// A plan's step as the replay measures it: the choice, its local micro-batch and the stage cut.
+// A plan's step as the replay measures it: the choice, its local micro-batch, the stage cut and
+// the replay's kind ("units": the model's own compute).
 std::string PipelineKey(const PlanChoice& c);
 
 // The job the trainer runs for `c`: parallel.dp/tp/pp/vpp/schedule/zero/recompute/partition,

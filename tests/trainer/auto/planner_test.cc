@@ -241,7 +241,7 @@ TEST(Planner, APipelineWhoseRanksOutnumberTheCoresIsReplayedAndItsMeasurementUse
   EXPECT_EQ(asks->replay->dp, 1);
   EXPECT_EQ(asks->replay->tp, 1);
   EXPECT_EQ(asks->replay->shape.pp, 4);
-  EXPECT_EQ(asks->replay->costs.scalars, "pdp");  // the loss over pp and dp, the norm over pp
+  EXPECT_EQ(asks->replay->costs.scalars, "pdtp");  // the loss over pp and dp, the norm over tp and pp
   EXPECT_EQ(asks->replay->costs.grad_bytes, std::vector<int64_t>(4, 0));  // dp 1: no sync
   ASSERT_EQ(asks->replay->costs.compute.f_stage.size(), 4u);
   double f = 0;
@@ -279,6 +279,29 @@ TEST(Planner, APipelineWhoseRanksOutnumberTheCoresIsReplayedAndItsMeasurementUse
     for (int u = plan->stages[r].first; u < plan->stages[r].last; ++u) psi += units[u].params;
     EXPECT_EQ(two->replay->costs.grad_bytes[r], 4 * psi) << r;
   }
+  // Tensor parallelism is replayed too (its collectives run in the replayed model), and its
+  // scalar is in the replay's tail, not added beside it. ZeRO-3 is not replayed.
+  PlanChoice t = c;
+  t.tp = 2;
+  t.pp = 2;
+  Calibration cal3 = Synthetic(job, {t});
+  auto tensor = Predict(job, t, cal3, comm, o);
+  ASSERT_TRUE(tensor.ok()) << tensor.status().ToString();
+  ASSERT_TRUE(tensor->replay.has_value());
+  EXPECT_EQ(tensor->replay->tp, 2);
+  EXPECT_EQ(tensor->replay->costs.scalars, "pdtp");
+  cal3.pipeline_s[tensor->pipeline_key] = 0.25;
+  auto measured = Predict(job, t, cal3, comm, o);
+  ASSERT_TRUE(measured.ok());
+  EXPECT_NEAR(measured->step_s, 0.25, 1e-12);
+  PlanChoice z3 = d;
+  z3.zero = 3;
+  z3.pp = 1;
+  z3.dp = 4;
+  Calibration cal4 = Synthetic(job, {z3});
+  auto sharded = Predict(job, z3, cal4, comm, o);
+  ASSERT_TRUE(sharded.ok()) << sharded.status().ToString();
+  EXPECT_FALSE(sharded->replay.has_value());
 }
 
 TEST(Planner, ChoiceJsonRoundTripsAndBadFieldsAreNamed) {
