@@ -1,14 +1,17 @@
 // plan_bench.cc: strata-bench plan: the planner (issue #19) judged by running what it ranks.
 // For gpt on 4 trainer processes and the seeds' mlp (1024 -> 4096 -> 1024) on 2, strata-plan
 // ranks every plan (calibrating this machine, cached); the planner's top 3 and `--others` more
-// plans spread over the rest of the ranking run through strata-launch for --steps steps each,
-// --rounds times (interleaved, the order reversed every other round).
-// Per plan: predicted beside measured step time (median of the steps after the first two, the
-// slowest rank's, then of the rounds, with their spread) and peak memory (the allocator's
-// high-water mark, the largest rank's); per case: Spearman's rank correlation, the rounds'
+// plans spread over the rest of the ranking run through strata-launch for a warm-up (--warmup-s
+// of steps by the prediction, 3 to --warmup steps) then --steps steps each, --rounds times
+// (interleaved, the order reversed every other round).
+// Per plan: predicted beside measured step time (median of the --steps steps after the warm-up,
+// the slowest rank's, then of the rounds, with their spread; beside it the median of steps 3..20,
+// what a 20-step run measures) and peak memory (the allocator's high-water mark, the largest
+// rank's); per case: Spearman's rank correlation, the rounds'
 // Spearman with each other (how well this host can rank the plans at all), the median absolute
 // error, the chosen plan against the best measured one.
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -30,6 +33,12 @@ namespace fs = std::filesystem;
 
 struct Options {
   int steps = 20;
+  // Steps run before the measured ones: enough for about `warmup_s` (by the plan's predicted
+  // step), at least 3 and at most `warmup`. On the 2-core host a pipeline's processes settle
+  // only after some 0.4 s of steps (steps 3-30 of a gpt pp 4 job run 15-25% slower than steps
+  // 40-60; one process alone does not), and the planner predicts the settled step.
+  int warmup = 40;
+  double warmup_s = 1.0;
   int others = 7;
   int rounds = 1;
   int timeout_s = 300;
@@ -62,11 +71,12 @@ Case MlpCase() {
 }
 
 struct Measured {
-  double step_ms = 0;
+  double step_ms = 0;   // median over the steps after `warmup`
+  double early_ms = 0;  // median over steps 3..20 (the first 20 steps, the first two left out)
   int64_t peak_bytes = 0;
 };
 
-Result<Measured> ReadMeasured(const fs::path& dir, int trainers, int64_t batch_size) {
+Result<Measured> ReadMeasured(const fs::path& dir, int trainers, int64_t batch_size, int warmup) {
   std::map<int64_t, double> slowest;
   Measured m;
   for (int r = 0; r < trainers; ++r) {
@@ -84,12 +94,15 @@ Result<Measured> ReadMeasured(const fs::path& dir, int trainers, int64_t batch_s
       if (j.contains("memory")) m.peak_bytes = std::max(m.peak_bytes, j["memory"].value("step_peak_bytes", int64_t{0}));
     }
   }
-  std::vector<double> ms;
+  // Steps count from 1 in the metrics.
+  std::vector<double> ms, early;
   for (const auto& [step, t] : slowest) {
-    if (step > 2 || slowest.size() <= 2) ms.push_back(t);
+    if (step > warmup && (warmup > 2 || step > 2)) ms.push_back(t);
+    if (step > 2 && step <= 20) early.push_back(t);
   }
-  if (ms.empty()) return Status::NotFound(dir.string() + ": no step records");
+  if (ms.empty()) return Status::NotFound(dir.string() + ": no step records after step " + std::to_string(warmup));
   m.step_ms = Median(ms);
+  m.early_ms = early.empty() ? 0 : Median(early);
   return m;
 }
 
@@ -137,13 +150,14 @@ Result<Report> RunPlanBench(const Options& o) {
   const unsigned cpus = std::thread::hardware_concurrency();
   Report report;
   report.benchmark = "plan";
-  report.config = {{"steps", o.steps}, {"others", o.others}, {"rounds", o.rounds}, {"cases", o.cases}, {"cpus", cpus}};
+  report.config = {{"steps", o.steps}, {"warmup", o.warmup}, {"warmup_s", o.warmup_s}, {"others", o.others}, {"rounds", o.rounds}, {"cases", o.cases}, {"cpus", cpus}};
   Table table("strata-bench plan: the planner's predictions beside measured runs",
               {{"case", "case", Table::Format::kText},
                {"rank", "rank", Table::Format::kInteger},
                {"plan", "plan", Table::Format::kText},
                {"pred ms", "predicted_ms", Table::Format::kFixed1},
                {"meas ms", "measured_ms", Table::Format::kFixed1},
+               {"steps 3-20 ms", "early_ms", Table::Format::kFixed1},
                {"spread %", "rounds_spread_pct", Table::Format::kFixed1},
                {"err %", "error_pct", Table::Format::kFixed1},
                {"pred MiB", "predicted_mib", Table::Format::kFixed2},
@@ -198,6 +212,8 @@ Result<Report> RunPlanBench(const Options& o) {
         const fs::path run_dir = dir / ("rank" + std::to_string(i + 1) + "-round" + std::to_string(round + 1));
         fs::create_directories(run_dir);
         const int64_t batch = p.at("micro_batch").get<int64_t>() * p.at("dp").get<int64_t>();
+        const int warmup = std::clamp(static_cast<int>(std::ceil(o.warmup_s * 1e3 / std::max(1e-3, p.at("step_ms").get<double>()))),
+                                      std::min(3, o.warmup), o.warmup);
         std::vector<std::string> args = {launch, "--servers", "0", "--trainers", std::to_string(c.trainers), "--timeout",
                                          std::to_string(o.timeout_s), job.string()};
         for (const std::string& s :
@@ -208,7 +224,7 @@ Result<Report> RunPlanBench(const Options& o) {
               "parallel.recompute=" + p.at("recompute").get<std::string>(),
               "parallel.partition=\"" + p.at("partition").get<std::string>() + "\"",
               "train.micro_batches=" + std::to_string(p.at("micro_batches").get<int>()),
-              "train.batch_size=" + std::to_string(batch), "train.steps=" + std::to_string(o.steps),
+              "train.batch_size=" + std::to_string(batch), "train.steps=" + std::to_string(warmup + o.steps),
               "train.metrics_path=" + (run_dir / "m-{rank}.jsonl").string()}) {
           args.push_back("--set");
           args.push_back(s);
@@ -218,7 +234,8 @@ Result<Report> RunPlanBench(const Options& o) {
         STRATA_RETURN_IF_ERROR(LaunchJob(args, run_dir / "launch.log").WithContext(c.name + " " + label));
         std::cerr << took.Seconds() << " s\n";
         // The progress line's samples a step: train.batch_size x train.micro_batches.
-        STRATA_ASSIGN_OR_RETURN(Measured m, ReadMeasured(run_dir, c.trainers, batch * p.at("micro_batches").get<int64_t>()));
+        STRATA_ASSIGN_OR_RETURN(Measured m, ReadMeasured(run_dir, c.trainers, batch * p.at("micro_batches").get<int64_t>(),
+                                                         warmup));
         runs[i].push_back(m);
       }
     }
@@ -229,10 +246,11 @@ Result<Report> RunPlanBench(const Options& o) {
     for (size_t i : pick) {
       const nlohmann::json& p = plans[i];
       const std::string label = p.at("plan").get<std::string>();
-      std::vector<double> ms;
+      std::vector<double> ms, early;
       Measured m;
       for (size_t r = 0; r < runs[i].size(); ++r) {
         ms.push_back(runs[i][r].step_ms);
+        early.push_back(runs[i][r].early_ms);
         by_round[r].push_back(runs[i][r].step_ms);
         m.peak_bytes = std::max(m.peak_bytes, runs[i][r].peak_bytes);
       }
@@ -249,7 +267,8 @@ Result<Report> RunPlanBench(const Options& o) {
         best_ms = m.step_ms;
         best_plan = label;
       }
-      table.AddRow({c.name, static_cast<int64_t>(i + 1), label, pred, m.step_ms, spread, (pred / m.step_ms - 1) * 100,
+      table.AddRow({c.name, static_cast<int64_t>(i + 1), label, pred, m.step_ms, Median(early), spread,
+                    (pred / m.step_ms - 1) * 100,
                     pred_mib, meas_mib, meas_mib > 0 ? (pred_mib / meas_mib - 1) * 100 : 0.0});
     }
     // How well the host can rank the plans at all: the rank correlation of one round's
@@ -272,8 +291,10 @@ Result<Report> RunPlanBench(const Options& o) {
   }
   report.tables.push_back(std::move(table));
   report.tables.push_back(std::move(summary));
-  report.notes.push_back("measured step: the slowest rank's, median over steps 3..N, then over --rounds runs (spread: slowest "
-                         "round over fastest); memory: the largest rank's allocator high-water mark during a step");
+  report.notes.push_back("measured step: the slowest rank's, median over the " + std::to_string(o.steps) +
+                         " steps after a warm-up (steps for " + fmt::format("{:g}", o.warmup_s) + " s by the prediction, 3 to " +
+                         std::to_string(o.warmup) + "), then over --rounds runs (spread: slowest round over fastest); steps 3-20: the same over steps "
+                         "3..20, as a 20-step run measures; memory: the largest rank's allocator high-water mark during a step");
   report.notes.push_back("retest Spearman: the median over pairs of rounds of the rank correlation of one round's measured "
                          "step times with another's, the ceiling of what a prediction can reach on this host (needs --rounds >= 2)");
   report.notes.push_back(HostLoadNote(cpus, total.Seconds()));
@@ -285,7 +306,10 @@ Result<Report> RunPlanBench(const Options& o) {
 
 BenchFn SetupPlanBench(CLI::App& app) {
   auto o = std::make_shared<Options>();
-  app.add_option("--steps", o->steps, "steps per plan")->check(CLI::PositiveNumber);
+  app.add_option("--steps", o->steps, "measured steps per plan")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", o->warmup, "most steps per plan before the measured ones")->check(CLI::NonNegativeNumber);
+  app.add_option("--warmup-s", o->warmup_s, "seconds of steps (by the predicted step) before the measured ones")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--others", o->others, "plans run besides the planner's top 3")->check(CLI::NonNegativeNumber);
   app.add_option("--rounds", o->rounds, "runs of every plan, interleaved; a plan's figure is their median")
       ->check(CLI::PositiveNumber);
