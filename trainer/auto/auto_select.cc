@@ -94,8 +94,8 @@ Result<RankedPlans> PlanJob(const TrainJob& job, const ops::Exec& exec, const Pl
     }
   }
   if (!replays.empty()) {
-    log(fmt::format("replaying {} pipeline{} on this host's {} cores ({} trainers: more processes than cores, "
-                    "which the simulator's processor sharing does not model)",
+    log(fmt::format("replaying {} plan{} with the model's own compute on this host's {} cores, 3 passes ({} "
+                    "trainers: more processes than cores, which the simulator's processor sharing does not model)",
                     replays.size(), replays.size() == 1 ? "" : "s", req.planner.cores, req.planner.world));
     const uint64_t ring = static_cast<uint64_t>(job.parallel.shm_ring_mb * (1 << 20));
     STRATA_ASSIGN_OR_RETURN(std::vector<double> seconds, ReplayPipelines(replays, ring));
