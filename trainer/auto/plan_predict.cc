@@ -118,6 +118,9 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
       stage_saved[s] += unit_saved(u);
       stage_transient[s] = std::max<int64_t>(stage_transient[s], static_cast<int64_t>((*prof)[u].peak_bytes / tp));
     }
+    // The calibration counts a unit's output as saved (the next unit keeps it). The last unit's
+    // is the logits, which the loss head reads and lets go (it keeps only their gradient).
+    if (s + 1 == stages) stage_saved[s] -= (*prof)[n_units - 1].output_bytes;
     costs.f_stage.push_back(f);
     costs.b_stage.push_back(b);
     costs.i_stage.push_back(i);
