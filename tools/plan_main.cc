@@ -120,6 +120,7 @@ struct RankFlags {
   int top = 10;
   std::string cache, json, host;
   std::string device_model;  // a stated device (device_model.h) instead of this one, measured
+  std::vector<std::string> only;  // --only: these plans alone (PlanRequest::only)
 };
 
 Status WriteJson(const std::string& path, const RankedPlans& ranked, const PlannerOptions& o) {
@@ -189,6 +190,7 @@ int Rank(const JobConfig& config, const RankFlags& f) {
   req.cache_path = f.cache;
   req.device = job.train.device;
   req.host = f.host;
+  req.only = f.only;
   req.log = [](const std::string& s) { std::cerr << "strata-plan: " << s << "\n"; };
   // The in-process scheduler and nodes of the collective measurement would log their joins.
   spdlog::set_level(spdlog::level::warn);
@@ -244,6 +246,9 @@ int main(int argc, char** argv) {
   app.add_option("--cores", rank.cores, "CPU cores the trainers share (default: this host's)");
   app.add_option("--cache", rank.cache, "calibration cache (default: ~/.cache/strata/plan_calibration.json)");
   app.add_option("--json", rank.json, "write every ranked plan as JSON");
+  app.add_option("--only", rank.only,
+                 "rank just this plan, by its label (\"dp2 tp1 pp2 1f1b m4 zero1 rc=none\"); repeat for more")
+      ->allow_extra_args(false);
   app.add_option("--top", rank.top, "rows of the table")->check(CLI::PositiveNumber);
   app.add_option("--device-model", rank.device_model,
                  "plan for a stated device (YAML: peak FLOP/s, memory, links; examples/auto/h100_dgx.yaml) "

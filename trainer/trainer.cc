@@ -162,25 +162,13 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
 
   // This rank builds the units of its stages only.
   const std::vector<int> stages = pipeline::StagesOfRank(t->plan_.schedule, t->plan_.shape(), t->groups_.pp_rank);
-  UnitSelection mine;
-  if (t->plan_.pp > 1) {
-    mine.assign(t->plan_.stages.back().last, false);
-    for (int s : stages) {
-      for (int u = t->plan_.stages[s].first; u < t->plan_.stages[s].last; ++u) mine[u] = true;
-    }
-  }
   const int64_t local_batch = job.train.batch_size / t->plan_.dp;
   ModelOptions model = job.model;
   if (SparseOnServers(job)) model.sparse_rows = local_batch * t->plan_.micro_batches * IdsPerSample(job.model);
-  model.recompute_attention_core = job.parallel.recompute == ParallelOptions::Recompute::kSelective;
-  STRATA_ASSIGN_OR_RETURN(t->model_, CreateModel(model, exec, mine,
-                                                 nn::TpGroup{t->groups_.tp.get(), job.parallel.sequence_parallel},
-                                                 nn::CpGroup{t->groups_.cp.get()}));
-  if (job.parallel.recompute == ParallelOptions::Recompute::kFull) {
-    for (int u = 0; u < t->model_->num_units(); ++u) {
-      if (t->model_->built(u)) t->model_->unit(u).set_recompute(true);
-    }
-  }
+  STRATA_ASSIGN_OR_RETURN(t->model_, CreateRecomputingModel(model, job.parallel.recompute, exec,
+                                                            UnitsOfStages(t->plan_, stages),
+                                                            nn::TpGroup{t->groups_.tp.get(), job.parallel.sequence_parallel},
+                                                            nn::CpGroup{t->groups_.cp.get()}));
   if (cluster) STRATA_RETURN_IF_ERROR(t->Connect());
   if (job.infer.enabled()) {
     // No optimizer and no gradient synchronisation: parameters come from the checkpoint.

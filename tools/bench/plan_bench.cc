@@ -3,7 +3,10 @@
 // ranks every plan (calibrating this machine, cached); the planner's top 3 and `--others` more
 // plans spread over the rest of the ranking run through strata-launch for a warm-up (--warmup-s
 // of steps by the prediction, 3 to --warmup steps) then --steps steps each, --rounds times
-// (interleaved, the order reversed every other round).
+// (interleaved, the order reversed every other round). Each round first predicts its plans anew
+// (strata-plan --only on them, with a calibration of its own), so that the host's drift over the
+// run falls on the predictions as on the measurements; a plan's prediction is the median of its
+// rounds' (--no-recalibrate: the ranking's alone).
 // Per plan: predicted beside measured step time (median of the --steps steps after the warm-up,
 // the slowest rank's, then of the rounds, with their spread; beside it the median of steps 3..20,
 // what a 20-step run measures) and peak memory (the allocator's high-water mark, the largest
@@ -41,6 +44,7 @@ struct Options {
   double warmup_s = 1.0;
   int others = 7;
   int rounds = 1;
+  bool recalibrate = true;
   int timeout_s = 300;
   std::string cases = "gpt,mlp";
   std::string data = "/usr/share/common-licenses/GPL-3";
@@ -150,11 +154,12 @@ Result<Report> RunPlanBench(const Options& o) {
   const unsigned cpus = std::thread::hardware_concurrency();
   Report report;
   report.benchmark = "plan";
-  report.config = {{"steps", o.steps}, {"warmup", o.warmup}, {"warmup_s", o.warmup_s}, {"others", o.others}, {"rounds", o.rounds}, {"cases", o.cases}, {"cpus", cpus}};
+  report.config = {{"steps", o.steps}, {"warmup", o.warmup}, {"warmup_s", o.warmup_s}, {"others", o.others}, {"rounds", o.rounds}, {"recalibrate", o.recalibrate}, {"cases", o.cases}, {"cpus", cpus}};
   Table table("strata-bench plan: the planner's predictions beside measured runs",
               {{"case", "case", Table::Format::kText},
                {"rank", "rank", Table::Format::kInteger},
                {"plan", "plan", Table::Format::kText},
+               {"ranked ms", "ranked_ms", Table::Format::kFixed1},
                {"pred ms", "predicted_ms", Table::Format::kFixed1},
                {"meas ms", "measured_ms", Table::Format::kFixed1},
                {"steps 3-20 ms", "early_ms", Table::Format::kFixed1},
@@ -183,14 +188,20 @@ Result<Report> RunPlanBench(const Options& o) {
     fs::create_directories(dir);
     const fs::path job = dir / "job.yaml";
     std::ofstream(job) << c.yaml;
-    const fs::path ranking = dir / "plan.json";
-    STRATA_RETURN_IF_ERROR(LaunchJob({plan, job.string(), "--trainers", std::to_string(c.trainers), "--cache",
-                                      (work / "calibration.json").string(), "--json", ranking.string()},
-                                     dir / "plan.log")
-                               .WithContext("strata-plan " + c.name));
-    std::ifstream in(ranking);
-    const nlohmann::json ranked = nlohmann::json::parse(in, nullptr, false);
-    if (!ranked.is_object()) return Status::Corruption(ranking.string());
+    // strata-plan on this case with `cache`, plus `extra` arguments; its JSON ranking.
+    auto run_planner = [&](const std::string& tag, const fs::path& cache,
+                           const std::vector<std::string>& extra) -> Result<nlohmann::json> {
+      const fs::path out = dir / (tag + ".json");
+      std::vector<std::string> args = {plan, job.string(), "--trainers", std::to_string(c.trainers), "--cache",
+                                       cache.string(), "--json", out.string()};
+      args.insert(args.end(), extra.begin(), extra.end());
+      STRATA_RETURN_IF_ERROR(LaunchJob(args, dir / (tag + ".log")).WithContext("strata-plan " + c.name + " (" + tag + ")"));
+      std::ifstream in(out);
+      nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+      if (!j.is_object() || !j.contains("plans")) return Status::Corruption(out.string() + ": not a strata-plan ranking");
+      return j;
+    };
+    STRATA_ASSIGN_OR_RETURN(const nlohmann::json ranked, run_planner("plan", work / "calibration.json", {}));
     const nlohmann::json& plans = ranked.at("plans");
     // The top 3, then `others` spread evenly over the rest of the ranking.
     std::vector<size_t> pick;
@@ -202,10 +213,33 @@ Result<Report> RunPlanBench(const Options& o) {
     }
     // Every plan runs once per round; rounds alternate the order (so a drift of the host's load
     // falls on every plan alike), and a plan's figure is the median of its rounds.
-    std::map<size_t, std::vector<Measured>> runs;  // plan index -> one per round
+    std::map<size_t, std::vector<Measured>> runs;   // plan index -> one per round
+    std::map<size_t, std::vector<double>> predicted_ms;  // plan index -> one per round (or the ranking's)
     for (int round = 0; round < o.rounds; ++round) {
       std::vector<size_t> order = pick;
       if (round % 2 == 1) std::reverse(order.begin(), order.end());
+      if (o.recalibrate) {
+        const std::string tag = "round" + std::to_string(round + 1) + "-plan";
+        std::vector<std::string> only;
+        for (size_t i : pick) {
+          only.push_back("--only");
+          only.push_back(plans[i].at("plan").get<std::string>());
+        }
+        std::cerr << "plan: " << c.name << " round " << round + 1 << ": predicting its " << pick.size()
+                  << " plans anew ... " << std::flush;
+        Stopwatch took;
+        STRATA_ASSIGN_OR_RETURN(const nlohmann::json again, run_planner(tag, dir / (tag + "-calibration.json"), only));
+        std::cerr << took.Seconds() << " s\n";
+        for (size_t i : pick) {
+          const std::string label = plans[i].at("plan").get<std::string>();
+          const nlohmann::json& ps = again.at("plans");
+          auto it = std::find_if(ps.begin(), ps.end(), [&](const nlohmann::json& q) { return q.at("plan") == label; });
+          if (it == ps.end()) return Status::Corruption(tag + ".json: strata-plan --only did not rank \"" + label + "\"");
+          predicted_ms[i].push_back(it->at("step_ms").get<double>());
+        }
+      } else if (round == 0) {
+        for (size_t i : pick) predicted_ms[i].push_back(plans[i].at("step_ms").get<double>());
+      }
       for (size_t i : order) {
         const nlohmann::json& p = plans[i];
         const std::string label = p.at("plan").get<std::string>();
@@ -256,7 +290,8 @@ Result<Report> RunPlanBench(const Options& o) {
       }
       m.step_ms = Median(ms);
       const double spread = (*std::max_element(ms.begin(), ms.end()) / *std::min_element(ms.begin(), ms.end()) - 1) * 100;
-      const double pred = p.at("step_ms").get<double>();
+      const double ranked_pred = p.at("step_ms").get<double>();
+      const double pred = Median(predicted_ms[i]);
       const double pred_mib = p.at("memory_bytes").get<double>() / (1 << 20);
       const double meas_mib = static_cast<double>(m.peak_bytes) / (1 << 20);
       predicted.push_back(pred);
@@ -267,7 +302,7 @@ Result<Report> RunPlanBench(const Options& o) {
         best_ms = m.step_ms;
         best_plan = label;
       }
-      table.AddRow({c.name, static_cast<int64_t>(i + 1), label, pred, m.step_ms, Median(early), spread,
+      table.AddRow({c.name, static_cast<int64_t>(i + 1), label, ranked_pred, pred, m.step_ms, Median(early), spread,
                     (pred / m.step_ms - 1) * 100,
                     pred_mib, meas_mib, meas_mib > 0 ? (pred_mib / meas_mib - 1) * 100 : 0.0});
     }
@@ -295,6 +330,11 @@ Result<Report> RunPlanBench(const Options& o) {
                          " steps after a warm-up (steps for " + fmt::format("{:g}", o.warmup_s) + " s by the prediction, 3 to " +
                          std::to_string(o.warmup) + "), then over --rounds runs (spread: slowest round over fastest); steps 3-20: the same over steps "
                          "3..20, as a 20-step run measures; memory: the largest rank's allocator high-water mark during a step");
+  report.notes.push_back(o.recalibrate
+                             ? "ranked ms: the prediction that ranked the plan; pred ms: the median of each round's "
+                               "prediction, made just before the round's runs with a calibration of its own "
+                               "(strata-plan --only), which the errors and Spearman use; chosen: the ranking's top plan"
+                             : "pred ms: the ranking's prediction (--no-recalibrate)");
   report.notes.push_back("retest Spearman: the median over pairs of rounds of the rank correlation of one round's measured "
                          "step times with another's, the ceiling of what a prediction can reach on this host (needs --rounds >= 2)");
   report.notes.push_back(HostLoadNote(cpus, total.Seconds()));
@@ -313,6 +353,9 @@ BenchFn SetupPlanBench(CLI::App& app) {
   app.add_option("--others", o->others, "plans run besides the planner's top 3")->check(CLI::NonNegativeNumber);
   app.add_option("--rounds", o->rounds, "runs of every plan, interleaved; a plan's figure is their median")
       ->check(CLI::PositiveNumber);
+  app.add_flag("!--no-recalibrate", o->recalibrate,
+               "predict from the first ranking alone (default: each round re-predicts its plans with a fresh "
+               "calibration, so that drift of the host's speed falls on both sides)");
   app.add_option("--cases", o->cases, "gpt (4 trainers), mlp (2 trainers)");
   app.add_option("--data", o->data, "text file for gpt (generated when absent)");
   app.add_option("--timeout", o->timeout_s, "seconds per job");

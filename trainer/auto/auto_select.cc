@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -35,6 +36,19 @@ Result<RankedPlans> PlanJob(const TrainJob& job, const ops::Exec& exec, const Pl
     if (req.log) req.log(s);
   };
   STRATA_ASSIGN_OR_RETURN(std::vector<PlanChoice> choices, EnumeratePlans(job, req.planner));
+  if (!req.only.empty()) {
+    std::vector<PlanChoice> kept;
+    for (const std::string& label : req.only) {
+      auto it = std::find_if(choices.begin(), choices.end(), [&](const PlanChoice& c) { return c.ToString() == label; });
+      if (it == choices.end()) {
+        return Status::InvalidArgument("plan \"" + label + "\" is none of the " + std::to_string(choices.size()) +
+                                       " valid plans of " + std::to_string(req.planner.world) +
+                                       " trainers for this job (e.g. \"" + choices.front().ToString() + "\")");
+      }
+      kept.push_back(*it);
+    }
+    choices = std::move(kept);
+  }
   // Measured as the trainers will run: each with its compute threads, as many at once as keep
   // the cores busy.
   const int threads = ops::ParallelThreads();

@@ -20,6 +20,9 @@ struct PlanRequest {
   std::string cache_path;    // calibration cache (JSON); empty: measure and keep nothing
   std::string device = "cpu";  // the calibration's device, part of its cache key
   std::string host = "localhost";  // the comm costs' cache key
+  // The plans to rank, by label (PlanChoice::ToString()); empty: every plan of the world. Only
+  // what these plans need is calibrated and replayed (strata-bench plan re-predicts its picks so).
+  std::vector<std::string> only;
   // Where progress goes ("calibrating gpt: micro-batch 4, recompute none"); may be empty.
   std::function<void(const std::string&)> log;
 };

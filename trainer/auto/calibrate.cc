@@ -19,6 +19,7 @@
 #include "trainer/models/model.h"
 #include "trainer/ops/ops.h"
 #include "trainer/optim.h"
+#include "trainer/parallel/plan.h"
 
 namespace strata {
 namespace {
@@ -45,12 +46,9 @@ struct UnitSamples {
 // own (its counters are this measurement's).
 Result<UnitSamples> SampleUnit(const ModelOptions& base, const ops::Exec& exec, const Batch& sample, int u,
                                int n_units, Recompute r, int reps, const std::function<void()>& sync) {
-  ModelOptions options = base;
-  options.recompute_attention_core = r == Recompute::kSelective;
   UnitSelection one(n_units, false);
   one[u] = true;
-  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, CreateModel(options, exec, one));
-  if (r == Recompute::kFull) m->unit(u).set_recompute(true);
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, CreateRecomputingModel(base, r, exec, one));
   const Batch b = m->ToDevice(sample);
   const UnitRange range{u, u + 1};
   const bool last = u + 1 == n_units;

@@ -29,18 +29,8 @@ class UnitWork final : public ReplayWork {
     w->exec_ = base;
     w->exec_.allocator = &w->alloc_;  // one allocator a rank, as each trainer process has its own
     try {
-      UnitSelection mine(static_cast<size_t>(plan.stages.back().last), false);
-      for (int s : stages) {
-        for (int u = plan.stages[s].first; u < plan.stages[s].last; ++u) mine[u] = true;
-      }
-      ModelOptions model = job.model;
-      model.recompute_attention_core = job.parallel.recompute == ParallelOptions::Recompute::kSelective;
-      STRATA_ASSIGN_OR_RETURN(w->model_, CreateModel(model, w->exec_, mine, nn::TpGroup{tp, false}));
-      if (job.parallel.recompute == ParallelOptions::Recompute::kFull) {
-        for (int u = 0; u < w->model_->num_units(); ++u) {
-          if (w->model_->built(u)) w->model_->unit(u).set_recompute(true);
-        }
-      }
+      STRATA_ASSIGN_OR_RETURN(w->model_, CreateRecomputingModel(job.model, job.parallel.recompute, w->exec_,
+                                                                UnitsOfStages(plan, stages), nn::TpGroup{tp, false}));
       w->optimizer_ = Optimizer::Create(job.optimizer, w->model_->params());
       w->lr_ = job.optimizer.lr;
       w->batch_ = w->model_->ToDevice(sample);

@@ -16,6 +16,29 @@ std::string ParallelPlan::ToString() const {
   return o.str();
 }
 
+UnitSelection UnitsOfStages(const ParallelPlan& plan, const std::vector<int>& stages) {
+  UnitSelection mine;
+  if (plan.stages.size() <= 1) return mine;
+  mine.assign(static_cast<size_t>(plan.stages.back().last), false);
+  for (int s : stages) {
+    for (int u = plan.stages[s].first; u < plan.stages[s].last; ++u) mine[u] = true;
+  }
+  return mine;
+}
+
+Result<std::unique_ptr<Model>> CreateRecomputingModel(ModelOptions options, ParallelOptions::Recompute rc,
+                                                      const ops::Exec& exec, const UnitSelection& build,
+                                                      nn::TpGroup tp, nn::CpGroup cp) {
+  options.recompute_attention_core = rc == ParallelOptions::Recompute::kSelective;
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, CreateModel(options, exec, build, tp, cp));
+  if (rc == ParallelOptions::Recompute::kFull) {
+    for (int u = 0; u < m->num_units(); ++u) {
+      if (m->built(u)) m->unit(u).set_recompute(true);
+    }
+  }
+  return m;
+}
+
 Result<std::vector<UnitRange>> BalancedPartition(const std::vector<double>& costs, int stages) {
   const int n = static_cast<int>(costs.size());
   if (stages < 1 || n < stages) {

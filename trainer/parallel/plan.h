@@ -47,4 +47,13 @@ Result<std::vector<UnitRange>> BalancedPartition(const std::vector<double>& cost
 // stages - 1 strictly increasing entries in (0, units).
 Result<std::vector<UnitRange>> ParsePartition(const std::string& cut, int units, int stages);
 
+// The units a rank holding `stages` of `plan` builds: those stages' units; empty (every unit)
+// when the plan has one stage.
+UnitSelection UnitsOfStages(const ParallelPlan& plan, const std::vector<int>& stages);
+// CreateModel with recomputation `rc` set up as the trainer runs it: selective recomputes the
+// attention core, full every unit built (each unit's forward is redone in its backward).
+Result<std::unique_ptr<Model>> CreateRecomputingModel(ModelOptions options, ParallelOptions::Recompute rc,
+                                                      const ops::Exec& exec, const UnitSelection& build = {},
+                                                      nn::TpGroup tp = {}, nn::CpGroup cp = {});
+
 }  // namespace strata
