@@ -4,7 +4,7 @@
 // are the schedule simulator's for the same per-stage costs; the dp sync is hidden behind
 // backward only as far as backward lasts; the chosen plan's JSON round-trips and bad JSON names
 // its field; the calibration cache round-trips; a real calibration of gpt units shows full
-// recomputation keeping fewer bytes than none.
+// recomputation keeping fewer bytes than none; PlanJob ranks only the plans asked for.
 #include "trainer/auto/planner.h"
 
 #include <gtest/gtest.h>
@@ -410,6 +410,48 @@ TEST(Planner, CalibrationCoRunIsTheCoresTheTrainersKeepBusyOnTheCpuOnly) {
   TrainJob job = Gpt();
   EXPECT_NE(CalibrationKey(job, "cpu", 1, 2), CalibrationKey(job, "cpu", 2, 1));
   EXPECT_NE(CalibrationKey(job, "cpu", 1, 2).find("threads=1 corun=2"), std::string::npos);
+}
+
+// `only` ranks just the named plans, each predicted as the whole ranking predicts it (the same
+// cache), and names a label that is no valid plan.
+TEST(Planner, PlanJobRanksOnlyTheNamedPlansAndNamesAnUnknownOne) {
+  TrainJob job = Gpt();
+  job.model.vocab = 256;
+  job.data.kind = DataOptions::Kind::kText;
+  job.data.path = std::string(STRATA_SOURCE_DIR) + "/tests/data/corpus.txt";
+  job.data.eval_samples = 64;
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "strata_planner_only_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  PlanRequest req;
+  req.planner = Options(1, 8);
+  req.planner.max_micro_batches = 4;
+  req.cache_path = (dir / "calibration.json").string();
+  auto all = PlanJob(job, ops::Exec::Cpu(), req);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  ASSERT_GE(all->plans.size(), 3u);
+  const PlanPrediction& a = all->plans[2];
+  const PlanPrediction& b = all->plans[0];
+  req.only = {a.choice.ToString(), b.choice.ToString()};
+  std::vector<std::string> log;
+  req.log = [&](const std::string& s) { log.push_back(s); };
+  auto some = PlanJob(job, ops::Exec::Cpu(), req);
+  ASSERT_TRUE(some.ok()) << some.status().ToString();
+  EXPECT_TRUE(log.empty()) << log.front();  // nothing to calibrate: the cache has it
+  EXPECT_EQ(some->enumerated, 2);
+  ASSERT_EQ(some->plans.size(), 2u);
+  EXPECT_EQ(some->plans[0].choice.ToString(), b.choice.ToString());
+  EXPECT_EQ(some->plans[0].step_s, b.step_s);
+  EXPECT_EQ(some->plans[1].choice.ToString(), a.choice.ToString());
+  EXPECT_EQ(some->plans[1].step_s, a.step_s);
+  EXPECT_EQ(some->plans[1].memory.total(), a.memory.total());
+  req.only = {"dp1 tp1 pp9 m1 zero0 rc=none"};
+  auto none = PlanJob(job, ops::Exec::Cpu(), req);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(none.status().message().find("\"dp1 tp1 pp9 m1 zero0 rc=none\" is none of the"), std::string::npos)
+      << none.status().ToString();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
