@@ -18,12 +18,6 @@
 #endif
 
 namespace strata {
-namespace {
-
-// The shared-memory ring per peer of the dp and tp groups: their small all-reduces only.
-constexpr uint64_t kSmallCollectiveRingBytes = 64 << 10;
-
-}  // namespace
 
 Result<std::vector<double>> Trainer::SharedUnitCosts() {
   // Trainer 0 measures and publishes; every trainer cuts the model the same way.
@@ -67,9 +61,10 @@ Status Trainer::MakeGroups() {
     if (name.starts_with("trainers/pp/")) {
       gloo.shm_ring_bytes = static_cast<uint64_t>(job_.parallel.shm_ring_mb * (1 << 20));
     } else if (job_.parallel.shm_ring_mb > 0 && (name.starts_with("trainers/dp/") || name.starts_with("trainers/tp/"))) {
-      // No hand-offs here, but the step's scalar all-reduces (the loss, the gradient norm) go
-      // through shared memory when the group is on one host (GlooCommunicator).
-      gloo.shm_ring_bytes = kSmallCollectiveRingBytes;
+      // No hand-offs here, but the small all-reduces (the step's loss and gradient norm, a
+      // tensor-parallel layer's activations at small micro-batches) go through shared memory when
+      // the group is on one host (GlooCommunicator); a ring holds the largest of them whole.
+      gloo.shm_ring_bytes = kShmAllReduceMaxBytes;
     }
     return MakeGlooCommunicator(*node_, name, rank, size, gloo);
   };

@@ -305,7 +305,9 @@ TEST_P(CommSizesTest, SmallAllReducesThroughSharedMemoryAgreeWithGloo) {
     ASSERT_NE(fast, nullptr);
     ASSERT_NE(ring, nullptr);
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
-      for (size_t count : {size_t{1}, size_t{3}, size_t{1024}}) {  // 1024 floats: the 4 KiB bound
+      // Up to the bound (kShmAllReduceMaxBytes) through shared memory, one float past it on Gloo.
+      constexpr size_t kBound = kShmAllReduceMaxBytes / sizeof(float);
+      for (size_t count : {size_t{1}, size_t{3}, size_t{1024}, kBound, kBound + 1}) {
         std::vector<float> a(count), b(count);
         for (size_t i = 0; i < count; ++i) a[i] = b[i] = 0.1f * static_cast<float>((r + 1) * (i + 1)) - 0.05f * r;
         ASSERT_TRUE(fast->AllReduce(a.data(), count, op).ok());

@@ -35,7 +35,9 @@ Result<RankedPlans> PlanJob(const TrainJob& job, const ops::Exec& exec, const Pl
   auto log = [&](const std::string& s) {
     if (req.log) req.log(s);
   };
-  STRATA_ASSIGN_OR_RETURN(std::vector<PlanChoice> choices, EnumeratePlans(job, req.planner));
+  PlannerOptions planner = req.planner;
+  planner.replay_tp = !exec.is_cuda();
+  STRATA_ASSIGN_OR_RETURN(std::vector<PlanChoice> choices, EnumeratePlans(job, planner));
   if (!req.only.empty()) {
     std::vector<PlanChoice> kept;
     for (const std::string& label : req.only) {
@@ -92,12 +94,13 @@ Result<RankedPlans> PlanJob(const TrainJob& job, const ops::Exec& exec, const Pl
                     fmt::join(sizes, ", "), req.planner.world));
     STRATA_ASSIGN_OR_RETURN(comm, MeasureCommCosts({sizes.begin(), sizes.end()}, req.planner.world, grad_bytes));
   }
-  // Pipelines whose ranks outnumber the cores: each fitting plan's pipeline (once per
-  // PipelineKey) replayed on this host's cores, as the job's processes will share them.
+  // Plans whose ranks outnumber the cores, and tensor-parallel plans on the CPU: each fitting
+  // plan's step (once per PipelineKey) replayed on this host's cores, as the job's processes
+  // will share them.
   std::vector<PipelineReplayRequest> replays;
   std::vector<std::string> replay_keys;
   for (const PlanChoice& c : choices) {
-    STRATA_ASSIGN_OR_RETURN(PlanPrediction p, Predict(job, c, cal, comm, req.planner));
+    STRATA_ASSIGN_OR_RETURN(PlanPrediction p, Predict(job, c, cal, comm, planner));
     if (!p.fits || !p.replay) continue;
     if (std::find(replay_keys.begin(), replay_keys.end(), p.pipeline_key) != replay_keys.end()) continue;
     replay_keys.push_back(p.pipeline_key);
@@ -109,8 +112,11 @@ Result<RankedPlans> PlanJob(const TrainJob& job, const ops::Exec& exec, const Pl
   }
   if (!replays.empty()) {
     log(fmt::format("replaying {} plan{} with the model's own compute on this host's {} cores, 3 passes ({} "
-                    "trainers: more processes than cores, which the simulator's processor sharing does not model)",
-                    replays.size(), replays.size() == 1 ? "" : "s", req.planner.cores, req.planner.world));
+                    "trainers{}; and tensor parallelism, whose layers cost more than their compute / tp)",
+                    replays.size(), replays.size() == 1 ? "" : "s", req.planner.cores, req.planner.world,
+                    req.planner.cores > 0 && req.planner.world > req.planner.cores
+                        ? ": more processes than cores, which the simulator's processor sharing does not model"
+                        : ""));
     const uint64_t ring = static_cast<uint64_t>(job.parallel.shm_ring_mb * (1 << 20));
     STRATA_ASSIGN_OR_RETURN(std::vector<double> seconds, ReplayPipelines(replays, ring));
     for (size_t i = 0; i < replays.size(); ++i) cal.pipeline_s[replay_keys[i]] = seconds[i];
@@ -119,7 +125,7 @@ Result<RankedPlans> PlanJob(const TrainJob& job, const ops::Exec& exec, const Pl
     STRATA_RETURN_IF_ERROR(SaveCalibration(req.cache_path, cal));
     if (req.planner.world > 1) STRATA_RETURN_IF_ERROR(SaveCommCosts(req.cache_path, comm_key, comm));
   }
-  return RankPlans(job, choices, cal, comm, req.planner);
+  return RankPlans(job, choices, cal, comm, planner);
 }
 
 std::vector<std::string> PlanTable(const RankedPlans& r, int top) {

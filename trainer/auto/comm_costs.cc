@@ -20,10 +20,14 @@ namespace strata {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-// floats: 8 KiB, the latency point. Above the communicator's shared-memory small all-reduce
-// (4 KiB): the fit is Gloo's ring's, which every larger all-reduce takes; a step's scalars are
-// measured apart.
+// floats: 8 KiB, the send's latency point.
 constexpr size_t kSmall = 2048;
+// floats: the all-reduce's points. Up to kShmAllReduceMaxBytes a group on one host all-reduces
+// through shared memory (fitted from 4 KiB and that limit), above it on Gloo's ring (fitted from
+// twice the limit and the job's size); a step's scalars are measured apart.
+constexpr size_t kShmSmall = 1024;
+constexpr size_t kShmLarge = kShmAllReduceMaxBytes / sizeof(float);
+constexpr size_t kRingSmall = 2 * kShmLarge;
 constexpr size_t kLarge = 256 * 1024; // floats: 1 MiB, the point-to-point bandwidth point
 constexpr size_t kMaxLarge = 16 * 1024 * 1024;  // floats: 64 MiB, the largest all-reduce measured
 constexpr std::chrono::microseconds kStagger{300};  // between the ranks' calls
@@ -46,11 +50,12 @@ double TrimmedMeanOf(std::vector<double> v) {
   return sum / static_cast<double>(keep);
 }
 
-LinkFit Fit(double small_s, double large_s, size_t large) {
+// Through (small, small_s) and (large, large_s), counts in floats.
+LinkFit Fit(double small_s, size_t small, double large_s, size_t large) {
   LinkFit f;
-  const double db = static_cast<double>((large - kSmall) * sizeof(float));
+  const double db = static_cast<double>((large - small) * sizeof(float));
   f.s_per_byte = std::max(0.0, (large_s - small_s) / db);
-  f.latency_s = std::max(0.0, small_s - f.s_per_byte * kSmall * sizeof(float));
+  f.latency_s = std::max(0.0, small_s - f.s_per_byte * static_cast<double>(small * sizeof(float)));
   return f;
 }
 
@@ -71,7 +76,7 @@ LinkFit Fit(double small_s, double large_s, size_t large) {
 // arrives: the first collective after uneven work) and together (the next one, which they all
 // reach as the previous returns; on shared cores every rank and Gloo thread then competes).
 struct GroupFits {
-  LinkFit all_reduce, p2p, all_reduce_together;
+  LinkFit all_reduce, p2p, all_reduce_together, shm_all_reduce, shm_all_reduce_together;
   double scalar_s = 0, scalar_together_s = 0;
 };
 
@@ -81,8 +86,9 @@ Result<GroupFits> MeasureGroup(int n, int copies, size_t large, int reps) {
 
   // stamps[group][op][rank][rep]: (called, returned).
   // all-reduce small, large; ping small, large; scalar; then all-reduce small, large and scalar
-  // with the ranks calling together.
-  constexpr int kOps = 8;
+  // with the ranks calling together; then the shared-memory all-reduce's two points, one after
+  // another and together.
+  constexpr int kOps = 12;
   using Stamp = std::pair<Clock::time_point, Clock::time_point>;
   std::vector<std::vector<std::vector<std::vector<Stamp>>>> stamps(
       static_cast<size_t>(copies),
@@ -91,15 +97,15 @@ Result<GroupFits> MeasureGroup(int n, int copies, size_t large, int reps) {
   Status failed;
   auto rank_main = [&](int g, int r) -> Status {
     // Point-to-point as a job's pipeline on this host moves it: through shared memory
-    // (parallel.shm_ring_mb's default); collectives on Gloo either way.
+    // (parallel.shm_ring_mb's default); collectives on Gloo above kShmAllReduceMaxBytes.
     GlooOptions gloo;
     gloo.shm_ring_bytes = static_cast<uint64_t>(ParallelOptions{}.shm_ring_mb * (1 << 20));
     STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> c,
                             MakeGlooCommunicator(*nodes[g * n + r], "plan/comm/" + std::to_string(g), r, n, gloo));
-    std::vector<float> buf(std::max(large, kLarge), 1.0f);
+    std::vector<float> buf(std::max({large, kLarge, kRingSmall}), 1.0f);
     auto time = [&](int op_index, size_t count, auto&& op) -> Status {
       std::vector<Stamp>& mine = stamps[g][op_index][r];
-      const bool together = op_index >= 5;
+      const bool together = (op_index >= 5 && op_index < 8) || op_index >= 10;
       for (int rep = 0; rep < reps + 1; ++rep) {
         STRATA_RETURN_IF_ERROR(c->Barrier());
         // Staggered, the ranks call one after another, as they reach a step's first collective
@@ -125,7 +131,7 @@ Result<GroupFits> MeasureGroup(int n, int copies, size_t large, int reps) {
       }
       return Status::OK();
     };
-    STRATA_RETURN_IF_ERROR(time(0, kSmall, all_reduce));
+    STRATA_RETURN_IF_ERROR(time(0, kRingSmall, all_reduce));
     STRATA_RETURN_IF_ERROR(time(1, large, all_reduce));
     STRATA_RETURN_IF_ERROR(time(2, kSmall, ping));
     STRATA_RETURN_IF_ERROR(time(3, kLarge, ping));
@@ -136,9 +142,13 @@ Result<GroupFits> MeasureGroup(int n, int copies, size_t large, int reps) {
     double scalar = 1;
     auto scalar_all_reduce = [&](size_t count) { return c->AllReduceHost(&scalar, count, ReduceOp::kSum); };
     STRATA_RETURN_IF_ERROR(time(4, 1, scalar_all_reduce));
-    STRATA_RETURN_IF_ERROR(time(5, kSmall, all_reduce));
+    STRATA_RETURN_IF_ERROR(time(5, kRingSmall, all_reduce));
     STRATA_RETURN_IF_ERROR(time(6, large, all_reduce));
     STRATA_RETURN_IF_ERROR(time(7, 1, scalar_all_reduce));
+    STRATA_RETURN_IF_ERROR(time(8, kShmSmall, all_reduce));
+    STRATA_RETURN_IF_ERROR(time(9, kShmLarge, all_reduce));
+    STRATA_RETURN_IF_ERROR(time(10, kShmSmall, all_reduce));
+    STRATA_RETURN_IF_ERROR(time(11, kShmLarge, all_reduce));
     return Status::OK();
   };
   std::vector<std::thread> threads;
@@ -175,11 +185,13 @@ Result<GroupFits> MeasureGroup(int n, int copies, size_t large, int reps) {
     }
   }
   GroupFits fits;
-  fits.all_reduce = Fit(MedianOf(per_op[0]), MedianOf(per_op[1]), large);
-  fits.p2p = Fit(MedianOf(per_op[2]) / 2, MedianOf(per_op[3]) / 2, kLarge);
+  fits.all_reduce = Fit(MedianOf(per_op[0]), kRingSmall, MedianOf(per_op[1]), large);
+  fits.p2p = Fit(MedianOf(per_op[2]) / 2, kSmall, MedianOf(per_op[3]) / 2, kLarge);
   fits.scalar_s = MedianOf(per_op[4]);
-  fits.all_reduce_together = Fit(MedianOf(per_op[5]), MedianOf(per_op[6]), large);
+  fits.all_reduce_together = Fit(MedianOf(per_op[5]), kRingSmall, MedianOf(per_op[6]), large);
   fits.scalar_together_s = MedianOf(per_op[7]);
+  fits.shm_all_reduce = Fit(MedianOf(per_op[8]), kShmSmall, MedianOf(per_op[9]), kShmLarge);
+  fits.shm_all_reduce_together = Fit(MedianOf(per_op[10]), kShmSmall, MedianOf(per_op[11]), kShmLarge);
   return fits;
 }
 
@@ -201,6 +213,15 @@ double RingAllReduce(const std::map<int, LinkFit>& fits, int n, double bytes) {
   return it->second.latency_s + bytes * it->second.s_per_byte * ring;
 }
 
+// Through rank 0: the n - 1 others' buffers in, the result out, so the bytes term grows with
+// n - 1 from the nearest measured size's.
+double GatheredAllReduce(const std::map<int, LinkFit>& fits, int n, double bytes) {
+  auto it = fits.lower_bound(n);
+  if (it == fits.end()) it = std::prev(it);
+  const double scale = static_cast<double>(n - 1) / static_cast<double>(it->first - 1);
+  return it->second.latency_s + bytes * it->second.s_per_byte * scale;
+}
+
 double RingHalf(const std::map<int, LinkFit>& fits, int n, double bytes) {
   if (n <= 1 || fits.empty()) return 0;
   const double whole = RingAllReduce(fits, n, bytes);
@@ -211,7 +232,11 @@ double RingHalf(const std::map<int, LinkFit>& fits, int n, double bytes) {
 
 }  // namespace
 
+bool CommCosts::OverSharedMemory(int n, double bytes, int stride) const {
+  return n > 1 && !SpansNodes(n, stride) && !shm_all_reduce.empty() && bytes <= kShmAllReduceMaxBytes;
+}
 double CommCosts::AllReduce(int n, double bytes, int stride) const {
+  if (OverSharedMemory(n, bytes, stride)) return GatheredAllReduce(shm_all_reduce, n, bytes);
   return RingAllReduce(SpansNodes(n, stride) ? all_reduce_inter : all_reduce, n, bytes);
 }
 double CommCosts::ReduceScatter(int n, double bytes, int stride) const {
@@ -220,6 +245,9 @@ double CommCosts::ReduceScatter(int n, double bytes, int stride) const {
 double CommCosts::AllGather(int n, double bytes, int stride) const { return ReduceScatter(n, bytes, stride); }
 double CommCosts::AllReduceTogether(int n, double bytes, int stride) const {
   if (SpansNodes(n, stride) || all_reduce_together.empty()) return AllReduce(n, bytes, stride);
+  if (OverSharedMemory(n, bytes, stride)) {
+    return GatheredAllReduce(shm_all_reduce_together.empty() ? shm_all_reduce : shm_all_reduce_together, n, bytes);
+  }
   return RingAllReduce(all_reduce_together, n, bytes);
 }
 
@@ -242,7 +270,7 @@ Result<CommCosts> MeasureCommCosts(const std::vector<int>& sizes, int world, int
   // The bandwidth point at the size the job moves: a fit from 1 MiB alone misses what a buffer
   // past the caches costs (memory traffic of the reduction and the copies).
   const size_t large = std::clamp<size_t>(static_cast<size_t>(std::max<int64_t>(0, large_bytes)) / sizeof(float),
-                                          kLarge, kMaxLarge);
+                                          std::max(kLarge, 2 * kRingSmall), kMaxLarge);
   CommCosts costs;
   for (int n : sizes) {
     if (n < 2) continue;
@@ -251,6 +279,8 @@ Result<CommCosts> MeasureCommCosts(const std::vector<int>& sizes, int world, int
     costs.all_reduce_together[n] = fits.all_reduce_together;
     costs.scalar_all_reduce[n] = fits.scalar_s;
     costs.scalar_all_reduce_together[n] = fits.scalar_together_s;
+    costs.shm_all_reduce[n] = fits.shm_all_reduce;
+    costs.shm_all_reduce_together[n] = fits.shm_all_reduce_together;
     if (n == 2) costs.p2p = fits.p2p;
   }
   if (costs.all_reduce.empty()) {
@@ -261,7 +291,8 @@ Result<CommCosts> MeasureCommCosts(const std::vector<int>& sizes, int world, int
 }
 
 std::string CommCostsKey(const std::string& host, int world, int64_t large_bytes) {
-  return host + " world=" + std::to_string(world) + " large=" + std::to_string(large_bytes) + " p2p=shm last-arrival together small=8KiB";
+  return host + " world=" + std::to_string(world) + " large=" + std::to_string(large_bytes) + " p2p=shm last-arrival together shm-all-reduce<=" +
+         std::to_string(kShmAllReduceMaxBytes);
 }
 
 Result<CommCosts> LoadCommCosts(const std::string& path, const std::string& host) {
@@ -284,6 +315,10 @@ Result<CommCosts> LoadCommCosts(const std::string& path, const std::string& host
     for (const auto& [n, f] : doc[key].at("all_reduce_together").items()) {
       costs.all_reduce_together[std::stoi(n)] = FromJson(f);
     }
+    for (const auto& [n, f] : doc[key].at("shm_all_reduce").items()) costs.shm_all_reduce[std::stoi(n)] = FromJson(f);
+    for (const auto& [n, f] : doc[key].at("shm_all_reduce_together").items()) {
+      costs.shm_all_reduce_together[std::stoi(n)] = FromJson(f);
+    }
   } catch (const std::exception& e) {
     return Status::Corruption(path + ": entry \"" + key + "\": " + e.what());
   }
@@ -303,11 +338,16 @@ Status SaveCommCosts(const std::string& path, const std::string& host, const Com
   for (const auto& [n, t] : costs.scalar_all_reduce) scalar[std::to_string(n)] = t;
   for (const auto& [n, t] : costs.scalar_all_reduce_together) scalar_together[std::to_string(n)] = t;
   for (const auto& [n, f] : costs.all_reduce_together) together[std::to_string(n)] = ToJson(f);
+  nlohmann::json shm = nlohmann::json::object(), shm_together = nlohmann::json::object();
+  for (const auto& [n, f] : costs.shm_all_reduce) shm[std::to_string(n)] = ToJson(f);
+  for (const auto& [n, f] : costs.shm_all_reduce_together) shm_together[std::to_string(n)] = ToJson(f);
   doc["comm " + host] = {{"all_reduce", ar},
                          {"p2p", ToJson(costs.p2p)},
                          {"scalar_all_reduce_s", scalar},
                          {"all_reduce_together", together},
-                         {"scalar_all_reduce_together_s", scalar_together}};
+                         {"scalar_all_reduce_together_s", scalar_together},
+                         {"shm_all_reduce", shm},
+                         {"shm_all_reduce_together", shm_together}};
   std::error_code ec;
   const std::filesystem::path p(path);
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);

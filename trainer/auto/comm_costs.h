@@ -33,12 +33,16 @@ struct CommCosts {
   // parallelism's, whose ranks do the same work before): on shared cores these cost more.
   std::map<int, LinkFit> all_reduce_together;
   std::map<int, double> scalar_all_reduce_together;
+  // By group size: an all-reduce of at most kShmAllReduceMaxBytes (gloo_communicator.h) inside
+  // a node, which goes through shared memory, one after another and together. Empty (a stated
+  // device): those take the ring's fits too.
+  std::map<int, LinkFit> shm_all_reduce, shm_all_reduce_together;
   int ranks_per_node = 0;
   std::map<int, LinkFit> all_reduce_inter;  // groups that span nodes
   LinkFit p2p_inter;                        // a send between nodes
 
   // 0 for a group of one. A size not measured takes the nearest measured one, its bandwidth
-  // term scaled by the ring's 2(n-1)/n. Reduce-scatter and all-gather (`bytes`: the full
+  // term scaled by the ring's 2(n-1)/n (shared memory's: n - 1). Reduce-scatter and all-gather (`bytes`: the full
   // buffer) are a ring's half of an all-reduce: latency + half the bandwidth term.
   double AllReduce(int n, double bytes, int stride = 1) const;
   double ReduceScatter(int n, double bytes, int stride = 1) const;
@@ -53,17 +57,20 @@ struct CommCosts {
   // measured per group size where it was, else the all-reduce fit at 8 bytes.
   double ScalarAllReduce(int n, int stride = 1, bool together = false) const;
   bool SpansNodes(int n, int stride) const { return ranks_per_node > 0 && n * stride > ranks_per_node; }
+  bool OverSharedMemory(int n, double bytes, int stride) const;
   bool empty() const { return all_reduce.empty(); }
 };
 
 // Measures all-reduce on every group size in `sizes` (>= 2) and a point-to-point send, each at
-// a small and a large message, and an all-reduce of one double (`reps` timed repetitions after
+// a small and a large message (the all-reduce's on Gloo's ring, above the shared-memory limit,
+// and through shared memory at 4 KiB and the limit), and an all-reduce of one double (`reps` timed repetitions after
 // one warm-up, each from the last rank's call to the last rank's return, the ranks calling 0.3
 // ms apart as after uneven work; per group the mean of the fastest 90%, then the median over
 // the groups), and fits the two points. Under the job's own load: world / n groups of n measure at once (the job's
 // groups of that size communicate together), so a host whose `world` trainers share its cores
 // gives each group the latency and bandwidth it will see. The all-reduce's large point is
-// `large_bytes` (the job's gradients; clamped to 1-64 MiB), the send's 1 MiB.
+// `large_bytes` (the job's gradients; clamped to 1-64 MiB), its ring's small point twice the
+// shared-memory limit; the send's points 8 KiB and 1 MiB.
 Result<CommCosts> MeasureCommCosts(const std::vector<int>& sizes, int world, int64_t large_bytes, int reps = 20);
 
 // The cache: an entry "comm <host>" in the calibration file (the caller's `host` names the

@@ -189,7 +189,7 @@ Result<std::unique_ptr<PipelineReplay>> PipelineReplay::Start(int pp, int dp, in
       GlooOptions gloo;
       gloo.shm_ring_bytes = shm_ring_bytes;
       GlooOptions small;  // as the trainer's dp and tp groups: shared memory for their small all-reduces
-      small.shm_ring_bytes = shm_ring_bytes > 0 ? 64 << 10 : 0;
+      small.shm_ring_bytes = shm_ring_bytes > 0 ? kShmAllReduceMaxBytes : 0;
       Node& node = *replay->cluster_->nodes[t];
       Result<std::unique_ptr<Communicator>> pipe =
           pp > 1 ? MakeGlooCommunicator(node, "plan/replay/pp/" + std::to_string(copy), r, pp, gloo)

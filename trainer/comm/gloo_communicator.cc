@@ -34,8 +34,6 @@ namespace {
 // Slot prefixes of the operations Gloo has no algorithm for; Gloo's own use 0x01..0x08.
 constexpr uint8_t kReduceScatterSlotPrefix = 0x40;
 constexpr uint8_t kPointToPointSlotPrefix = 0x41;
-// A host all-reduce of at most this many bytes goes through shared memory when the group has it.
-constexpr size_t kShmAllReduceMaxBytes = 4096;
 
 // Gloo's rendezvous Store over the scheduler's key-value store (kvGet waits for a key).
 class KvRendezvousStore final : public gloo::rendezvous::Store {

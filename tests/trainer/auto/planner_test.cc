@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "trainer/auto/auto_select.h"
+#include "trainer/comm/gloo_communicator.h"
 #include "trainer/pipeline/simulate.h"
 
 namespace strata {
@@ -294,6 +295,23 @@ TEST(Planner, APipelineWhoseRanksOutnumberTheCoresIsReplayedAndItsMeasurementUse
   auto measured = Predict(job, t, cal3, comm, o);
   ASSERT_TRUE(measured.ok());
   EXPECT_NEAR(measured->step_s, 0.25, 1e-12);
+  // With a core per rank a tp plan is simulated, unless replay_tp (the CPU's planner) asks for
+  // its layers to run.
+  o.cores = 4;
+  auto alone = Predict(job, t, cal3, comm, o);
+  ASSERT_TRUE(alone.ok());
+  EXPECT_FALSE(alone->replay.has_value());
+  EXPECT_FALSE(alone->pipeline_replayed);
+  o.replay_tp = true;
+  auto layers = Predict(job, t, Synthetic(job, {t}), comm, o);
+  ASSERT_TRUE(layers.ok());
+  ASSERT_TRUE(layers->replay.has_value());
+  EXPECT_EQ(layers->replay->tp, 2);
+  auto untouched = Predict(job, c, cal, comm, o);  // tp 1: nothing for replay_tp to replay
+  ASSERT_TRUE(untouched.ok());
+  EXPECT_FALSE(untouched->replay.has_value());
+  o.cores = 2;
+  o.replay_tp = false;
   PlanChoice z3 = d;
   z3.zero = 3;
   z3.pp = 1;
@@ -336,6 +354,8 @@ TEST(Planner, CalibrationCacheRoundTripsAndRefusesGarbage) {
   CommCosts comm;
   comm.all_reduce[2] = {1e-4, 2e-9};
   comm.p2p = {5e-5, 1e-9};
+  comm.shm_all_reduce[2] = {2e-5, 1e-10};
+  comm.shm_all_reduce_together[2] = {3e-5, 1e-10};
   ASSERT_TRUE(SaveCommCosts(path, "host", comm).ok());
   auto back = LoadCalibration(path, "k1");
   ASSERT_TRUE(back.ok()) << back.status().ToString();
@@ -352,6 +372,8 @@ TEST(Planner, CalibrationCacheRoundTripsAndRefusesGarbage) {
   ASSERT_TRUE(c.ok());
   EXPECT_DOUBLE_EQ(c->all_reduce.at(2).s_per_byte, 2e-9);
   EXPECT_DOUBLE_EQ(c->P2P(1000), 5e-5 + 1e-6);
+  EXPECT_DOUBLE_EQ(c->shm_all_reduce.at(2).latency_s, 2e-5);
+  EXPECT_DOUBLE_EQ(c->shm_all_reduce_together.at(2).latency_s, 3e-5);
   std::ofstream(path) << "[1, 2]";
   EXPECT_EQ(LoadCalibration(path, "k1").status().code(), StatusCode::kCorruption);
 }
@@ -452,6 +474,30 @@ TEST(Planner, PlanJobRanksOnlyTheNamedPlansAndNamesAnUnknownOne) {
   EXPECT_NE(none.status().message().find("\"dp1 tp1 pp9 m1 zero0 rc=none\" is none of the"), std::string::npos)
       << none.status().ToString();
   std::filesystem::remove_all(dir);
+}
+
+// An all-reduce of at most kShmAllReduceMaxBytes inside a node costs what the shared-memory
+// fit says (its bytes term n - 1 times, from rank 0), a larger one or one across nodes the ring's.
+TEST(Planner, SmallAllReducesCostWhatSharedMemoryMeasured) {
+  CommCosts comm;
+  comm.all_reduce[2] = {1e-3, 1e-9};
+  comm.all_reduce_together[2] = {2e-3, 1e-9};
+  const double limit = static_cast<double>(kShmAllReduceMaxBytes);
+  // No shared-memory fit (a stated device): the ring's, whatever the size.
+  EXPECT_DOUBLE_EQ(comm.AllReduce(2, 8192), 1e-3 + 8192e-9);
+  comm.shm_all_reduce[2] = {1e-5, 1e-10};
+  comm.shm_all_reduce_together[2] = {2e-5, 1e-10};
+  EXPECT_DOUBLE_EQ(comm.AllReduce(2, 8192), 1e-5 + 8192e-10);
+  EXPECT_DOUBLE_EQ(comm.AllReduce(2, limit), 1e-5 + limit * 1e-10);
+  EXPECT_DOUBLE_EQ(comm.AllReduce(2, limit + 4), 1e-3 + (limit + 4) * 1e-9);
+  EXPECT_DOUBLE_EQ(comm.AllReduceTogether(2, 8192), 2e-5 + 8192e-10);
+  EXPECT_DOUBLE_EQ(comm.AllReduceTogether(2, limit + 4), 2e-3 + (limit + 4) * 1e-9);
+  EXPECT_DOUBLE_EQ(comm.AllReduce(4, 8192), 1e-5 + 3 * 8192e-10);  // three buffers through rank 0
+  // Across nodes: the inter-node ring.
+  comm.ranks_per_node = 2;
+  comm.all_reduce_inter[2] = {5e-3, 1e-8};
+  EXPECT_DOUBLE_EQ(comm.AllReduce(2, 8192, 2), 5e-3 + 8192e-8);
+  EXPECT_DOUBLE_EQ(comm.AllReduce(2, 8192, 1), 1e-5 + 8192e-10);
 }
 
 }  // namespace
