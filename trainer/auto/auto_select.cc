@@ -36,7 +36,7 @@ Result<RankedPlans> PlanJob(const TrainJob& job, const ops::Exec& exec, const Pl
     if (req.log) req.log(s);
   };
   PlannerOptions planner = req.planner;
-  planner.replay_tp = !exec.is_cuda();
+  planner.replay_all = !exec.is_cuda();
   STRATA_ASSIGN_OR_RETURN(std::vector<PlanChoice> choices, EnumeratePlans(job, planner));
   if (!req.only.empty()) {
     std::vector<PlanChoice> kept;
@@ -94,9 +94,9 @@ Result<RankedPlans> PlanJob(const TrainJob& job, const ops::Exec& exec, const Pl
                     fmt::join(sizes, ", "), req.planner.world));
     STRATA_ASSIGN_OR_RETURN(comm, MeasureCommCosts({sizes.begin(), sizes.end()}, req.planner.world, grad_bytes));
   }
-  // Plans whose ranks outnumber the cores, and tensor-parallel plans on the CPU: each fitting
-  // plan's step (once per PipelineKey) replayed on this host's cores, as the job's processes
-  // will share them.
+  // Plans whose ranks outnumber the cores, and on the CPU every plan of more than one rank: each
+  // fitting plan's step (once per PipelineKey) replayed on this host's cores, as the job's
+  // processes will share them.
   std::vector<PipelineReplayRequest> replays;
   std::vector<std::string> replay_keys;
   for (const PlanChoice& c : choices) {
@@ -112,7 +112,7 @@ Result<RankedPlans> PlanJob(const TrainJob& job, const ops::Exec& exec, const Pl
   }
   if (!replays.empty()) {
     log(fmt::format("replaying {} plan{} with the model's own compute on this host's {} cores, 3 passes ({} "
-                    "trainers{}; and tensor parallelism, whose layers cost more than their compute / tp)",
+                    "trainers{}; a step costs more than its calibrated units add up to)",
                     replays.size(), replays.size() == 1 ? "" : "s", req.planner.cores, req.planner.world,
                     req.planner.cores > 0 && req.planner.world > req.planner.cores
                         ? ": more processes than cores, which the simulator's processor sharing does not model"

@@ -307,6 +307,13 @@ Result<std::vector<double>> ReplayPipelines(const std::vector<PipelineReplayRequ
     for (auto& [group, indices] : order) {
       const auto [pp, dp, tp] = group;
       STRATA_ASSIGN_OR_RETURN(std::unique_ptr<PipelineReplay> replay, PipelineReplay::Start(pp, dp, tp, shm_ring_bytes));
+      // Warm-up, not measured: the group's first plan for about kReplayWarmupS. On this host a
+      // replay's first fraction of a second runs 15-30% slow (as a job's first steps do), and
+      // which plans met it depended on how many shared their group: 3 gpt plans replayed alone
+      // (strata-plan --only) came out 15-30% above their replays among 366.
+      const PipelineReplayRequest& first = requests[indices.front()];
+      const int warm = std::clamp(static_cast<int>(kReplayWarmupS / std::max(1e-6, first.simulated_s)), 2, 50);
+      STRATA_RETURN_IF_ERROR(replay->Measure(first.kind, first.shape, first.costs, warm, first.work).status());
       for (size_t i : indices) {
         const PipelineReplayRequest& r = requests[i];
         const int reps = std::clamp(static_cast<int>(budget_s / passes / std::max(1e-6, r.simulated_s)), 2, 15);

@@ -110,13 +110,17 @@ class PipelineReplay {
   std::vector<std::unique_ptr<Communicator>> pp_comms_, dp_comms_, tp_comms_;
 };
 
+// Seconds of steps each group of a ReplayPipelines pass runs first, unmeasured.
+constexpr double kReplayWarmupS = 0.5;
+
 // Measures every request (grouped by shape: one set of communicators each) in `passes` passes
 // over all of them, every other pass in the reverse order, each of a request's passes sized to
 // about budget_s / passes of replay (2 to 15 steps); a request's figure is the median of its
 // passes. Why passes: this host's speed drifts by 10-30% over seconds, and a plan measured in
 // one window of a fraction of a second carries that window's drift (a dp 2 x pp 2 plan
-// replayed at 11.0 ms in one planner run and 14.9 ms in another; its job ran 17 ms).
-// Results in request order.
+// replayed at 11.0 ms in one planner run and 14.9 ms in another; its job ran 17 ms). Each
+// group's pass starts with kReplayWarmupS of its first request, not measured. Results in
+// request order.
 Result<std::vector<double>> ReplayPipelines(const std::vector<PipelineReplayRequest>& requests, uint64_t shm_ring_bytes,
                                             double budget_s = 0.3, int passes = 3);
 

@@ -88,11 +88,10 @@ Result<PlanPrediction> Predict(const TrainJob& job, PlanChoice c, const Calibrat
   }
   STRATA_ASSIGN_OR_RETURN(ParallelPlan plan, ResolvePlan(ApplyChoice(job, c), o.world));
 
-  // More ranks than cores, or tensor parallelism where `replay_tp`: the step is replayed on this
-  // host (below; the planner runs the model's own units, tensor-parallel collectives included),
-  // unless ZeRO-3 (whose per-unit gathers it does not run) is in it.
-  const bool replay =
-      c.zero < 3 && ((slow > 1 && (stages > 1 || c.dp > 1 || c.tp > 1)) || (o.replay_tp && c.tp > 1));
+  // More ranks than cores, or more than one rank where `replay_all`: the step is replayed on
+  // this host (below; the planner runs the model's own units, tensor-parallel collectives
+  // included), unless ZeRO-3 (whose per-unit gathers it does not run) is in it.
+  const bool replay = c.zero < 3 && (stages > 1 || c.dp > 1 || c.tp > 1) && (slow > 1 || o.replay_all);
   PipelineStepCosts replay_costs;
   pipeline::Costs costs;
   std::vector<int64_t> stage_saved(stages, 0), stage_transient(stages, 0);

@@ -45,10 +45,13 @@ struct PlannerOptions {
   // by world / cores (the processes take turns). 0: one core per process.
   int cores = 0;
   int max_micro_batches = 16;
-  // Replay tensor-parallel plans on this host even with a core per rank (PlanJob sets it on the
-  // CPU): a tp layer costs more than its calibrated compute / tp (slices, its collectives
-  // between its kernels), and the replay runs the layers themselves.
-  bool replay_tp = false;
+  // Replay every plan of more than one rank on this host, even with a core per rank (PlanJob
+  // sets it on the CPU): a trainer's step costs more than its calibrated units add up to (the
+  // allocations, the loss head, a tp layer's slices and its collectives between its kernels;
+  // the seeds' mlp on 2 trainers: simulated pipelines and dp plans 10-23% fast, tp plans 30-40%),
+  // and the replay runs the model itself. Without it only plans whose ranks outnumber the cores
+  // are replayed.
+  bool replay_all = false;
   bool overlap = true;            // sync.overlap: the dp gradient sync overlaps backward
   // Bytes of one activation value, what tensor-parallel all-reduces and pipeline hand-offs
   // carry: 4 (fp32: the trainer today) or 2 (bf16 compute, a stated device: device_model.h).

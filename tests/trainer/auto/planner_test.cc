@@ -295,23 +295,31 @@ TEST(Planner, APipelineWhoseRanksOutnumberTheCoresIsReplayedAndItsMeasurementUse
   auto measured = Predict(job, t, cal3, comm, o);
   ASSERT_TRUE(measured.ok());
   EXPECT_NEAR(measured->step_s, 0.25, 1e-12);
-  // With a core per rank a tp plan is simulated, unless replay_tp (the CPU's planner) asks for
-  // its layers to run.
+  // With a core per rank a plan is simulated, unless replay_all (the CPU's planner) asks for
+  // its model to run; a plan of one rank has nothing to replay.
   o.cores = 4;
   auto alone = Predict(job, t, cal3, comm, o);
   ASSERT_TRUE(alone.ok());
   EXPECT_FALSE(alone->replay.has_value());
   EXPECT_FALSE(alone->pipeline_replayed);
-  o.replay_tp = true;
+  o.replay_all = true;
   auto layers = Predict(job, t, Synthetic(job, {t}), comm, o);
   ASSERT_TRUE(layers.ok());
   ASSERT_TRUE(layers->replay.has_value());
   EXPECT_EQ(layers->replay->tp, 2);
-  auto untouched = Predict(job, c, cal, comm, o);  // tp 1: nothing for replay_tp to replay
-  ASSERT_TRUE(untouched.ok());
-  EXPECT_FALSE(untouched->replay.has_value());
+  auto pipeline = Predict(job, c, Synthetic(job, {c}), comm, o);
+  ASSERT_TRUE(pipeline.ok());
+  EXPECT_TRUE(pipeline->replay.has_value());
+  PlanChoice single;
+  single.micro_batches = 1;
+  single.micro_batch = 8;
+  PlannerOptions one = Options(1, 8);
+  one.replay_all = true;
+  auto lone = Predict(job, single, Synthetic(job, {single}), comm, one);
+  ASSERT_TRUE(lone.ok()) << lone.status().ToString();
+  EXPECT_FALSE(lone->replay.has_value());
   o.cores = 2;
-  o.replay_tp = false;
+  o.replay_all = false;
   PlanChoice z3 = d;
   z3.zero = 3;
   z3.pp = 1;
