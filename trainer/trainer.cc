@@ -437,8 +437,10 @@ Result<TrainSummary> Trainer::RunSteps() {
     ++step_;
     progress_->StepTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
     // What this rank holds, once every buffer exists, and the second step's peak (the first
-    // re-cuts the buckets, old and new alive together): every rank under ZeRO (they differ).
-    if (step_ - summary.first_step == std::min<int64_t>(2, to.steps - summary.first_step) && (sharded_ || rank_ == 0 || plan_.cp > 1)) {
+    // re-cuts the buckets, old and new alive together): every rank where ranks differ (ZeRO's
+    // shards, pipeline stages, tp and cp pieces), else rank 0's.
+    const bool ranks_differ = sharded_ || plan_.cp > 1 || plan_.pp > 1 || plan_.tp > 1;
+    if (step_ - summary.first_step == std::min<int64_t>(2, to.steps - summary.first_step) && (ranks_differ || rank_ == 0)) {
       LogMemory(alloc.stats().peak_bytes_in_use);
     }
     summary.losses.push_back(loss);
