@@ -35,6 +35,16 @@ TrainJob Gpt() {
   return job;
 }
 
+// Gpt() with data a calibration can read: the test corpus, bytes as tokens.
+TrainJob GptOnText() {
+  TrainJob job = Gpt();
+  job.model.vocab = 256;
+  job.data.kind = DataOptions::Kind::kText;
+  job.data.path = std::string(STRATA_SOURCE_DIR) + "/tests/data/corpus.txt";
+  job.data.eval_samples = 64;
+  return job;
+}
+
 // Every unit: F = 1 ms x micro-batch, B = 2 F, I = W = F; saved 1 KiB x micro-batch (a quarter
 // of it the output), no working memory beyond.
 Calibration Synthetic(const TrainJob& job, const std::vector<PlanChoice>& choices) {
@@ -387,11 +397,7 @@ TEST(Planner, CalibrationCacheRoundTripsAndRefusesGarbage) {
 }
 
 TEST(Planner, CalibrationMeasuresFewerSavedBytesWithFullRecompute) {
-  TrainJob job = Gpt();
-  job.model.vocab = 256;  // bytes are tokens
-  job.data.kind = DataOptions::Kind::kText;
-  job.data.path = std::string(STRATA_SOURCE_DIR) + "/tests/data/corpus.txt";
-  job.data.eval_samples = 64;
+  TrainJob job = GptOnText();
   Calibration cal;
   cal.reps = 1;
   const Status s = Calibrate(job, ops::Exec::Cpu(), {{2, Recompute::kNone}, {2, Recompute::kFull}}, cal);
@@ -407,11 +413,7 @@ TEST(Planner, CalibrationMeasuresFewerSavedBytesWithFullRecompute) {
 }
 
 TEST(Planner, CalibrationUnderCoRunKeepsTheBytesOfOneCopyAndTimesEveryCopy) {
-  TrainJob job = Gpt();
-  job.model.vocab = 256;
-  job.data.kind = DataOptions::Kind::kText;
-  job.data.path = std::string(STRATA_SOURCE_DIR) + "/tests/data/corpus.txt";
-  job.data.eval_samples = 64;
+  TrainJob job = GptOnText();
   Calibration alone, loaded;
   alone.reps = loaded.reps = 1;
   loaded.corun = 3;  // more copies than this host's cores: the barrier must still let all through
@@ -445,11 +447,7 @@ TEST(Planner, CalibrationCoRunIsTheCoresTheTrainersKeepBusyOnTheCpuOnly) {
 // `only` ranks just the named plans, each predicted as the whole ranking predicts it (the same
 // cache), and names a label that is no valid plan.
 TEST(Planner, PlanJobRanksOnlyTheNamedPlansAndNamesAnUnknownOne) {
-  TrainJob job = Gpt();
-  job.model.vocab = 256;
-  job.data.kind = DataOptions::Kind::kText;
-  job.data.path = std::string(STRATA_SOURCE_DIR) + "/tests/data/corpus.txt";
-  job.data.eval_samples = 64;
+  TrainJob job = GptOnText();
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "strata_planner_only_test";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
