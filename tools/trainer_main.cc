@@ -4,6 +4,8 @@
 //   strata-launch --servers 2 --trainers 2 examples/ctr.yaml   (starts strata-trainer --rank r)
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+
 #include <iostream>
 #include <thread>
 
@@ -128,7 +130,7 @@ int Train(const JobConfig& config, Node* node, bool launched, const AutoSelectOp
     // The planner picks the plan (trainer 0 measures and publishes; the others read it).
     AutoSelectOptions o = planner;
     o.world = node ? node->view().Count(Role::kTrainer) : 1;
-    o.timeout = Millis(job.sync.timeout_ms);
+    o.timeout = std::max(o.timeout, Millis(job.sync.timeout_ms));  // planning takes minutes on a small CPU host
     std::vector<std::string> why;
     Result<TrainJob> chosen = SelectAutoPlan(job, node, o, &why);
     for (const std::string& line : why) spdlog::info("{}", line);

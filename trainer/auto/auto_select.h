@@ -51,7 +51,9 @@ struct AutoSelectOptions {
   int world = 1;
   int cores = 0;  // CPU cores the trainers share (PlannerOptions::cores)
   std::string host = "localhost";
-  Millis timeout{120000};
+  // How long the other trainers wait for trainer 0's plan: on a small CPU host the calibration
+  // and the replay of every plan take minutes (gpt_planner.yaml on 2 trainers, 2 cores: 100-130 s).
+  Millis timeout{600000};  // the scheduler's longest kv wait
 };
 Result<TrainJob> SelectAutoPlan(const TrainJob& job, Node* node, const AutoSelectOptions& options,
                                 std::vector<std::string>* why);
