@@ -249,10 +249,13 @@ struct ClockRequest {
   # (min(1, clip_norm / norm), the same on every trainer; NaN, infinity and negatives refused).
   gradScale @1 :Float32 = 1.0;
   # Elastic BSP (cluster.elastic, sync.consistency bsp): how many trainers split this clock's
-  # step (the scheduler's split schedule), the same in every clock message of the clock. The
-  # server applies the clock once that many trainers' clock messages of it arrived, and a mean
-  # divides by it. 0: a fixed membership (every live trainer).
+  # step (the scheduler's split schedule), the same in every clock message of the clock: the
+  # number of memberRanks. 0: a fixed membership (every live trainer).
   members @2 :UInt32;
+  # Elastic BSP: the trainers that split this clock's step, by trainer rank, ascending (members
+  # of them). The server completes the clock once each of them clocked it or was declared dead:
+  # a trainer that dies mid-step is left out of the clocks it did not finish.
+  memberRanks @3 :List(UInt32);
 }
 
 # trainer -> every server, after its pushes of clock `clock` were acknowledged: the sum of the

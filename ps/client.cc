@@ -444,7 +444,7 @@ Status PsClient::Clock(float grad_scale) {
   STRATA_RETURN_IF_ERROR(GrowLayout());
   PsTicket ticket;
   const int64_t clock = clock_;
-  const uint32_t members = members_;
+  const std::vector<uint32_t>& members = members_;
   for (uint32_t s = 0; s < servers_.size(); ++s) {
     if (layout_.Left(s)) continue;
     PsTicket::Part part(s, nullptr, [clock, grad_scale, members] {
@@ -452,7 +452,11 @@ Status PsClient::Clock(float grad_scale) {
                           auto c = m.builder().getBody().initClock();
                           c.setClock(clock);
                           c.setGradScale(grad_scale);
-                          c.setMembers(members);
+                          if (!members.empty()) {
+                            c.setMembers(static_cast<uint32_t>(members.size()));
+                            auto ranks = c.initMemberRanks(static_cast<unsigned>(members.size()));
+                            for (size_t i = 0; i < members.size(); ++i) ranks.set(static_cast<unsigned>(i), members[i]);
+                          }
                           return m;
                         });
     Send(part, timeout_);

@@ -119,9 +119,9 @@ class PsClient {
   int64_t clock() const { return clock_; }
   // A trainer that joined a running job starts at the others' clock, not at 0.
   void set_clock(int64_t clock) { clock_ = clock; }
-  // Elastic BSP: how many trainers split the current clock's step, sent with its clock
-  // messages (wire ClockRequest.members); 0 (the default): a fixed membership.
-  void set_members(uint32_t members) { members_ = members; }
+  // Elastic BSP: the trainers (ranks, ascending) that split the current clock's step, sent with
+  // its clock messages (wire ClockRequest.memberRanks); empty (the default): a fixed membership.
+  void set_members(std::vector<uint32_t> ranks) { members_ = std::move(ranks); }
   // The learning rate of this step (optimizer.schedule, warmup_steps): the pushes sent after
   // this call are applied with it instead of each table's lr (negative: the table's).
   void set_lr(float lr) { lr_ = lr; }
@@ -181,7 +181,7 @@ class PsClient {
   uint64_t pushes_sent_;  // starts at a random point (client.cc)
   std::map<uint32_t, TableSpec> tables_;
   int64_t clock_ = 0;
-  uint32_t members_ = 0;
+  std::vector<uint32_t> members_;
   float lr_ = -1.0f;
 };
 

@@ -5,38 +5,60 @@
 #include <string>
 
 namespace strata {
+namespace {
 
-Status ClockMembers::Add(int64_t clock, uint32_t sender, uint32_t members) {
-  const std::string where = "clock " + std::to_string(clock) + " from node " + std::to_string(sender);
-  if (members == 0) {
-    return Status::FailedPrecondition(where + ": an elastic BSP clock message must state how many trainers split its "
-                                      "step (clock.members), not 0");
+std::string RanksText(std::span<const uint32_t> ranks) {
+  std::string s = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+Status ClockMembers::Add(int64_t clock, uint32_t rank, std::span<const uint32_t> ranks) {
+  const std::string where = "clock " + std::to_string(clock) + " from trainer " + std::to_string(rank);
+  if (ranks.empty()) {
+    return Status::FailedPrecondition(where + ": an elastic BSP clock message must name the trainers that split its "
+                                      "step (clock.memberRanks), not none");
+  }
+  if (std::adjacent_find(ranks.begin(), ranks.end(), [](uint32_t a, uint32_t b) { return a >= b; }) != ranks.end()) {
+    return Status::FailedPrecondition(where + " names the trainers " + RanksText(ranks) +
+                                      ", not ascending and distinct (clock.memberRanks)");
+  }
+  if (!std::binary_search(ranks.begin(), ranks.end(), rank)) {
+    return Status::FailedPrecondition(where + ": trainer " + std::to_string(rank) +
+                                      " is not in its step's split " + RanksText(ranks));
+  }
+  if (dead_.count(rank)) {
+    return Status::FailedPrecondition(where + ": trainer " + std::to_string(rank) +
+                                      " was declared dead; its clocks are no longer counted");
   }
   auto it = clocks_.find(clock);
-  if (it != clocks_.end()) {
-    Entry& e = it->second;
-    if (e.members != members) {
-      return Status::FailedPrecondition(where + " states " + std::to_string(members) +
-                                        " trainers split the step; an earlier clock message of it stated " +
-                                        std::to_string(e.members) + " (the trainers disagree on the data split)");
-    }
-    if (std::find(e.senders.begin(), e.senders.end(), sender) != e.senders.end()) return Status::OK();
-    if (e.senders.size() >= e.members) {
-      return Status::FailedPrecondition(where + ": its " + std::to_string(e.members) +
-                                        " trainers all clocked it already; node " + std::to_string(sender) +
-                                        " is not in its step's split");
-    }
-    e.senders.push_back(sender);
+  if (it == clocks_.end()) {
+    clocks_.emplace(clock, Entry{{ranks.begin(), ranks.end()}, {rank}});
     return Status::OK();
   }
-  clocks_.emplace(clock, Entry{members, {sender}});
+  Entry& e = it->second;
+  if (!std::equal(e.members.begin(), e.members.end(), ranks.begin(), ranks.end())) {
+    return Status::FailedPrecondition(where + " states " + std::to_string(ranks.size()) + " trainers " +
+                                      RanksText(ranks) + " split the step; an earlier clock message of it stated " +
+                                      std::to_string(e.members.size()) + " " + RanksText(e.members) +
+                                      " (the trainers disagree on the data split)");
+  }
+  if (std::find(e.clocked.begin(), e.clocked.end(), rank) == e.clocked.end()) e.clocked.push_back(rank);
   return Status::OK();
 }
 
+void ClockMembers::MarkDead(uint32_t rank) { dead_.insert(rank); }
+
 uint32_t ClockMembers::Complete(int64_t clock) const {
   auto it = clocks_.find(clock);
-  if (it == clocks_.end() || it->second.senders.size() < it->second.members) return 0;
-  return it->second.members;
+  if (it == clocks_.end()) return 0;
+  const Entry& e = it->second;
+  for (uint32_t m : e.members) {
+    if (!dead_.count(m) && std::find(e.clocked.begin(), e.clocked.end(), m) == e.clocked.end()) return 0;
+  }
+  return static_cast<uint32_t>(e.clocked.size());
 }
 
 void ClockMembers::ForgetBelow(int64_t clock) { clocks_.erase(clocks_.begin(), clocks_.lower_bound(clock)); }

@@ -1,13 +1,17 @@
-// clock_members.h: ClockMembers, an elastic BSP server's count of each clock's trainers (wire
-// ClockRequest.members). The trainers that split step c (the scheduler's split schedule, fixed
-// before any of them reads it) each send a clock message of c stating how many they are; the
-// clock is complete, and its pushes may be applied as their mean, once that many distinct
-// trainers sent theirs. So a trainer that joins or leaves changes the membership at a clock
-// boundary, and no clock is applied without a member's pushes or divided by the wrong count.
+// clock_members.h: ClockMembers, an elastic BSP server's record of each clock's trainers (wire
+// ClockRequest.memberRanks). The trainers that split step c (the scheduler's split schedule,
+// fixed before any of them reads it) each send a clock message of c naming them all; the clock
+// is complete, and its pushes may be applied as their mean, once every one of them either sent
+// its clock message or was declared dead. So a trainer that joins or leaves changes the
+// membership at a clock boundary, no clock is applied without a live member's pushes, and a
+// trainer that dies mid-step is left out of the clocks it did not finish (its slice of those
+// steps is not read, as for ASP) instead of holding them back for ever.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <set>
+#include <span>
 #include <vector>
 
 #include "common/status.h"
@@ -17,12 +21,18 @@ namespace strata {
 // A plain value; not thread-safe (PsServer guards it with its clock lock).
 class ClockMembers {
  public:
-  // Records `sender`'s clock message of `clock`, stating `members` (> 0) trainers. A repeat from
-  // the same sender (a retried message) changes nothing. FailedPrecondition, recording nothing,
-  // if `members` is 0, differs from what an earlier message of the clock stated, or `members`
-  // other trainers sent theirs already.
-  Status Add(int64_t clock, uint32_t sender, uint32_t members);
-  // The members of `clock` once all of them sent theirs; 0 before (or for a clock never stated).
+  // Records trainer `rank`'s clock message of `clock`, naming the trainers that split its step
+  // (`ranks`: trainer ranks, ascending, distinct, `rank` among them). A repeat from the same
+  // trainer (a retried message) changes nothing. FailedPrecondition, recording nothing, if
+  // `ranks` is empty or not ascending, differs from what an earlier message of the clock named,
+  // leaves out `rank`, or `rank` was declared dead.
+  Status Add(int64_t clock, uint32_t rank, std::span<const uint32_t> ranks);
+  // Trainer `rank` was declared dead: the clocks it is a member of and did not clock complete
+  // without it, and it may clock nothing more.
+  void MarkDead(uint32_t rank);
+  bool Dead(uint32_t rank) const { return dead_.count(rank) > 0; }
+  // How many members' clock messages `clock` counts, once every member clocked it or is dead;
+  // 0 before (or for a clock never stated).
   uint32_t Complete(int64_t clock) const;
   // Forgets the clocks below `clock` (every BSP table applied them).
   void ForgetBelow(int64_t clock);
@@ -30,10 +40,11 @@ class ClockMembers {
 
  private:
   struct Entry {
-    uint32_t members = 0;
-    std::vector<uint32_t> senders;  // distinct, in arrival order
+    std::vector<uint32_t> members;  // ascending
+    std::vector<uint32_t> clocked;  // distinct, in arrival order
   };
   std::map<int64_t, Entry> clocks_;
+  std::set<uint32_t> dead_;
 };
 
 }  // namespace strata

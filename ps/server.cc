@@ -439,15 +439,22 @@ Result<Message> PsServer::Push(const Request& request) {
         }
       }
     }
-    auto& acc = t.pending[clock];
+    // Elastic: a trainer's pushes wait apart until its clock message (server_table.h, staged).
+    const bool staged = node_.options().cluster.elastic && t.spec.pushers == 0;
+    if (staged && t.dead_pushers.count(sender)) {
+      return Status::FailedPrecondition("push to BSP table \"" + t.spec.name + "\" for clock " +
+                                        std::to_string(clock) + " from node " + std::to_string(sender) +
+                                        ", which was declared dead: its clocks are no longer counted");
+    }
     for (uint64_t key : keys) {
-      auto it = acc.find(key);
-      if (it != acc.end() && it->second.pushes > 0 && it->second.lr != lr) {
+      const std::optional<float> other = t.LrLocked(clock, key);
+      if (other && *other != lr) {
         return Status::InvalidArgument("push to BSP table \"" + t.spec.name + "\" for clock " + std::to_string(clock) +
                                        " carries lr " + std::to_string(lr) + ", the clock's other pushes " +
-                                       std::to_string(it->second.lr) + " (node " + std::to_string(sender) + ")");
+                                       std::to_string(*other) + " (node " + std::to_string(sender) + ")");
       }
     }
+    auto& acc = staged ? t.staged[clock][sender] : t.pending[clock];
     for (size_t i = 0; i < keys.size(); ++i) {
       const uint32_t len = t.ValueFloats(keys[i]);
       Table::Acc& a = acc[keys[i]];

@@ -316,6 +316,12 @@ class PsServer {
   void TakeReadyLocked(std::vector<Parked>* ready);
   // A BSP table with pushers finished a clock before the clock messages: answers its pulls.
   void AdvanceEarly(Table& t);
+  // Elastic BSP: `sender`'s staged pushes of `clock` join the clock's sums (it clocked it).
+  // Expects clock_mu_ held.
+  void FoldStagedLocked(int64_t clock, uint32_t sender);
+  // Elastic BSP: `trainer` was declared dead: its clocks go on without it and its staged pushes
+  // are dropped. Expects clock_mu_ held.
+  void DropDeadTrainerLocked(const NodeInfo& trainer);
 
   Node& node_;
   const ServerOptions options_;
@@ -364,6 +370,7 @@ class PsServer {
   // Elastic jobs (cluster.elastic): a BSP clock is applied once the trainers of its step's split
   // all clocked it, as their mean (not at the live trainers' minimum clock).
   ClockMembers clock_members_;
+  std::atomic<uint64_t> bsp_dropped_{0};  // elastic BSP: keys or chunks of dead trainers' pushes dropped
   ParkedQuota parked_quota_;  // per peer, over parked_
 
   // Elastic: pushes and pulls hold it shared while they check a key's owner and apply; a

@@ -5,6 +5,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ps/server_table.h"
 
@@ -15,7 +16,8 @@ bool PsServer::PullReadyLocked(const Table& t, int64_t clock, Status* error) con
     case Consistency::kAsp:
       return true;
     case Consistency::kBsp:
-      if (!lost_trainers_.empty() && t.applied_clock < clock) {
+      // Elastic: a clock completes without its dead members (ps/clock_members.h); fixed: it never does.
+      if (!lost_trainers_.empty() && t.applied_clock < clock && !node_.options().cluster.elastic) {
         *error = Status::Aborted("BSP table \"" + t.spec.name + "\" cannot reach clock " +
                                  std::to_string(clock) + ": lost " + lost_trainers_.begin()->second);
         return true;
@@ -47,7 +49,8 @@ Result<Message> PsServer::Clock(const Request& request, std::vector<Parked>* rea
   const auto body = request.message().reader().getBody().getClock();
   const int64_t finished = body.getClock();
   // Elastic BSP clock messages state their members; one that does not is refused if it should.
-  const bool counted = node_.options().cluster.elastic && (body.getMembers() > 0 || BspTable());
+  const bool counted =
+      node_.options().cluster.elastic && (body.getMembers() > 0 || body.getMemberRanks().size() > 0 || BspTable());
   std::lock_guard lock(clock_mu_);
   if (trainer_clock_.empty() && lost_trainers_.empty()) {
     for (const NodeInfo& n : node_.view().WithRole(Role::kTrainer)) {
@@ -67,8 +70,22 @@ Result<Message> PsServer::Clock(const Request& request, std::vector<Parked>* rea
   }
   // Elastic BSP: the clock's trainers, counted before anything else changes (a refused message
   // changes nothing).
-  if (counted) STRATA_RETURN_IF_ERROR(clock_members_.Add(finished, sender, body.getMembers()));
+  if (counted) {
+    const auto wire_ranks = body.getMemberRanks();
+    if (wire_ranks.size() != body.getMembers()) {
+      return Status::FailedPrecondition("clock " + std::to_string(finished) + " from node " + std::to_string(sender) +
+                                        " states " + std::to_string(body.getMembers()) + " members but names " +
+                                        std::to_string(wire_ranks.size()) + " (clock.members, clock.memberRanks)");
+    }
+    std::vector<uint32_t> ranks;
+    for (uint32_t r : wire_ranks) ranks.push_back(r);
+    const ClusterView view = node_.view();
+    const NodeInfo* n = view.Find(sender);
+    if (n == nullptr) return Status::FailedPrecondition("clock from node " + std::to_string(sender) + ", not in the view");
+    STRATA_RETURN_IF_ERROR(clock_members_.Add(finished, static_cast<uint32_t>(n->rank), ranks));
+  }
   STRATA_RETURN_IF_ERROR(TakeGradScaleLocked(finished, body.getGradScale(), sender));
+  if (counted) FoldStagedLocked(finished, sender);
   it->second = std::max(it->second, finished + 1);
   AdvanceLocked(ready);
   return request.MakeReply();
@@ -105,6 +122,9 @@ void PsServer::AdvanceLocked(std::vector<Parked>* ready) {
       t.early_done.erase(t.applied_clock);
       ++t.applied_clock;
     }
+    // Staged pushes of applied clocks (from a trainer that pushed after its own clock message):
+    // never folded, forgotten.
+    t.staged.erase(t.staged.begin(), t.staged.lower_bound(t.applied_clock));
     if (t.spec.pushers > 0 && !t.spec.clipped) {
       // Chunks held back behind an incomplete clock that the clock message just applied.
       std::vector<uint64_t> waiting;
@@ -165,6 +185,32 @@ void PsServer::AdvanceEarly(Table& t) {
   for (Parked& p : ready) HandleParked(p);
 }
 
+void PsServer::FoldStagedLocked(int64_t clock, uint32_t sender) {
+  std::shared_lock tables_lock(tables_mu_);
+  for (auto& [id, t] : tables_) {
+    if (t->spec.consistency != Consistency::kBsp) continue;
+    std::lock_guard bsp_lock(t->bsp_mu);
+    t->FoldStagedLocked(clock, sender);
+  }
+}
+
+void PsServer::DropDeadTrainerLocked(const NodeInfo& trainer) {
+  clock_members_.MarkDead(static_cast<uint32_t>(trainer.rank));
+  uint64_t dropped = 0;
+  {
+    std::shared_lock tables_lock(tables_mu_);
+    for (auto& [id, t] : tables_) {
+      if (t->spec.consistency != Consistency::kBsp) continue;
+      std::lock_guard bsp_lock(t->bsp_mu);
+      dropped += t->DropStagedLocked(trainer.id);
+    }
+  }
+  bsp_dropped_ += dropped;
+  spdlog::warn("server: {} was declared dead; the BSP clocks it did not finish go on without it ({} of its pushed "
+               "keys or chunks dropped)",
+               trainer.Describe(), dropped);
+}
+
 int64_t PsServer::MinClockOrZeroLocked() const {
   const int64_t m = MinClockLocked();
   return m == std::numeric_limits<int64_t>::max() ? 0 : m;
@@ -188,8 +234,10 @@ void PsServer::OnNodeEvent(const NodeEvent& e) {
       return;
     }
     trainer_clock_.erase(e.node.id);
-    // A trainer that left cleanly holds no clock back; one that died fails BSP pulls.
+    // A trainer that left cleanly holds no clock back; one that died fails BSP pulls, except in
+    // an elastic job, whose clocks complete without it (ps/clock_members.h).
     if (dead) lost_trainers_[e.node.id] = e.node.Describe();
+    if (dead && node_.options().cluster.elastic) DropDeadTrainerLocked(e.node);
     AdvanceLocked(&ready);
   }
   // Runs on the I/O thread: answering parked requests only reads and sends, it does not block.

@@ -21,6 +21,7 @@ std::string PsServer::StatsJson() const {
   j["apply_ms"] = apply_ns_.load() / 1e6;
   j["errors"] = errors_.load();
   j["duplicate_pushes"] = duplicates_.load();
+  j["dead_trainer_keys_dropped"] = bsp_dropped_.load();
   j["layout_servers"] = KeyLayout().servers;
   j["rows_moved_in"] = rows_moved_in_.load();
   j["rows_moved_out"] = rows_moved_out_.load();

@@ -8,6 +8,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -40,6 +42,12 @@ struct PsServer::Table {
   std::mutex bsp_mu;
   std::map<int64_t, std::unordered_map<uint64_t, Acc>> pending;
   int64_t applied_clock = 0;
+  // Elastic BSP (cluster.elastic, no pushers): each trainer's pushes of a clock it has not
+  // clocked yet, by clock and sender node, kept apart from `pending` until its clock message
+  // folds them in (FoldStagedLocked), so that a trainer declared dead first leaves nothing in a
+  // clock's sum (DropStagedLocked); and the senders declared dead, whose pushes are refused.
+  std::map<int64_t, std::map<uint32_t, std::unordered_map<uint64_t, Acc>>> staged;
+  std::set<uint32_t> dead_pushers;
   // BSP with spec.pushers > 0 (dense): a chunk is applied as soon as its pushers have all pushed
   // it, so chunks run ahead of applied_clock: the next clock of such a chunk, the number of this
   // server's chunks applied early for each clock, and how many chunks this server holds (0:
@@ -56,6 +64,54 @@ struct PsServer::Table {
     if (chunk_clock.empty()) return applied_clock;
     auto it = chunk_clock.find(key);
     return it == chunk_clock.end() ? applied_clock : std::max(applied_clock, it->second);
+  }
+  // The lr of the accumulations of `key` at `clock` here, folded or staged; nullopt if none.
+  std::optional<float> LrLocked(int64_t clock, uint64_t key) const {
+    if (auto it = pending.find(clock); it != pending.end()) {
+      if (auto a = it->second.find(key); a != it->second.end() && a->second.pushes > 0) return a->second.lr;
+    }
+    if (auto it = staged.find(clock); it != staged.end()) {
+      for (const auto& [sender, accs] : it->second) {
+        if (auto a = accs.find(key); a != accs.end() && a->second.pushes > 0) return a->second.lr;
+      }
+    }
+    return std::nullopt;
+  }
+  // Elastic BSP: `sender` clocked `clock`: its staged pushes of it join the clock's sums, in the
+  // order the clock messages arrive (one push of a key per trainer and clock: the same floats as
+  // summing the pushes as they arrived).
+  void FoldStagedLocked(int64_t clock, uint32_t sender) {
+    auto it = staged.find(clock);
+    if (it == staged.end()) return;
+    auto from = it->second.find(sender);
+    if (from == it->second.end()) return;
+    auto& into = pending[clock];
+    for (auto& [key, acc] : from->second) {
+      Acc& a = into[key];
+      if (a.sum.empty()) {
+        a.sum = std::move(acc.sum);
+      } else {
+        for (size_t j = 0; j < a.sum.size(); ++j) a.sum[j] += acc.sum[j];
+      }
+      a.pushes += acc.pushes;
+      a.lr = acc.lr;
+    }
+    it->second.erase(from);
+    if (it->second.empty()) staged.erase(it);
+  }
+  // Elastic BSP: `sender` was declared dead: its pushes of the clocks it did not clock are
+  // dropped, and any it sends later refused. Returns the keys (or chunks) dropped.
+  uint64_t DropStagedLocked(uint32_t sender) {
+    dead_pushers.insert(sender);
+    uint64_t dropped = 0;
+    for (auto it = staged.begin(); it != staged.end();) {
+      if (auto from = it->second.find(sender); from != it->second.end()) {
+        dropped += from->second.size();
+        it->second.erase(from);
+      }
+      it = it->second.empty() ? staged.erase(it) : std::next(it);
+    }
+    return dropped;
   }
   // Applies one accumulation to the store (and makes the chunk's pull snapshot stale).
   void ApplyAcc(uint64_t key, const Acc& acc, float scale, int64_t clock) {

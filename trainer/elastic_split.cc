@@ -34,9 +34,10 @@ bool ElasticSplit::Member(int64_t step) const {
   return schedule_.Slot(node_.rank(), step) >= 0;
 }
 
-uint32_t ElasticSplit::Members(int64_t step) const {
+std::vector<uint32_t> ElasticSplit::Members(int64_t step) const {
   STRATA_CHECK(step < schedule_.horizon()) << "step " << step << " was not leased (horizon " << schedule_.horizon() << ")";
-  return static_cast<uint32_t>(schedule_.Members(step).size());
+  const std::vector<int>& ranks = schedule_.Members(step);
+  return {ranks.begin(), ranks.end()};
 }
 
 SplitPlan::Slot ElasticSplit::At(int64_t position) const {

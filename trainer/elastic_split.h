@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "cluster/node.h"
 #include "trainer/data.h"
@@ -38,9 +39,10 @@ class ElasticSplit final : public SplitPlan {
   Result<int64_t> Leave();
   // Is this trainer a member of `step`'s split? Only for steps Ensure leased.
   bool Member(int64_t step) const;
-  // How many trainers split `step` (an elastic BSP clock's mean divides by it). Only for steps
-  // Ensure leased.
-  uint32_t Members(int64_t step) const;
+  // The trainers (ranks, ascending) that split `step` (an elastic BSP clock waits for each of
+  // them, or its death, and its mean divides by those that clocked). Only for steps Ensure
+  // leased.
+  std::vector<uint32_t> Members(int64_t step) const;
 
   Slot At(int64_t position) const override;
 

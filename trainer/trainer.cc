@@ -357,8 +357,12 @@ Status Trainer::Finish() {
   STRATA_RETURN_IF_ERROR(node_->KvSet(done_key + std::to_string(rank_), "1").WithContext("saying this trainer is done"));
   Status s = node_->Barrier("train/done", wire::BarrierScope::TRAINERS, timeout);
   if (s.ok()) return s;
-  if (!(ps_ && job_.sync.consistency == Consistency::kAsp)) return s.WithContext("waiting for the other trainers to finish");
-  spdlog::warn("not every trainer finished ({}); asynchronous training goes on without it", s.ToString());
+  // Asynchronous training, and an elastic job (whose servers' clocks go on without a dead
+  // trainer, docs/reliability.md), finish without the dead; a fixed BSP or SSP job cannot have.
+  if (!(ps_ && (job_.sync.consistency == Consistency::kAsp || node_->options().cluster.elastic))) {
+    return s.WithContext("waiting for the other trainers to finish");
+  }
+  spdlog::warn("not every trainer finished ({}); the job finishes without it", s.ToString());
   if (rank_ != 0) return Status::OK();
   // The barrier fails as soon as one member is dead, but trainer 0 ends the job after this:
   // it waits for every trainer still alive to say it is done, so none is cut off mid-step.

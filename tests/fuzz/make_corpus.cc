@@ -227,6 +227,8 @@ std::vector<Seed> Seeds() {
     c.setClock(7);
     c.setGradScale(1.0f);
     c.setMembers(3);
+    auto ranks = c.initMemberRanks(3);
+    for (unsigned i = 0; i < 3; ++i) ranks.set(i, i);
     add("clock-members", std::move(m));
   }
   {  // a chunk of a copy of a shard: one sparse table of one row, push ids, clocks, more to come

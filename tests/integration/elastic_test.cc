@@ -1,6 +1,7 @@
 // elastic_test.cc: issue #16's elastic membership with real processes on loopback (ctr, ps
 // mode, ASP unless said, cluster.elastic): a third trainer joins a 2-trainer job mid-run; a
-// trainer leaves on SIGTERM and the others finish; trainers join and leave a BSP job; a server
+// trainer leaves on SIGTERM and the others finish; trainers join and leave a BSP job; a trainer
+// killed mid-run does not stop a BSP job; a server
 // is added to a 2-server job mid-run, takes its share of the rows over (in 10 KiB chunks) while
 // an in-process ledger pushes counted increments (none lost or applied twice), and leaves again;
 // and what cannot be elastic is refused naming the field. The AUC of each run is compared with
@@ -193,6 +194,35 @@ TEST_F(ElasticTest, TrainersJoinAndLeaveABspJobAtClockBoundaries) {
   EXPECT_NEAR(auc, undisturbed, kAucTolerance) << log;
   std::cout << "bsp: joined at step " << first << ", left after step " << last << ": auc " << auc
             << ", undisturbed " << undisturbed << "\n";
+}
+
+// BSP: a trainer killed mid-run (kill -9, no leave) is declared dead; the clocks it did not
+// finish complete without it (its pushes of them dropped, the mean over those that clocked), the
+// others finish and learn as the undisturbed job does.
+TEST_F(ElasticTest, ABspJobGoesOnPastATrainerKilledMidStep) {
+  const std::string job = Job("ctr_bsp", kCtrBsp);
+  const double undisturbed = Undisturbed(job, 1, 3);
+  auto common = Common(job, 1, 3);
+  common.insert(common.end(), {"--set", "cluster.heartbeat_timeout_ms=2000"});
+  StartJob(common, 1, 3);
+  Subprocess& killed = *nodes_[3];  // trainer 2
+  ASSERT_TRUE(WaitFor([&] { return MetricsLines("run") >= 2; }, Millis(120000))) << nodes_[1]->Log();
+  killed.Signal(SIGKILL);
+  EXPECT_NE(killed.Wait(Millis(10000)), 0);
+  const auto deadline = std::chrono::steady_clock::now() + Millis(300000);
+  for (auto& n : nodes_) {
+    if (n.get() == &killed) continue;
+    const auto left = std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
+    EXPECT_EQ(n->Wait(std::max(left, Millis(1000))), 0) << n->log_path() << "\n" << n->Log();
+  }
+  EXPECT_EQ(schedulers_[0]->Wait(Millis(20000)), 0) << schedulers_[0]->Log();
+  const std::string log = nodes_[1]->Log();
+  EXPECT_NE(log.find("done: 4000 steps"), std::string::npos) << log;
+  const double auc = Auc(log);
+  EXPECT_NEAR(auc, undisturbed, kAucTolerance) << log;
+  const std::string server = nodes_[0]->Log();
+  EXPECT_NE(server.find("the BSP clocks it did not finish go on without it"), std::string::npos) << server;
+  std::cout << "bsp: trainer 2 killed: auc " << auc << ", undisturbed " << undisturbed << "\n";
 }
 
 // An in-process trainer joined to the job pushing +1 per key per push (SGD, lr 1): a key's value

@@ -1,28 +1,32 @@
-// clock_members_test.cc: ClockMembers, an elastic BSP server's count of each clock's trainers:
-// complete once the stated number of distinct trainers clocked it, a retried message counted
-// once, and a message that disagrees on the count (or comes from one trainer too many) refused,
-// changing nothing.
+// clock_members_test.cc: ClockMembers, an elastic BSP server's record of each clock's trainers:
+// complete once every named member clocked it or was declared dead, a retried message counted
+// once, and a message that disagrees on the members (or comes from a trainer outside them, or a
+// dead one) refused, changing nothing.
 #include "ps/clock_members.h"
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace strata {
 namespace {
 
-TEST(ClockMembersTest, AClockIsCompleteOnceItsStatedTrainersAllClockedIt) {
+using Ranks = std::vector<uint32_t>;
+
+TEST(ClockMembersTest, AClockIsCompleteOnceItsNamedTrainersAllClockedIt) {
   ClockMembers m;
   EXPECT_EQ(m.Complete(0), 0u);  // never stated
-  ASSERT_TRUE(m.Add(0, 4, 2).ok());
+  ASSERT_TRUE(m.Add(0, 0, Ranks{0, 1}).ok());
   EXPECT_EQ(m.Complete(0), 0u);
-  ASSERT_TRUE(m.Add(0, 4, 2).ok());  // the same trainer again (a retried message)
+  ASSERT_TRUE(m.Add(0, 0, Ranks{0, 1}).ok());  // the same trainer again (a retried message)
   EXPECT_EQ(m.Complete(0), 0u);
-  ASSERT_TRUE(m.Add(0, 5, 2).ok());
+  ASSERT_TRUE(m.Add(0, 1, Ranks{0, 1}).ok());
   EXPECT_EQ(m.Complete(0), 2u);
   // The next clock has a third trainer (joined); clocks may be stated in any order.
-  ASSERT_TRUE(m.Add(1, 6, 3).ok());
-  ASSERT_TRUE(m.Add(1, 5, 3).ok());
+  ASSERT_TRUE(m.Add(1, 2, Ranks{0, 1, 2}).ok());
+  ASSERT_TRUE(m.Add(1, 1, Ranks{0, 1, 2}).ok());
   EXPECT_EQ(m.Complete(1), 0u);
-  ASSERT_TRUE(m.Add(1, 4, 3).ok());
+  ASSERT_TRUE(m.Add(1, 0, Ranks{0, 1, 2}).ok());
   EXPECT_EQ(m.Complete(1), 3u);
   EXPECT_EQ(m.clocks(), 2u);
   m.ForgetBelow(1);
@@ -31,27 +35,57 @@ TEST(ClockMembersTest, AClockIsCompleteOnceItsStatedTrainersAllClockedIt) {
   EXPECT_EQ(m.Complete(1), 3u);
 }
 
-TEST(ClockMembersTest, DisagreementsAndOneTrainerTooManyAreRefusedChangingNothing) {
+TEST(ClockMembersTest, ADeadMemberIsNotWaitedForAndMayClockNothingMore) {
   ClockMembers m;
-  Status zero = m.Add(0, 4, 0);
-  EXPECT_EQ(zero.code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(zero.message().find("clock.members"), std::string::npos) << zero.ToString();
+  // Clock 0: trainer 2 clocked it, then died; clock 1: it did not; clock 2 is not stated yet.
+  ASSERT_TRUE(m.Add(0, 2, Ranks{0, 1, 2}).ok());
+  ASSERT_TRUE(m.Add(0, 0, Ranks{0, 1, 2}).ok());
+  ASSERT_TRUE(m.Add(1, 0, Ranks{0, 1, 2}).ok());
+  ASSERT_TRUE(m.Add(1, 1, Ranks{0, 1, 2}).ok());
+  EXPECT_EQ(m.Complete(1), 0u);
+  m.MarkDead(2);
+  EXPECT_TRUE(m.Dead(2));
+  EXPECT_EQ(m.Complete(0), 0u);  // trainer 1, alive, has not clocked it
+  EXPECT_EQ(m.Complete(1), 2u);  // trainers 0 and 1; 2 is dead
+  ASSERT_TRUE(m.Add(0, 1, Ranks{0, 1, 2}).ok());
+  EXPECT_EQ(m.Complete(0), 3u);  // trainer 2's clock message arrived before it died: it counts
+  // A clock stated after the death (leased before it) completes with the live members.
+  ASSERT_TRUE(m.Add(2, 1, Ranks{0, 1, 2}).ok());
+  EXPECT_EQ(m.Complete(2), 0u);
+  ASSERT_TRUE(m.Add(2, 0, Ranks{0, 1, 2}).ok());
+  EXPECT_EQ(m.Complete(2), 2u);
+  // The dead trainer's late messages are refused and counted nowhere.
+  Status late = m.Add(3, 2, Ranks{0, 1, 2});
+  EXPECT_EQ(late.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(late.message().find("declared dead"), std::string::npos) << late.ToString();
+  EXPECT_EQ(m.Complete(3), 0u);
+}
+
+TEST(ClockMembersTest, DisagreementsAndTrainersOutsideTheSplitAreRefusedChangingNothing) {
+  ClockMembers m;
+  Status none = m.Add(0, 4, Ranks{});
+  EXPECT_EQ(none.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(none.message().find("clock.memberRanks"), std::string::npos) << none.ToString();
+  Status unsorted = m.Add(0, 4, Ranks{5, 4});
+  EXPECT_EQ(unsorted.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(unsorted.message().find("not ascending"), std::string::npos) << unsorted.ToString();
   EXPECT_EQ(m.clocks(), 0u);
 
-  ASSERT_TRUE(m.Add(0, 4, 2).ok());
-  Status differ = m.Add(0, 5, 3);
+  ASSERT_TRUE(m.Add(0, 4, Ranks{4, 5}).ok());
+  Status differ = m.Add(0, 5, Ranks{4, 5, 6});
   EXPECT_EQ(differ.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(differ.message().find("states 3"), std::string::npos) << differ.ToString();
-  EXPECT_NE(differ.message().find("stated 2"), std::string::npos) << differ.ToString();
-  EXPECT_EQ(m.Complete(0), 0u);  // node 5 was not counted
-  ASSERT_TRUE(m.Add(0, 5, 2).ok());
+  EXPECT_NE(differ.message().find("stated 2 [4, 5]"), std::string::npos) << differ.ToString();
+  EXPECT_EQ(m.Complete(0), 0u);  // trainer 5 was not counted
+  ASSERT_TRUE(m.Add(0, 5, Ranks{4, 5}).ok());
   EXPECT_EQ(m.Complete(0), 2u);
 
-  Status extra = m.Add(0, 6, 2);
-  EXPECT_EQ(extra.code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(extra.message().find("node 6 is not in its step's split"), std::string::npos) << extra.ToString();
+  Status outside = m.Add(0, 6, Ranks{4, 5});
+  EXPECT_EQ(outside.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(outside.message().find("trainer 6 is not in its step's split [4, 5]"), std::string::npos)
+      << outside.ToString();
   EXPECT_EQ(m.Complete(0), 2u);
-  ASSERT_TRUE(m.Add(0, 4, 2).ok());  // a member's repeat after completion is still harmless
+  ASSERT_TRUE(m.Add(0, 4, Ranks{4, 5}).ok());  // a member's repeat after completion is still harmless
 }
 
 }  // namespace

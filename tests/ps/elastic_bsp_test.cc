@@ -6,6 +6,7 @@
 // refused naming both counts.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "tests/ps/ps_fixture.h"
@@ -37,8 +38,8 @@ class ElasticBspTest : public PsTest {
     PsTicket p = clients_[trainer]->Push(1, keys_, grads.data());
     ASSERT_TRUE(clients_[trainer]->Wait(p).ok());
   }
-  Status Clock(int trainer, uint32_t members) {
-    clients_[trainer]->set_members(members);
+  Status Clock(int trainer, std::vector<uint32_t> members) {
+    clients_[trainer]->set_members(std::move(members));
     return clients_[trainer]->Clock();
   }
   void ExpectMinus(const std::vector<float>& got, const std::vector<float>& before, float mean) {
@@ -52,8 +53,8 @@ TEST_F(ElasticBspTest, EachClockWaitsForItsSplitsTrainersAndTakesTheirMean) {
   // Clock 0: trainers 0 and 1 split the step; trainer 2 joins from clock 1 and holds nobody back.
   Push(0, 1.0f);
   Push(1, 3.0f);
-  ASSERT_TRUE(Clock(0, 2).ok());
-  ASSERT_TRUE(Clock(1, 2).ok());
+  ASSERT_TRUE(Clock(0, {0, 1}).ok());
+  ASSERT_TRUE(Clock(1, {0, 1}).ok());
   const std::vector<float> w1 = Pull(0);
   ExpectMinus(w1, w0, 2.0f);  // (1 + 3) / 2
 
@@ -61,37 +62,70 @@ TEST_F(ElasticBspTest, EachClockWaitsForItsSplitsTrainersAndTakesTheirMean) {
   clients_[2]->set_clock(1);
   Push(0, 5.0f);
   Push(1, 7.0f);
-  ASSERT_TRUE(Clock(0, 3).ok());
-  ASSERT_TRUE(Clock(1, 3).ok());
+  ASSERT_TRUE(Clock(0, {0, 1, 2}).ok());
+  ASSERT_TRUE(Clock(1, {0, 1, 2}).ok());
   std::vector<float> w2(keys_.size());
   PsTicket early = clients_[0]->Pull(1, keys_, w2.data());
   Push(2, 9.0f);
-  ASSERT_TRUE(Clock(2, 3).ok());
+  ASSERT_TRUE(Clock(2, {0, 1, 2}).ok());
   ASSERT_TRUE(clients_[0]->Wait(early).ok());
   ExpectMinus(w2, w1, 7.0f);  // (5 + 7 + 9) / 3
 
   // A clock message sent again (a retry after a lost reply) is counted once.
   clients_[1]->set_clock(1);
-  ASSERT_TRUE(Clock(1, 3).ok());
+  ASSERT_TRUE(Clock(1, {0, 1, 2}).ok());
 
   // Clock 2: trainer 1 left; trainers 0 and 2 split it. A trainer stating another count for the
   // clock is refused, naming both counts, and is not counted.
   Push(0, 2.0f);
-  ASSERT_TRUE(Clock(0, 2).ok());
-  Status wrong = Clock(1, 3);
+  ASSERT_TRUE(Clock(0, {0, 2}).ok());
+  Status wrong = Clock(1, {0, 1, 2});
   EXPECT_EQ(wrong.code(), StatusCode::kFailedPrecondition) << wrong.ToString();
   EXPECT_NE(wrong.message().find("states 3 trainers"), std::string::npos) << wrong.ToString();
   EXPECT_NE(wrong.message().find("stated 2"), std::string::npos) << wrong.ToString();
   Push(2, 4.0f);
-  ASSERT_TRUE(Clock(2, 2).ok());
+  ASSERT_TRUE(Clock(2, {0, 2}).ok());
   ExpectMinus(Pull(2), w2, 3.0f);  // (2 + 4) / 2
 }
 
 TEST_F(ElasticBspTest, AClockMessageWithoutItsMembersIsRefusedNamingTheField) {
   Push(0, 1.0f);
-  Status s = Clock(0, 0);
+  Status s = Clock(0, {});
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
-  EXPECT_NE(s.message().find("clock.members"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("clock.memberRanks"), std::string::npos) << s.ToString();
+}
+
+// Trainer 2 pushes its part of clock 0 and dies before its clock message: the clock goes on
+// without it (its pushes dropped, the mean over the two that clocked), as does the next clock,
+// whose split was leased with trainer 2 in it; a pull waiting for it is answered, not failed.
+TEST_F(ElasticBspTest, ATrainerThatDiesMidStepIsLeftOutOfTheClocksItDidNotFinish) {
+  const std::vector<float> w0 = Pull(0);
+  Push(0, 1.0f);
+  Push(1, 2.0f);
+  Push(2, 30.0f);
+  ASSERT_TRUE(Clock(0, {0, 1, 2}).ok());
+  ASSERT_TRUE(Clock(1, {0, 1, 2}).ok());
+  std::vector<float> w1(keys_.size());
+  PsTicket waiting = clients_[0]->Pull(1, keys_, w1.data());
+  trainer_nodes_[2]->StopWithoutLeaving();  // no heartbeat: declared dead after 2 s
+  ASSERT_TRUE(clients_[0]->Wait(waiting).ok());
+  ExpectMinus(w1, w0, 1.5f);  // (1 + 2) / 2: trainer 2's 30 dropped
+  for (auto& server : servers_) {
+    EXPECT_EQ(nlohmann::json::parse(server->StatsJson())["dead_trainer_keys_dropped"], 2u);  // its 2 keys here
+  }
+
+  Push(0, 4.0f);
+  Push(1, 6.0f);
+  ASSERT_TRUE(Clock(0, {0, 1, 2}).ok());  // leased before the death: still names trainer 2
+  ASSERT_TRUE(Clock(1, {0, 1, 2}).ok());
+  const std::vector<float> w2 = Pull(1);
+  ExpectMinus(w2, w1, 5.0f);
+
+  Push(0, 1.0f);
+  Push(1, 3.0f);
+  ASSERT_TRUE(Clock(0, {0, 1}).ok());
+  ASSERT_TRUE(Clock(1, {0, 1}).ok());
+  ExpectMinus(Pull(0), w2, 2.0f);
 }
 
 }  // namespace
