@@ -3,6 +3,8 @@
 // on the wrong rank, or never are FailedPrecondition.
 #include "trainer/pipeline/simulate.h"
 
+#include "trainer/pipeline/measured.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -57,6 +59,30 @@ TEST(SimulateTest, PerStageCosts) {
   ASSERT_TRUE(sim.ok());
   // Rank 1: F0 [1,4), F1 [4,7), B0 [7,9), B1 [9,11); rank 0's B1 [11,13).
   EXPECT_DOUBLE_EQ(sim->makespan, 13);
+}
+
+TEST(SimulateTest, EachActionsOwnDurationOverridesItsStages) {
+  Costs costs;
+  costs.each[{static_cast<int>(ActionKind::kForward), 1, 1}] = 5;  // 1F1 took 5, the rest 1
+  EXPECT_EQ(costs.Of({ActionKind::kForward, 1, 1}), 5);
+  EXPECT_EQ(costs.Of({ActionKind::kForward, 1, 0}), 1);
+  auto sim = Simulate(ScheduleKind::kGpipe, kTwoByTwo, costs);
+  ASSERT_TRUE(sim.ok());
+  // Rank 1: F0 [1,2), F1 [2,7), B0 [7,9), B1 [9,11); rank 0's B1 [11,13). Without it: 9.
+  EXPECT_DOUBLE_EQ(sim->makespan, 13);
+  EXPECT_DOUBLE_EQ(Simulate(ScheduleKind::kGpipe, kTwoByTwo, Costs{})->makespan, 9);
+}
+
+TEST(SimulateTest, ActionCostsKeepEachMeasuredDurationBesideTheStageMeans) {
+  const std::vector<std::vector<TimedAction>> ranks = {
+      {{{ActionKind::kForward, 0, 0}, 0, 2}, {{ActionKind::kForward, 0, 1}, 2, 6}},
+      {{{ActionKind::kForward, 1, 0}, 3, 4}, {{ActionKind::kSendF, 1, 0}, 4, 4.5}}};
+  const Costs c = ActionCosts(ranks, 2);
+  EXPECT_EQ(c.F(0), 3);  // the mean of 2 and 4
+  EXPECT_EQ(c.Of({ActionKind::kForward, 0, 0}), 2);
+  EXPECT_EQ(c.Of({ActionKind::kForward, 0, 1}), 4);
+  EXPECT_EQ(c.Of({ActionKind::kForward, 1, 1}), 1);  // not measured: its stage's mean
+  EXPECT_EQ(c.each.size(), 3u);                       // sends are not compute
 }
 
 TEST(SimulateTest, SkipsSendsAndReceivesInGivenLists) {

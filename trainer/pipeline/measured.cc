@@ -87,6 +87,16 @@ Costs MeasuredCosts(const std::vector<std::vector<TimedAction>>& ranks, int num_
   return c;
 }
 
+Costs ActionCosts(const std::vector<std::vector<TimedAction>>& ranks, int num_stages) {
+  Costs c = MeasuredCosts(ranks, num_stages);
+  for (const auto& rank : ranks) {
+    for (const TimedAction& t : rank) {
+      if (t.action.is_compute()) c.each[{static_cast<int>(t.action.kind), t.action.stage, t.action.micro}] = t.end - t.start;
+    }
+  }
+  return c;
+}
+
 std::string ChromeTrace(const std::vector<std::vector<TimedAction>>& ranks) {
   nlohmann::json events = nlohmann::json::array();
   for (size_t r = 0; r < ranks.size(); ++r) {

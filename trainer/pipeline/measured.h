@@ -19,6 +19,10 @@ Result<std::vector<std::vector<TimedAction>>> GatherTimelines(Communicator* pp,
 
 // Mean measured duration of each kind of action on each stage (the simulator's input).
 Costs MeasuredCosts(const std::vector<std::vector<TimedAction>>& ranks, int num_stages);
+// MeasuredCosts, and each compute action's own measured duration (Costs::each): the simulator
+// then runs the step with the durations it really had, so what the measured timeline adds is
+// the executor's (waits, hand-offs, time the OS took), not the actions' spread about their mean.
+Costs ActionCosts(const std::vector<std::vector<TimedAction>>& ranks, int num_stages);
 
 // {"traceEvents": [...]}: pid = pipeline rank, one "X" event per action, named as the action.
 std::string ChromeTrace(const std::vector<std::vector<TimedAction>>& ranks);

@@ -209,6 +209,23 @@ double Costs::B(int stage) const { return PerStage(b_stage, b, stage); }
 double Costs::I(int stage) const { return PerStage(i_stage, i, stage); }
 double Costs::W(int stage) const { return PerStage(w_stage, w, stage); }
 
+double Costs::Of(const Action& a) const {
+  if (!each.empty()) {
+    auto it = each.find({static_cast<int>(a.kind), a.stage, a.micro});
+    if (it != each.end()) return it->second;
+  }
+  switch (a.kind) {
+    case ActionKind::kForward:
+      return F(a.stage);
+    case ActionKind::kBackward:
+      return B(a.stage);
+    case ActionKind::kBackwardInput:
+      return I(a.stage);
+    default:
+      return W(a.stage);
+  }
+}
+
 Result<Simulation> SimulateActions(ScheduleKind kind, const PipelineShape& shape,
                                    const std::vector<std::vector<Action>>& lists,
                                    const Costs& costs) {
@@ -224,18 +241,7 @@ Result<Simulation> SimulateActions(ScheduleKind kind, const PipelineShape& shape
   const int last_stage = shape.num_stages() - 1;
   const ActionKind backward =
       SplitsBackward(kind) ? ActionKind::kBackwardInput : ActionKind::kBackward;
-  auto duration = [&](const Action& a) {
-    switch (a.kind) {
-      case ActionKind::kForward:
-        return costs.F(a.stage);
-      case ActionKind::kBackward:
-        return costs.B(a.stage);
-      case ActionKind::kBackwardInput:
-        return costs.I(a.stage);
-      default:
-        return costs.W(a.stage);
-    }
-  };
+  auto duration = [&](const Action& a) { return costs.Of(a); };
 
   Simulation sim;
   sim.ranks.resize(p);

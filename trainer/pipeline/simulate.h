@@ -4,7 +4,9 @@
 // The figures a measured run is judged against (strata-bench pipeline).
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,10 +28,15 @@ struct Costs {
   // shared by dp x tp copies of this pipeline gives slots = cores / (dp x tp).
   double slots = 0;
   std::vector<double> f_stage, b_stage, i_stage, w_stage;  // per global stage, when measured
+  // Per action, when measured one by one (ActionCosts): each compute action's own duration,
+  // keyed by (kind, stage, micro); an action not found takes its stage's figure.
+  std::map<std::array<int, 3>, double> each;
   double F(int stage) const;
   double B(int stage) const;
   double I(int stage) const;
   double W(int stage) const;
+  // The duration of compute action `a`: its own (each), else its stage's.
+  double Of(const Action& a) const;
 };
 
 struct TimedAction {
