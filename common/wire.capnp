@@ -236,6 +236,22 @@ struct MigrateRows {
   # copies sent, so a restarted sender's copies still count up). A newer copy starts over; the
   # chunks of an older one are refused.
   copy @6 :UInt64;
+  # A stateTransfer's last chunk: the shard's BSP tables as they stand between clocks (each
+  # table's applied clock and its accumulations not applied yet). Payloads after the rows' and
+  # push ids': one f32 per entry, the entry's sums one after another.
+  bsp @7 :List(BspState);
+}
+
+# One BSP table's state on a server: the clocks applied, and per accumulation of a later clock
+# (the i-th of each list) its clock, key (dense: chunk), pushes summed and their lr (negative:
+# the table's).
+struct BspState {
+  table @0 :UInt32;
+  appliedClock @1 :Int64;
+  clocks @2 :List(Int64);
+  keys @3 :List(UInt64);
+  pushes @4 :List(UInt32);
+  lrs @5 :List(Float32);
 }
 
 struct TrainerClock {

@@ -316,6 +316,10 @@ class PsServer {
   void TakeReadyLocked(std::vector<Parked>* ready);
   // A BSP table with pushers finished a clock before the clock messages: answers its pulls.
   void AdvanceEarly(Table& t);
+  // State transfer: the BSP tables' applied clocks and accumulations (wire BspState) added to
+  // the copy's last chunk (expects clock_mu_ and tables_mu_ held), and installed from it.
+  void AddBspStateLocked(Message* last);
+  Status InstallBspState(const Message& last);
   // Elastic BSP: `sender`'s staged pushes of `clock` join the clock's sums (it clocked it).
   // Expects clock_mu_ held.
   void FoldStagedLocked(int64_t clock, uint32_t sender);

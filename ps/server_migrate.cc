@@ -252,7 +252,9 @@ Status PsServer::ImportRows(const Message& reply, uint32_t from, const PsLayout*
   }
   auto rows = copy ? reply.reader().getBody().getStateTransfer() : reply.reader().getBody().getMigrateRows();
   const size_t tables = rows.getTables().size();
-  if (reply.num_payloads() != 2 * tables + 1) {
+  // A copy's last chunk also carries its BSP tables' sums (InstallBspState reads them).
+  const size_t bsp = copy ? rows.getBsp().size() : 0;
+  if (reply.num_payloads() != 2 * tables + 1 + bsp) {
     return Status::InvalidArgument(where + ": " + std::to_string(reply.num_payloads()) + " payloads for " +
                                    std::to_string(tables) + " tables");
   }

@@ -6,6 +6,7 @@
 // restarted server is the shard's backup.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <memory>
@@ -164,10 +165,10 @@ Result<std::vector<Message>> PsServer::SnapshotLocked(uint64_t* rows) {
     plan.tables.push_back(std::move(r));
   }
   plan.push_ids = push_ids_.Snapshot();
-  {
-    std::lock_guard lock(clock_mu_);
-    for (const auto& [node, clock] : trainer_clock_) plan.clocks.emplace_back(node, clock);
-  }
+  // Held to the end: a trainer's event applies BSP clocks outside forward_mu_, and the rows read
+  // below must be those the BSP state taken here leaves to apply.
+  std::lock_guard clocks(clock_mu_);
+  for (const auto& [node, clock] : trainer_clock_) plan.clocks.emplace_back(node, clock);
   *rows = plan.rows();
   auto read = [this](const TableSpec& spec, std::span<const uint64_t> keys, std::span<float> out) -> Status {
     const Table& t = *tables_.at(spec.id);
@@ -186,7 +187,101 @@ Result<std::vector<Message>> PsServer::SnapshotLocked(uint64_t* rows) {
     chunks.push_back(std::move(m));
     at = info.next;
   }
+  if (!chunks.empty()) AddBspStateLocked(&chunks.back());
   return chunks;
+}
+
+void PsServer::AddBspStateLocked(Message* last) {
+  std::vector<Table*> bsp;
+  for (const auto& [id, t] : tables_) {
+    if (t->spec.consistency == Consistency::kBsp) bsp.push_back(t.get());
+  }
+  auto out = last->builder().getBody().getStateTransfer().initBsp(static_cast<unsigned>(bsp.size()));
+  for (size_t i = 0; i < bsp.size(); ++i) {
+    Table& t = *bsp[i];
+    std::lock_guard bsp_lock(t.bsp_mu);
+    size_t n = 0;
+    for (const auto& [clock, accs] : t.pending) n += accs.size();
+    auto state = out[static_cast<unsigned>(i)];
+    state.setTable(t.spec.id);
+    state.setAppliedClock(t.applied_clock);
+    auto clocks = state.initClocks(static_cast<unsigned>(n));
+    auto keys = state.initKeys(static_cast<unsigned>(n));
+    auto pushes = state.initPushes(static_cast<unsigned>(n));
+    auto lrs = state.initLrs(static_cast<unsigned>(n));
+    std::vector<float> sums;
+    unsigned j = 0;
+    for (const auto& [clock, accs] : t.pending) {
+      // In key order, so that two copies of the same state are the same bytes.
+      std::vector<uint64_t> order;
+      for (const auto& [key, acc] : accs) order.push_back(key);
+      std::sort(order.begin(), order.end());
+      for (uint64_t key : order) {
+        const Table::Acc& a = accs.at(key);
+        clocks.set(j, clock);
+        keys.set(j, key);
+        pushes.set(j, a.pushes);
+        lrs.set(j, a.lr);
+        sums.insert(sums.end(), a.sum.begin(), a.sum.end());
+        ++j;
+      }
+    }
+    const auto floats = static_cast<int64_t>(sums.size());
+    last->AddPayload(DType::kF32, {floats}, Buffer::Take(std::move(sums)));
+  }
+}
+
+Status PsServer::InstallBspState(const Message& last) {
+  auto chunk = last.reader().getBody().getStateTransfer();
+  const auto states = chunk.getBsp();
+  const size_t first = last.num_payloads() - states.size();
+  // Everything is checked before anything is set.
+  std::shared_lock tables_lock(tables_mu_);
+  std::vector<Table*> tables;
+  for (unsigned i = 0; i < states.size(); ++i) {
+    const auto state = states[i];
+    auto it = tables_.find(state.getTable());
+    const std::string where = "stateTransfer.bsp[" + std::to_string(i) + "] (table " + std::to_string(state.getTable()) + ")";
+    if (it == tables_.end() || it->second->spec.consistency != Consistency::kBsp) {
+      return Status::InvalidArgument(where + ": no BSP table of that id in the copy");
+    }
+    const Table& t = *it->second;
+    const size_t n = state.getClocks().size();
+    if (state.getKeys().size() != n || state.getPushes().size() != n || state.getLrs().size() != n) {
+      return Status::InvalidArgument(where + ": clocks, keys, pushes and lrs differ in length");
+    }
+    const PayloadInfo p = last.payload_info(first + i);
+    size_t floats = 0;
+    for (unsigned j = 0; j < n; ++j) {
+      if (state.getClocks()[j] < state.getAppliedClock()) {
+        return Status::InvalidArgument(where + ": an accumulation of clock " + std::to_string(state.getClocks()[j]) +
+                                       ", which is applied already (appliedClock " +
+                                       std::to_string(state.getAppliedClock()) + ")");
+      }
+      floats += t.ValueFloats(state.getKeys()[j]);
+    }
+    if (p.dtype != DType::kF32 || p.shape.size() != 1 || static_cast<size_t>(p.shape[0]) != floats) {
+      return Status::InvalidArgument(where + ": its sums are not " + std::to_string(floats) + " f32");
+    }
+    tables.push_back(it->second.get());
+  }
+  for (unsigned i = 0; i < states.size(); ++i) {
+    const auto state = states[i];
+    Table& t = *tables[i];
+    const float* sums = reinterpret_cast<const float*>(last.payload_info(first + i).buffer->data());
+    std::lock_guard bsp_lock(t.bsp_mu);
+    t.pending.clear();
+    t.applied_clock = state.getAppliedClock();
+    for (unsigned j = 0; j < state.getClocks().size(); ++j) {
+      const uint64_t key = state.getKeys()[j];
+      Table::Acc& a = t.pending[state.getClocks()[j]][key];
+      a.sum.assign(sums, sums + t.ValueFloats(key));
+      sums += t.ValueFloats(key);
+      a.pushes = state.getPushes()[j];
+      a.lr = state.getLrs()[j];
+    }
+  }
+  return Status::OK();
 }
 
 Status PsServer::ClearForCopy() {
@@ -250,6 +345,10 @@ Result<Message> PsServer::InstallTransfer(const Request& request) {
   rows_moved_in_ += rows;
   if (chunk.hasNext()) return request.MakeReply();
   installing_ = false;
+  if (Status s = InstallBspState(request.message()); !s.ok()) {
+    copy_failed_ = true;
+    return s.WithContext(where);
+  }
   if (install_rows_ != install_total_) {
     copy_failed_ = true;
     return Status::InvalidArgument(where + ": the chunks held " + std::to_string(install_rows_) +

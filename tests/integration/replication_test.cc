@@ -374,5 +374,50 @@ TEST_F(ReplicationTest, CtrTrainsToTheEndWithAPrimaryKilledAndNotRestarted) {
   EXPECT_EQ(server1.find("did not acknowledge"), std::string::npos) << server1;
 }
 
+// BSP with 2 trainers is deterministic (a clock's sum of two pushes is the same float in either
+// order), so a job that loses no acknowledged update and counts none twice ends exactly as the
+// undisturbed one does: the same final loss, eval loss and AUC to the last printed digit. Server 0
+// is killed mid-run and restarted (its copies are taken in the middle of a clock), then server 1.
+const char* kCtrBsp =
+    "model: {kind: ctr, fields: 8, field_vocab: 300, embed_dim: 8, ctr_hidden: 32}\n"
+    "data: {kind: click_log, eval_samples: 20000}\n"
+    "optimizer: {kind: adamw, lr: 0.01}\n"
+    "sync: {mode: ps, consistency: bsp}\n"
+    "train: {steps: 3000, batch_size: 256, log_every: 25, progress: false}\n";
+
+TEST_F(ReplicationTest, BspCtrEndsExactlyAsUndisturbedAfterAKillAndRestartOfEachServer) {
+  const std::string job = Job("ctr_bsp", kCtrBsp);
+  const std::regex ending("final loss ([0-9.]+), eval loss ([0-9.]+), auc ([0-9.]+)");
+  std::string launched;
+  ASSERT_EQ(Launch(job, 2, 2, {"server.replication=backup"}, &launched), 0) << launched;
+  std::smatch want;
+  ASSERT_TRUE(std::regex_search(launched, want, ending)) << launched;
+
+  common_ = Common(job);
+  common_.insert(common_.end(), {"--set", "sync.consistency=bsp", "--set", "cluster.heartbeat_timeout_ms=2000"});
+  address_ = StartScheduler(common_, "tcp://127.0.0.1:0");
+  servers_[0] = &Start("strata-server", common_, address_, 0);
+  servers_[1] = &Start("strata-server", common_, address_, 1);
+  Subprocess& t0 = Start("strata-trainer", common_, address_, 0);
+  Subprocess& t1 = Start("strata-trainer", common_, address_, 1);
+  ASSERT_TRUE(WaitFor([&] { return MetricsLines("run") >= 4; }, Millis(120000))) << t0.Log();
+  Kill(0);
+  servers_[0] = &Start("strata-server", common_, address_, 0);
+  ASSERT_TRUE(WaitFor([&] { return Count(servers_[0]->Log(), "copy received") >= 2; }, Millis(60000)))
+      << servers_[0]->Log();
+  const size_t before = MetricsLines("run");
+  ASSERT_TRUE(WaitFor([&] { return MetricsLines("run") >= before + 4; }, Millis(120000))) << t0.Log();
+  Kill(1, 2);  // server 0 serves both shards from its copies and what was forwarded since
+  EXPECT_LT(MetricsLines("run"), 3000u / 25) << "server 1 was killed after training ended: make the job longer";
+  for (Subprocess* t : {&t0, &t1}) EXPECT_EQ(t->Wait(Millis(180000)), 0) << t->Log();
+  const std::string log = t0.Log();
+  std::smatch got;
+  ASSERT_TRUE(std::regex_search(log, got, ending)) << log;
+  EXPECT_EQ(got[1], want[1]) << "final loss\n" << log;
+  EXPECT_EQ(got[2], want[2]) << "eval loss\n" << log;
+  EXPECT_EQ(got[3], want[3]) << "auc\n" << log;
+  std::cout << "bsp with kills: " << got[0] << "; undisturbed: " << want[0] << "\n";
+}
+
 }  // namespace
 }  // namespace strata

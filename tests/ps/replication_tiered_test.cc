@@ -5,7 +5,8 @@
 // rows and optimizer state bit for bit; a kill of the primary loses no acknowledged update; a
 // restarted server whose directory holds stale state (rows, a table, push ids the serving holder
 // never had) holds exactly the serving holder's state once its copies are in, and serves both
-// shards with nothing lost after the other holder is killed in turn.
+// shards with nothing lost after the other holder is killed in turn; and BSP clocks survive a
+// kill of each holder, with a copy taken in the middle of a clock.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -348,6 +349,42 @@ TEST_P(TieredReplicationTest, ARestartedServerWithStaleStateHoldsExactlyTheServi
   ASSERT_TRUE(RawPush(0, {shard0[0]}, stale_id, 0).ok());
   EXPECT_EQ(Pull({k0})[0], -8.0f) << "the acknowledged push applied twice";
   EXPECT_EQ(Pull({shard0[0]})[0], -1.0f) << "a push id the serving holder never saw was taken for a duplicate";
+}
+
+// BSP: a backup sums the forwarded pushes of a clock in the order its serving holder did and
+// applies each clock when it does. Server 0 is killed with clock 0's pushes summed, not applied:
+// server 1 applies them at the clock messages. Restarted after trainer 0's push of clock 1, server
+// 0's copies must carry that sum (stateTransfer.bsp); server 1 is killed after clock 1, and server
+// 0 holds the mean of both trainers' pushes of each clock: nothing lost, nothing counted twice.
+TEST_P(TieredReplicationTest, BspClocksSurviveAKillOfEachHolderAndACopyTakenMidClock) {
+  TableSpec bsp = LedgerTable();
+  bsp.consistency = Consistency::kBsp;
+  for (auto& c : clients_) ASSERT_TRUE(c->CreateTable(bsp).ok());
+  const std::vector<uint64_t> keys = Keys(300);
+  auto push = [&](int trainer, float g) {
+    const std::vector<float> grads(keys.size() * kDim, g);
+    PsTicket p = clients_[trainer]->Push(1, keys, grads.data());
+    ASSERT_TRUE(clients_[trainer]->Wait(p).ok());
+  };
+  auto expect = [&](int trainer, float want) {
+    std::vector<float> values(keys.size() * kDim);
+    PsTicket pull = clients_[trainer]->Pull(1, keys, values.data());
+    ASSERT_TRUE(clients_[trainer]->Wait(pull).ok());
+    for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(values[i], want) << "key " << keys[i / kDim];
+  };
+  ASSERT_NO_FATAL_FAILURE(push(0, 1.0f));
+  ASSERT_NO_FATAL_FAILURE(push(1, 3.0f));
+  ASSERT_NO_FATAL_FAILURE(Kill(0));
+  for (auto& c : clients_) ASSERT_TRUE(c->Clock().ok());
+  ASSERT_NO_FATAL_FAILURE(expect(0, -2.0f));  // (1 + 3) / 2
+
+  ASSERT_NO_FATAL_FAILURE(push(0, 5.0f));  // summed on server 1 only
+  ASSERT_NO_FATAL_FAILURE(Restart(0));
+  ASSERT_NO_FATAL_FAILURE(WaitForBackups(0, "backup"));
+  ASSERT_NO_FATAL_FAILURE(push(1, 7.0f));  // forwarded to server 0's copies
+  for (auto& c : clients_) ASSERT_TRUE(c->Clock().ok());
+  ASSERT_NO_FATAL_FAILURE(Kill(1));
+  ASSERT_NO_FATAL_FAILURE(expect(1, -8.0f));  // -2 - (5 + 7) / 2
 }
 
 INSTANTIATE_TEST_SUITE_P(Store, TieredReplicationTest,

@@ -164,9 +164,13 @@ TEST(ConfigJobTest, ServerReplicationIsCheckedAgainstTheServersAndConsistency) {
                                    "server.store.durability=wal"});
   ASSERT_TRUE(tiered.ok()) << tiered.status().ToString();
   EXPECT_EQ(tiered->server.store.kind, StoreKind::kTiered);
-  auto bsp = LoadJobConfig("", {"server.replication=backup", "cluster.servers=2", "sync.mode=ps",
-                                "sync.consistency=bsp"});
-  EXPECT_THAT(bsp.status().message(), HasSubstr("does not replicate BSP tables (sync.consistency: bsp)"));
+  // BSP replicates, except the tables that apply a dense chunk once every replica pushed it.
+  EXPECT_TRUE(LoadJobConfig("", {"server.replication=backup", "cluster.servers=2", "sync.mode=ps",
+                                 "sync.consistency=bsp"}).ok());
+  auto clipped = LoadJobConfig("", {"server.replication=backup", "cluster.servers=2", "sync.mode=ps",
+                                    "sync.consistency=bsp", "optimizer.clip_norm=1"});
+  EXPECT_THAT(clipped.status().message(), HasSubstr("does not replicate BSP tables that apply each dense chunk"));
+  EXPECT_THAT(clipped.status().message(), HasSubstr("optimizer.clip_norm"));
   auto elastic = LoadJobConfig("", {"server.replication=backup", "cluster.servers=2", "sync.mode=ps",
                                     "sync.consistency=asp", "cluster.elastic=true"});
   EXPECT_THAT(elastic.status().message(), HasSubstr("server.replication: backup with cluster.elastic"));
