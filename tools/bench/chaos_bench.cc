@@ -16,12 +16,15 @@
 // killed server's backup takes its shards over at once, the server started again copies them
 // back (state transfer) and the next kill waits for those copies (docs/reliability.md). The
 // ledger then runs on two such servers, killing each in turn, without dropped messages.
+// --consistency bsp (with --replication): the training runs under BSP, which with 2 trainers is
+// deterministic, so the disturbed run's AUC must equal the undisturbed one's exactly.
 #include <CLI/CLI.hpp>
 
 #include <signal.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -59,6 +62,7 @@ struct Options {
   int timeout_s = 900;
   bool keep = false;
   bool replication = false;
+  std::string consistency = "asp";  // the training runs' sync.consistency (the ledger is ASP)
 };
 
 // --replication: the copies of shards server `rank` received so far (its log is appended to
@@ -92,7 +96,7 @@ std::string JobYaml(const Options& o, const std::string& store) {
     << "data: {kind: click_log, zipf_exponent: 1.05, planted_scale: 0.6, eval_samples: 50000}\n"
     << "optimizer: {kind: adamw, lr: 0.005}\n"
     << "train: {steps: " << o.steps << ", batch_size: 1024, log_every: 50, progress: false}\n"
-    << "sync: {mode: ps, consistency: asp, timeout_ms: 60000}\n"
+    << "sync: {mode: ps, consistency: " << o.consistency << ", timeout_ms: 60000}\n"
     << "cluster: {heartbeat_interval_ms: 100, heartbeat_timeout_ms: 1500, scheduler_timeout_ms: 60000}\n"
     << "server: {workers: 2, stats_interval_ms: 0, ";
   if (o.replication) {
@@ -388,6 +392,12 @@ LedgerFigures RunLedger(const Options& o, const std::string& bin, const fs::path
 }
 
 Result<Report> RunChaosBench(const Options& o) {
+  if (o.consistency == "bsp" && !o.replication) {
+    // A BSP server sums a clock's pushes in memory until the clock completes: a kill -9 of the
+    // only holder loses the acknowledged pushes of the clock in progress.
+    return Status::InvalidArgument("--consistency bsp needs --replication: without a backup a killed server loses "
+                                   "the summed pushes of the clock in progress");
+  }
   Stopwatch total;
   const std::string bin = fs::canonical("/proc/self/exe").parent_path().string();
   std::string tmpl = "/tmp/strata-bench-chaos-XXXXXX";
@@ -406,9 +416,11 @@ Result<Report> RunChaosBench(const Options& o) {
                    {"server_cycles", o.server_cycles}, {"scheduler_cycles", o.scheduler_cycles},
                    {"stop_cycles", o.stop_cycles}, {"delay_rate", o.delay_rate}, {"delay_ms", o.delay_ms},
                    {"hostile", o.hostile}, {"ledger_cycles", o.ledger_cycles}, {"drop_rate", o.drop_rate},
-                   {"replication", o.replication}};
-  Table runs(o.replication ? "ctr training (ps, ASP, memory store, server.replication: backup)"
-                           : "ctr training (ps, ASP, tiered store with durability wal)",
+                   {"replication", o.replication}, {"consistency", o.consistency}};
+  std::string sync = o.consistency;
+  std::transform(sync.begin(), sync.end(), sync.begin(), [](unsigned char c) { return std::toupper(c); });
+  Table runs(o.replication ? "ctr training (ps, " + sync + ", memory store, server.replication: backup)"
+                           : "ctr training (ps, " + sync + ", tiered store with durability wal)",
              {{"run", "run"}, {"wall s", "seconds", Table::Format::kFixed1}, {"eval AUC", "auc", Table::Format::kFixed3},
               {"finished", "finished"}, {"crashes", "crashes", Table::Format::kInteger},
               {"server kills", "server_kills", Table::Format::kInteger},
@@ -448,8 +460,10 @@ Result<Report> RunChaosBench(const Options& o) {
       "a server kill -9 + restart, a scheduler kill -9 + restart at the same address, a trainer SIGSTOP for "
       "1 s; meanwhile a hostile client sends random frames to the scheduler and every server and holds 16 "
       "idle connections to each, and the trainers' outgoing messages are delayed (transport.fault).",
-      "crashes: processes that exited non-zero on their own (not the ones killed). ASP training is not "
-      "deterministic: the AUC gap includes run-to-run variation."};
+      "crashes: processes that exited non-zero on their own (not the ones killed). ASP and SSP training are "
+      "not deterministic: the AUC gap includes run-to-run variation. BSP with 2 trainers is (a clock's sum of "
+      "two pushes is the same float in either order): a run that loses no acknowledged update and applies none "
+      "twice ends with the undisturbed run's AUC exactly."};
   if (o.replication) {
     report.notes.push_back("--replication: a killed server's backup takes its shards over at once; the server started "
                            "again copies them back, and the next kill waits for those copies; the ledger's messages "
@@ -487,6 +501,9 @@ BenchFn SetupChaosBench(CLI::App& app) {
   app.add_flag("!--no-hostile", o->hostile, "no hostile client");
   app.add_option("--timeout", o->timeout_s, "limit on each training run, seconds")->capture_default_str();
   app.add_flag("--keep", o->keep, "keep the work directory (logs, stores, metrics)");
+  app.add_option("--consistency", o->consistency, "the training runs' sync.consistency (bsp needs --replication)")
+      ->check(CLI::IsMember({"asp", "ssp", "bsp"}))
+      ->capture_default_str();
   app.add_flag("--replication", o->replication,
                "servers with server.replication: backup (memory store): a killed server's backup takes over, "
                "the restarted server copies its shards back");
