@@ -197,14 +197,17 @@ void PsServer::FoldStagedLocked(int64_t clock, uint32_t sender) {
 void PsServer::DropDeadTrainerLocked(const NodeInfo& trainer) {
   clock_members_.MarkDead(static_cast<uint32_t>(trainer.rank));
   uint64_t dropped = 0;
+  bool bsp = false;
   {
     std::shared_lock tables_lock(tables_mu_);
     for (auto& [id, t] : tables_) {
       if (t->spec.consistency != Consistency::kBsp) continue;
+      bsp = true;
       std::lock_guard bsp_lock(t->bsp_mu);
       dropped += t->DropStagedLocked(trainer.id);
     }
   }
+  if (!bsp) return;
   bsp_dropped_ += dropped;
   spdlog::warn("server: {} was declared dead; the BSP clocks it did not finish go on without it ({} of its pushed "
                "keys or chunks dropped)",
