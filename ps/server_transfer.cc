@@ -268,15 +268,17 @@ Status PsServer::InstallBspState(const Message& last) {
   for (unsigned i = 0; i < states.size(); ++i) {
     const auto state = states[i];
     Table& t = *tables[i];
-    const float* sums = reinterpret_cast<const float*>(last.payload_info(first + i).buffer->data());
+    // Copied out (a received frame need not be aligned for floats), as ImportRows does.
+    const std::byte* sums = last.payload_info(first + i).buffer->data();
     std::lock_guard bsp_lock(t.bsp_mu);
     t.pending.clear();
     t.applied_clock = state.getAppliedClock();
     for (unsigned j = 0; j < state.getClocks().size(); ++j) {
       const uint64_t key = state.getKeys()[j];
       Table::Acc& a = t.pending[state.getClocks()[j]][key];
-      a.sum.assign(sums, sums + t.ValueFloats(key));
-      sums += t.ValueFloats(key);
+      a.sum.resize(t.ValueFloats(key));
+      std::memcpy(a.sum.data(), sums, a.sum.size() * sizeof(float));
+      sums += a.sum.size() * sizeof(float);
       a.pushes = state.getPushes()[j];
       a.lr = state.getLrs()[j];
     }
