@@ -22,6 +22,9 @@ inline constexpr uint32_t kSchedulerId = 0;
 // Ends the Unavailable error a restarted scheduler answers a node it does not know yet with;
 // the node re-registers and repeats its call (Node::CallScheduler).
 inline constexpr std::string_view kRejoinFirst = "re-register first";
+// In the FailedPrecondition the scheduler answers a heartbeat of a node it declared dead with
+// (the node stalled past cluster.heartbeat_timeout_ms while it ran): Node hears it there.
+inline constexpr std::string_view kDeclaredDead = "declared dead while it ran";
 
 struct NodeInfo {
   uint32_t id = 0;

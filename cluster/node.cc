@@ -172,6 +172,17 @@ void Node::DeliverHeldRequests() {
 }
 
 Status Node::SchedulerStatus() const {
+  {
+    std::lock_guard lock(dead_mu_);
+    if (!come_back_failed_.ok()) return come_back_failed_;
+  }
+  if (declared_dead_ && !step_down_) {  // set before Join: read without mu_
+    return Status::FailedPrecondition(
+        "the scheduler at " + options_.cluster.scheduler + " declared this " + std::string(RoleName(options_.role)) +
+        " dead while it ran (no heartbeat reached it within cluster.heartbeat_timeout_ms " +
+        std::to_string(options_.cluster.heartbeat_timeout_ms) +
+        " ms: the process stalled, was paused or starved); the job went on without it");
+  }
   const int64_t limit = options_.cluster.scheduler_timeout_ms, heard = heard_ms_;
   if (limit <= 0 || heard == 0) return Status::OK();
   const int64_t silent = SteadyMillis() - heard;
@@ -186,8 +197,16 @@ void Node::Heartbeats() {
   const Millis interval(options_.cluster.heartbeat_interval_ms);
   std::unique_lock lock(mu_);
   while (!leaving_) {
-    cv_.wait_for(lock, interval, [this] { return leaving_ || rejoin_wanted_; });
+    cv_.wait_for(lock, interval, [this] { return leaving_ || rejoin_wanted_ || come_back_wanted_; });
     if (leaving_) return;
+    if (come_back_wanted_) {
+      come_back_wanted_ = false;
+      const uint64_t generation = generation_;
+      lock.unlock();
+      ComeBack(generation);
+      lock.lock();
+      continue;
+    }
     if (rejoin_wanted_) {
       rejoin_wanted_ = false;
       const uint64_t generation = rejoin_generation_;
@@ -204,6 +223,22 @@ void Node::Heartbeats() {
         scheduler_, std::move(hb),
         [this, known_epoch, generation](Result<Message> r) {
           const int64_t now = SteadyMillis();
+          if (!r.ok() && r.status().code() == StatusCode::kFailedPrecondition &&
+              r.status().message().find(kDeclaredDead) != std::string::npos) {
+            heard_ms_ = now;  // an answer: the scheduler is there
+            failed_beats_ = 0;
+            bool wake = false;
+            {
+              std::lock_guard l(mu_);
+              if (generation_ == generation) {
+                if (!declared_dead_.exchange(true)) spdlog::error("node: {}", r.status().message());
+                std::lock_guard d(dead_mu_);
+                wake = come_back_wanted_ = step_down_ && come_back_failed_.ok();
+              }
+            }
+            if (wake) cv_.notify_all();
+            return;
+          }
           if (!r.ok()) {
             const uint64_t failed = ++failed_beats_;
             if (failed == 1 || now - warned_ms_ >= 10000) {
@@ -300,7 +335,32 @@ Result<Message> Node::CallScheduler(const std::function<Message()>& make, Millis
   }
 }
 
-Status Node::Rejoin(uint64_t generation) {
+void Node::OnDeclaredDead(std::function<void()> step_down, std::function<void()> rejoined) {
+  std::lock_guard lock(mu_);
+  step_down_ = std::move(step_down);
+  rejoined_ = std::move(rejoined);
+}
+
+void Node::ComeBack(uint64_t generation) {
+  spdlog::warn("node: {} {} was declared dead while it ran (no heartbeat reached the scheduler within "
+               "cluster.heartbeat_timeout_ms {} ms): stepping down and registering again at its rank",
+               RoleName(options_.role), rank_.load(), options_.cluster.heartbeat_timeout_ms);
+  step_down_();
+  if (Status s = Rejoin(generation, "after being declared dead"); !s.ok()) {
+    const bool again = s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
+    if (again) {
+      spdlog::warn("node: {}; trying again at the next heartbeat", s.ToString());
+      return;
+    }
+    std::lock_guard lock(dead_mu_);
+    come_back_failed_ = s.WithContext("the scheduler declared this node dead while it ran, and refused it back");
+    return;
+  }
+  declared_dead_ = false;
+  rejoined_();
+}
+
+Status Node::Rejoin(uint64_t generation, std::string_view why) {
   std::lock_guard rejoin(rejoin_mu_);
   Message req;
   std::map<std::string, std::string> kv;
@@ -333,10 +393,12 @@ Status Node::Rejoin(uint64_t generation) {
                             std::to_string(reg.getRank()) + " to node " + std::to_string(id_) + " rank " +
                             std::to_string(rank_));
   }
+  uint32_t incarnation = 0;
   {
     ClusterView fresh = FromWire(reg.getView());
     std::lock_guard lock(mu_);
     if (fresh.epoch > view_.epoch && !fresh.nodes.empty()) view_ = std::move(fresh);
+    if (const NodeInfo* self = view_.Find(id_)) incarnation = self->incarnation;
   }
   for (const auto& [key, value] : kv) {
     Message set;
@@ -353,9 +415,9 @@ Status Node::Rejoin(uint64_t generation) {
     ++generation_;
   }
   cv_.notify_all();
-  spdlog::warn("node: re-registered with the restarted scheduler at {} as {} {} (node {}); published {} kv keys "
-               "again",
-               options_.cluster.scheduler, RoleName(options_.role), rank_.load(), id_.load(), kv.size());
+  spdlog::warn("node: re-registered {} (the scheduler at {}) as {} {} (node {}, incarnation {}); published {} kv "
+               "keys again", why, options_.cluster.scheduler, RoleName(options_.role), rank_.load(), id_.load(), incarnation,
+               kv.size());
   return Status::OK();
 }
 

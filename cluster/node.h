@@ -66,6 +66,14 @@ class Node {
   void SetRequestHandler(RpcEndpoint::Handler handler);
   // Adds a callback run on every membership event. Call before Join().
   void OnEvent(EventCallback callback);
+  // A node the scheduler declared dead while it ran (stalled past cluster.heartbeat_timeout_ms:
+  // SIGSTOP, swapping, a starved host) hears so in its next heartbeat's answer. With these set,
+  // the heartbeat thread calls `step_down` (give up whatever the job moved elsewhere meanwhile;
+  // called again if registering fails and is tried again), registers again at its rank as a new
+  // incarnation, as a restarted process would, and calls `rejoined`. Both run on the heartbeat
+  // thread: they must not wait long. Without them SchedulerStatus() says so and the process
+  // ends. Call before Join().
+  void OnDeclaredDead(std::function<void()> step_down, std::function<void()> rejoined);
 
   // Binds, checks that the scheduler's host and port can be reached (retrying up to
   // cluster.connect_timeout_ms: Unavailable naming them if not), registers and waits for the
@@ -103,7 +111,9 @@ class Node {
   // Waits for the scheduler's shutdown notice. True if it came.
   bool WaitForShutdown(Millis timeout);
   // Unavailable naming the scheduler and for how long once no heartbeat had an answer for
-  // cluster.scheduler_timeout_ms (0: never); OK before that, and before Join.
+  // cluster.scheduler_timeout_ms (0: never); OK before that, and before Join. FailedPrecondition
+  // once the scheduler declared this node dead while it ran, unless OnDeclaredDead brings it
+  // back (then only if that was refused).
   Status SchedulerStatus() const;
 
   uint32_t id() const { return id_; }
@@ -127,7 +137,9 @@ class Node {
   Result<Message> CallScheduler(const std::function<Message()>& make, Millis timeout);
   // Registers again with a restarted scheduler (keeping id, rank and incarnation) and publishes
   // the kv keys this node set, unless that was done since `generation` (another thread did it).
-  Status Rejoin(uint64_t generation);
+  Status Rejoin(uint64_t generation, std::string_view why = "with the restarted scheduler");
+  // Declared dead while running: steps down and registers again (OnDeclaredDead).
+  void ComeBack(uint64_t generation);
   Millis Timeout() const { return Millis(options_.transport.request_timeout_ms); }
 
   const NodeOptions options_;
@@ -152,6 +164,11 @@ class Node {
   bool rejoin_wanted_ = false;  // a heartbeat's answer said "re-register"; the heartbeat thread does it
   uint64_t rejoin_generation_ = 0;  // ... at this generation (stale once it moved on)
   std::mutex rejoin_mu_;        // one re-registration at a time
+  bool come_back_wanted_ = false;  // declared dead, and OnDeclaredDead set: the heartbeat thread comes back
+  std::function<void()> step_down_, rejoined_;  // OnDeclaredDead
+  std::atomic<bool> declared_dead_{false};      // since the last heartbeat answer that said so
+  mutable std::mutex dead_mu_;  // guards come_back_failed_ (a leaf: taken under mu_ too)
+  Status come_back_failed_;     // the scheduler refused to take this node back
   std::thread heartbeat_;
   // Steady-clock milliseconds of the scheduler's last heartbeat answer (0: not joined yet), and
   // heartbeats failed since (warnings are rate-limited: the first, then one per 10 s).

@@ -326,7 +326,9 @@ void Scheduler::HandleRejoinLocked(Request& request, const Registration& reg) {
   if (!m || m->info.role != reg.role) {
     return reject(Status::NotFound("re-register: the cluster has no " + who));
   }
-  if (m->state == State::kDead) return RejoinDeadLocked(request, *m, reg);
+  if (m->state == State::kDead || (m->state == State::kLeft && m->absent_when_adopted)) {
+    return RejoinDeadLocked(request, *m, reg);
+  }
   if (m->state != State::kAlive) {
     return reject(Status::FailedPrecondition("re-register: " + m->info.Describe() + " has left the job"));
   }

@@ -141,7 +141,7 @@ PsServer::~PsServer() {
     w->thread.join();
   }
   if (stats_thread_.joinable()) stats_thread_.join();
-  if (copy_thread_.joinable()) copy_thread_.join();
+  for (std::thread& t : copy_threads_) t.join();
   {
     std::lock_guard lock(rollback_mu_);  // no event adds one any more (event_guard_)
     for (std::thread& t : rollback_threads_) t.join();

@@ -94,6 +94,13 @@ class PsServer {
   // holds none of its shards: it asks the servers serving them for a copy each (in the
   // background, until they answer or the server stops) and is their backup once it arrived.
   void Joined();
+  // A server the scheduler declared dead while it ran (Node::OnDeclaredDead). StepDown(): with
+  // replication the other holders took its shards over meanwhile, so it serves and forwards
+  // nothing more and holds no copy (both roles empty; the copy's first chunk clears the rest);
+  // without, nothing moved and it keeps everything. CameBack(): registered again, it asks for
+  // copies of both shards, as a restarted server does, and is their backup once they arrived.
+  void StepDown();
+  void CameBack();
 
   // Elastic jobs (cluster.elastic, ps/server_migrate.cc): a server started with --join calls
   // ExpectTakeOver() before node.Join(), so it answers pushes and pulls with Unavailable (the
@@ -244,6 +251,12 @@ class PsServer {
   Status ClearForCopy();
   // Joined(): asks the other holder of this shard for a copy until it answers.
   void RequestCopy(const std::atomic<bool>& stop);
+  // Joined() and CameBack(): RequestCopy for this shard and/or the copy's, in the background.
+  void StartCopyRequests(PsServer* copy, bool own, bool other);
+  // StepDown(), for this instance's shard: empty, forwarding nothing.
+  void DropShard();
+  // Answers every parked request Unavailable `why` (the tables they point into are going).
+  void FailParked(const std::string& why);
   // The sending side of a take-over or a leave (see TakeOver): a migrate request, answered
   // with the chunk of the asker's plan it names; a joining server's first ask switches the
   // layout and makes its plan (StartTakeOver), its done erases the rows of the plan.
@@ -345,7 +358,7 @@ class PsServer {
   bool replica_known_ = false;
   std::atomic<uint64_t> failed_copy_{kNoCopy};
   uint64_t copies_sent_ = 0;
-  std::thread copy_thread_;  // Joined(): RequestCopy
+  std::vector<std::thread> copy_threads_;  // Joined() and CameBack(): RequestCopy
   // A copy being installed, chunk after chunk (the copy's one worker only): which copy
   // (stateTransfer.copy), whether its first chunk arrived, the rows it announced and those taken
   // so far. RequestCopy watches the rest: when a chunk last arrived, whether the copy failed

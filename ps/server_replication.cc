@@ -204,7 +204,7 @@ void PsServer::Finish(Request& request, Result<Message> reply, std::unique_lock<
       if (role_.exchange(ShardRole::kEmpty) == ShardRole::kServing) {
         failed_copy_ = copy;
         spdlog::error("replication: shard {}: server {} {} (this server was declared dead): this server stops "
-                      "serving it and holds no copy of it until it is restarted", shard, rank, kTookOver);
+                      "serving it and holds no copy of it until it is registered again", shard, rank, kTookOver);
       }
       ++errors_;
       return pending->request.ReplyError(Status::Unavailable("server " + std::to_string(node_.rank()) + " " +
@@ -220,6 +220,60 @@ void PsServer::Finish(Request& request, Result<Message> reply, std::unique_lock<
     pending->request.Reply(std::move(pending->reply));
   });
   lock.unlock();
+}
+
+void PsServer::StepDown() {
+  if (backup_of_ >= 0) return;
+  if (options_.replication != Replication::kBackup) {
+    spdlog::warn("server {}: declared dead while it ran; without replication no server took its keys meanwhile "
+                 "(the trainers waited for it): it keeps every table and serves them again once registered",
+                 node_.rank());
+    return;
+  }
+  DropShard();
+  if (PsServer* copy = Copy()) copy->DropShard();
+}
+
+void PsServer::DropShard() {
+  ShardRole was;
+  {
+    std::lock_guard lock(forward_mu_);
+    was = RoleNow();
+    role_ = ShardRole::kEmpty;
+    // Forwards in flight fail now: Finish's callback answers their senders Unavailable (they were
+    // applied here, never acknowledged), and they retry at the shard's other holder.
+    if (replica_ && replica_->peer != kNoPeer) {
+      node_.rpc().FailCallsTo(replica_->peer, Status::Unavailable("server " + std::to_string(node_.rank()) +
+                                                                  " was declared dead: it forwards nothing more"));
+    }
+    replica_.reset();
+    replica_known_ = true;
+  }
+  // Pulls parked here were sent again to the other holder when the trainers saw this server dead.
+  FailParked("server " + std::to_string(node_.rank()) + " " + std::string(kNotServing) + " " +
+             std::to_string(Shard()) + " any more (it was declared dead)");
+  if (was == ShardRole::kEmpty) return;
+  spdlog::warn("replication: shard {}: this server was declared dead while it ran, and the shard's other holder "
+               "serves it now: this server stops {} it and asks for a copy once registered again",
+               Shard(), was == ShardRole::kServing ? "serving" : "backing up");
+}
+
+void PsServer::CameBack() {
+  if (options_.replication != Replication::kBackup || backup_of_ >= 0) return;
+  PsServer* copy = Copy();
+  spdlog::info("replication: server {} is registered again: asking the servers serving shards {} and {} for a copy",
+               node_.rank(), Shard(), copy ? std::to_string(copy->Shard()) : "-");
+  StartCopyRequests(copy, /*own=*/true, /*other=*/copy != nullptr);
+}
+
+void PsServer::FailParked(const std::string& why) {
+  std::vector<Parked> gone;
+  {
+    std::lock_guard lock(clock_mu_);
+    for (Parked& p : parked_) parked_quota_.Release(p.peer, p.bytes);
+    gone.swap(parked_);
+  }
+  for (Parked& p : gone) p.request.ReplyError(Status::Unavailable(why));
 }
 
 void PsServer::OnServerEvent(const NodeEvent& e) {

@@ -33,9 +33,14 @@ void PsServer::Joined() {
     spdlog::info("replication: server {} keeps durable stores: asking the server serving shard {} for a copy "
                  "(nothing on disk is trusted for a backup)", node_.rank(), copy->Shard());
   }
-  copy_thread_ = std::thread([this, copy, own, other] {
+  StartCopyRequests(copy, own, other);
+}
+
+void PsServer::StartCopyRequests(PsServer* copy, bool own, bool other) {
+  std::lock_guard lock(backup_mu_);
+  copy_threads_.emplace_back([this, copy, own, other] {
     if (own) RequestCopy(stop_);
-    if (other) copy->RequestCopy(stop_);
+    if (other && copy) copy->RequestCopy(stop_);
   });
 }
 
@@ -287,6 +292,9 @@ Status PsServer::InstallBspState(const Message& last) {
 }
 
 Status PsServer::ClearForCopy() {
+  // First: parked requests point into the tables (and clock_mu_ goes before tables_mu_).
+  FailParked("server " + std::to_string(node_.rank()) + " " + std::string(kNotServing) + " " +
+             std::to_string(Shard()) + " (it is installing a copy of it)");
   std::unique_lock lock(tables_mu_);
   tables_.clear();  // closes the stores
   // Durable stores: their files go too (RocksDB, checkpoints, the push ids recorded with the

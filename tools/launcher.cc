@@ -285,26 +285,36 @@ Status Launcher::SpawnScheduler(const std::string& bind) {
 }
 
 Status Launcher::RestartScheduler(Child& dead) {
-  const std::string what = "the scheduler (pid " + std::to_string(dead.pid) + ") exited with " + Code(dead.exit_code);
-  bool others = false;
-  for (const auto& c : children_) others |= c.get() != &dead && c->running;
-  if (!others) return Status::Aborted(what + " after every other process had ended");
-  if (scheduler_restarts_ >= options_.scheduler_restarts) {
-    return Status::Aborted(what + "; it was restarted " + std::to_string(scheduler_restarts_) +
-                           " time(s) already (--scheduler-restarts " + std::to_string(options_.scheduler_restarts) +
-                           "); stopped the cluster");
+  Child* gone = &dead;
+  for (;;) {
+    const std::string what =
+        "the scheduler (pid " + std::to_string(gone->pid) + ") exited with " + Code(gone->exit_code);
+    bool others = false;
+    for (const auto& c : children_) others |= c.get() != gone && c->running;
+    if (!others) return Status::Aborted(what + " after every other process had ended");
+    if (scheduler_restarts_ >= options_.scheduler_restarts) {
+      return Status::Aborted(what + "; it was restarted " + std::to_string(scheduler_restarts_) +
+                             " time(s) already (--scheduler-restarts " + std::to_string(options_.scheduler_restarts) +
+                             "); stopped the cluster");
+    }
+    gone->replaced = true;
+    gone->name = "scheduler (restarted)";
+    ++scheduler_restarts_;
+    OnLine("", fmt::format("strata-launch: {}; starting it again at {} (restart {} of at most {}); the nodes "
+                           "re-register with it\n",
+                           what, scheduler_address_, scheduler_restarts_, options_.scheduler_restarts));
+    // The same address: the nodes dial it again on their own (ZeroMQ reconnects).
+    const size_t spawned = children_.size();
+    Status s = SpawnScheduler(scheduler_address_);
+    if (s.ok()) return Status::OK();
+    // One that died before it listened is a death like any other: restarted again while the
+    // budget lasts.
+    Child* fresh = children_.size() > spawned ? children_.back().get() : nullptr;
+    if (!fresh || fresh->running || fresh->exit_code < 0) {
+      return Status::Aborted("restarting the scheduler at " + scheduler_address_ + ": " + s.ToString());
+    }
+    gone = fresh;
   }
-  dead.replaced = true;
-  dead.name = "scheduler (restarted)";
-  ++scheduler_restarts_;
-  OnLine("", fmt::format("strata-launch: {}; starting it again at {} (restart {} of at most {}); the nodes "
-                         "re-register with it\n",
-                         what, scheduler_address_, scheduler_restarts_, options_.scheduler_restarts));
-  // The same address: the nodes dial it again on their own (ZeroMQ reconnects).
-  if (Status s = SpawnScheduler(scheduler_address_); !s.ok()) {
-    return Status::Aborted("restarting the scheduler at " + scheduler_address_ + ": " + s.ToString());
-  }
-  return Status::OK();
 }
 
 void Launcher::Reap() {

@@ -173,6 +173,14 @@ int main(int argc, char** argv) {
   // Tiered: <dir>/table-<id>, and the replication copy's at <dir>/backup-of-<shard>/table-<id>.
   PsServer server(node, server_options,
                   serve || store.kind == StoreKind::kMemory ? ServerStores{} : TieredStores(store, dir));
+  // Declared dead while it ran (stalled past cluster.heartbeat_timeout_ms): it steps down and
+  // registers again at its rank; with replication it then takes its shards back as copies.
+  node.OnDeclaredDead([&server] { server.StepDown(); }, [&server] { server.CameBack(); });
+  // Every way out of main stops the heartbeats (and so those calls) before `server` goes.
+  struct StopHeartbeats {
+    Node& node;
+    ~StopHeartbeats() { node.StopWithoutLeaving(); }
+  } stop_heartbeats{node};
   // /metrics and /healthz: started before loading and registering when the port is known by
   // then (--metrics-port, or a fixed rank), so a readiness probe sees 503 until this server
   // serves; else once joined.

@@ -8,6 +8,9 @@
 //    transfer, in 1 KiB chunks) and then the other server killed; and that with tiered stores,
 //    the restarted server's stale stores on disk replaced by its copies;
 //  - a push the primary forwarded before dying, retried to the backup with its id, is a duplicate;
+//  - a server declared dead while it runs (SIGSTOP past the heartbeat timeout) registers again
+//    by itself: with replication it steps down and takes its shards back as copies, without it
+//    it serves its tables again;
 //  - ctr (ps, ASP) trained by two strata-trainer processes finishes every step.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -43,7 +46,7 @@ class ReplicationTest : public testing::ProcessClusterTest {
   }
   // The scheduler and both servers; the trainers are this process's nodes.
   // `extra`: --set arguments of the servers' job (the store).
-  void StartServersAndJoin(const std::vector<std::string>& extra = {}) {
+  void StartServersAndJoin(const std::vector<std::string>& extra = {}, Replication replication = Replication::kBackup) {
     common_ = Common(Job("servers", ""));
     common_.insert(common_.end(), extra.begin(), extra.end());
     // State transfers in chunks of 1 KiB: a rejoin's copy takes several.
@@ -65,7 +68,7 @@ class ReplicationTest : public testing::ProcessClusterTest {
     }
     for (auto& n : trainers_) joins.push_back(std::async(std::launch::async, [&n] { return n->Join(); }));
     for (auto& j : joins) ASSERT_TRUE(j.get().ok());
-    for (auto& n : trainers_) clients_.push_back(std::make_unique<PsClient>(*n, Millis(20000), Replication::kBackup));
+    for (auto& n : trainers_) clients_.push_back(std::make_unique<PsClient>(*n, Millis(20000), replication));
     TableSpec spec;
     spec.id = 1;
     spec.name = "ledger";
@@ -312,37 +315,56 @@ TEST_F(ReplicationTest, APushForwardedBeforeTheKillIsADuplicateOnTheBackup) {
 }
 
 // Server 0 stopped (SIGSTOP) past the heartbeat timeout is declared dead while it still runs, and
-// server 1 takes its shard over. Resumed, server 0 still believes it serves shard 0: the first
-// update it gets, its backup refuses (it took the shard over), so server 0 steps down instead of
-// serving the shard alone, and its sender is sent to server 1.
-TEST_F(ReplicationTest, AServerDeclaredDeadWhileRunningStepsDownAtItsNextUpdate) {
+// server 1 takes its shard over. Resumed, server 0 hears it from its next heartbeat's answer (an
+// update it applies before that, its backup refuses: it took the shard over): it steps down,
+// registers again as a new incarnation and takes both shards back as copies, as a restarted
+// server does. Killing server 1 then loses no acknowledged update: what server 0 applied and never
+// acknowledged went with its old state, and the trainers' retries were applied once, at server 1.
+TEST_F(ReplicationTest, AServerDeclaredDeadWhileRunningComesBackAsTheBackupAndLosesNothing) {
   StartServersAndJoin();
-  const std::vector<uint64_t> keys = Shard0Keys();
-  const uint64_t id = (static_cast<uint64_t>(trainers_[0]->id()) << 40) | (uint64_t{1} << 38);
-  ASSERT_TRUE(RawPush(0, keys, id).ok());
+  Ledger ledger(clients_);
+  EXPECT_TRUE(ledger.PushMore(50));
   servers_[0]->Signal(SIGSTOP);
   EXPECT_TRUE(WaitFor([&] { return Count(servers_[1]->Log(), "take-over of shard 0") >= 1; }, Millis(30000)))
       << servers_[1]->Log();
+  EXPECT_TRUE(ledger.PushMore(30));  // server 1 serves both shards
   servers_[0]->Signal(SIGCONT);
-  Status s = RawPush(0, keys, id + 1);
-  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
-  EXPECT_NE(s.message().find(std::string(kNotServing) + " 0 any more"), std::string::npos) << s.ToString();
-  EXPECT_TRUE(WaitFor([&] { return servers_[0]->Log().find("this server stops serving it") != std::string::npos; },
-                      Millis(10000)))
+  EXPECT_TRUE(WaitFor([&] { return Count(servers_[0]->Log(), "copy received") >= 2; }, Millis(30000)))
       << servers_[0]->Log();
-  s = RawPush(0, keys, id + 2);  // refused before anything is applied now
-  EXPECT_NE(s.message().find(kNotServing), std::string::npos) << s.ToString();
-  // The update server 0 applied but could not replicate is not in the shard; the trainer's retry
-  // of it, sent to server 1, is applied there once.
-  std::vector<float> values = PullAll();
-  for (uint64_t k : keys) EXPECT_EQ(values[k * kDim], -1.0f) << "key " << k;
-  ASSERT_TRUE(RawPush(1, keys, id + 1).ok());
-  ASSERT_TRUE(RawPush(1, keys, id + 1).ok());
-  values = PullAll();
-  for (uint64_t k : keys) EXPECT_EQ(values[k * kDim], -2.0f) << "key " << k;
-  servers_[0]->Signal(SIGKILL);  // a node declared dead cannot leave the job cleanly
-  servers_[0]->Wait(Millis(10000));
-  servers_[0] = nullptr;
+  const std::string log = servers_[0]->Log();
+  EXPECT_NE(log.find(std::string(kDeclaredDead)), std::string::npos) << log;
+  EXPECT_NE(log.find("re-registered after being declared dead"), std::string::npos) << log;
+  EXPECT_TRUE(ledger.PushMore(50));  // forwarded to server 0 again, after its copies
+  ExpectServer0Roles("backup", "backup");
+  Kill(1, 2);  // server 0 takes both shards over
+  EXPECT_TRUE(ledger.PushMore(50));
+  ledger.Stop();
+  ledger.Check(PullAll());
+  ExpectServer0Roles("serving", "serving");
+}
+
+// Without replication nobody takes a server's keys: the trainers wait for it. Server 0, declared
+// dead while stopped, comes back with every table it held and serves them again at once; no
+// acknowledged update is lost and none applied twice (the retries of pushes it had applied are
+// duplicates).
+TEST_F(ReplicationTest, WithoutReplicationAServerDeclaredDeadWhileRunningServesAgainAndLosesNothing) {
+  StartServersAndJoin({"--set", "server.replication=none"}, Replication::kNone);
+  Ledger ledger(clients_);
+  EXPECT_TRUE(ledger.PushMore(50));
+  servers_[0]->Signal(SIGSTOP);
+  EXPECT_TRUE(WaitFor([&] {
+    const ClusterView view = trainers_[0]->view();
+    const NodeInfo* n = view.Find(Role::kServer, 0);
+    return n && !n->alive;
+  }, Millis(30000)));
+  servers_[0]->Signal(SIGCONT);
+  EXPECT_TRUE(WaitFor([&] { return servers_[0]->Log().find("re-registered after being declared dead") != std::string::npos; },
+                      Millis(30000)))
+      << servers_[0]->Log();
+  EXPECT_NE(servers_[0]->Log().find("it keeps every table"), std::string::npos) << servers_[0]->Log();
+  EXPECT_TRUE(ledger.PushMore(50));
+  ledger.Stop();
+  ledger.Check(PullAll());
 }
 
 const char* kCtr =

@@ -4,7 +4,8 @@
 //     trains to the end: its eval AUC and wall time are the reference.
 //  2. disturbed: the same job while faults run until the trainers finish: kill -9 and restart
 //     of a server (--server-cycles, alternating ranks), of the scheduler (--scheduler-cycles),
-//     SIGSTOP/SIGCONT of a trainer, a hostile client spraying garbage and opening connections at
+//     SIGSTOP/SIGCONT of a trainer, a server SIGSTOPped until declared dead and then resumed
+//     (--stall-cycles: it must come back by itself), a hostile client spraying garbage and opening connections at
 //     the scheduler's and every server's port, and the trainers' outgoing messages delayed
 //     (transport.fault). Reported: crashes (a process that exited non-zero on its own), whether
 //     every trainer finished, the AUC beside the reference, the slowdown.
@@ -53,6 +54,7 @@ struct Options {
   int server_cycles = 20;
   int scheduler_cycles = 0;
   int stop_cycles = 3;
+  int stall_cycles = 3;  // a server SIGSTOPped until declared dead, then resumed
   double fault_interval_s = 1.0;  // between faults
   double delay_rate = 0.02;
   int delay_ms = 20;
@@ -169,7 +171,7 @@ struct RunFigures {
   double auc = -1;
   bool finished = false;
   std::vector<std::string> crashes;
-  int server_kills = 0, scheduler_kills = 0, stops = 0;
+  int server_kills = 0, scheduler_kills = 0, stops = 0, stalls = 0;
   double median_outage_s = 0;
   uint64_t hostile_frames = 0;
   std::string error;
@@ -221,9 +223,9 @@ RunFigures RunTraining(const Options& o, const std::string& bin, const fs::path&
     if (!disturb || cl.TrainersDone()) continue;
     // Round robin over the kinds of fault still to run.
     const bool server = f.server_kills < o.server_cycles, scheduler = f.scheduler_kills < o.scheduler_cycles,
-               stop = f.stops < o.stop_cycles;
-    if (!server && !scheduler && !stop) continue;
-    const int kind = fault++ % 3;
+               stop = f.stops < o.stop_cycles, stall = f.stalls < o.stall_cycles;
+    if (!server && !scheduler && !stop && !stall) continue;
+    const int kind = fault++ % 4;
     if (kind == 0 && server) {
       const int rank = f.server_kills % o.servers;
       Result<double> s = KillAndRestart(o, cl, rank, Millis(30000));
@@ -246,6 +248,21 @@ RunFigures RunTraining(const Options& o, const std::string& bin, const fs::path&
       std::this_thread::sleep_for(Millis(1000));
       cl.ContinueTrainer(t);
       ++f.stops;
+    } else if (kind == 3 && stall) {
+      // Alive but silent past the heartbeat timeout: declared dead, it must come back by itself
+      // (with --replication as the backup of its shards: the next fault waits for its copies).
+      const int rank = f.stalls % o.servers;
+      const size_t before = Copies(cl, rank);
+      Result<double> s = cl.StallServer(rank, Millis(30000));
+      while (s.ok() && o.replication && Copies(cl, rank) < before + 2) {
+        if (cl.TrainersDone()) break;
+        std::this_thread::sleep_for(Millis(50));
+      }
+      if (!s.ok()) {
+        f.error = s.status().ToString();
+        break;
+      }
+      ++f.stalls;
     }
   }
   f.hostile_frames = hostile.Stop();
@@ -414,7 +431,7 @@ Result<Report> RunChaosBench(const Options& o) {
   report.benchmark = "chaos";
   report.config = {{"servers", o.servers}, {"trainers", o.trainers}, {"steps", o.steps},
                    {"server_cycles", o.server_cycles}, {"scheduler_cycles", o.scheduler_cycles},
-                   {"stop_cycles", o.stop_cycles}, {"delay_rate", o.delay_rate}, {"delay_ms", o.delay_ms},
+                   {"stop_cycles", o.stop_cycles}, {"stall_cycles", o.stall_cycles}, {"delay_rate", o.delay_rate}, {"delay_ms", o.delay_ms},
                    {"hostile", o.hostile}, {"ledger_cycles", o.ledger_cycles}, {"drop_rate", o.drop_rate},
                    {"replication", o.replication}, {"consistency", o.consistency}};
   std::string sync = o.consistency;
@@ -426,11 +443,12 @@ Result<Report> RunChaosBench(const Options& o) {
               {"server kills", "server_kills", Table::Format::kInteger},
               {"scheduler kills", "scheduler_kills", Table::Format::kInteger},
               {"trainer stops", "stops", Table::Format::kInteger},
+              {"server stalls", "stalls", Table::Format::kInteger},
               {"hostile frames", "hostile_frames", Table::Format::kInteger},
               {"kill->restart s (median)", "outage_s", Table::Format::kFixed2}});
   for (const auto* r : {&base, &hit}) {
     runs.AddRow({r == &base ? "undisturbed" : "disturbed", r->seconds, r->auc, r->finished ? "yes" : "no",
-                 static_cast<int64_t>(r->crashes.size()), r->server_kills, r->scheduler_kills, r->stops,
+                 static_cast<int64_t>(r->crashes.size()), r->server_kills, r->scheduler_kills, r->stops, r->stalls,
                  r->hostile_frames, r->median_outage_s});
   }
   report.tables.push_back(std::move(runs));
@@ -458,7 +476,8 @@ Result<Report> RunChaosBench(const Options& o) {
       "the scheduler declared it dead; the trainers ride the outage on retries (sync.timeout_ms 60 s).",
       "disturbed: faults in turn every --fault-interval s until the trainers finish or the cycles run out: "
       "a server kill -9 + restart, a scheduler kill -9 + restart at the same address, a trainer SIGSTOP for "
-      "1 s; meanwhile a hostile client sends random frames to the scheduler and every server and holds 16 "
+      "1 s, a server SIGSTOPped until the scheduler declared it dead and then resumed (it must come back by "
+      "itself); meanwhile a hostile client sends random frames to the scheduler and every server and holds 16 "
       "idle connections to each, and the trainers' outgoing messages are delayed (transport.fault).",
       "crashes: processes that exited non-zero on their own (not the ones killed). ASP and SSP training are "
       "not deterministic: the AUC gap includes run-to-run variation. BSP with 2 trainers is (a clock's sum of "
@@ -493,6 +512,9 @@ BenchFn SetupChaosBench(CLI::App& app) {
   app.add_option("--scheduler-cycles", o->scheduler_cycles, "kill -9 + restart cycles of the scheduler")
       ->capture_default_str();
   app.add_option("--stop-cycles", o->stop_cycles, "SIGSTOP/SIGCONT cycles of a trainer")->capture_default_str();
+  app.add_option("--stall-cycles", o->stall_cycles,
+                 "SIGSTOP of a server until it is declared dead, then SIGCONT (it comes back by itself)")
+      ->capture_default_str();
   app.add_option("--fault-interval", o->fault_interval_s, "seconds between faults")->capture_default_str();
   app.add_option("--delay-rate", o->delay_rate, "fraction of the trainers' messages delayed")->capture_default_str();
   app.add_option("--delay-ms", o->delay_ms, "how long a delayed message waits")->capture_default_str();

@@ -46,6 +46,9 @@ class ChaosCluster {
   Result<double> KillAndRestartScheduler(std::chrono::milliseconds timeout);
   void StopTrainer(int rank) const;
   void ContinueTrainer(int rank) const;
+  // SIGSTOP of server `rank` until the scheduler declared it dead, then SIGCONT: it is alive and
+  // must come back by itself (Node::OnDeclaredDead); returns once it re-registered.
+  Result<double> StallServer(int rank, std::chrono::milliseconds timeout);
 
   // Whether every trainer has exited, and whether each exited 0.
   bool TrainersDone();
