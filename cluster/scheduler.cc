@@ -155,7 +155,7 @@ void Scheduler::HandleHeartbeat(Request request) {
   if (!m || m->state != State::kAlive) {
     return request.ReplyError(Status::FailedPrecondition(
         "heartbeat from node " + std::to_string(request.message().sender()) +
-        ", which is not a live member" + (m ? " (declared dead or left); re-register" : "")));
+        ", which is not a live member" + (m ? " (it left the job)" : "")));
   }
   m->last_seen = Clock::now();
   Message reply = request.MakeReply();

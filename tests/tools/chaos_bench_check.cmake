@@ -1,6 +1,7 @@
 # chaos_bench_check.cmake: a short `strata-bench chaos` (one server kill, one scheduler kill, one
-# trainer stop, the hostile client, one ledger kill) must exit 0 with no crash, every trainer
-# finished, and no acknowledged update lost or applied twice. (The full campaign is a program:
+# trainer stop, one server stalled past its heartbeat timeout if the job lasts that long, the
+# hostile client, one ledger kill) must exit 0 with no crash, every trainer finished, and no
+# acknowledged update lost or applied twice. (The full campaign is a program:
 # docs/reliability.md.)
 #   cmake -DBENCH=<strata-bench> -DJSON=<output file> [-DEXTRA=--replication] [-DLEDGER_CYCLES=n]
 #         -P chaos_bench_check.cmake
@@ -10,7 +11,7 @@ if(NOT DEFINED LEDGER_CYCLES)
 endif()
 execute_process(
   COMMAND "${BENCH}" chaos --steps 300 --server-cycles 1 --scheduler-cycles 1 --stop-cycles 1
-          --ledger-cycles ${LEDGER_CYCLES} --fault-interval 0.5 --timeout 200 --json "${JSON}" ${EXTRA}
+          --stall-cycles 1 --ledger-cycles ${LEDGER_CYCLES} --fault-interval 0.5 --timeout 200 --json "${JSON}" ${EXTRA}
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 280)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "strata-bench chaos exited with ${rc}\n${out}\n${err}")
