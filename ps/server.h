@@ -251,6 +251,7 @@ class PsServer {
   Status ClearForCopy();
   // Joined(): asks the other holder of this shard for a copy until it answers.
   void RequestCopy(const std::atomic<bool>& stop);
+  void AskForCopy(const std::atomic<bool>& stop);  // RequestCopy's asking, one thread at a time
   // Joined() and CameBack(): RequestCopy for this shard and/or the copy's, in the background.
   void StartCopyRequests(PsServer* copy, bool own, bool other);
   // StepDown(), for this instance's shard: empty, forwarding nothing.
@@ -368,6 +369,7 @@ class PsServer {
   uint64_t install_total_ = 0, install_rows_ = 0, install_chunks_ = 0;
   std::atomic<int64_t> install_heard_ms_{0};
   std::atomic<bool> copy_failed_{false};
+  std::atomic<bool> requesting_copy_{false};  // a RequestCopy runs for this shard
   std::atomic<uint64_t> copy_asks_again_{0};
   std::atomic<uint64_t> forwards_{0}, replicated_bytes_{0}, forward_errors_{0}, transferred_rows_{0};
   // Set by LoadCheckpoint before the node joins, read-only after: the checkpoint served

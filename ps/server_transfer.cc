@@ -45,6 +45,16 @@ void PsServer::StartCopyRequests(PsServer* copy, bool own, bool other) {
 }
 
 void PsServer::RequestCopy(const std::atomic<bool>& stop) {
+  // One asker per shard (a server declared dead twice before its copy arrived asks once); the
+  // role is looked at again after letting go, so a step-down just then is not left unasked.
+  while (!stop && role_ == ShardRole::kEmpty) {
+    if (requesting_copy_.exchange(true)) return;
+    AskForCopy(stop);
+    requesting_copy_ = false;
+  }
+}
+
+void PsServer::AskForCopy(const std::atomic<bool>& stop) {
   const uint32_t shard = Shard();
   const auto silence = Millis(node_.options().transport.request_timeout_ms);
   std::string last;
