@@ -303,11 +303,6 @@ void Scheduler::HandleDeregister(Request request) {
   const uint32_t sender = request.message().sender();
   if (NeedsRejoinLocked(sender)) return request.ReplyError(RejoinFirst(sender, "deregister"));
   Member* m = FindMemberLocked(request.message().sender());
-  // Dead, or absent from the view a restarted scheduler adopted: it may come back at its rank.
-  if (m && (m->state == State::kDead || (m->state == State::kLeft && m->absent_when_adopted))) {
-    return request.ReplyError(Status::FailedPrecondition("heartbeat from " + m->info.Describe() + ", " +
-                                                         std::string(kDeclaredDead) + "; re-register to come back"));
-  }
   if (!m || m->state != State::kAlive) {
     return request.ReplyError(Status::FailedPrecondition(
         "deregister from node " + std::to_string(request.message().sender()) + ", which is not a live member"));
