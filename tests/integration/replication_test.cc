@@ -90,6 +90,9 @@ class ReplicationTest : public testing::ProcessClusterTest {
   // Server 0 killed while the ledger pushes, then started again: waits until it logged the copies
   // of both its shards.
   void KillAndRestartServer0(Ledger& ledger);  // defined after Ledger
+  // Server 0 holding copies of both shards again: updates are forwarded to it (it is their
+  // backup); server 1 killed, it takes both shards over; the ledger stopped and checked.
+  void BackupThenKillServer1(Ledger& ledger);
   // Server 0's role for its own shard and for the one it backs up, from its statistics.
   void ExpectServer0Roles(const std::string& own, const std::string& other) {
     auto stats = clients_[0]->ServerStats(0);
@@ -230,6 +233,16 @@ void ReplicationTest::KillAndRestartServer0(Ledger& ledger) {
       << servers_[0]->Log();
 }
 
+void ReplicationTest::BackupThenKillServer1(Ledger& ledger) {
+  EXPECT_TRUE(ledger.PushMore(50));  // forwarded to server 0, after its copies
+  ExpectServer0Roles("backup", "backup");
+  Kill(1, 2);  // server 0 takes both shards over
+  EXPECT_TRUE(ledger.PushMore(50));
+  ledger.Stop();
+  ledger.Check(PullAll());
+  ExpectServer0Roles("serving", "serving");
+}
+
 TEST_F(ReplicationTest, APrimaryKilledLosesNoAcknowledgedUpdateAndAppliesNoneTwice) {
   StartServersAndJoin();
   Ledger ledger(clients_);
@@ -263,13 +276,7 @@ TEST_F(ReplicationTest, ARestartedServerRejoinsAsTheBackupAndASecondKillLosesNot
   ASSERT_EQ(chunks.size(), 2u) << log;  // one copy of each shard
   for (int n : chunks) EXPECT_GE(n, 2) << log;
   std::cout << "copies in " << chunks[0] << " and " << chunks[1] << " chunks\n";
-  EXPECT_TRUE(ledger.PushMore(50));  // forwarded to the restarted server, after its copy
-  ExpectServer0Roles("backup", "backup");
-  Kill(1, 2);  // server 0 takes both shards over
-  EXPECT_TRUE(ledger.PushMore(50));
-  ledger.Stop();
-  ledger.Check(PullAll());
-  ExpectServer0Roles("serving", "serving");
+  BackupThenKillServer1(ledger);
 }
 
 // The same with tiered stores (durability wal, a DRAM budget of a few rows, so both shards and
@@ -286,12 +293,7 @@ TEST_F(ReplicationTest, ATieredServerRestartedOverItsStaleStoresRejoinsAndASecon
   KillAndRestartServer0(ledger);
   EXPECT_NE(servers_[0]->Log().find("table 1 \"ledger\" restored"), std::string::npos)
       << "server 0 did not find its stale store: " << servers_[0]->Log();
-  EXPECT_TRUE(ledger.PushMore(50));
-  ExpectServer0Roles("backup", "backup");
-  Kill(1, 2);  // server 0 takes both shards over from its tiered copies
-  EXPECT_TRUE(ledger.PushMore(50));
-  ledger.Stop();
-  ledger.Check(PullAll());
+  BackupThenKillServer1(ledger);  // server 0 takes both shards over from its tiered copies
 }
 
 // A push the primary applied and forwarded before it died, retried to the backup with the same
@@ -334,13 +336,7 @@ TEST_F(ReplicationTest, AServerDeclaredDeadWhileRunningComesBackAsTheBackupAndLo
   const std::string log = servers_[0]->Log();
   EXPECT_NE(log.find(std::string(kDeclaredDead)), std::string::npos) << log;
   EXPECT_NE(log.find("re-registered after being declared dead"), std::string::npos) << log;
-  EXPECT_TRUE(ledger.PushMore(50));  // forwarded to server 0 again, after its copies
-  ExpectServer0Roles("backup", "backup");
-  Kill(1, 2);  // server 0 takes both shards over
-  EXPECT_TRUE(ledger.PushMore(50));
-  ledger.Stop();
-  ledger.Check(PullAll());
-  ExpectServer0Roles("serving", "serving");
+  BackupThenKillServer1(ledger);
 }
 
 // Without replication nobody takes a server's keys: the trainers wait for it. Server 0, declared
