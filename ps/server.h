@@ -339,6 +339,9 @@ class PsServer {
   void FoldStagedLocked(int64_t clock, uint32_t sender);
   // Elastic BSP: `trainer` was declared dead: its clocks go on without it and its staged pushes
   // are dropped. Expects clock_mu_ held.
+  // A trainer declared dead that registered again (stalled, or restarted at its rank): in a
+  // fixed job it is a live trainer again, from the least clock (elastic: nothing).
+  void TrainerCameBack(const NodeInfo& trainer);
   void DropDeadTrainerLocked(const NodeInfo& trainer);
 
   Node& node_;

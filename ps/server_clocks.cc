@@ -66,6 +66,12 @@ Result<Message> PsServer::Clock(const Request& request, std::vector<Parked>* rea
     if (n && n->role == Role::kTrainer && n->alive) it = trainer_clock_.emplace(sender, MinClockOrZeroLocked()).first;
   }
   if (it == trainer_clock_.end()) {
+    if (lost_trainers_.count(sender) && !node_.options().cluster.elastic) {
+      // Declared dead while it ran, it may register again (a fixed ASP/SSP job takes it back):
+      // the client asks again until then, or gives up once it knows it was not.
+      return Status::Unavailable("clock from node " + std::to_string(sender) +
+                                 ", which was declared dead: it is counted again once it registers again");
+    }
     return Status::FailedPrecondition("clock from node " + std::to_string(sender) + ", which is not a live trainer");
   }
   // Elastic BSP: the clock's trainers, counted before anything else changes (a refused message
@@ -219,9 +225,20 @@ int64_t PsServer::MinClockOrZeroLocked() const {
   return m == std::numeric_limits<int64_t>::max() ? 0 : m;
 }
 
+void PsServer::TrainerCameBack(const NodeInfo& trainer) {
+  // An elastic job's dead trainer left its split for good (its clocks went on without it).
+  if (node_.options().cluster.elastic) return;
+  std::lock_guard lock(clock_mu_);
+  if (!lost_trainers_.erase(trainer.id)) return;
+  // From the least clock: it holds nobody back before its next clock message sets its own.
+  trainer_clock_.emplace(trainer.id, MinClockOrZeroLocked());
+  spdlog::info("server: {} registered again after it was declared dead; its clocks count again", trainer.Describe());
+}
+
 void PsServer::OnNodeEvent(const NodeEvent& e) {
   if (e.node.role != Role::kTrainer) return;
   const bool dead = e.kind == NodeEvent::Kind::kDead, left = e.kind == NodeEvent::Kind::kLeft;
+  if (e.kind == NodeEvent::Kind::kRejoined) return TrainerCameBack(e.node);
   if (!dead && !left && e.kind != NodeEvent::Kind::kJoined) return;
   std::vector<Parked> ready;
   {

@@ -123,6 +123,17 @@ void PrintSummary(const TrainJob& job, const Trainer& trainer, const TrainSummar
   }
 }
 
+// A trainer the scheduler declared dead while it ran may register again and go on where nothing
+// was built around its absence: one data-parallel replica of a sync.mode ps job under ASP or SSP
+// with a fixed membership (the servers count its clocks again, ps/server_clocks.cc). Not under
+// BSP (its death failed the clock), elastic (it left the split), all-reduce or model parallelism
+// (its peers' collectives failed on it).
+bool ComesBackWhenDeclaredDead(const JobConfig& config) {
+  const TrainJob& t = config.trainer;
+  return t.sync.mode == SyncOptions::Mode::kPs && t.sync.consistency != Consistency::kBsp && !config.cluster.elastic &&
+         t.parallel.tp == 1 && t.parallel.pp == 1 && t.parallel.cp == 1 && !t.parallel.auto_plan;
+}
+
 int Train(const JobConfig& config, Node* node, bool launched, const AutoSelectOptions& planner, int metrics_port) {
   TrainJob job = config.trainer;
   job.server_replication = config.server.replication;
@@ -235,6 +246,11 @@ int main(int argc, char** argv) {
   node.OnEvent([](const NodeEvent& e) {
     if (e.kind == NodeEvent::Kind::kDead) spdlog::warn("event: dead {}", e.node.Describe());
   });
+  if (ComesBackWhenDeclaredDead(config)) {
+    // Stalled past the heartbeat timeout: the servers took nothing of it over, so it registers
+    // again and goes on (its clock messages are asked again until then).
+    node.OnDeclaredDead([] {}, [] { spdlog::warn("trainer: registered again; training goes on"); });
+  }
   if (Status s = node.Join(); !s.ok()) {
     spdlog::error("{}", s.ToString());
     return 1;

@@ -10,7 +10,8 @@
 //  - a push the primary forwarded before dying, retried to the backup with its id, is a duplicate;
 //  - a server declared dead while it runs (SIGSTOP past the heartbeat timeout) registers again
 //    by itself: with replication it steps down and takes its shards back as copies, without it
-//    it serves its tables again;
+//    it serves its tables again; a trainer of a fixed ASP job declared dead so registers again
+//    and trains to the end;
 //  - ctr (ps, ASP) trained by two strata-trainer processes finishes every step.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -396,6 +397,37 @@ TEST_F(ReplicationTest, CtrTrainsToTheEndWithAPrimaryKilledAndNotRestarted) {
 // order), so a job that loses no acknowledged update and counts none twice ends exactly as the
 // undisturbed one does: the same final loss, eval loss and AUC to the last printed digit. Server 0
 // is killed mid-run and restarted (its copies are taken in the middle of a clock), then server 1.
+// A trainer stopped (SIGSTOP) past the heartbeat timeout of a fixed ASP job is declared dead
+// while it runs; resumed, it registers again by itself (Node::OnDeclaredDead), the servers count
+// its clocks again (its clock message, refused Unavailable meanwhile, is asked again), and both
+// trainers train to the end.
+TEST_F(ReplicationTest, ATrainerDeclaredDeadWhileRunningRegistersAgainAndTrainsToTheEnd) {
+  common_ = Common(Job("ctr", kCtr));
+  common_.insert(common_.end(), {"--set", "server.replication=none", "--set", "cluster.heartbeat_interval_ms=100",
+                                 "--set", "cluster.heartbeat_timeout_ms=1500"});
+  address_ = StartScheduler(common_, "tcp://127.0.0.1:0");
+  servers_[0] = &Start("strata-server", common_, address_, 0);
+  servers_[1] = &Start("strata-server", common_, address_, 1);
+  Subprocess& t0 = Start("strata-trainer", common_, address_, 0);
+  Subprocess& t1 = Start("strata-trainer", common_, address_, 1);
+  ASSERT_TRUE(WaitFor([&] { return MetricsLines("run") >= 2; }, Millis(120000))) << t0.Log();
+  t1.Signal(SIGSTOP);
+  EXPECT_TRUE(WaitFor([&] { return schedulers_[0]->Log().find("trainer 1 (node") != std::string::npos &&
+                                   schedulers_[0]->Log().find("declared dead") != std::string::npos; },
+                      Millis(30000)))
+      << schedulers_[0]->Log();
+  t1.Signal(SIGCONT);
+  EXPECT_LT(MetricsLines("run"), 1000u / 25) << "trainer 0 ended before trainer 1 came back: make the job longer";
+  for (Subprocess* t : {&t0, &t1}) EXPECT_EQ(t->Wait(Millis(180000)), 0) << t->Log();
+  EXPECT_NE(t1.Log().find("re-registered after being declared dead"), std::string::npos) << t1.Log();
+  const std::string log = t0.Log();
+  EXPECT_NE(log.find("done: 1000 steps"), std::string::npos) << log;
+  EXPECT_EQ(log.find("not every trainer finished"), std::string::npos) << log;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("auc ([0-9.]+) \\(oracle"))) << log;
+  EXPECT_GT(std::stod(m[1]), 0.7) << log;
+}
+
 const char* kCtrBsp =
     "model: {kind: ctr, fields: 8, field_vocab: 300, embed_dim: 8, ctr_hidden: 32}\n"
     "data: {kind: click_log, eval_samples: 20000}\n"

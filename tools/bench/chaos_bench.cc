@@ -4,9 +4,10 @@
 //     trains to the end: its eval AUC and wall time are the reference.
 //  2. disturbed: the same job while faults run until the trainers finish: kill -9 and restart
 //     of a server (--server-cycles, alternating ranks), of the scheduler (--scheduler-cycles),
-//     SIGSTOP/SIGCONT of a trainer, a server SIGSTOPped until declared dead and then resumed
-//     (--stall-cycles: it must come back by itself), a hostile client spraying garbage and opening connections at
-//     the scheduler's and every server's port, and the trainers' outgoing messages delayed
+//     SIGSTOP/SIGCONT of a trainer, a server or (not under BSP) a trainer SIGSTOPped until
+//     declared dead and then resumed (--stall-cycles: it must come back by itself), a hostile
+//     client spraying garbage and opening connections at the scheduler's and every server's
+//     port, and the trainers' outgoing messages delayed
 //     (transport.fault). Reported: crashes (a process that exited non-zero on its own), whether
 //     every trainer finished, the AUC beside the reference, the slowdown.
 //  3. ledger: one server (durability wal, its replies dropped at --drop-rate so that pushes are
@@ -54,7 +55,7 @@ struct Options {
   int server_cycles = 20;
   int scheduler_cycles = 0;
   int stop_cycles = 3;
-  int stall_cycles = 3;  // a server SIGSTOPped until declared dead, then resumed
+  int stall_cycles = 4;  // a server or trainer SIGSTOPped until declared dead, then resumed
   double fault_interval_s = 1.0;  // between faults
   double delay_rate = 0.02;
   int delay_ms = 20;
@@ -251,10 +252,13 @@ RunFigures RunTraining(const Options& o, const std::string& bin, const fs::path&
     } else if (kind == 3 && stall) {
       // Alive but silent past the heartbeat timeout: declared dead, it must come back by itself
       // (with --replication as the backup of its shards: the next fault waits for its copies).
-      const int rank = f.stalls % o.servers;
-      const size_t before = Copies(cl, rank);
-      Result<double> s = cl.StallServer(rank, Millis(30000));
-      while (s.ok() && o.replication && Copies(cl, rank) < before + 2) {
+      // Servers and trainers in turn; not trainers under BSP (a trainer's death fails the clock).
+      const bool trainer = o.consistency != "bsp" && f.stalls % 2 == 1;
+      const int turn = o.consistency != "bsp" ? f.stalls / 2 : f.stalls;
+      const int rank = turn % (trainer ? o.trainers : o.servers);
+      const size_t before = trainer ? 0 : Copies(cl, rank);
+      Result<double> s = trainer ? cl.StallTrainer(rank, Millis(30000)) : cl.StallServer(rank, Millis(30000));
+      while (s.ok() && !trainer && o.replication && Copies(cl, rank) < before + 2) {
         if (cl.TrainersDone()) break;
         std::this_thread::sleep_for(Millis(50));
       }
@@ -443,7 +447,7 @@ Result<Report> RunChaosBench(const Options& o) {
               {"server kills", "server_kills", Table::Format::kInteger},
               {"scheduler kills", "scheduler_kills", Table::Format::kInteger},
               {"trainer stops", "stops", Table::Format::kInteger},
-              {"server stalls", "stalls", Table::Format::kInteger},
+              {"stalls (server, trainer)", "stalls", Table::Format::kInteger},
               {"hostile frames", "hostile_frames", Table::Format::kInteger},
               {"kill->restart s (median)", "outage_s", Table::Format::kFixed2}});
   for (const auto* r : {&base, &hit}) {
@@ -476,8 +480,8 @@ Result<Report> RunChaosBench(const Options& o) {
       "the scheduler declared it dead; the trainers ride the outage on retries (sync.timeout_ms 60 s).",
       "disturbed: faults in turn every --fault-interval s until the trainers finish or the cycles run out: "
       "a server kill -9 + restart, a scheduler kill -9 + restart at the same address, a trainer SIGSTOP for "
-      "1 s, a server SIGSTOPped until the scheduler declared it dead and then resumed (it must come back by "
-      "itself); meanwhile a hostile client sends random frames to the scheduler and every server and holds 16 "
+      "1 s, a server or (not under BSP) a trainer SIGSTOPped until the scheduler declared it dead and then "
+      "resumed (it must come back by itself); meanwhile a hostile client sends random frames to the scheduler and every server and holds 16 "
       "idle connections to each, and the trainers' outgoing messages are delayed (transport.fault).",
       "crashes: processes that exited non-zero on their own (not the ones killed). ASP and SSP training are "
       "not deterministic: the AUC gap includes run-to-run variation. BSP with 2 trainers is (a clock's sum of "
@@ -513,7 +517,8 @@ BenchFn SetupChaosBench(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--stop-cycles", o->stop_cycles, "SIGSTOP/SIGCONT cycles of a trainer")->capture_default_str();
   app.add_option("--stall-cycles", o->stall_cycles,
-                 "SIGSTOP of a server until it is declared dead, then SIGCONT (it comes back by itself)")
+                 "SIGSTOP of a server, then (not under bsp) of a trainer, until it is declared dead, then SIGCONT "
+                 "(it comes back by itself)")
       ->capture_default_str();
   app.add_option("--fault-interval", o->fault_interval_s, "seconds between faults")->capture_default_str();
   app.add_option("--delay-rate", o->delay_rate, "fraction of the trainers' messages delayed")->capture_default_str();

@@ -161,22 +161,28 @@ void ChaosCluster::StopTrainer(int rank) const { trainers_.at(static_cast<size_t
 void ChaosCluster::ContinueTrainer(int rank) const { trainers_.at(static_cast<size_t>(rank))->Signal(SIGCONT); }
 
 Result<double> ChaosCluster::StallServer(int rank, Millis timeout) {
+  return Stall(*servers_.at(static_cast<size_t>(rank)), "server-" + std::to_string(rank), timeout);
+}
+
+Result<double> ChaosCluster::StallTrainer(int rank, Millis timeout) {
+  return Stall(*trainers_.at(static_cast<size_t>(rank)), "trainer-" + std::to_string(rank), timeout);
+}
+
+Result<double> ChaosCluster::Stall(ChildProcess& process, const std::string& name, Millis timeout) {
   const std::string kBack = "re-registered after being declared dead";  // Node::Rejoin's line, once back
   const auto start = std::chrono::steady_clock::now();
-  const std::string name = "server-" + std::to_string(rank);
   const int dead_before = CountInLog("scheduler", "declared dead"), back_before = CountInLog(name, kBack);
-  auto& server = servers_.at(static_cast<size_t>(rank));
-  server->Signal(SIGSTOP);
+  process.Signal(SIGSTOP);
   const bool declared = PollFor([&] { return CountInLog("scheduler", "declared dead") > dead_before; }, timeout);
-  server->Signal(SIGCONT);
+  process.Signal(SIGCONT);
   if (!declared) {
-    return Status::DeadlineExceeded("the scheduler did not declare the stopped server " + std::to_string(rank) +
-                                    " dead within " + std::to_string(timeout.count()) + " ms");
+    return Status::DeadlineExceeded("the scheduler did not declare the stopped " + name + " dead within " +
+                                    std::to_string(timeout.count()) + " ms");
   }
-  if (!PollFor([&] { return CountInLog(name, kBack) > back_before || !server->Running(); }, timeout) ||
-      !server->Running()) {
-    return Status::DeadlineExceeded("server " + std::to_string(rank) + ", declared dead while stopped and resumed, " +
-                                    (server->Running() ? "did not register again" : "exited") + "; its log:\n" +
+  if (!PollFor([&] { return CountInLog(name, kBack) > back_before || !process.Running(); }, timeout) ||
+      !process.Running()) {
+    return Status::DeadlineExceeded(name + ", declared dead while stopped and resumed, " +
+                                    (process.Running() ? "did not register again" : "exited") + "; its log:\n" +
                                     Log(name));
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -49,6 +49,8 @@ class ChaosCluster {
   // SIGSTOP of server `rank` until the scheduler declared it dead, then SIGCONT: it is alive and
   // must come back by itself (Node::OnDeclaredDead); returns once it re-registered.
   Result<double> StallServer(int rank, std::chrono::milliseconds timeout);
+  // The same for trainer `rank` (one of a fixed ASP/SSP ps job, which comes back so).
+  Result<double> StallTrainer(int rank, std::chrono::milliseconds timeout);
 
   // Whether every trainer has exited, and whether each exited 0.
   bool TrainersDone();
@@ -70,6 +72,8 @@ class ChaosCluster {
   Status StartServer(int rank);
   Status StartScheduler(const std::string& bind);
   int CountInLog(const std::string& name, const std::string& needle) const;
+  // StallServer, StallTrainer: `process`, logging to `name`.log.
+  Result<double> Stall(ChildProcess& process, const std::string& name, std::chrono::milliseconds timeout);
 
   ChaosClusterOptions options_;
   std::string scheduler_address_;
