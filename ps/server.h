@@ -340,7 +340,8 @@ class PsServer {
   // Elastic BSP: `trainer` was declared dead: its clocks go on without it and its staged pushes
   // are dropped. Expects clock_mu_ held.
   // A trainer declared dead that registered again (stalled, or restarted at its rank): in a
-  // fixed job it is a live trainer again, from the least clock (elastic: nothing).
+  // fixed job it is a live trainer again, at the clock it had when it died (its clock messages
+  // were refused since), so SSP bounds the others by it again (elastic: nothing).
   void TrainerCameBack(const NodeInfo& trainer);
   void DropDeadTrainerLocked(const NodeInfo& trainer);
 
@@ -387,6 +388,7 @@ class PsServer {
   mutable std::mutex clock_mu_;  // guards trainer clocks, BSP state and parked pulls
   std::map<uint32_t, int64_t> trainer_clock_;  // live trainers: clocks finished
   std::map<uint32_t, std::string> lost_trainers_;  // node id -> description
+  std::map<uint32_t, int64_t> lost_clocks_;        // their clocks when they died (TrainerCameBack)
   std::vector<Parked> parked_;
   std::map<int64_t, float> grad_scale_;  // clocks not yet applied: their clock messages' gradScale
   // Elastic jobs (cluster.elastic): a BSP clock is applied once the trainers of its step's split

@@ -230,9 +230,12 @@ void PsServer::TrainerCameBack(const NodeInfo& trainer) {
   if (node_.options().cluster.elastic) return;
   std::lock_guard lock(clock_mu_);
   if (!lost_trainers_.erase(trainer.id)) return;
-  // From the least clock: it holds nobody back before its next clock message sets its own.
-  trainer_clock_.emplace(trainer.id, MinClockOrZeroLocked());
-  spdlog::info("server: {} registered again after it was declared dead; its clocks count again", trainer.Describe());
+  auto lost = lost_clocks_.find(trainer.id);
+  const int64_t clock = lost != lost_clocks_.end() ? lost->second : MinClockOrZeroLocked();
+  if (lost != lost_clocks_.end()) lost_clocks_.erase(lost);
+  trainer_clock_.emplace(trainer.id, clock);
+  spdlog::info("server: {} registered again after it was declared dead; its clocks count again from {}",
+               trainer.Describe(), clock);
 }
 
 void PsServer::OnNodeEvent(const NodeEvent& e) {
@@ -253,7 +256,10 @@ void PsServer::OnNodeEvent(const NodeEvent& e) {
       trainer_clock_.emplace(e.node.id, MinClockOrZeroLocked());
       return;
     }
-    trainer_clock_.erase(e.node.id);
+    if (auto it = trainer_clock_.find(e.node.id); it != trainer_clock_.end()) {
+      if (dead) lost_clocks_[e.node.id] = it->second;
+      trainer_clock_.erase(it);
+    }
     // A trainer that left cleanly holds no clock back; one that died fails BSP pulls, except in
     // an elastic job, whose clocks complete without it (ps/clock_members.h).
     if (dead) lost_trainers_[e.node.id] = e.node.Describe();

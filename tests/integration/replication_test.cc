@@ -10,7 +10,7 @@
 //  - a push the primary forwarded before dying, retried to the backup with its id, is a duplicate;
 //  - a server declared dead while it runs (SIGSTOP past the heartbeat timeout) registers again
 //    by itself: with replication it steps down and takes its shards back as copies, without it
-//    it serves its tables again; a trainer of a fixed ASP job declared dead so registers again
+//    it serves its tables again; a trainer of a fixed SSP job declared dead so registers again
 //    and trains to the end;
 //  - ctr (ps, ASP) trained by two strata-trainer processes finishes every step.
 #include <gtest/gtest.h>
@@ -397,14 +397,15 @@ TEST_F(ReplicationTest, CtrTrainsToTheEndWithAPrimaryKilledAndNotRestarted) {
 // order), so a job that loses no acknowledged update and counts none twice ends exactly as the
 // undisturbed one does: the same final loss, eval loss and AUC to the last printed digit. Server 0
 // is killed mid-run and restarted (its copies are taken in the middle of a clock), then server 1.
-// A trainer stopped (SIGSTOP) past the heartbeat timeout of a fixed ASP job is declared dead
+// A trainer stopped (SIGSTOP) past the heartbeat timeout of a fixed SSP job is declared dead
 // while it runs; resumed, it registers again by itself (Node::OnDeclaredDead), the servers count
-// its clocks again (its clock message, refused Unavailable meanwhile, is asked again), and both
-// trainers train to the end.
+// its clocks again from the one it had (its clock message, refused Unavailable meanwhile, is
+// asked again), and both trainers train to the end.
 TEST_F(ReplicationTest, ATrainerDeclaredDeadWhileRunningRegistersAgainAndTrainsToTheEnd) {
   common_ = Common(Job("ctr", kCtr));
   common_.insert(common_.end(), {"--set", "server.replication=none", "--set", "cluster.heartbeat_interval_ms=100",
-                                 "--set", "cluster.heartbeat_timeout_ms=1500"});
+                                 "--set", "cluster.heartbeat_timeout_ms=1500", "--set", "sync.consistency=ssp",
+                                 "--set", "sync.staleness=4"});
   address_ = StartScheduler(common_, "tcp://127.0.0.1:0");
   servers_[0] = &Start("strata-server", common_, address_, 0);
   servers_[1] = &Start("strata-server", common_, address_, 1);
