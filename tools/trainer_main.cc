@@ -127,7 +127,7 @@ void PrintSummary(const TrainJob& job, const Trainer& trainer, const TrainSummar
 // was built around its absence: one data-parallel replica of a sync.mode ps job under ASP or SSP
 // with a fixed membership (the servers count its clocks again, ps/server_clocks.cc). Not under
 // BSP (its death failed the clock), elastic (it left the split), all-reduce or model parallelism
-// (its peers' collectives failed on it).
+// (fixed collective groups, whose barriers failed on its death).
 bool ComesBackWhenDeclaredDead(const JobConfig& config) {
   const TrainJob& t = config.trainer;
   return t.sync.mode == SyncOptions::Mode::kPs && t.sync.consistency != Consistency::kBsp && !config.cluster.elastic &&
