@@ -7,9 +7,9 @@
 //     SIGSTOP/SIGCONT of a trainer, a server or (not under BSP) a trainer SIGSTOPped until
 //     declared dead and then resumed (--stall-cycles: it must come back by itself), a hostile
 //     client spraying garbage and opening connections at the scheduler's and every server's
-//     port, and the trainers' outgoing messages delayed
-//     (transport.fault). Reported: crashes (a process that exited non-zero on its own), whether
-//     every trainer finished, the AUC beside the reference, the slowdown.
+//     port, and the trainers' outgoing messages delayed (transport.fault). Reported: crashes (a
+//     process that exited non-zero on its own), whether every trainer finished, the AUC beside
+//     the reference, the slowdown.
 //  3. ledger: one server (durability wal, its replies dropped at --drop-rate so that pushes are
 //     retried) and two in-process trainers pushing counted increments through --ledger-cycles
 //     kill -9s of the server: every acknowledged increment must be applied once (lost and
@@ -435,7 +435,8 @@ Result<Report> RunChaosBench(const Options& o) {
   report.benchmark = "chaos";
   report.config = {{"servers", o.servers}, {"trainers", o.trainers}, {"steps", o.steps},
                    {"server_cycles", o.server_cycles}, {"scheduler_cycles", o.scheduler_cycles},
-                   {"stop_cycles", o.stop_cycles}, {"stall_cycles", o.stall_cycles}, {"delay_rate", o.delay_rate}, {"delay_ms", o.delay_ms},
+                   {"stop_cycles", o.stop_cycles}, {"stall_cycles", o.stall_cycles},
+                   {"delay_rate", o.delay_rate}, {"delay_ms", o.delay_ms},
                    {"hostile", o.hostile}, {"ledger_cycles", o.ledger_cycles}, {"drop_rate", o.drop_rate},
                    {"replication", o.replication}, {"consistency", o.consistency}};
   std::string sync = o.consistency;
@@ -447,7 +448,7 @@ Result<Report> RunChaosBench(const Options& o) {
               {"server kills", "server_kills", Table::Format::kInteger},
               {"scheduler kills", "scheduler_kills", Table::Format::kInteger},
               {"trainer stops", "stops", Table::Format::kInteger},
-              {"stalls (server, trainer)", "stalls", Table::Format::kInteger},
+              {"server/trainer stalls", "stalls", Table::Format::kInteger},
               {"hostile frames", "hostile_frames", Table::Format::kInteger},
               {"kill->restart s (median)", "outage_s", Table::Format::kFixed2}});
   for (const auto* r : {&base, &hit}) {
@@ -481,8 +482,9 @@ Result<Report> RunChaosBench(const Options& o) {
       "disturbed: faults in turn every --fault-interval s until the trainers finish or the cycles run out: "
       "a server kill -9 + restart, a scheduler kill -9 + restart at the same address, a trainer SIGSTOP for "
       "1 s, a server or (not under BSP) a trainer SIGSTOPped until the scheduler declared it dead and then "
-      "resumed (it must come back by itself); meanwhile a hostile client sends random frames to the scheduler and every server and holds 16 "
-      "idle connections to each, and the trainers' outgoing messages are delayed (transport.fault).",
+      "resumed (it must come back by itself); meanwhile a hostile client sends random frames to the "
+      "scheduler and every server and holds 16 idle connections to each, and the trainers' outgoing "
+      "messages are delayed (transport.fault).",
       "crashes: processes that exited non-zero on their own (not the ones killed). ASP and SSP training are "
       "not deterministic: the AUC gap includes run-to-run variation. BSP with 2 trainers is (a clock's sum of "
       "two pushes is the same float in either order): a run that loses no acknowledged update and applies none "
