@@ -94,6 +94,8 @@ class ReplicationTest : public testing::ProcessClusterTest {
   // Server 0 holding copies of both shards again: updates are forwarded to it (it is their
   // backup); server 1 killed, it takes both shards over; the ledger stopped and checked.
   void BackupThenKillServer1(Ledger& ledger);
+  std::pair<Subprocess*, Subprocess*> StartCtr(const std::vector<std::string>& extra = {});
+  void ExpectCtrLearnt(Subprocess& t0, Subprocess& t1);
   // Server 0's role for its own shard and for the one it backs up, from its statistics.
   void ExpectServer0Roles(const std::string& own, const std::string& other) {
     auto stats = clients_[0]->ServerStats(0);
@@ -371,62 +373,59 @@ const char* kCtr =
     "sync: {mode: ps}\n"
     "train: {steps: 1000, batch_size: 256, log_every: 25, progress: false}\n";
 
-TEST_F(ReplicationTest, CtrTrainsToTheEndWithAPrimaryKilledAndNotRestarted) {
+// The scheduler, both servers and both trainers of the ctr job (`extra`: more --set arguments);
+// returns the trainers once they trained a little.
+std::pair<Subprocess*, Subprocess*> ReplicationTest::StartCtr(const std::vector<std::string>& extra) {
   common_ = Common(Job("ctr", kCtr));
+  common_.insert(common_.end(), extra.begin(), extra.end());
   address_ = StartScheduler(common_, "tcp://127.0.0.1:0");
   servers_[0] = &Start("strata-server", common_, address_, 0);
   servers_[1] = &Start("strata-server", common_, address_, 1);
   Subprocess& t0 = Start("strata-trainer", common_, address_, 0);
   Subprocess& t1 = Start("strata-trainer", common_, address_, 1);
-  ASSERT_TRUE(WaitFor([&] { return MetricsLines("run") >= 2; }, Millis(120000))) << t0.Log();
-  Kill(0);
-  EXPECT_LT(MetricsLines("run"), 1000u / 25) << "server 0 was killed after training ended: make the job longer";
+  EXPECT_TRUE(WaitFor([&] { return MetricsLines("run") >= 2; }, Millis(120000))) << t0.Log();
+  return {&t0, &t1};
+}
+
+// Both trainers exit 0, and trainer 0 trained every step and learnt the planted model.
+void ReplicationTest::ExpectCtrLearnt(Subprocess& t0, Subprocess& t1) {
   for (Subprocess* t : {&t0, &t1}) EXPECT_EQ(t->Wait(Millis(180000)), 0) << t->Log();
   const std::string log = t0.Log();
   EXPECT_NE(log.find("done: 1000 steps"), std::string::npos) << log;
+  EXPECT_EQ(log.find("not every trainer finished"), std::string::npos) << log;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(log, m, std::regex("auc ([0-9.]+) \\(oracle"))) << log;
   EXPECT_GT(std::stod(m[1]), 0.7) << log;  // the planted model was learnt (chance is 0.5)
+}
+
+TEST_F(ReplicationTest, CtrTrainsToTheEndWithAPrimaryKilledAndNotRestarted) {
+  auto [t0, t1] = StartCtr();
+  Kill(0);
+  EXPECT_LT(MetricsLines("run"), 1000u / 25) << "server 0 was killed after training ended: make the job longer";
+  ExpectCtrLearnt(*t0, *t1);
   ASSERT_TRUE(servers_[1]) << "server 1 was killed";
   const std::string server1 = servers_[1]->Log();
   EXPECT_NE(server1.find("take-over of shard 0 from server 0"), std::string::npos) << server1;
   EXPECT_EQ(server1.find("did not acknowledge"), std::string::npos) << server1;
 }
 
-// BSP with 2 trainers is deterministic (a clock's sum of two pushes is the same float in either
-// order), so a job that loses no acknowledged update and counts none twice ends exactly as the
-// undisturbed one does: the same final loss, eval loss and AUC to the last printed digit. Server 0
-// is killed mid-run and restarted (its copies are taken in the middle of a clock), then server 1.
 // A trainer stopped (SIGSTOP) past the heartbeat timeout of a fixed SSP job is declared dead
 // while it runs; resumed, it registers again by itself (Node::OnDeclaredDead), the servers count
 // its clocks again from the one it had (its clock message, refused Unavailable meanwhile, is
 // asked again), and both trainers train to the end.
 TEST_F(ReplicationTest, ATrainerDeclaredDeadWhileRunningRegistersAgainAndTrainsToTheEnd) {
-  common_ = Common(Job("ctr", kCtr));
-  common_.insert(common_.end(), {"--set", "server.replication=none", "--set", "cluster.heartbeat_interval_ms=100",
-                                 "--set", "cluster.heartbeat_timeout_ms=1500", "--set", "sync.consistency=ssp",
-                                 "--set", "sync.staleness=4"});
-  address_ = StartScheduler(common_, "tcp://127.0.0.1:0");
-  servers_[0] = &Start("strata-server", common_, address_, 0);
-  servers_[1] = &Start("strata-server", common_, address_, 1);
-  Subprocess& t0 = Start("strata-trainer", common_, address_, 0);
-  Subprocess& t1 = Start("strata-trainer", common_, address_, 1);
-  ASSERT_TRUE(WaitFor([&] { return MetricsLines("run") >= 2; }, Millis(120000))) << t0.Log();
-  t1.Signal(SIGSTOP);
+  auto [t0, t1] = StartCtr({"--set", "server.replication=none", "--set", "cluster.heartbeat_interval_ms=100", "--set",
+                            "cluster.heartbeat_timeout_ms=1500", "--set", "sync.consistency=ssp", "--set",
+                            "sync.staleness=4"});
+  t1->Signal(SIGSTOP);
   EXPECT_TRUE(WaitFor([&] { return schedulers_[0]->Log().find("trainer 1 (node") != std::string::npos &&
                                    schedulers_[0]->Log().find("declared dead") != std::string::npos; },
                       Millis(30000)))
       << schedulers_[0]->Log();
-  t1.Signal(SIGCONT);
+  t1->Signal(SIGCONT);
   EXPECT_LT(MetricsLines("run"), 1000u / 25) << "trainer 0 ended before trainer 1 came back: make the job longer";
-  for (Subprocess* t : {&t0, &t1}) EXPECT_EQ(t->Wait(Millis(180000)), 0) << t->Log();
-  EXPECT_NE(t1.Log().find("re-registered after being declared dead"), std::string::npos) << t1.Log();
-  const std::string log = t0.Log();
-  EXPECT_NE(log.find("done: 1000 steps"), std::string::npos) << log;
-  EXPECT_EQ(log.find("not every trainer finished"), std::string::npos) << log;
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(log, m, std::regex("auc ([0-9.]+) \\(oracle"))) << log;
-  EXPECT_GT(std::stod(m[1]), 0.7) << log;
+  ExpectCtrLearnt(*t0, *t1);
+  EXPECT_NE(t1->Log().find("re-registered after being declared dead"), std::string::npos) << t1->Log();
 }
 
 const char* kCtrBsp =
@@ -436,6 +435,10 @@ const char* kCtrBsp =
     "sync: {mode: ps, consistency: bsp}\n"
     "train: {steps: 3000, batch_size: 256, log_every: 25, progress: false}\n";
 
+// BSP with 2 trainers is deterministic (a clock's sum of two pushes is the same float in either
+// order), so a job that loses no acknowledged update and counts none twice ends exactly as the
+// undisturbed one does: the same final loss, eval loss and AUC to the last printed digit. Server 0
+// is killed mid-run and restarted (its copies are taken in the middle of a clock), then server 1.
 TEST_F(ReplicationTest, BspCtrEndsExactlyAsUndisturbedAfterAKillAndRestartOfEachServer) {
   const std::string job = Job("ctr_bsp", kCtrBsp);
   const std::regex ending("final loss ([0-9.]+), eval loss ([0-9.]+), auc ([0-9.]+)");
