@@ -148,7 +148,7 @@ void Scheduler::HandleHeartbeat(Request request) {
   }
   Member* m = FindMemberLocked(request.message().sender());
   // Dead, or absent from the view a restarted scheduler adopted: it may come back at its rank.
-  if (m && (m->state == State::kDead || (m->state == State::kLeft && m->absent_when_adopted))) {
+  if (m && m->MayComeBack()) {
     return request.ReplyError(Status::FailedPrecondition("heartbeat from " + m->info.Describe() + ", " +
                                                          std::string(kDeclaredDead) + "; re-register to come back"));
   }

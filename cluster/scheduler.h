@@ -89,6 +89,8 @@ class Scheduler {
     // Adopted from a node's view (a restarted scheduler) as not alive: it left or died, the view
     // does not say which, so a new process may take its rank as if it had died.
     bool absent_when_adopted = false;
+    // Dead, or absent from an adopted view: its rank may come back (the same process or a new one).
+    bool MayComeBack() const { return state == State::kDead || (state == State::kLeft && absent_when_adopted); }
   };
   struct Registration {
     Role role = Role::kServer;

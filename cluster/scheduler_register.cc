@@ -105,8 +105,7 @@ void Scheduler::HandleRegisterLocked(Request& request, const Registration& reg) 
       return reject(Status::AlreadyExists("register: " + target->info.Describe() +
                                           " is alive; its rank cannot be taken"));
     }
-    const bool takeable = target && (target->state == State::kDead ||
-                                      (target->state == State::kLeft && target->absent_when_adopted));
+    const bool takeable = target && target->MayComeBack();
     if (!takeable) {
       return reject(Status::ResourceExhausted(
           "register: the cluster already has its " + std::to_string(expected) + " " +
@@ -326,9 +325,7 @@ void Scheduler::HandleRejoinLocked(Request& request, const Registration& reg) {
   if (!m || m->info.role != reg.role) {
     return reject(Status::NotFound("re-register: the cluster has no " + who));
   }
-  if (m->state == State::kDead || (m->state == State::kLeft && m->absent_when_adopted)) {
-    return RejoinDeadLocked(request, *m, reg);
-  }
+  if (m->MayComeBack()) return RejoinDeadLocked(request, *m, reg);
   if (m->state != State::kAlive) {
     return reject(Status::FailedPrecondition("re-register: " + m->info.Describe() + " has left the job"));
   }
