@@ -4,8 +4,8 @@
 // killed mid-run does not stop a BSP job; a server
 // is added to a 2-server job mid-run, takes its share of the rows over (in 10 KiB chunks) while
 // an in-process ledger pushes counted increments (none lost or applied twice), and leaves again;
-// and what cannot be elastic is refused naming the field. The AUC of each run is compared with
-// the same job undisturbed.
+// and what cannot be elastic is refused naming the field. Each run must learn the planted model
+// as an undisturbed run does.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -31,9 +31,8 @@ using testing::Subprocess;
 using testing::WaitFor;
 
 // The ASP jobs' length: long enough that a trainer or server joins and leaves well before the
-// end (they do after step 1000), short enough for CI (6000: these five tests were a third of
-// the suite's time at 10000).
-constexpr int kSteps = 6000;
+// end (they do after step 1000), short enough for CI.
+constexpr int kSteps = 4000;
 const std::string kDone = "done: " + std::to_string(kSteps) + " steps";
 
 const std::string kCtr =
@@ -50,14 +49,31 @@ const char* kCtrBsp =
     "sync: {mode: ps, consistency: bsp}\n"
     "train: {steps: 4000, batch_size: 384, log_every: 500, progress: false}\n";
 
-// How far an elastic run's AUC may be from the undisturbed run's: a joined trainer adds a third
+// How far below the planted model's AUC an elastic run may end: a joined trainer adds a third
 // slice to the global batches from its first step (more samples per step), a leaver removes one.
-constexpr double kAucTolerance = 0.02;
+constexpr double kAucTolerance = 0.01;
 
 double Auc(const std::string& log) {
   std::smatch m;
   if (!std::regex_search(log, m, std::regex("auc ([0-9.]+) \\(oracle"))) return -1;
   return std::stod(m[1]);
+}
+
+// The AUC of the planted model itself on the same evaluation samples, printed beside the
+// trainer's: no run can do better.
+double Oracle(const std::string& log) {
+  std::smatch m;
+  if (!std::regex_search(log, m, std::regex("\\(oracle ([0-9.]+)\\)"))) return 2;
+  return std::stod(m[1]);
+}
+
+// The trainer whose log this is learnt the planted model as an undisturbed run does: its AUC is
+// within kAucTolerance of the oracle's. (Undisturbed, these jobs end 0.003 below the oracle; the
+// tests used to run the undisturbed job first, a third of their time.)
+void ExpectLearnt(const std::string& log) {
+  const double auc = Auc(log), oracle = Oracle(log);
+  EXPECT_GT(auc, oracle - kAucTolerance) << log;
+  std::cout << "auc " << auc << ", oracle " << oracle << "\n";
 }
 
 int64_t Number(const std::string& log, const std::string& pattern) {
@@ -72,14 +88,6 @@ class ElasticTest : public testing::ProcessClusterTest {
     return {"--config", job, "--set", "cluster.servers=" + std::to_string(servers), "--set",
             "cluster.trainers=" + std::to_string(trainers), "--set", "cluster.elastic=true",
             "--set", "train.metrics_path=" + Metrics("run")};
-  }
-  // The same job undisturbed under strata-launch: its AUC.
-  double Undisturbed(const std::string& job, int servers, int trainers) {
-    std::string log;
-    EXPECT_EQ(Launch(job, servers, trainers, {"cluster.elastic=true"}, &log), 0) << log;
-    const double auc = Auc(log);
-    EXPECT_GT(auc, 0.7) << log;  // the planted model was learnt (chance is 0.5)
-    return auc;
   }
   // Starts the scheduler, the servers and the trainers of a job; returns the scheduler's address.
   std::string StartJob(const std::vector<std::string>& common, int servers, int trainers) {
@@ -97,17 +105,15 @@ class ElasticTest : public testing::ProcessClusterTest {
         << added.Log();
     return added;
   }
-  // ctr on 2 servers and 2 trainers: its undisturbed AUC, then the job started again and
-  // training (the setting of the server join and leave tests), its rows moving in chunks of
-  // 10 KiB (server.migrate_chunk_mb), so a join or a leave takes many.
+  // ctr on 2 servers and 2 trainers, started and training (the setting of the server join and
+  // leave tests), its rows moving in chunks of 10 KiB (server.migrate_chunk_mb), so a join or a
+  // leave takes many.
   struct Running {
-    double undisturbed = 0;
     std::vector<std::string> common;
     std::string address;
   };
   void StartRunningCtr(Running* run) {
     const std::string job = Job("ctr", kCtr);
-    run->undisturbed = Undisturbed(job, 2, 2);
     run->common = Common(job, 2, 2);
     run->common.insert(run->common.end(), {"--set", "server.migrate_chunk_mb=0.01"});
     run->address = StartJob(run->common, 2, 2);
@@ -117,7 +123,7 @@ class ElasticTest : public testing::ProcessClusterTest {
   // hung job prints every process's log (the trainer that hangs is often not the first waited).
   // CI runs these tests two at a time beside others, which has stretched a 20000-step job past
   // 250 s on a slow day (so the jobs are kSteps steps now); the budget stays inside CTest's
-  // timeout (scripts/test.sh) with the undisturbed run before it.
+  // timeout (scripts/test.sh).
   void ExpectAllExitCleanly() {
     const auto deadline = std::chrono::steady_clock::now() + Millis(300000);
     for (auto& n : nodes_) {
@@ -130,7 +136,6 @@ class ElasticTest : public testing::ProcessClusterTest {
 
 TEST_F(ElasticTest, ATrainerJoinsARunningAspJob) {
   const std::string job = Job("ctr", kCtr);
-  const double undisturbed = Undisturbed(job, 1, 2);
   const auto common = Common(job, 1, 2);
   const std::string address = StartJob(common, 1, 2);
   ASSERT_TRUE(WaitFor([&] { return MetricsLines("run") >= 2; }, Millis(120000))) << nodes_[1]->Log();
@@ -141,9 +146,8 @@ TEST_F(ElasticTest, ATrainerJoinsARunningAspJob) {
   EXPECT_GT(first, 100) << log;
   EXPECT_LT(first, kSteps) << "the trainer joined after the job ended: make it longer\n" << log;
   EXPECT_NE(nodes_[1]->Log().find(kDone), std::string::npos) << nodes_[1]->Log();
-  const double auc = Auc(nodes_[1]->Log());
-  EXPECT_NEAR(auc, undisturbed, kAucTolerance) << nodes_[1]->Log();
-  std::cout << "join at step " << first << ": auc " << auc << ", undisturbed " << undisturbed << "\n";
+  std::cout << "join at step " << first << ": ";
+  ExpectLearnt(nodes_[1]->Log());
   EXPECT_NE(schedulers_[0]->Log().find("trainer 2 (node 4"), std::string::npos) << schedulers_[0]->Log();
 }
 
@@ -162,18 +166,17 @@ TEST_F(ElasticTest, ATrainerLeavesOnSigtermAndTheOthersFinish) {
   ExpectAllExitCleanly();
   const std::string log = nodes_[1]->Log();
   EXPECT_NE(log.find(kDone), std::string::npos) << log;
-  EXPECT_GT(Auc(log), 0.7) << log;
-  std::cout << "left after step " << last << ": auc " << Auc(log) << "\n";
+  std::cout << "left after step " << last << ": ";
+  ExpectLearnt(log);
   EXPECT_NE(schedulers_[0]->Log().find("leaves the data split from step " + std::to_string(last)), std::string::npos)
       << schedulers_[0]->Log();
 }
 
 // BSP: each clock waits for the trainers of its step's split (the servers count them), so a
 // trainer joining takes part from the first step nobody leased and a leaver's last leased step
-// is its last clock; the job finishes and learns as the undisturbed one does.
+// is its last clock; the job finishes and learns the planted model.
 TEST_F(ElasticTest, TrainersJoinAndLeaveABspJobAtClockBoundaries) {
   const std::string job = Job("ctr_bsp", kCtrBsp);
-  const double undisturbed = Undisturbed(job, 1, 2);
   const auto common = Common(job, 1, 2);
   const std::string address = StartJob(common, 1, 2);
   ASSERT_TRUE(WaitFor([&] { return MetricsLines("run") >= 2; }, Millis(120000))) << nodes_[1]->Log();
@@ -190,16 +193,13 @@ TEST_F(ElasticTest, TrainersJoinAndLeaveABspJobAtClockBoundaries) {
   EXPECT_LT(last, 4000) << "the trainer left after the job ended: make it longer\n" << leaver.Log();
   const std::string log = nodes_[1]->Log();
   EXPECT_NE(log.find("done: 4000 steps"), std::string::npos) << log;
-  const double auc = Auc(log);
-  EXPECT_NEAR(auc, undisturbed, kAucTolerance) << log;
-  std::cout << "bsp: joined at step " << first << ", left after step " << last << ": auc " << auc
-            << ", undisturbed " << undisturbed << "\n";
+  std::cout << "bsp: joined at step " << first << ", left after step " << last << ": ";
+  ExpectLearnt(log);
 }
 
 // BSP: a trainer killed mid-run (kill -9, no leave) is declared dead; the clocks it did not
 // finish complete without it (its pushes of them dropped, the mean over those that clocked), the
-// others finish and learn the planted model (undisturbed, this job reaches AUC 0.837; it is not
-// run here, to keep CI's time).
+// others finish and learn the planted model.
 TEST_F(ElasticTest, ABspJobGoesOnPastATrainerKilledMidStep) {
   const std::string job = Job("ctr_bsp", kCtrBsp);
   auto common = Common(job, 1, 3);
@@ -218,11 +218,10 @@ TEST_F(ElasticTest, ABspJobGoesOnPastATrainerKilledMidStep) {
   EXPECT_EQ(schedulers_[0]->Wait(Millis(20000)), 0) << schedulers_[0]->Log();
   const std::string log = nodes_[1]->Log();
   EXPECT_NE(log.find("done: 4000 steps"), std::string::npos) << log;
-  const double auc = Auc(log);
-  EXPECT_GT(auc, 0.82) << log;  // chance is 0.5, the oracle 0.84
   const std::string server = nodes_[0]->Log();
   EXPECT_NE(server.find("the BSP clocks it did not finish go on without it"), std::string::npos) << server;
-  std::cout << "bsp: trainer 2 killed: auc " << auc << "\n";
+  std::cout << "bsp: trainer 2 killed: ";
+  ExpectLearnt(log);
 }
 
 // An in-process trainer joined to the job pushing +1 per key per push (SGD, lr 1): a key's value
@@ -341,10 +340,9 @@ TEST_F(ElasticTest, AServerAddedMidRunTakesItsRowsAndNothingIsLost) {
   EXPECT_GT(chunks, 4) << log;
   const std::string trainer = nodes_[2]->Log();
   EXPECT_NE(trainer.find(kDone), std::string::npos) << trainer;
-  EXPECT_NEAR(Auc(trainer), run.undisturbed, kAucTolerance) << trainer;
   std::cout << "server added: " << in << " rows moved in " << chunks << " chunks, ledger " << ledger.acknowledged() << " acknowledged, "
-            << ledger.resplits() << " parts re-sent to the new layout; auc " << Auc(trainer) << ", undisturbed "
-            << run.undisturbed << "\n";
+            << ledger.resplits() << " parts re-sent to the new layout; ";
+  ExpectLearnt(trainer);
 }
 
 // A server that joined leaves again on SIGTERM while the trainers and the ledger push: its rows
@@ -384,10 +382,9 @@ TEST_F(ElasticTest, AServerLeavesOnSigtermHandsItsRowsBackAndNothingIsLost) {
   EXPECT_NE(log.find("erased " + std::to_string(handed) + " rows"), std::string::npos) << log;
   const std::string trainer = nodes_[2]->Log();
   EXPECT_NE(trainer.find(kDone), std::string::npos) << trainer;
-  EXPECT_NEAR(Auc(trainer), run.undisturbed, kAucTolerance) << trainer;
   std::cout << "server left: " << handed << " rows handed back in " << chunks << " chunks, ledger " << ledger.acknowledged()
-            << " acknowledged, " << ledger.resplits() << " parts re-sent to the new layout; auc " << Auc(trainer)
-            << ", undisturbed " << run.undisturbed << "\n";
+            << " acknowledged, " << ledger.resplits() << " parts re-sent to the new layout; ";
+  ExpectLearnt(trainer);
 }
 
 TEST_F(ElasticTest, WhatCannotBeElasticIsRefusedNamingTheField) {
