@@ -17,18 +17,22 @@ Result<std::unique_ptr<CudaExec>> CudaExec::Create(int device) {
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreate(&stream));
   ex->stream_ = stream;
+  STRATA_ASSIGN_OR_RETURN(ex->blas_, CublasLibrary::Open(CublasLibrary::DefaultPaths()));
+  const CublasApi& blas = ex->blas_->api();
   cublasHandle_t handle;
-  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) return Status::Internal("cublasCreate failed");
+  if (const cublasStatus_t s = blas.create(&handle); s != CUBLAS_STATUS_SUCCESS) {
+    return Status::Internal("cublasCreate (" + ex->blas_->path() + ") failed: status " + std::to_string(s));
+  }
   ex->cublas_ = handle;
-  if (cublasSetStream(handle, stream) != CUBLAS_STATUS_SUCCESS) {
-    return Status::Internal("cublasSetStream failed");
+  if (const cublasStatus_t s = blas.set_stream(handle, stream); s != CUBLAS_STATUS_SUCCESS) {
+    return Status::Internal("cublasSetStream failed: status " + std::to_string(s));
   }
   return ex;
 }
 
 CudaExec::~CudaExec() {
   if (stream_) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
-  if (cublas_) cublasDestroy(static_cast<cublasHandle_t>(cublas_));
+  if (cublas_) blas_->api().destroy(static_cast<cublasHandle_t>(cublas_));
   if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 }
 

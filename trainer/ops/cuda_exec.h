@@ -1,5 +1,6 @@
-// cuda_exec.h: CudaExec, the owner of what CUDA ops run with: a stream, a cuBLAS handle bound to
-// it, and a caching allocator on the device. Built only with CUDA.
+// cuda_exec.h: CudaExec, the owner of what CUDA ops run with: a stream, cuBLAS (opened at run
+// time, cublas_api.h) with a handle bound to the stream, and a caching allocator on the device.
+// Built only with CUDA.
 #pragma once
 
 #if STRATA_HAVE_CUDA
@@ -8,6 +9,7 @@
 
 #include "common/cuda_allocator.h"
 #include "common/status.h"
+#include "trainer/ops/cublas_api.h"
 #include "trainer/ops/exec.h"
 
 namespace strata::ops {
@@ -16,18 +18,20 @@ namespace strata::ops {
 // legacy default stream is ordered against it without extra events. Use from one thread.
 class CudaExec {
  public:
+  // Fails naming what could not be had: the device, a stream, or cuBLAS (every path tried).
   static Result<std::unique_ptr<CudaExec>> Create(int device);
   ~CudaExec();
   CudaExec(const CudaExec&) = delete;
   CudaExec& operator=(const CudaExec&) = delete;
 
-  Exec exec() { return Exec{Device::CUDA(device_), stream_, cublas_, allocator_.get()}; }
+  Exec exec() { return Exec{Device::CUDA(device_), stream_, cublas_, &blas_->api(), allocator_.get()}; }
   Status Synchronize();
 
  private:
   explicit CudaExec(int device);
   int device_;
   std::unique_ptr<CudaCachingAllocator> allocator_;
+  std::unique_ptr<CublasLibrary> blas_;
   void* stream_ = nullptr;
   void* cublas_ = nullptr;
 };

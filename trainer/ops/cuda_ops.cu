@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "common/cuda_check.h"
+#include "trainer/ops/cublas_api.h"
 #include "trainer/ops/cuda_ops.h"
 #include "trainer/ops/rng.h"
 
@@ -384,7 +385,7 @@ void Matmul(const Exec& ex, const Tensor& a, const Tensor& b, const Tensor& c, b
     return;
   }
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
-  CublasCheck(cublasSgemmStridedBatched(
+  CublasCheck(ex.cublas_api->sgemm_strided_batched(
       static_cast<cublasHandle_t>(ex.cublas), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
       trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, F(b), b.size(o + 1), k * n, F(a),
       a.size(o + 1), m * k, &beta, W(c), n, m * n, batch));

@@ -11,14 +11,17 @@
 
 namespace strata::ops {
 
+struct CublasApi;  // cublas_api.h (CUDA builds)
+
 // A non-owning handle passed to every op. For the CPU it is empty. For CUDA, `stream` is a
-// cudaStream_t and `cublas` a cublasHandle_t already bound to that stream; `allocator` hands out
-// memory on that device. Ops on CUDA tensors run asynchronously on `stream`. The owner of these
-// handles is CudaExec (cuda_exec.h) or the caller.
+// cudaStream_t, `cublas` a cublasHandle_t already bound to that stream and `cublas_api` the
+// loaded cuBLAS to call it with; `allocator` hands out memory on that device. Ops on CUDA tensors
+// run asynchronously on `stream`. The owner of these handles is CudaExec (cuda_exec.h).
 struct Exec {
   Device device = Device::CPU();
   void* stream = nullptr;
   void* cublas = nullptr;
+  const CublasApi* cublas_api = nullptr;
   Allocator* allocator = nullptr;  // null: HostAllocator() (CPU only)
 
   static Exec Cpu() { return Exec{}; }
