@@ -25,6 +25,12 @@ inline constexpr std::string_view kRejoinFirst = "re-register first";
 // In the FailedPrecondition the scheduler answers a heartbeat of a node it declared dead with
 // (the node stalled past cluster.heartbeat_timeout_ms while it ran): Node hears it there.
 inline constexpr std::string_view kDeclaredDead = "declared dead while it ran";
+// In the FailedPrecondition the scheduler answers a heartbeat or deregister with when a newer
+// process holds the sender's rank (it was declared dead and replaced while it stalled): the old
+// process must end without touching the job.
+inline constexpr std::string_view kSuperseded = "a newer process holds its rank";
+// Envelope.incarnation when a message does not say it.
+inline constexpr uint32_t kIncarnationNotSaid = 0xffffffff;
 
 struct NodeInfo {
   uint32_t id = 0;

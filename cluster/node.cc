@@ -174,6 +174,7 @@ void Node::DeliverHeldRequests() {
 Status Node::SchedulerStatus() const {
   {
     std::lock_guard lock(dead_mu_);
+    if (!superseded_.ok()) return superseded_;
     if (!come_back_failed_.ok()) return come_back_failed_;
   }
   if (declared_dead_ && !step_down_) {  // set before Join: read without mu_
@@ -216,13 +217,30 @@ void Node::Heartbeats() {
       continue;
     }
     const uint64_t known_epoch = view_.epoch, generation = generation_;
+    const uint32_t incarnation = IncarnationLocked();
     lock.unlock();
     Message hb;
     hb.builder().getBody().setHeartbeat();
+    hb.builder().setIncarnation(incarnation);
     rpc_.CallAsync(
         scheduler_, std::move(hb),
         [this, known_epoch, generation](Result<Message> r) {
           const int64_t now = SteadyMillis();
+          if (!r.ok() && r.status().code() == StatusCode::kFailedPrecondition &&
+              r.status().message().find(kSuperseded) != std::string::npos) {
+            heard_ms_ = now;
+            failed_beats_ = 0;
+            std::lock_guard l(mu_);
+            if (generation_ != generation) return;  // an answer to a beat of before a re-registration
+            std::lock_guard d(dead_mu_);
+            if (superseded_.ok()) {
+              superseded_ = Status::FailedPrecondition(
+                  "the scheduler at " + options_.cluster.scheduler + " answered: " + r.status().message() +
+                  "; this process ends without touching the job");
+              spdlog::error("node: {}", superseded_.message());
+            }
+            return;
+          }
           if (!r.ok() && r.status().code() == StatusCode::kFailedPrecondition &&
               r.status().message().find(kDeclaredDead) != std::string::npos) {
             heard_ms_ = now;  // an answer: the scheduler is there
@@ -549,10 +567,19 @@ Status Node::Leave(std::optional<Millis> timeout) {
   }
   // After a shutdown notice the scheduler is ending the job and may be gone already.
   if (ordered_to_stop) return Status::OK();
+  {
+    std::lock_guard lock(dead_mu_);
+    if (!superseded_.ok()) return Status::OK();  // the rank is the newer process's to leave
+  }
+  const uint32_t incarnation = [this] {
+    std::lock_guard lock(mu_);
+    return IncarnationLocked();
+  }();
   auto r = CallScheduler(
-      [] {
+      [incarnation] {
         Message req;
         req.builder().getBody().setDeregister();
+        req.builder().setIncarnation(incarnation);
         return req;
       },
       timeout.value_or(Timeout()));
@@ -563,6 +590,11 @@ Status Node::Leave(std::optional<Millis> timeout) {
 bool Node::WaitForShutdown(Millis timeout) {
   std::unique_lock lock(mu_);
   return cv_.wait_for(lock, timeout, [this] { return shutdown_notice_; });
+}
+
+uint32_t Node::IncarnationLocked() const {
+  const NodeInfo* self = view_.Find(id_);
+  return self ? self->incarnation : kIncarnationNotSaid;
 }
 
 ClusterView Node::view() const {

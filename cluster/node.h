@@ -113,7 +113,9 @@ class Node {
   // Unavailable naming the scheduler and for how long once no heartbeat had an answer for
   // cluster.scheduler_timeout_ms (0: never); OK before that, and before Join. FailedPrecondition
   // once the scheduler declared this node dead while it ran, unless OnDeclaredDead brings it
-  // back (then only if that was refused).
+  // back (then only if that was refused); FailedPrecondition (kSuperseded) once a newer process
+  // took this node's rank meanwhile: the process must end, and Leave() then does not deregister
+  // (that would take the newer process out of the job).
   Status SchedulerStatus() const;
 
   uint32_t id() const { return id_; }
@@ -128,6 +130,8 @@ class Node {
 
  private:
   void Handle(Request request);
+  // This node's incarnation at its rank, from the view (kIncarnationNotSaid before Join).
+  uint32_t IncarnationLocked() const;
   // Hands the requests held while joining to the application handler, then lets Handle() hand
   // them over directly.
   void DeliverHeldRequests();
@@ -167,8 +171,9 @@ class Node {
   bool come_back_wanted_ = false;  // declared dead, and OnDeclaredDead set: the heartbeat thread comes back
   std::function<void()> step_down_, rejoined_;  // OnDeclaredDead
   std::atomic<bool> declared_dead_{false};      // since the last heartbeat answer that said so
-  mutable std::mutex dead_mu_;  // guards come_back_failed_ (a leaf: taken under mu_ too)
+  mutable std::mutex dead_mu_;  // guards come_back_failed_, superseded_ (a leaf: taken under mu_ too)
   Status come_back_failed_;     // the scheduler refused to take this node back
+  Status superseded_;           // a newer process holds this node's rank: it must end
   std::thread heartbeat_;
   // Steady-clock milliseconds of the scheduler's last heartbeat answer (0: not joined yet), and
   // heartbeats failed since (warnings are rate-limited: the first, then one per 10 s).

@@ -157,10 +157,22 @@ void Scheduler::HandleHeartbeat(Request request) {
         "heartbeat from node " + std::to_string(request.message().sender()) +
         ", which is not a live member" + (m ? " (it left the job)" : "")));
   }
+  if (Status s = m->CheckSender(request.message(), "heartbeat"); !s.ok()) return request.ReplyError(std::move(s));
   m->last_seen = Clock::now();
   Message reply = request.MakeReply();
   reply.builder().getBody().initHeartbeatReply().setViewEpoch(epoch_);
   request.Reply(std::move(reply));
+}
+
+Status Scheduler::Member::CheckSender(const Message& message, std::string_view what) const {
+  const uint32_t said = message.reader().getIncarnation();
+  if (said == kIncarnationNotSaid || said >= info.incarnation) return Status::OK();
+  return Status::FailedPrecondition(std::string(what) + " from " + std::string(RoleName(info.role)) + " " +
+                                    std::to_string(info.rank) + " (node " + std::to_string(info.id) + ") incarnation " +
+                                    std::to_string(said) + ", but " + std::string(kSuperseded) + " (incarnation " +
+                                    std::to_string(info.incarnation) + " at " + info.address + ", pid " +
+                                    std::to_string(pid) + " on " + hostname +
+                                    "): it was declared dead and replaced while it stalled");
 }
 
 void Scheduler::DeclareDeadLocked(Member& m, const std::string& why) {
@@ -307,6 +319,7 @@ void Scheduler::HandleDeregister(Request request) {
     return request.ReplyError(Status::FailedPrecondition(
         "deregister from node " + std::to_string(request.message().sender()) + ", which is not a live member"));
   }
+  if (Status s = m->CheckSender(request.message(), "deregister"); !s.ok()) return request.ReplyError(std::move(s));
   m->state = State::kLeft;
   m->info.alive = false;
   m->info.left = options_.cluster.elastic;  // the view keeps it: PsClient leaves the server out of its layout

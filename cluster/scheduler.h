@@ -91,6 +91,9 @@ class Scheduler {
     bool absent_when_adopted = false;
     // Dead, or absent from an adopted view: its rank may come back (the same process or a new one).
     bool MayComeBack() const { return state == State::kDead || (state == State::kLeft && absent_when_adopted); }
+    // FailedPrecondition (kSuperseded) if `message` says an incarnation older than this
+    // member's: a process replaced at its rank while it stalled. `what` names the request.
+    Status CheckSender(const Message& message, std::string_view what) const;
   };
   struct Registration {
     Role role = Role::kServer;

@@ -298,6 +298,10 @@ struct Envelope {
   # A request a shard's primary forwards to the shard's backup: the node that sent it to the
   # primary (push ids are remembered per origin); 0xffffffff: not forwarded.
   origin @34 :UInt32 = 0xffffffff;
+  # What a node says of itself to the scheduler (heartbeat, deregister): its incarnation at its
+  # rank, so a process whose rank a newer one has taken is told so and changes nothing;
+  # 0xffffffff: not said.
+  incarnation @39 :UInt32 = 0xffffffff;
 
   # The operation. Add new members at the end; never renumber.
   body :union {

@@ -204,7 +204,8 @@ TEST_F(SchedulerTest, SilentNodeIsDeclaredDeadAndMayRejoin) {
   ASSERT_TRUE(silent.rpc->Bind("mem://t1").ok());
   Ticket reg = silent.rpc->Call(silent.scheduler, Register(wire::Role::TRAINER, "mem://t1", 1));
   JoinAll(nodes);
-  ASSERT_TRUE(reg.Wait(Millis(5000)).ok());
+  auto registered = reg.Wait(Millis(5000));
+  ASSERT_TRUE(registered.ok()) << registered.status().ToString();
 
   // A barrier waiting for the silent trainer fails, naming it, once it is declared dead.
   Status barrier = nodes[0]->Barrier("step");
@@ -242,6 +243,28 @@ TEST_F(SchedulerTest, SilentNodeIsDeclaredDeadAndMayRejoin) {
     all.push_back(std::async(std::launch::async, [n] { return n->Barrier("after"); }));
   }
   for (auto& f : all) EXPECT_TRUE(f.get().ok());
+
+  // The first process wakes up (it had stalled): what it says of itself as incarnation 0 is
+  // refused, naming the newer process, and its deregister cannot take that one out of the job.
+  silent.rpc->set_node_id(registered->reader().getBody().getRegisterReply().getNodeId());
+  auto as_incarnation = [&](auto set_body, uint32_t incarnation) {
+    Message m;
+    set_body(m);
+    m.builder().setIncarnation(incarnation);
+    return silent.rpc->CallAndWait(silent.scheduler, std::move(m)).status();
+  };
+  auto heartbeat = [](Message& m) { m.builder().getBody().setHeartbeat(); };
+  auto deregister = [](Message& m) { m.builder().getBody().setDeregister(); };
+  for (Status old : {as_incarnation(heartbeat, 0), as_incarnation(deregister, 0)}) {
+    EXPECT_EQ(old.code(), StatusCode::kFailedPrecondition) << old.ToString();
+    EXPECT_NE(old.message().find(std::string(kSuperseded) + " (incarnation 1 at mem://t1-again"), std::string::npos)
+        << old.ToString();
+    EXPECT_NE(old.message().find("trainer 1 (node "), std::string::npos) << old.ToString();
+  }
+  EXPECT_TRUE(back->RefreshView()->Find(Role::kTrainer, 1)->alive);
+  EXPECT_TRUE(as_incarnation(heartbeat, 1).ok());
+  EXPECT_TRUE(as_incarnation(heartbeat, kIncarnationNotSaid).ok());  // a node that does not say
+  EXPECT_TRUE(back->SchedulerStatus().ok());
 }
 
 TEST_F(SchedulerTest, LeavingEndsTheJob) {

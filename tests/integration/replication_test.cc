@@ -11,7 +11,7 @@
 //  - a server declared dead while it runs (SIGSTOP past the heartbeat timeout) registers again
 //    by itself: with replication it steps down and takes its shards back as copies, without it
 //    it serves its tables again; a trainer of a fixed SSP job declared dead so registers again
-//    and trains to the end;
+//    and trains to the end; one replaced by a new process meanwhile ends when it wakes;
 //  - ctr (ps, ASP) trained by two strata-trainer processes finishes every step.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -340,6 +340,31 @@ TEST_F(ReplicationTest, AServerDeclaredDeadWhileRunningComesBackAsTheBackupAndLo
   EXPECT_NE(log.find(std::string(kDeclaredDead)), std::string::npos) << log;
   EXPECT_NE(log.find("re-registered after being declared dead"), std::string::npos) << log;
   BackupThenKillServer1(ledger);
+}
+
+// Server 0 stopped past the heartbeat timeout and replaced: a new process takes rank 0 and copies
+// its shards back from server 1. The first process, resumed, is told by its next heartbeat's
+// answer that a newer process holds its rank, and ends with that error without deregistering
+// (which would take the newer process out of the job); nothing acknowledged is lost.
+TEST_F(ReplicationTest, AServerReplacedWhileStoppedEndsWhenItWakesAndTheJobLosesNothing) {
+  StartServersAndJoin();
+  Ledger ledger(clients_);
+  EXPECT_TRUE(ledger.PushMore(50));
+  Subprocess* stalled = servers_[0];
+  stalled->Signal(SIGSTOP);
+  EXPECT_TRUE(WaitFor([&] { return Count(servers_[1]->Log(), "take-over of shard 0") >= 1; }, Millis(30000)))
+      << servers_[1]->Log();
+  EXPECT_TRUE(ledger.PushMore(30));
+  servers_[0] = &Start("strata-server", common_, address_, 0);
+  EXPECT_TRUE(WaitFor([&] { return Count(servers_[0]->Log(), "copy received") >= 2; }, Millis(30000)))
+      << servers_[0]->Log();
+  stalled->Signal(SIGCONT);
+  EXPECT_EQ(stalled->Wait(Millis(20000)), 1) << stalled->Log();
+  const std::string log = stalled->Log();
+  EXPECT_NE(log.find(std::string(kSuperseded) + " (incarnation 1"), std::string::npos) << log;
+  EXPECT_NE(log.find("this process ends without touching the job"), std::string::npos) << log;
+  EXPECT_EQ(log.find("re-registered"), std::string::npos) << log;
+  BackupThenKillServer1(ledger);  // the newer server 0 still serves: the ledger loses nothing
 }
 
 // Without replication nobody takes a server's keys: the trainers wait for it. Server 0, declared
