@@ -123,6 +123,7 @@ std::vector<Seed> Seeds() {
   {
     Message m = Request(4);
     m.builder().getBody().setHeartbeat();
+    m.builder().setIncarnation(2);
     add("heartbeat", std::move(m));
   }
   {

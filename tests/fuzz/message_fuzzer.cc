@@ -215,6 +215,7 @@ void TouchMessage(const Message& m, const WireLimits& limits) {
   Consume(m.sender());
   Consume(static_cast<uint64_t>(m.reader().getShard()));
   Consume(m.reader().getOrigin());
+  Consume(m.reader().getIncarnation());
   Status s = m.status();
   Consume(s.ToString().size());
   TouchText(m.reader().getErrorMessage(), limits);
