@@ -5,7 +5,8 @@
 //  2. disturbed: the same job while faults run until the trainers finish: kill -9 and restart
 //     of a server (--server-cycles, alternating ranks), of the scheduler (--scheduler-cycles),
 //     SIGSTOP/SIGCONT of a trainer, a server or (not under BSP) a trainer SIGSTOPped until
-//     declared dead and then resumed (--stall-cycles: it must come back by itself), a hostile
+//     declared dead and then resumed (--stall-cycles: it must come back by itself; with
+//     --replication every other server stall is replaced by a new process first), a hostile
 //     client spraying garbage and opening connections at the scheduler's and every server's
 //     port, and the trainers' outgoing messages delayed (transport.fault). Reported: crashes (a
 //     process that exited non-zero on its own), whether every trainer finished, the AUC beside
@@ -172,7 +173,7 @@ struct RunFigures {
   double auc = -1;
   bool finished = false;
   std::vector<std::string> crashes;
-  int server_kills = 0, scheduler_kills = 0, stops = 0, stalls = 0;
+  int server_kills = 0, scheduler_kills = 0, stops = 0, stalls = 0, replaced = 0;
   double median_outage_s = 0;
   uint64_t hostile_frames = 0;
   std::string error;
@@ -256,8 +257,13 @@ RunFigures RunTraining(const Options& o, const std::string& bin, const fs::path&
       const bool trainer = o.consistency != "bsp" && f.stalls % 2 == 1;
       const int turn = o.consistency != "bsp" ? f.stalls / 2 : f.stalls;
       const int rank = turn % (trainer ? o.trainers : o.servers);
+      // With --replication every other server stall is a replacement: a new process takes the
+      // rank before the stalled one resumes, and the resumed one must end.
+      const bool replace = !trainer && o.replication && turn % 2 == 1;
       const size_t before = trainer ? 0 : Copies(cl, rank);
-      Result<double> s = trainer ? cl.StallTrainer(rank, Millis(30000)) : cl.StallServer(rank, Millis(30000));
+      Result<double> s = trainer   ? cl.StallTrainer(rank, Millis(30000))
+                         : replace ? cl.ReplaceStalledServer(rank, Millis(30000))
+                                   : cl.StallServer(rank, Millis(30000));
       while (s.ok() && !trainer && o.replication && Copies(cl, rank) < before + 2) {
         if (cl.TrainersDone()) break;
         std::this_thread::sleep_for(Millis(50));
@@ -267,6 +273,7 @@ RunFigures RunTraining(const Options& o, const std::string& bin, const fs::path&
         break;
       }
       ++f.stalls;
+      if (replace) ++f.replaced;
     }
   }
   f.hostile_frames = hostile.Stop();
@@ -449,12 +456,13 @@ Result<Report> RunChaosBench(const Options& o) {
               {"scheduler kills", "scheduler_kills", Table::Format::kInteger},
               {"trainer stops", "stops", Table::Format::kInteger},
               {"server/trainer stalls", "stalls", Table::Format::kInteger},
+              {"of them replaced", "replaced", Table::Format::kInteger},
               {"hostile frames", "hostile_frames", Table::Format::kInteger},
               {"kill->restart s (median)", "outage_s", Table::Format::kFixed2}});
   for (const auto* r : {&base, &hit}) {
     runs.AddRow({r == &base ? "undisturbed" : "disturbed", r->seconds, r->auc, r->finished ? "yes" : "no",
                  static_cast<int64_t>(r->crashes.size()), r->server_kills, r->scheduler_kills, r->stops, r->stalls,
-                 r->hostile_frames, r->median_outage_s});
+                 r->replaced, r->hostile_frames, r->median_outage_s});
   }
   report.tables.push_back(std::move(runs));
   Table goals("against the goals", {{"figure", "figure"}, {"value", "value"}, {"goal", "goal"}, {"met", "met"}});
@@ -491,7 +499,9 @@ Result<Report> RunChaosBench(const Options& o) {
       "twice ends with the undisturbed run's AUC exactly."};
   if (o.replication) {
     report.notes.push_back("--replication: a killed server's backup takes its shards over at once; the server started "
-                           "again copies them back, and the next kill waits for those copies; the ledger's messages "
+                           "again copies them back, and the next kill waits for those copies; every other server stall "
+                           "is a replacement (a new process started at the stalled one's rank before it resumes; the "
+                           "resumed one must exit 1, told that a newer process holds its rank); the ledger's messages "
                            "are not dropped.");
   }
   for (const std::string& c : hit.crashes) report.notes.push_back("crash: " + c);
@@ -520,7 +530,8 @@ BenchFn SetupChaosBench(CLI::App& app) {
   app.add_option("--stop-cycles", o->stop_cycles, "SIGSTOP/SIGCONT cycles of a trainer")->capture_default_str();
   app.add_option("--stall-cycles", o->stall_cycles,
                  "SIGSTOP of a server, then (not under bsp) of a trainer, until it is declared dead, then SIGCONT "
-                 "(it comes back by itself)")
+                 "(it comes back by itself; with --replication every other server stall starts a new process at "
+                 "its rank first, and the resumed one must end)")
       ->capture_default_str();
   app.add_option("--fault-interval", o->fault_interval_s, "seconds between faults")->capture_default_str();
   app.add_option("--delay-rate", o->delay_rate, "fraction of the trainers' messages delayed")->capture_default_str();

@@ -8,6 +8,8 @@
 #include <sstream>
 #include <thread>
 
+#include "cluster/cluster.h"
+
 namespace strata::bench {
 namespace {
 
@@ -184,6 +186,33 @@ Result<double> ChaosCluster::Stall(ChildProcess& process, const std::string& nam
     return Status::DeadlineExceeded(name + ", declared dead while stopped and resumed, " +
                                     (process.Running() ? "did not register again" : "exited") + "; its log:\n" +
                                     Log(name));
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+Result<double> ChaosCluster::ReplaceStalledServer(int rank, Millis timeout) {
+  const std::string name = "server-" + std::to_string(rank), joined = "joined as server " + std::to_string(rank) + " ";
+  const auto start = std::chrono::steady_clock::now();
+  const int dead_before = CountInLog("scheduler", "declared dead"), joined_before = CountInLog(name, joined);
+  std::unique_ptr<ChildProcess>& slot = servers_.at(static_cast<size_t>(rank));
+  slot->Signal(SIGSTOP);
+  if (!PollFor([&] { return CountInLog("scheduler", "declared dead") > dead_before; }, timeout)) {
+    slot->Signal(SIGCONT);
+    return Status::DeadlineExceeded("the scheduler did not declare the stopped " + name + " dead within " +
+                                    std::to_string(timeout.count()) + " ms");
+  }
+  killed_.push_back(std::move(slot));  // its exit is this fault's, not a crash
+  ChildProcess& stalled = *killed_.back();
+  Status started = StartServer(rank);
+  const bool replaced = started.ok() && PollFor([&] { return CountInLog(name, joined) > joined_before; }, timeout);
+  stalled.Signal(SIGCONT);
+  STRATA_RETURN_IF_ERROR(started);
+  if (!replaced) return Status::DeadlineExceeded("the new " + name + " did not join; its log:\n" + Log(name));
+  const int code = stalled.Wait(timeout);
+  if (code != 1 || CountInLog(name, std::string(kSuperseded)) == 0) {
+    return Status::Internal("the stopped " + name + ", replaced and resumed, " +
+                            (code < 0 ? std::string("still runs") : "exited " + std::to_string(code)) +
+                            " without being told that a newer process holds its rank; its log:\n" + Log(name));
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }

@@ -51,6 +51,12 @@ class ChaosCluster {
   Result<double> StallServer(int rank, std::chrono::milliseconds timeout);
   // The same for trainer `rank` (one of a fixed ASP/SSP ps job, which comes back so).
   Result<double> StallTrainer(int rank, std::chrono::milliseconds timeout);
+  // SIGSTOP of server `rank` until the scheduler declared it dead, the same command started
+  // again at its rank (as a supervisor restarting it would), then SIGCONT of the stopped one:
+  // told that a newer process holds its rank, it must exit 1 without touching the job. Returns
+  // the seconds from the stop to its exit. Needs a store the two processes do not share (the
+  // memory store of server.replication: the stopped one holds a tiered store's lock).
+  Result<double> ReplaceStalledServer(int rank, std::chrono::milliseconds timeout);
 
   // Whether every trainer has exited, and whether each exited 0.
   bool TrainersDone();
@@ -79,7 +85,7 @@ class ChaosCluster {
   std::string scheduler_address_;
   std::unique_ptr<ChildProcess> scheduler_;
   std::vector<std::unique_ptr<ChildProcess>> servers_, trainers_;
-  std::vector<std::unique_ptr<ChildProcess>> killed_;  // reaped runs this cluster killed
+  std::vector<std::unique_ptr<ChildProcess>> killed_;  // reaped runs this cluster killed or replaced
 };
 
 }  // namespace strata::bench
