@@ -170,17 +170,21 @@ Result<double> ChaosCluster::StallTrainer(int rank, Millis timeout) {
   return Stall(*trainers_.at(static_cast<size_t>(rank)), "trainer-" + std::to_string(rank), timeout);
 }
 
+Status ChaosCluster::StopUntilDeclaredDead(ChildProcess& process, const std::string& name, Millis timeout) {
+  const int dead_before = CountInLog("scheduler", "declared dead");
+  process.Signal(SIGSTOP);
+  if (PollFor([&] { return CountInLog("scheduler", "declared dead") > dead_before; }, timeout)) return Status::OK();
+  process.Signal(SIGCONT);
+  return Status::DeadlineExceeded("the scheduler did not declare the stopped " + name + " dead within " +
+                                  std::to_string(timeout.count()) + " ms");
+}
+
 Result<double> ChaosCluster::Stall(ChildProcess& process, const std::string& name, Millis timeout) {
   const std::string kBack = "re-registered after being declared dead";  // Node::Rejoin's line, once back
   const auto start = std::chrono::steady_clock::now();
-  const int dead_before = CountInLog("scheduler", "declared dead"), back_before = CountInLog(name, kBack);
-  process.Signal(SIGSTOP);
-  const bool declared = PollFor([&] { return CountInLog("scheduler", "declared dead") > dead_before; }, timeout);
+  const int back_before = CountInLog(name, kBack);
+  STRATA_RETURN_IF_ERROR(StopUntilDeclaredDead(process, name, timeout));
   process.Signal(SIGCONT);
-  if (!declared) {
-    return Status::DeadlineExceeded("the scheduler did not declare the stopped " + name + " dead within " +
-                                    std::to_string(timeout.count()) + " ms");
-  }
   if (!PollFor([&] { return CountInLog(name, kBack) > back_before || !process.Running(); }, timeout) ||
       !process.Running()) {
     return Status::DeadlineExceeded(name + ", declared dead while stopped and resumed, " +
@@ -193,14 +197,9 @@ Result<double> ChaosCluster::Stall(ChildProcess& process, const std::string& nam
 Result<double> ChaosCluster::ReplaceStalledServer(int rank, Millis timeout) {
   const std::string name = "server-" + std::to_string(rank), joined = "joined as server " + std::to_string(rank) + " ";
   const auto start = std::chrono::steady_clock::now();
-  const int dead_before = CountInLog("scheduler", "declared dead"), joined_before = CountInLog(name, joined);
+  const int joined_before = CountInLog(name, joined);
   std::unique_ptr<ChildProcess>& slot = servers_.at(static_cast<size_t>(rank));
-  slot->Signal(SIGSTOP);
-  if (!PollFor([&] { return CountInLog("scheduler", "declared dead") > dead_before; }, timeout)) {
-    slot->Signal(SIGCONT);
-    return Status::DeadlineExceeded("the scheduler did not declare the stopped " + name + " dead within " +
-                                    std::to_string(timeout.count()) + " ms");
-  }
+  STRATA_RETURN_IF_ERROR(StopUntilDeclaredDead(*slot, name, timeout));
   killed_.push_back(std::move(slot));  // its exit is this fault's, not a crash
   ChildProcess& stalled = *killed_.back();
   Status started = StartServer(rank);

@@ -78,6 +78,9 @@ class ChaosCluster {
   Status StartServer(int rank);
   Status StartScheduler(const std::string& bind);
   int CountInLog(const std::string& name, const std::string& needle) const;
+  // SIGSTOP of `process` (logging to `name`.log) until the scheduler declared a node dead;
+  // DeadlineExceeded, with the process resumed, if it did not within `timeout`.
+  Status StopUntilDeclaredDead(ChildProcess& process, const std::string& name, std::chrono::milliseconds timeout);
   // StallServer, StallTrainer: `process`, logging to `name`.log.
   Result<double> Stall(ChildProcess& process, const std::string& name, std::chrono::milliseconds timeout);
 
