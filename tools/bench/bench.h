@@ -58,14 +58,18 @@ BenchFn SetupAdamBench(CLI::App& app);
 // exported weights.
 BenchFn SetupInferBench(CLI::App& app);
 
+// step_bench.cc: gpt training steps of one trainer on the CPU or a GPU, beside PyTorch eager on
+// the same shapes: step time, tokens/s, model FLOP/s and MFU.
+BenchFn SetupStepBench(CLI::App& app);
+
 // chaos_bench.cc: the fault campaign (issue #16): a ctr job through server and scheduler kills,
 // trainer stops, a hostile client and delayed messages, beside an undisturbed run; and a
 // ledger of counted pushes through server kills (updates lost, duplicates applied).
 BenchFn SetupChaosBench(CLI::App& app);
 
 // Shared by the subcommands that run real jobs (defined in pipeline_bench.cc).
-// Runs strata-launch with `args` (args[0]: its path) and OPENBLAS_NUM_THREADS=1, its output to
-// `log`; fails with the log's tail when it exits non-zero.
+// Runs the program `args` names (args[0]: its path; strata-launch, a trainer, a peer script) with
+// OPENBLAS_NUM_THREADS=1, its output to `log`; fails with the log's tail when it exits non-zero.
 Status LaunchJob(const std::vector<std::string>& args, const std::filesystem::path& log);
 // `data` when that file exists, else a generated text file in `dir`.
 Result<std::string> TextDataPath(const std::string& data, const std::filesystem::path& dir);

@@ -28,6 +28,8 @@ const strata::bench::Subcommand kSubcommands[] = {
      strata::bench::SetupPipelineBench},
     {"infer", "gpt generation with a KV cache: tokens/s and ms per step at tp 1 and 2, beside PyTorch eager",
      strata::bench::SetupInferBench},
+    {"step", "gpt training steps of one trainer (CPU or GPU) beside PyTorch eager: step time, tokens/s, MFU",
+     strata::bench::SetupStepBench},
     {"zero", "ZeRO stages 0-3 on dp trainers: step time, dp bytes vs theory, hidden comm, memory",
      strata::bench::SetupZeroBench},
     {"offload", "gpt under allreduce and offload (serial, pipelined, delayed): step time, hidden push/pull, memory",

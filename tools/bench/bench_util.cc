@@ -210,4 +210,15 @@ std::string HostLoadNote(unsigned cpus, double run_seconds) {
   return text;
 }
 
+Result<nlohmann::json> LastJson(const std::string& path, const std::string& key) {
+  std::ifstream in(path);
+  nlohmann::json found;
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && (key.empty() || j.contains(key))) found = j;
+  }
+  if (found.is_null()) return Status::NotFound(path + ": no " + (key.empty() ? "JSON" : key) + " record");
+  return found;
+}
+
 }  // namespace strata::bench

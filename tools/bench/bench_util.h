@@ -45,6 +45,10 @@ std::vector<std::string> SplitList(std::string_view list, char sep = ',');
 // how busy the machine was).
 std::string HostLoadNote(unsigned cpus, double run_seconds);
 
+// The last line of a file that is a JSON object (holding `key`, unless it is empty): what a
+// peer script or a metrics file printed last. NotFound when there is none.
+Result<nlohmann::json> LastJson(const std::string& path, const std::string& key);
+
 // Rows of figures with named columns. A cell is a JSON value: numbers are printed with the
 // column's format, and written to JSON unformatted under the column's key.
 class Table {

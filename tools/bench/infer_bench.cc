@@ -66,18 +66,6 @@ std::vector<std::string> Prompts(const std::string& data, int n) {
   return out;
 }
 
-// The last JSON object line of a file.
-Result<nlohmann::json> LastJson(const fs::path& path, const std::string& key) {
-  std::ifstream in(path);
-  nlohmann::json found;
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_object() && (key.empty() || j.contains(key))) found = j;
-  }
-  if (found.is_null()) return Status::NotFound(path.string() + ": no " + (key.empty() ? "JSON" : key) + " record");
-  return found;
-}
-
 // Tokens per prompt, from the output files of a generation.
 std::vector<nlohmann::json> Tokens(const fs::path& dir, const std::string& prefix, size_t prompts) {
   std::vector<nlohmann::json> out(prompts);
@@ -142,7 +130,7 @@ Result<Report> RunInferBench(const Options& o) {
                                         std::to_string(o.new_tokens), "1"},
                                        log)
                                  .WithContext("PyTorch"));
-      STRATA_ASSIGN_OR_RETURN(peer, LastJson(log, "tokens_per_s"));
+      STRATA_ASSIGN_OR_RETURN(peer, LastJson(log.string(), "tokens_per_s"));
       std::cerr << "done\n";
     }
     for (int tp : tps) {
@@ -165,7 +153,7 @@ Result<Report> RunInferBench(const Options& o) {
       std::cerr << "infer: " << tag << " ... " << std::flush;
       STRATA_RETURN_IF_ERROR(LaunchJob(args, work / (tag + ".log")).WithContext(tag));
       std::cerr << "done\n";
-      STRATA_ASSIGN_OR_RETURN(const nlohmann::json rec, LastJson(work / (tag + "-m-0.jsonl"), "generate"));
+      STRATA_ASSIGN_OR_RETURN(const nlohmann::json rec, LastJson((work / (tag + "-m-0.jsonl")).string(), "generate"));
       const nlohmann::json& g = rec["generate"];
       const auto tokens = Tokens(work, tag + "-out-", prompts.size());
       std::string same = "-";

@@ -50,8 +50,7 @@ Result<std::string> TextDataPath(const std::string& data, const std::filesystem:
   return path.string();
 }
 
-// Runs strata-launch with `args` and OPENBLAS_NUM_THREADS=1, its output to `log`; fails with
-// the log's tail when it exits non-zero.
+// A fresh work directory holding the text data and the job file (bench.h).
 Result<JobWorkDir> MakeJobWorkDir(const std::string& name, const std::string& data,
                                   const std::function<std::string(const std::string& data_path)>& yaml) {
   JobWorkDir d;
@@ -110,7 +109,7 @@ Status LaunchJob(const std::vector<std::string>& args, const std::filesystem::pa
   std::ifstream in(log);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (text.size() > 3000) text = "..." + text.substr(text.size() - 3000);
-  return Status::Internal("strata-launch exited with status " +
+  return Status::Internal(std::filesystem::path(args[0]).filename().string() + " exited with status " +
                           std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + " (log " +
                           log_path + "):\n" + text);
 }

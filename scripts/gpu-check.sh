@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# gpu-check.sh: the GPU checks (issue #15) in two halves, for a GPU machine that has CUDA's
+# driver and libraries (cuBLAS, NCCL: PyTorch's wheels carry them) but no Debian packages, no
+# apt and no network, so everything strata needs is built here and carried there.
+#
+#   scripts/gpu-check.sh bundle [FILE]       here: builds with CUDA (build/) and packs FILE
+#                                            (default gpu-bundle/strata.tar.xz): the stripped
+#                                            binaries and gpu test binaries, and the shared
+#                                            libraries they load (their ldd closure) minus
+#                                            CUDA's and the C library's
+#   scripts/gpu-check.sh run [FILE] [OUT]    there, from the repository root: unpacks FILE, finds
+#                                            cuBLAS 13 and NCCL on the machine, and writes into OUT
+#                                            (default gpu-results/): summary.txt, steps.jsonl (each
+#                                            step's exit status and time) and logs.tar.gz
+#
+# `run` does, each step with its own time limit, going on after a failure (summary.txt says which):
+#   1. every gpu-labelled test (gpu_tests, trainer_gpu_tests), JSON reports;
+#   2. 20 steps of mlp and gpt on one process, train.device cpu and cuda: the largest relative
+#      difference of the losses (fp32 on both sides, so within fp32 tolerance, not bit-equal);
+#   3. ctr on a cluster (2 servers, 2 trainers sharing the GPU), sync ps, cpu and cuda: the AUCs;
+#   4. strata-bench ops --device cuda, and strata-bench step on GPT-2 small's shapes beside
+#      PyTorch eager on the same GPU (MFU against --peak-tflops, 989: an H100/H200's bf16 dense).
+# Environment: STRATA_BUILD_DIR (bundle; default build/), STRATA_GPU_PEAK_TFLOPS (989),
+# STRATA_GPU_STEP_ARGS (the step bench's shape flags; default GPT-2 small's).
+set -uo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+what="${1:-}"
+
+die() { echo "gpu-check.sh: $*" >&2; exit 2; }
+
+# The shared libraries `files` load, except CUDA's (the GPU machine's own must match its driver)
+# and the C library's (the loader's own).
+closure() {
+  ldd "$@" 2>/dev/null | awk '/=> \// {print $3}' | sort -u |
+    grep -Ev '/(libcuda|libcudart|libcublas|libcublasLt|libnccl|libnvidia)[^/]*$' |
+    grep -Ev '/(libc|libm|libdl|libpthread|librt|ld-linux-x86-64|libresolv)\.so' || true
+}
+
+bundle() {
+  local out="${1:-$repo/gpu-bundle/strata.tar.xz}"
+  local build="${STRATA_BUILD_DIR:-$repo/build}"
+  [ -x /usr/local/cuda/bin/nvcc ] || die "bundle: no CUDA toolkit at /usr/local/cuda (nvcc): the CUDA path cannot be built here"
+  STRATA_BUILD_DIR="$build" bash "$repo/scripts/build.sh" -DSTRATA_CUDA=ON || die "bundle: the build failed"
+  local stage
+  stage="$(mktemp -d)"
+  mkdir -p "$stage/strata/bin" "$stage/strata/lib"
+  local bins=(strata-launch strata-scheduler strata-server strata-trainer strata-bench)
+  for b in "${bins[@]}"; do
+    [ -x "$build/bin/$b" ] || die "bundle: $build/bin/$b was not built"
+    strip -o "$stage/strata/bin/$b" "$build/bin/$b"
+  done
+  for t in gpu_tests trainer/trainer_gpu_tests; do
+    [ -x "$build/tests/$t" ] || die "bundle: $build/tests/$t was not built (is CUDA on?)"
+    strip -o "$stage/strata/bin/$(basename "$t")" "$build/tests/$t"
+  done
+  for lib in $(closure "$stage"/strata/bin/*); do cp -L "$lib" "$stage/strata/lib/"; done
+  mkdir -p "$(dirname "$out")"
+  tar -C "$stage" -cJf "$out" strata
+  rm -rf "$stage"
+  echo "gpu-check.sh: $out ($(du -h "$out" | cut -f1)); carry it to the GPU machine and run: scripts/gpu-check.sh run $out"
+}
+
+# The folder of the first file named `name` under the places CUDA's libraries live on a GPU
+# machine: the toolkit, the driver's folder, and Python's site-packages (PyTorch's wheels).
+find_lib() {
+  local name="$1" roots=(/usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets /usr/local/nvidia
+                         /usr/lib/x86_64-linux-gnu /opt /usr/local/lib /usr/lib/python3)
+  local py
+  py="$(command -v python3 || true)"
+  [ -n "$py" ] && roots+=("$("$py" -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null)")
+  # shellcheck disable=SC2068
+  find ${roots[@]} -name "$name" \( -type f -o -type l \) 2>/dev/null | head -1 | xargs -r dirname
+}
+
+# step NAME SECONDS COMMAND...: runs COMMAND with a time limit, its output in logs/NAME.log, and
+# records the outcome for the summary.
+step() {
+  local name="$1" limit="$2"
+  shift 2
+  local started=$SECONDS
+  echo "==> $name" >&2
+  timeout --kill-after=10 "$limit" "$@" >"$logs/$name.log" 2>&1
+  local rc=$?
+  local took=$((SECONDS - started))
+  local verdict=ok
+  [ "$rc" -eq 0 ] || verdict="FAILED (exit $rc$([ "$rc" -eq 124 ] && echo ", past ${limit} s"))"
+  printf '%-28s %-34s %4d s\n' "$name" "$verdict" "$took" | tee -a "$out/summary.txt" >&2
+  [ "$rc" -eq 0 ] || sed 's/^/    /' <(grep -v '^\s*$' "$logs/$name.log" | tail -2) | tee -a "$out/summary.txt" >&2
+  echo "{\"step\": \"$name\", \"rc\": $rc, \"seconds\": $took}" >>"$logs/steps.jsonl"
+  return 0
+}
+
+run() {
+  local file="${1:-$repo/gpu-bundle/strata.tar.xz}"
+  out="${2:-$repo/gpu-results}"
+  [ -f "$file" ] || die "run: no bundle $file (make it with: scripts/gpu-check.sh bundle)"
+  command -v nvidia-smi >/dev/null || echo "gpu-check.sh: no nvidia-smi on this machine" >&2
+  mkdir -p "$out"
+  out="$(cd "$out" && pwd)"
+  logs="$out/logs"
+  rm -rf "$logs" "$out/summary.txt"
+  mkdir -p "$logs"
+  local root
+  root="$(mktemp -d)"
+  tar -C "$root" -xJf "$file" || die "run: cannot unpack $file"
+  local b="$root/strata/bin"
+  local cublas nccl cudart
+  cublas="$(find_lib 'libcublas.so.13')"
+  nccl="$(find_lib 'libnccl.so.2')"
+  cudart="$(find_lib 'libcudart.so.13')"
+  export LD_LIBRARY_PATH="$root/strata/lib${cudart:+:$cudart}${cublas:+:$cublas}${nccl:+:$nccl}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  {
+    echo "gpu-check.sh run, $(date -u +%FT%TZ), bundle $(basename "$file")"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
+    echo "glibc $(ldd --version 2>/dev/null | head -1 | awk '{print $NF}'); cuBLAS from ${cublas:-NOT FOUND}; NCCL from ${nccl:-NOT FOUND}; cudart from ${cudart:-NOT FOUND}"
+  } | tee "$out/summary.txt" >&2
+  ldd "$b/strata-trainer" >"$logs/ldd.log" 2>&1
+  grep -q "not found" "$logs/ldd.log" && echo "missing libraries: $(grep 'not found' "$logs/ldd.log" | awk '{print $1}' | tr '\n' ' ')" | tee -a "$out/summary.txt" >&2
+  : >"$logs/steps.jsonl"
+
+  # 1. The gpu tests.
+  step gpu_tests 300 "$b/gpu_tests" --gtest_output="json:$logs/gpu_tests.json"
+  step trainer_gpu_tests 300 "$b/trainer_gpu_tests" --gtest_output="json:$logs/trainer_gpu_tests.json"
+
+  # 2. One process, cpu against cuda, 20 steps of each model.
+  local equal=(--set sync.mode=local --set train.steps=20 --set train.log_every=1 --set train.checkpoint_every=0
+               --set train.progress=false)
+  for model in mlp gpt; do
+    for dev in cpu cuda; do
+      step "$model-$dev" 300 "$b/strata-trainer" -c "$repo/examples/$model.yaml" "${equal[@]}" --set "train.device=$dev" \
+        --set "train.metrics_path=$logs/$model-$dev.jsonl" --set "sync.trace_path=''"
+    done
+  done
+
+  # 3. ctr through the parameter servers, the trainers on the GPU.
+  for dev in cpu cuda; do
+    step "ctr-ps-$dev" 300 "$b/strata-launch" --servers 2 --trainers 2 --timeout 280 "$repo/examples/ctr.yaml" \
+      --set train.steps=1000 --set "train.device=$dev" --set "train.metrics_path=$logs/ctr-ps-$dev-{rank}.jsonl"
+  done
+
+  # 4. Benchmarks.
+  local peak="${STRATA_GPU_PEAK_TFLOPS:-989}"
+  step bench-ops 300 "$b/strata-bench" ops --device cuda --json "$logs/bench-ops.json"
+  # shellcheck disable=SC2086
+  step bench-step 400 "$b/strata-bench" step --device cuda ${STRATA_GPU_STEP_ARGS:---layers 12 --width 768 --heads 12 --context 1024 --batch 8 --vocab 50304} \
+    --steps 20 --warmup 5 --peak-tflops "$peak" --python "$(command -v python3)" \
+    --script "$repo/tools/bench/torch_gpt_train.py" --json "$logs/bench-step.json"
+
+  python3 "$repo/scripts/gpu_check_summary.py" "$logs" >>"$out/summary.txt" 2>&1 || true
+  cp "$logs/steps.jsonl" "$out/steps.jsonl" 2>/dev/null
+  tar -C "$out" -czf "$out/logs.tar.gz" logs
+  rm -rf "$root"
+  echo "gpu-check.sh: results in $out" >&2
+  cat "$out/summary.txt"
+}
+
+case "$what" in
+  bundle) shift; bundle "$@" ;;
+  run) shift; run "$@" ;;
+  *) die "usage: scripts/gpu-check.sh bundle [FILE] | run [FILE] [OUT]" ;;
+esac

@@ -1,0 +1,83 @@
+"""gpu_check_summary.py: the figures of a `scripts/gpu-check.sh run`, from its logs folder, as
+text: the gpu tests' counts and failures, the CUDA-against-CPU loss differences of each model,
+ctr's AUC through the servers on each device, and the benchmarks' tables.
+
+    python3 scripts/gpu_check_summary.py LOGS
+"""
+import glob
+import json
+import os
+import sys
+
+
+def gtest(path):
+    with open(path) as f:
+        report = json.load(f)
+    passed, skipped, failed = 0, 0, []
+    for suite in report.get("testsuites", []):
+        for t in suite.get("testsuite", []):
+            name = suite["name"] + "." + t["name"]
+            if t.get("failures"):
+                failed.append(name)
+            elif t.get("result") == "SKIPPED":
+                skipped += 1
+            else:
+                passed += 1
+    return passed, skipped, failed
+
+
+def records(path, key):
+    out = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    j = json.loads(line)
+                except ValueError:
+                    continue
+                if key in j and "step" in j:
+                    out[j["step"]] = j[key]
+    return out
+
+
+def main():
+    logs = sys.argv[1]
+    print("\n== gpu tests")
+    for path in sorted(glob.glob(os.path.join(logs, "*gpu_tests.json"))):
+        passed, skipped, failed = gtest(path)
+        print(f"{os.path.basename(path)}: {passed} passed, {skipped} skipped, {len(failed)} failed")
+        for name in failed:
+            print(f"  FAILED {name}")
+    print("\n== one process, train.device cuda against cpu (losses of the same steps)")
+    for model in ("mlp", "gpt"):
+        cpu = records(os.path.join(logs, f"{model}-cpu.jsonl"), "loss")
+        cuda = records(os.path.join(logs, f"{model}-cuda.jsonl"), "loss")
+        steps = sorted(set(cpu) & set(cuda))
+        if not steps:
+            print(f"{model}: no losses to compare ({len(cpu)} on cpu, {len(cuda)} on cuda)")
+            continue
+        worst = max(abs(cuda[s] - cpu[s]) / max(abs(cpu[s]), 1e-12) for s in steps)
+        print(f"{model}: {len(steps)} steps, largest relative difference {worst:.3g}; "
+              f"last loss cpu {cpu[steps[-1]]:.6f} cuda {cuda[steps[-1]]:.6f}")
+    print("\n== ctr through 2 servers, 2 trainers (evaluation AUC of trainer 0)")
+    for dev in ("cpu", "cuda"):
+        auc = records(os.path.join(logs, f"ctr-ps-{dev}-0.jsonl"), "auc")
+        oracle = records(os.path.join(logs, f"ctr-ps-{dev}-0.jsonl"), "oracle_auc")
+        last = max(auc) if auc else None
+        print(f"{dev}: " + (f"auc {auc[last]:.4f} (oracle {oracle.get(last, float('nan')):.4f}) at step {last}"
+                           if last is not None else "no AUC recorded"))
+    for name in ("bench-ops", "bench-step"):
+        path = os.path.join(logs, name + ".json")
+        if not os.path.exists(path):
+            print(f"\n== {name}: no report")
+            continue
+        with open(path) as f:
+            report = json.load(f)
+        for table in report.get("tables", []):
+            print(f"\n== {name}: {table['title']}")
+            for row in table["rows"]:
+                print("  " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()))
+
+
+if __name__ == "__main__":
+    main()
