@@ -13,15 +13,20 @@
 #                                            (default gpu-results/): summary.txt, steps.jsonl (each
 #                                            step's exit status and time) and logs.tar.gz
 #
-# `run` does, each step with its own time limit, going on after a failure (summary.txt says which):
+# `run` does, in this order, each step with its own time limit and all of them within a budget
+# (STRATA_GPU_BUDGET_S, 540 s: the device tool's calls last at most 600), going on after a
+# failure (summary.txt says which, with the end of its log):
 #   1. every gpu-labelled test (gpu_tests, trainer_gpu_tests), JSON reports;
 #   2. 20 steps of mlp and gpt on one process, train.device cpu and cuda: the largest relative
 #      difference of the losses (fp32 on both sides, so within fp32 tolerance, not bit-equal);
-#   3. ctr on a cluster (2 servers, 2 trainers sharing the GPU), sync ps, cpu and cuda: the AUCs;
-#   4. strata-bench ops --device cuda, and strata-bench step on GPT-2 small's shapes beside
-#      PyTorch eager on the same GPU (MFU against --peak-tflops, 989: an H100/H200's bf16 dense).
-# Environment: STRATA_BUILD_DIR (bundle; default build/), STRATA_GPU_PEAK_TFLOPS (989),
-# STRATA_GPU_STEP_ARGS (the step bench's shape flags; default GPT-2 small's).
+#   3. strata-bench step on GPT-2 small's shapes beside PyTorch eager on the same GPU (MFU against
+#      --peak-tflops, 989: an H100/H200's bf16 dense), PyTorch with the machine's own libraries;
+#   4. ctr on a cluster (2 servers, 2 trainers sharing the GPU), sync ps, cpu and cuda: the AUCs;
+#      strata-bench ops --device cuda.
+# Environment: STRATA_BUILD_DIR (bundle; default build/), STRATA_GPU_BUDGET_S (540),
+# STRATA_GPU_PEAK_TFLOPS (989), STRATA_GPU_STEP_ARGS (the step bench's shape flags; default GPT-2
+# small's).
+# On the device tool: carry gpu-bundle, run `bash scripts/gpu-check.sh run gpu-bundle/strata.tar.xz $OUT`.
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 what="${1:-}"
@@ -72,13 +77,20 @@ find_lib() {
   find ${roots[@]} -name "$name" \( -type f -o -type l \) 2>/dev/null | head -1 | xargs -r dirname
 }
 
-# step NAME SECONDS COMMAND...: runs COMMAND with a time limit, its output in logs/NAME.log, and
-# records the outcome for the summary.
+# step NAME SECONDS COMMAND...: runs COMMAND with a time limit (cut to what is left of the run's
+# budget), its output in logs/NAME.log, and records the outcome for the summary.
 step() {
   local name="$1" limit="$2"
   shift 2
+  local left=$((deadline - SECONDS - 20))  # 20 s kept for the summary and the packing
+  [ "$left" -lt "$limit" ] && limit=$left
+  if [ "$limit" -lt 5 ]; then
+    printf '%-28s %-34s\n' "$name" "SKIPPED (the run's budget is spent)" | tee -a "$out/summary.txt" >&2
+    echo "{\"step\": \"$name\", \"rc\": null, \"seconds\": 0}" >>"$logs/steps.jsonl"
+    return 0
+  fi
   local started=$SECONDS
-  echo "==> $name" >&2
+  echo "==> $name (at most $limit s)" >&2
   timeout --kill-after=10 "$limit" "$@" >"$logs/$name.log" 2>&1
   local rc=$?
   local took=$((SECONDS - started))
@@ -93,64 +105,75 @@ step() {
 run() {
   local file="${1:-$repo/gpu-bundle/strata.tar.xz}"
   out="${2:-$repo/gpu-results}"
+  deadline=$((SECONDS + ${STRATA_GPU_BUDGET_S:-540}))
   [ -f "$file" ] || die "run: no bundle $file (make it with: scripts/gpu-check.sh bundle)"
-  command -v nvidia-smi >/dev/null || echo "gpu-check.sh: no nvidia-smi on this machine" >&2
-  mkdir -p "$out"
+  mkdir -p "$out" || die "run: cannot make $out"
   out="$(cd "$out" && pwd)"
-  logs="$out/logs"
-  rm -rf "$logs" "$out/summary.txt"
-  mkdir -p "$logs"
+  rm -f "$out/summary.txt" "$out/steps.jsonl" "$out/logs.tar.gz"
   local root
   root="$(mktemp -d)"
+  # Only three files land in OUT (the device tool brings back a few files, not folders of them).
+  logs="$root/logs"
+  mkdir -p "$logs"
   tar -C "$root" -xJf "$file" || die "run: cannot unpack $file"
   local b="$root/strata/bin"
-  local cublas nccl cudart
+  local cublas nccl cudart python
   cublas="$(find_lib 'libcublas.so.13')"
   nccl="$(find_lib 'libnccl.so.2')"
   cudart="$(find_lib 'libcudart.so.13')"
+  python="$(command -v python3 || echo /usr/bin/python3)"
+  # PyTorch (the step bench's peer) runs with this machine's own libraries, not the bundle's.
+  printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec "%s" "$@"\n' "${LD_LIBRARY_PATH:-}" "$python" >"$root/python3"
+  chmod +x "$root/python3"
   export LD_LIBRARY_PATH="$root/strata/lib${cudart:+:$cudart}${cublas:+:$cublas}${nccl:+:$nccl}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # The examples' text, or the repository's docs where this machine has no licence texts.
+  local text=/usr/share/common-licenses/GPL-3
+  [ -f "$text" ] || { text="$root/text.txt"; cat "$repo"/docs/*.md "$repo"/README.md >"$text"; }
   {
     echo "gpu-check.sh run, $(date -u +%FT%TZ), bundle $(basename "$file")"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
-    echo "glibc $(ldd --version 2>/dev/null | head -1 | awk '{print $NF}'); cuBLAS from ${cublas:-NOT FOUND}; NCCL from ${nccl:-NOT FOUND}; cudart from ${cudart:-NOT FOUND}"
+    echo "glibc $(ldd --version 2>/dev/null | head -1 | awk '{print $NF}'); cuBLAS from ${cublas:-NOT FOUND}; NCCL from ${nccl:-NOT FOUND}; cudart from ${cudart:-NOT FOUND}; python $python"
   } | tee "$out/summary.txt" >&2
   ldd "$b/strata-trainer" >"$logs/ldd.log" 2>&1
   grep -q "not found" "$logs/ldd.log" && echo "missing libraries: $(grep 'not found' "$logs/ldd.log" | awk '{print $1}' | tr '\n' ' ')" | tee -a "$out/summary.txt" >&2
   : >"$logs/steps.jsonl"
 
   # 1. The gpu tests.
-  step gpu_tests 300 "$b/gpu_tests" --gtest_output="json:$logs/gpu_tests.json"
-  step trainer_gpu_tests 300 "$b/trainer_gpu_tests" --gtest_output="json:$logs/trainer_gpu_tests.json"
+  step gpu_tests 120 "$b/gpu_tests" --gtest_output="json:$logs/gpu_tests.json"
+  step trainer_gpu_tests 180 "$b/trainer_gpu_tests" --gtest_output="json:$logs/trainer_gpu_tests.json"
 
   # 2. One process, cpu against cuda, 20 steps of each model.
   local equal=(--set sync.mode=local --set train.steps=20 --set train.log_every=1 --set train.checkpoint_every=0
-               --set train.progress=false)
+               --set train.progress=false --set "sync.trace_path=''")
   for model in mlp gpt; do
+    local data=()
+    [ "$model" = gpt ] && data=(--set "data.path=$text")
     for dev in cpu cuda; do
-      step "$model-$dev" 300 "$b/strata-trainer" -c "$repo/examples/$model.yaml" "${equal[@]}" --set "train.device=$dev" \
-        --set "train.metrics_path=$logs/$model-$dev.jsonl" --set "sync.trace_path=''"
+      step "$model-$dev" 90 "$b/strata-trainer" -c "$repo/examples/$model.yaml" "${equal[@]}" "${data[@]}" \
+        --set "train.device=$dev" --set "train.metrics_path=$logs/$model-$dev.jsonl"
     done
   done
 
-  # 3. ctr through the parameter servers, the trainers on the GPU.
-  for dev in cpu cuda; do
-    step "ctr-ps-$dev" 300 "$b/strata-launch" --servers 2 --trainers 2 --timeout 280 "$repo/examples/ctr.yaml" \
-      --set train.steps=1000 --set "train.device=$dev" --set "train.metrics_path=$logs/ctr-ps-$dev-{rank}.jsonl"
-  done
-
-  # 4. Benchmarks.
-  local peak="${STRATA_GPU_PEAK_TFLOPS:-989}"
-  step bench-ops 300 "$b/strata-bench" ops --device cuda --json "$logs/bench-ops.json"
+  # 3. A training step on GPT-2 small's shapes beside PyTorch eager on the same GPU.
   # shellcheck disable=SC2086
-  step bench-step 400 "$b/strata-bench" step --device cuda ${STRATA_GPU_STEP_ARGS:---layers 12 --width 768 --heads 12 --context 1024 --batch 8 --vocab 50304} \
-    --steps 20 --warmup 5 --peak-tflops "$peak" --python "$(command -v python3)" \
+  step bench-step 240 "$b/strata-bench" step --device cuda \
+    ${STRATA_GPU_STEP_ARGS:---layers 12 --width 768 --heads 12 --context 1024 --batch 8 --vocab 50304} \
+    --steps 20 --warmup 5 --peak-tflops "${STRATA_GPU_PEAK_TFLOPS:-989}" --data "$text" --python "$root/python3" \
     --script "$repo/tools/bench/torch_gpt_train.py" --json "$logs/bench-step.json"
 
-  python3 "$repo/scripts/gpu_check_summary.py" "$logs" >>"$out/summary.txt" 2>&1 || true
-  cp "$logs/steps.jsonl" "$out/steps.jsonl" 2>/dev/null
-  tar -C "$out" -czf "$out/logs.tar.gz" logs
+  # 4. ctr through the parameter servers, both trainers on the GPU; then the ops.
+  for dev in cpu cuda; do
+    step "ctr-ps-$dev" 120 "$b/strata-launch" --servers 2 --trainers 2 --timeout 110 "$repo/examples/ctr.yaml" \
+      --set train.steps=1000 --set "train.device=$dev" --set "train.metrics_path=$logs/ctr-ps-$dev-{rank}.jsonl"
+  done
+  step bench-ops 120 "$b/strata-bench" ops --device cuda --json "$logs/bench-ops.json"
+
+  "$python" "$repo/scripts/gpu_check_summary.py" "$logs" >>"$out/summary.txt" 2>&1 ||
+    echo "the summary script failed (logs.tar.gz has the logs)" >>"$out/summary.txt"
+  cp "$logs/steps.jsonl" "$out/steps.jsonl"
+  tar -C "$root" -czf "$out/logs.tar.gz" logs
   rm -rf "$root"
-  echo "gpu-check.sh: results in $out" >&2
+  echo "gpu-check.sh: results in $out (summary.txt, steps.jsonl, logs.tar.gz)" >&2
   cat "$out/summary.txt"
 }
 
