@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <unistd.h>
 #include <functional>
 #include <vector>
@@ -122,7 +123,7 @@ TEST_P(CudaRowOpsTest, LayerNormAndSoftmax) {
   ExpectClose(dx, gdx, 1e-3);
   ExpectClose(dg, gdg, 1e-3);
   ExpectClose(dbb, gdb, 1e-3);
-  // The split halves (dgamma and dbeta summed in row order, not atomically): the same values.
+  // The split halves (the fused op is the two of them): the same values.
   Tensor gdx2 = Up(NewZeros(kCpu, {n, d})), gdg2 = Up(NewZeros(kCpu, {d})), gdb2 = Up(NewZeros(kCpu, {d}));
   LayerNormBackwardInput(gpu_, Up(dy), Up(x), Up(g), gmean, grstd, gdx2);
   LayerNormBackwardWeight(gpu_, Up(dy), Up(x), gmean, grstd, gdg2, gdb2);
@@ -135,6 +136,34 @@ TEST_P(CudaRowOpsTest, LayerNormAndSoftmax) {
   SoftmaxBackward(kCpu, y, dy, dx);
   SoftmaxBackward(gpu_, gy, Up(dy), gdx);
   ExpectClose(dx, gdx, 1e-4);
+}
+
+// Column sums (BiasGrad, LayerNorm's dgamma and dbeta) over several chunks of rows and a width
+// that is not a multiple of the 32-column tile: the CPU's values, and the same bits every run
+// (two passes in a fixed order, no atomics).
+TEST_F(CudaOpsTest, ColumnSumsMatchTheCpuAndRepeatBitForBit) {
+  for (const int64_t d : {int64_t{50}, int64_t{1500}}) {
+    const int64_t n = 1000;  // 4 chunks of 256 rows
+    Tensor x = Random({n, d}, 21), g = Random({d}, 22), b = Random({d}, 23), dy = Random({n, d}, 24);
+    Tensor y = NewTensor(kCpu, {n, d}), mean = NewTensor(kCpu, {n}), rstd = NewTensor(kCpu, {n});
+    LayerNorm(kCpu, x, g, b, 1e-5f, y, mean, rstd);
+    Tensor db = NewZeros(kCpu, {d}), dg = NewZeros(kCpu, {d}), dbb = NewZeros(kCpu, {d});
+    BiasGrad(kCpu, dy, db);
+    LayerNormBackwardWeight(kCpu, dy, x, mean, rstd, dg, dbb);
+    std::vector<Tensor> runs;
+    for (int run = 0; run < 2; ++run) {
+      Tensor gdb = Up(NewZeros(kCpu, {d})), gdg = Up(NewZeros(kCpu, {d})), gdbb = Up(NewZeros(kCpu, {d}));
+      BiasGrad(gpu_, Up(dy), gdb);
+      LayerNormBackwardWeight(gpu_, Up(dy), Up(x), Up(mean), Up(rstd), gdg, gdbb);
+      ExpectClose(db, gdb, 1e-3);
+      ExpectClose(dg, gdg, 1e-3);
+      ExpectClose(dbb, gdbb, 1e-3);
+      runs.insert(runs.end(), {Down(gdb), Down(gdg), Down(gdbb)});
+    }
+    for (size_t k = 0; k < 3; ++k) {
+      EXPECT_EQ(std::memcmp(runs[k].data(), runs[k + 3].data(), runs[k].nbytes()), 0) << "output " << k << ", width " << d;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Widths, CudaRowOpsTest, ::testing::Values(int64_t{100}, int64_t{200}, int64_t{300}, int64_t{1500}));

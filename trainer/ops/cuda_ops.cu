@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/cuda_check.h"
@@ -86,13 +87,55 @@ __global__ void AddBiasKernel(float* x, const float* bias, int64_t rows, int64_t
   const int64_t n = rows * cols;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) x[i] += bias[i % cols];
 }
-// One thread per column, walking the rows (coalesced across threads).
-__global__ void BiasGradKernel(const float* dy, float* db, int64_t rows, int64_t cols) {
+// Column sums over the rows, deterministic and parallel in two passes. The first: a block per
+// (tile of 32 columns, chunk of rows); its 8 rows of threads stride the chunk's rows (a warp
+// reads 32 adjacent floats of a row) and their sums are added in thread-row order into
+// partial[out][chunk][column]. The second: a thread per column adds its chunks in chunk order
+// into the output. The same inputs give the same bits on every run; no atomics.
+constexpr int kColumnTile = 32, kColumnRows = 8;
+// Term functors: add row r's contribution to column c into s[0..kOut).
+struct BiasGradTerm {
+  static constexpr int kOut = 1;
+  const float* dy;
+  __device__ void operator()(int64_t r, int64_t c, int64_t cols, float* s) const { s[0] += dy[r * cols + c]; }
+};
+struct LayerNormWeightTerm {  // dgamma += dy * x_hat, dbeta += dy
+  static constexpr int kOut = 2;
+  const float *dy, *x, *mean, *rstd;
+  __device__ void operator()(int64_t r, int64_t c, int64_t cols, float* s) const {
+    const float g = dy[r * cols + c];
+    s[0] += g * ((x[r * cols + c] - mean[r]) * rstd[r]);
+    s[1] += g;
+  }
+};
+template <typename Term>
+__global__ void ColumnPartialKernel(Term term, float* partial, int64_t rows, int64_t cols, int64_t chunk_rows) {
+  __shared__ float tile[Term::kOut][kColumnRows][kColumnTile + 1];
+  const int64_t c = blockIdx.x * (int64_t)kColumnTile + threadIdx.x;
+  const int64_t begin = blockIdx.y * chunk_rows, end = min(begin + chunk_rows, rows);
+  float s[Term::kOut] = {};
+  if (c < cols) {
+    for (int64_t r = begin + threadIdx.y; r < end; r += kColumnRows) term(r, c, cols, s);
+  }
+  for (int k = 0; k < Term::kOut; ++k) tile[k][threadIdx.y][threadIdx.x] = s[k];
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= cols) return;
+  for (int k = 0; k < Term::kOut; ++k) {
+    float t = 0;
+    for (int y = 0; y < kColumnRows; ++y) t += tile[k][y][threadIdx.x];
+    partial[((int64_t)k * gridDim.y + blockIdx.y) * cols + c] = t;
+  }
+}
+__global__ void ColumnFinishKernel(const float* partial, int64_t chunks, int64_t cols, float* out0, float* out1) {
   const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (c >= cols) return;
   float s = 0;
-  for (int64_t r = 0; r < rows; ++r) s += dy[r * cols + c];
-  db[c] += s;
+  for (int64_t k = 0; k < chunks; ++k) s += partial[k * cols + c];
+  out0[c] += s;
+  if (out1 == nullptr) return;
+  s = 0;
+  for (int64_t k = 0; k < chunks; ++k) s += partial[(chunks + k) * cols + c];
+  out1[c] += s;
 }
 __global__ void ReluKernel(const float* x, float* y, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) y[i] = x[i] > 0 ? x[i] : 0.0f;
@@ -130,8 +173,9 @@ __global__ void __launch_bounds__(1024) LayerNormKernel(const float* x, const fl
     rstd[blockIdx.x] = rs;
   }
 }
+// dx only; dgamma and dbeta are LayerNormWeightTerm's column sums (deterministic, no atomics).
 __global__ void __launch_bounds__(1024) LayerNormBackwardKernel(const float* dy, const float* x, const float* g, const float* mean,
-                                        const float* rstd, float* dx, float* dg, float* db, int64_t d) {
+                                        const float* rstd, float* dx, int64_t d) {
   const int64_t r = blockIdx.x;
   const float m = mean[r], rs = rstd[r];
   float s1 = 0, s2 = 0;
@@ -145,26 +189,7 @@ __global__ void __launch_bounds__(1024) LayerNormBackwardKernel(const float* dy,
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
     const float xh = (x[r * d + i] - m) * rs;
     dx[r * d + i] = rs * (dy[r * d + i] * g[i] - a - xh * c);
-    if (dg != nullptr) {  // null: dx only (LayerNormBackwardInput)
-      atomicAdd(&dg[i], dy[r * d + i] * xh);
-      atomicAdd(&db[i], dy[r * d + i]);
-    }
   }
-}
-// The weight half on its own: one thread per column walking the rows (coalesced across
-// threads, like BiasGradKernel), so the sums come in row order and no atomics are needed.
-__global__ void LayerNormBackwardWeightKernel(const float* dy, const float* x, const float* mean, const float* rstd,
-                                              float* dg, float* db, int64_t rows, int64_t d) {
-  const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-  if (c >= d) return;
-  float sg = 0, sb = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float g = dy[r * d + c];
-    sg += g * ((x[r * d + c] - mean[r]) * rstd[r]);
-    sb += g;
-  }
-  dg[c] += sg;
-  db[c] += sb;
 }
 // One block per row; `valid` entries (the rest are written as 0): causal masking when
 // row_mod > 0 keeps columns <= (row % row_mod), scaled by `scale` first.
@@ -250,6 +275,17 @@ __global__ void __launch_bounds__(1024) CrossEntropyKernel(const float* logits, 
   for (int64_t i = threadIdx.x; i < v; i += blockDim.x) d[r * v + i] = (expf(x[i] - mx) / s - (i == t)) * g;
   if (threadIdx.x == 0) atomicAdd(&acc->sum, (double)(logf(s) + mx - x[t]));
 }
+// A block's double sum, added to `out` by its first thread: one atomic per block.
+__device__ void BlockAtomicAdd(double v, double* out) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+  __shared__ double shared[32];
+  if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = v;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  double s = 0;
+  for (int w = 0; w < blockDim.x / 32; ++w) s += shared[w];
+  atomicAdd(out, s);
+}
 __global__ void MseKernel(const float* p, const float* t, float* d, int64_t n, float g, LossAccum* acc) {
   double local = 0;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
@@ -257,7 +293,7 @@ __global__ void MseKernel(const float* p, const float* t, float* d, int64_t n, f
     local += (double)e * e;
     d[i] = g * e;
   }
-  atomicAdd(&acc->sum, local);
+  BlockAtomicAdd(local, &acc->sum);
 }
 __global__ void BceKernel(const float* z, const float* y, float* d, int64_t n, float g, LossAccum* acc) {
   double local = 0;
@@ -266,7 +302,7 @@ __global__ void BceKernel(const float* z, const float* y, float* d, int64_t n, f
     local += fmaxf(zi, 0.0f) - zi * y[i] + log1pf(expf(-fabsf(zi)));
     d[i] = (1.0f / (1.0f + expf(-zi)) - y[i]) * g;
   }
-  atomicAdd(&acc->sum, local);
+  BlockAtomicAdd(local, &acc->sum);
 }
 // An id outside the table is our bug (the data sources map every id into its table), so, like
 // the CPU op's STRATA_CHECK, the kernel stops loudly: it prints the id and traps, which makes
@@ -409,7 +445,25 @@ double Sum(const Exec& ex, const Tensor& x) { return Reduce(ex, x, false); }
 double SumSquares(const Exec& ex, const Tensor& x) { return Reduce(ex, x, true); }
 
 void AddBias(const Exec& ex, const Tensor& x, const Tensor& bias) { STRATA_LAUNCH(AddBiasKernel, Blocks(x.numel()), kThreads, ex, W(x), F(bias), Rows(x), Cols(x)); }
-void BiasGrad(const Exec& ex, const Tensor& dy, const Tensor& db) { STRATA_LAUNCH(BiasGradKernel, Blocks(Cols(dy)), kThreads, ex, F(dy), W(db), Rows(dy), Cols(dy)); }
+// Adds the column sums of `term` over `rows` into out0 (and out1 for two-output terms); see
+// ColumnPartialKernel. Chunks of at least 256 rows, at most 65535 of them (the grid's y).
+template <typename Term>
+void ColumnSums(const Exec& ex, Term term, int64_t rows, int64_t cols, float* out0, float* out1) {
+  if (rows == 0 || cols == 0) return;
+  const int64_t chunk_rows = std::max<int64_t>(256, (rows + 65534) / 65535);
+  const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
+  const int64_t tiles = (cols + kColumnTile - 1) / kColumnTile;
+  STRATA_CHECK(tiles <= INT32_MAX) << "ColumnSums: " << cols << " columns";
+  const Tensor partial = NewTensor(ex, {Term::kOut * chunks * cols});
+  ColumnPartialKernel<<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks)), dim3(kColumnTile, kColumnRows),
+                        0, S(ex)>>>(term, W(partial), rows, cols, chunk_rows);
+  CheckLaunch();
+  STRATA_LAUNCH(ColumnFinishKernel, Blocks(cols), kThreads, ex, F(partial), chunks, cols, out0, out1);
+}
+
+void BiasGrad(const Exec& ex, const Tensor& dy, const Tensor& db) {
+  ColumnSums(ex, BiasGradTerm{F(dy)}, Rows(dy), Cols(dy), W(db), nullptr);
+}
 void Relu(const Exec& ex, const Tensor& x, const Tensor& y) { STRATA_LAUNCH(ReluKernel, Blocks(x.numel()), kThreads, ex, F(x), W(y), x.numel()); }
 void ReluBackward(const Exec& ex, const Tensor& x, const Tensor& dy, const Tensor& dx) { STRATA_LAUNCH(ReluBackwardKernel, Blocks(x.numel()), kThreads, ex, F(x), F(dy), W(dx), x.numel()); }
 void Gelu(const Exec& ex, const Tensor& x, const Tensor& y) { STRATA_LAUNCH(GeluKernel, Blocks(x.numel()), kThreads, ex, F(x), W(y), x.numel()); }
@@ -422,17 +476,16 @@ void LayerNorm(const Exec& ex, const Tensor& x, const Tensor& gamma, const Tenso
 void LayerNormBackward(const Exec& ex, const Tensor& dy, const Tensor& x, const Tensor& gamma,
                        const Tensor& mean, const Tensor& rstd, const Tensor& dx,
                        const Tensor& dgamma, const Tensor& dbeta) {
-  STRATA_LAUNCH(LayerNormBackwardKernel, Rows(x), RowThreads(Cols(x)), ex, F(dy), F(x), F(gamma), F(mean), F(rstd), W(dx), W(dgamma), W(dbeta), Cols(x));
+  cuda::LayerNormBackwardInput(ex, dy, x, gamma, mean, rstd, dx);
+  cuda::LayerNormBackwardWeight(ex, dy, x, mean, rstd, dgamma, dbeta);
 }
 void LayerNormBackwardInput(const Exec& ex, const Tensor& dy, const Tensor& x, const Tensor& gamma,
                             const Tensor& mean, const Tensor& rstd, const Tensor& dx) {
-  STRATA_LAUNCH(LayerNormBackwardKernel, Rows(x), RowThreads(Cols(x)), ex, F(dy), F(x), F(gamma), F(mean), F(rstd), W(dx),
-                static_cast<float*>(nullptr), static_cast<float*>(nullptr), Cols(x));
+  STRATA_LAUNCH(LayerNormBackwardKernel, Rows(x), RowThreads(Cols(x)), ex, F(dy), F(x), F(gamma), F(mean), F(rstd), W(dx), Cols(x));
 }
 void LayerNormBackwardWeight(const Exec& ex, const Tensor& dy, const Tensor& x, const Tensor& mean,
                              const Tensor& rstd, const Tensor& dgamma, const Tensor& dbeta) {
-  STRATA_LAUNCH(LayerNormBackwardWeightKernel, Blocks(Cols(x)), kThreads, ex, F(dy), F(x), F(mean), F(rstd), W(dgamma),
-                W(dbeta), Rows(x), Cols(x));
+  ColumnSums(ex, LayerNormWeightTerm{F(dy), F(x), F(mean), F(rstd)}, Rows(x), Cols(x), W(dgamma), W(dbeta));
 }
 void Softmax(const Exec& ex, const Tensor& x, const Tensor& y) {
   STRATA_LAUNCH(SoftmaxKernel, Rows(x), RowThreads(Cols(x)), ex, F(x), W(y), Cols(x), int64_t{0}, 1.0f);
