@@ -21,7 +21,8 @@
 #      difference of the losses (fp32 on both sides, so within fp32 tolerance, not bit-equal);
 #   3. strata-bench step on GPT-2 small's shapes beside PyTorch eager on the same GPU (MFU against
 #      --peak-tflops, 989: an H100/H200's bf16 dense), PyTorch with the machine's own libraries;
-#   4. ctr on a cluster (2 servers, 2 trainers sharing the GPU), sync ps, cpu and cuda: the AUCs;
+#   4. ctr on a cluster (2 servers, 2 trainers sharing the GPU): sync ps on cpu and cuda, hybrid on
+#      cuda: the AUCs;
 #      strata-bench ops --device cuda.
 # Environment: STRATA_BUILD_DIR (bundle; default build/), STRATA_GPU_BUDGET_S (540),
 # STRATA_GPU_PEAK_TFLOPS (989), STRATA_GPU_STEP_ARGS (the step bench's shape flags; default GPT-2
@@ -162,9 +163,10 @@ run() {
     --script "$repo/tools/bench/torch_gpt_train.py" --json "$logs/bench-step.json"
 
   # 4. ctr through the parameter servers, both trainers on the GPU; then the ops.
-  for dev in cpu cuda; do
-    step "ctr-ps-$dev" 120 "$b/strata-launch" --servers 2 --trainers 2 --timeout 110 "$repo/examples/ctr.yaml" \
-      --set train.steps=1000 --set "train.device=$dev" --set "train.metrics_path=$logs/ctr-ps-$dev-{rank}.jsonl"
+  for run in ps-cpu ps-cuda hybrid-cuda; do
+    step "ctr-$run" 120 "$b/strata-launch" --servers 2 --trainers 2 --timeout 110 "$repo/examples/ctr.yaml" \
+      --set train.steps=1000 --set "sync.mode=${run%-*}" --set "train.device=${run#*-}" \
+      --set "train.metrics_path=$logs/ctr-$run-{rank}.jsonl"
   done
   step bench-ops 120 "$b/strata-bench" ops --device cuda --json "$logs/bench-ops.json"
 

@@ -60,11 +60,11 @@ def main():
         print(f"{model}: {len(steps)} steps, largest relative difference {worst:.3g}; "
               f"last loss cpu {cpu[steps[-1]]:.6f} cuda {cuda[steps[-1]]:.6f}")
     print("\n== ctr through 2 servers, 2 trainers (evaluation AUC of trainer 0)")
-    for dev in ("cpu", "cuda"):
-        auc = records(os.path.join(logs, f"ctr-ps-{dev}-0.jsonl"), "auc")
-        oracle = records(os.path.join(logs, f"ctr-ps-{dev}-0.jsonl"), "oracle_auc")
+    for run in ("ps-cpu", "ps-cuda", "hybrid-cuda"):
+        auc = records(os.path.join(logs, f"ctr-{run}-0.jsonl"), "auc")
+        oracle = records(os.path.join(logs, f"ctr-{run}-0.jsonl"), "oracle_auc")
         last = max(auc) if auc else None
-        print(f"{dev}: " + (f"auc {auc[last]:.4f} (oracle {oracle.get(last, float('nan')):.4f}) at step {last}"
+        print(f"{run}: " + (f"auc {auc[last]:.4f} (oracle {oracle.get(last, float('nan')):.4f}) at step {last}"
                            if last is not None else "no AUC recorded"))
     for name in ("bench-ops", "bench-step"):
         path = os.path.join(logs, name + ".json")

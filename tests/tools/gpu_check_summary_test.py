@@ -35,8 +35,9 @@ def main():
         "FAILED CudaOps.LayerNorm",
         "mlp: no losses to compare (0 on cpu, 0 on cuda)",
         "gpt: 2 steps, largest relative difference 3e-06",
-        "cpu: auc 0.8000 (oracle 0.8400) at step 1000",
-        "cuda: no AUC recorded",
+        "ps-cpu: auc 0.8000 (oracle 0.8400) at step 1000",
+        "ps-cuda: no AUC recorded",
+        "hybrid-cuda: no AUC recorded",
         "bench-ops: no report",
         "run strata, step_ms 12.5",
     ]
