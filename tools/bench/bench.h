@@ -67,7 +67,7 @@ BenchFn SetupStepBench(CLI::App& app);
 // ledger of counted pushes through server kills (updates lost, duplicates applied).
 BenchFn SetupChaosBench(CLI::App& app);
 
-// Shared by the subcommands that run real jobs (defined in pipeline_bench.cc).
+// Shared by the subcommands that run real jobs (bench_jobs.cc).
 // Runs the program `args` names (args[0]: its path; strata-launch, a trainer, a peer script) with
 // OPENBLAS_NUM_THREADS=1, its output to `log`; fails with the log's tail when it exits non-zero.
 Status LaunchJob(const std::vector<std::string>& args, const std::filesystem::path& log);
@@ -86,5 +86,17 @@ Result<JobWorkDir> MakeJobWorkDir(const std::string& name, const std::string& da
                                   const std::function<std::string(const std::string& data_path)>& yaml);
 // Removes the jobs' work directory, or (`keep`) leaves it and says where in `notes`.
 void FinishWorkDir(const std::filesystem::path& work, bool keep, std::vector<std::string>* notes);
+
+// A byte-level gpt's shape, as the subcommands that train or run one take it.
+struct GptShape {
+  int64_t layers = 4, width = 128, heads = 4, context = 128;
+  // The job's `model` section in flow style: {kind: gpt, layers: .., vocab: ..}.
+  std::string ModelYaml(int64_t vocab = 256) const;
+  nlohmann::json ToJson() const;  // for a report's config
+};
+// --layers, --width, --heads and --context, bound to `s` (its values are the defaults shown).
+void AddGptShapeOptions(CLI::App& app, GptShape& s);
+// Whether `python` exists and imports torch (a peer's precondition); its output to `log`.
+bool PythonHasTorch(const std::string& python, const std::filesystem::path& log);
 
 }  // namespace strata::bench

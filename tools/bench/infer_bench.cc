@@ -21,10 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct Options {
-  int layers = 4;
-  int width = 128;
-  int heads = 4;
-  int context = 128;
+  GptShape gpt{4, 128, 4, 128};
   int new_tokens = 64;
   std::string batches = "1,8";
   std::string tps = "1,2";
@@ -37,8 +34,7 @@ struct Options {
 // The job: the model, the data, a checkpoint after one step.
 std::string JobYaml(const Options& o, const std::string& data, const fs::path& work) {
   std::ostringstream y;
-  y << "model: {kind: gpt, layers: " << o.layers << ", heads: " << o.heads << ", width: " << o.width
-    << ", context: " << o.context << "}\n"
+  y << "model: " << o.gpt.ModelYaml() << "\n"
     << "data: {kind: text, path: " << data << ", eval_samples: 256}\n"
     << "optimizer: {kind: adamw, lr: 0.001}\n"
     << "train: {steps: 1, batch_size: 4, log_every: 1, progress: false, checkpoint_dir: " << (work / "ckpt").string()
@@ -87,7 +83,7 @@ Result<Report> RunInferBench(const Options& o) {
   for (const std::string& s : SplitList(o.tps)) tps.push_back(std::atoi(s.c_str()));
   if (batches.empty() || tps.empty()) return Status::InvalidArgument("--batches and --tp must not be empty");
   for (int t : tps) {
-    if (t < 1 || o.heads % t != 0) return Status::InvalidArgument("--tp " + std::to_string(t) + " must divide --heads");
+    if (t < 1 || o.gpt.heads % t != 0) return Status::InvalidArgument("--tp " + std::to_string(t) + " must divide --heads");
   }
   const std::string bin = fs::canonical("/proc/self/exe").parent_path().string();
   char tmpl[] = "/tmp/strata-bench-infer-XXXXXX";
@@ -103,8 +99,7 @@ Result<Report> RunInferBench(const Options& o) {
                                     (work / "model.safetensors").string()},
                                    work / "export.log"));
   std::cerr << "done\n";
-  const bool torch = fs::exists(o.python) &&
-                     LaunchJob({o.python, "-c", "import torch"}, work / "torch-check.log").ok();
+  const bool torch = PythonHasTorch(o.python, work / "torch-check.log");
   const unsigned cpus = std::thread::hardware_concurrency();
   Table table("strata-bench infer: gpt generation with a KV cache (greedy), tokens/s beside PyTorch eager",
               {{"batch", "batch", Table::Format::kInteger},
@@ -126,7 +121,7 @@ Result<Report> RunInferBench(const Options& o) {
       const fs::path log = work / ("torch-b" + std::to_string(batch) + ".log");
       std::cerr << "infer: torch batch " << batch << " ... " << std::flush;
       STRATA_RETURN_IF_ERROR(LaunchJob({o.python, o.script,
-                                        (work / "model.safetensors").string(), std::to_string(o.heads), prompts_json,
+                                        (work / "model.safetensors").string(), std::to_string(o.gpt.heads), prompts_json,
                                         std::to_string(o.new_tokens), "1"},
                                        log)
                                  .WithContext("PyTorch"));
@@ -169,7 +164,7 @@ Result<Report> RunInferBench(const Options& o) {
   }
   Report report;
   report.tables.push_back(std::move(table));
-  report.config = {{"model", {{"layers", o.layers}, {"width", o.width}, {"heads", o.heads}, {"context", o.context}}},
+  report.config = {{"model", o.gpt.ToJson()},
                    {"new_tokens", o.new_tokens}, {"batches", batches}, {"tp", tps}, {"cpus", cpus},
                    {"torch", torch}};
   report.notes = {
@@ -192,10 +187,7 @@ Result<Report> RunInferBench(const Options& o) {
 
 BenchFn SetupInferBench(CLI::App& app) {
   auto o = std::make_shared<Options>();
-  app.add_option("--layers", o->layers, "gpt blocks")->capture_default_str();
-  app.add_option("--width", o->width, "gpt width")->capture_default_str();
-  app.add_option("--heads", o->heads, "gpt attention heads")->capture_default_str();
-  app.add_option("--context", o->context, "gpt context (the cache's positions)")->capture_default_str();
+  AddGptShapeOptions(app, o->gpt);
   app.add_option("--new-tokens", o->new_tokens, "tokens generated after each prompt")->capture_default_str();
   app.add_option("--batches", o->batches, "prompts per generation, comma-separated")->capture_default_str();
   app.add_option("--tp", o->tps, "tensor-parallel ranks, comma-separated")->capture_default_str();

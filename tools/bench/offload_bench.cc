@@ -27,10 +27,7 @@ namespace fs = std::filesystem;
 struct Options {
   int trainers = 2;
   int servers = 2;
-  int layers = 4;
-  int width = 128;
-  int heads = 4;
-  int context = 64;
+  GptShape gpt{4, 128, 4, 64};
   int batch_size = 16;  // global
   int steps = 40;
   int warmup = 2;        // first steps left out of the step time
@@ -44,8 +41,7 @@ struct Options {
 
 std::string JobYaml(const Options& o, const std::string& data_path) {
   std::ostringstream y;
-  y << "model: {kind: gpt, layers: " << o.layers << ", heads: " << o.heads << ", width: " << o.width
-    << ", context: " << o.context << ", vocab: 256}\n"
+  y << "model: " << o.gpt.ModelYaml() << "\n"
     << "data: {kind: text, path: " << data_path << ", eval_samples: 4096}\n"
     << "optimizer: {kind: adamw, lr: " << o.lr << ", beta2: 0.95, weight_decay: 0.01}\n"
     << "train: {steps: " << o.steps << ", batch_size: " << o.batch_size << ", log_every: 1, progress: false}\n"
@@ -190,8 +186,7 @@ Result<Report> RunOffloadBench(const Options& o) {
   report.details = {{"configurations", std::move(details)}};
   report.config = {{"trainers", o.trainers},
                    {"servers", o.servers},
-                   {"model", {{"kind", "gpt"}, {"layers", o.layers}, {"width", o.width}, {"heads", o.heads},
-                              {"context", o.context}, {"vocab", 256}}},
+                   {"model", o.gpt.ToJson()},
                    {"optimizer", {{"kind", "adamw"}, {"lr", o.lr}}},
                    {"batch_size", o.batch_size},
                    {"steps", o.steps},
@@ -231,10 +226,7 @@ BenchFn SetupOffloadBench(CLI::App& app) {
   auto o = std::make_shared<Options>();
   app.add_option("--trainers", o->trainers, "trainer processes")->capture_default_str();
   app.add_option("--servers", o->servers, "server processes (offload modes)")->capture_default_str();
-  app.add_option("--layers", o->layers, "gpt blocks")->capture_default_str();
-  app.add_option("--width", o->width, "gpt width")->capture_default_str();
-  app.add_option("--heads", o->heads, "gpt attention heads")->capture_default_str();
-  app.add_option("--context", o->context, "gpt sequence length")->capture_default_str();
+  AddGptShapeOptions(app, o->gpt);
   app.add_option("--batch-size", o->batch_size, "global batch")->capture_default_str();
   app.add_option("--steps", o->steps, "training steps per mode")->capture_default_str();
   app.add_option("--warmup", o->warmup, "first steps left out of the step time")->capture_default_str();

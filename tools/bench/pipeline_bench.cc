@@ -4,9 +4,6 @@
 // the measured bubble beside the simulator's bubble for the same step's measured F/B/I/W costs
 // and the textbook formula; the peak saved activations per rank beside what the schedule's
 // order implies for the model's per-stage activation sizes (measured in this process).
-#include <fcntl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -29,90 +26,7 @@
 #include "trainer/pipeline/schedules.h"
 #include "trainer/pipeline/simulate.h"
 
-extern char** environ;
-
 namespace strata::bench {
-
-// Where the text comes from: --data, or (when that file is missing) a generated one.
-Result<std::string> TextDataPath(const std::string& data, const std::filesystem::path& dir) {
-  if (std::filesystem::exists(data)) return data;
-  const std::filesystem::path path = dir / "text.txt";
-  std::ofstream out(path);
-  static const char* kWords[] = {"the",        "pipeline", "stage", "sends",     "an",
-                                 "activation", "to",       "its",   "neighbour", "and",
-                                 "waits",      "for",      "a",     "gradient"};
-  uint64_t x = 88172645463325252ull;
-  for (int i = 0; i < 40000; ++i) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    out << kWords[x % std::size(kWords)] << (i % 12 == 11 ? ".\n" : " ");
-  }
-  if (!out) return Status::IOError("cannot write " + path.string());
-  return path.string();
-}
-
-// A fresh work directory holding the text data and the job file (bench.h).
-Result<JobWorkDir> MakeJobWorkDir(const std::string& name, const std::string& data,
-                                  const std::function<std::string(const std::string& data_path)>& yaml) {
-  JobWorkDir d;
-  d.launch = std::filesystem::canonical("/proc/self/exe").parent_path().string() + "/strata-launch";
-  if (!std::filesystem::exists(d.launch)) return Status::NotFound(d.launch + " (build the strata-launch target)");
-  std::string tmpl = "/tmp/strata-bench-" + name + "-XXXXXX";
-  if (!mkdtemp(tmpl.data())) return Status::IOError(std::string("mkdtemp: ") + std::strerror(errno));
-  d.work = tmpl;
-  STRATA_ASSIGN_OR_RETURN(d.data_path, TextDataPath(data, d.work));
-  d.job_path = d.work / "job.yaml";
-  std::ofstream out(d.job_path);
-  out << yaml(d.data_path);
-  if (!out) return Status::IOError("cannot write " + d.job_path.string());
-  return d;
-}
-
-void FinishWorkDir(const std::filesystem::path& work, bool keep, std::vector<std::string>* notes) {
-  if (keep) {
-    notes->push_back("work directory kept: " + work.string());
-    return;
-  }
-  std::error_code ec;
-  std::filesystem::remove_all(work, ec);
-}
-
-Status LaunchJob(const std::vector<std::string>& args, const std::filesystem::path& log) {
-  std::vector<std::string> env_text = {"OPENBLAS_NUM_THREADS=1"};
-  for (char** e = environ; *e; ++e) {
-    if (std::string_view(*e).starts_with("OPENBLAS_NUM_THREADS=")) continue;
-    env_text.push_back(*e);
-  }
-  std::vector<char*> argv, envp;
-  std::vector<std::string> args_copy = args;
-  for (auto& a : args_copy) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : env_text) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  const std::string log_path = log.string();
-  // Everything the child needs is built above: between fork and exec it only calls
-  // async-signal-safe functions.
-  const pid_t pid = fork();
-  if (pid < 0) return Status::IOError(std::string("fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-    }
-    execve(argv[0], argv.data(), envp.data());
-    _exit(127);
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status::OK();
-  std::ifstream in(log);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (text.size() > 3000) text = "..." + text.substr(text.size() - 3000);
-  return Status::Internal(std::filesystem::path(args[0]).filename().string() + " exited with status " +
-                          std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + " (log " +
-                          log_path + "):\n" + text);
-}
 
 namespace {
 
@@ -123,10 +37,7 @@ struct Options {
   std::string pp = "2,4";
   std::string micro_batches = "4,8,16";
   std::string schedules = "gpipe,1f1b,interleaved,zb-h1,zbv";
-  int layers = 8;
-  int width = 128;
-  int heads = 4;
-  int context = 64;
+  GptShape gpt{8, 128, 4, 64};
   int batch_size = 8;  // samples per micro-batch
   int steps = 12;
   int warmup = 2;  // first steps left out of every figure
@@ -153,8 +64,7 @@ int VppOf(ScheduleKind kind) {
 
 std::string JobYaml(const Options& o, const std::string& data_path) {
   std::ostringstream y;
-  y << "model:\n  kind: gpt\n  layers: " << o.layers << "\n  heads: " << o.heads
-    << "\n  width: " << o.width << "\n  context: " << o.context << "\n  vocab: 256\n"
+  y << "model: " << o.gpt.ModelYaml() << "\n"
     << "data:\n  kind: text\n  path: " << data_path << "\n  eval_samples: 1024\n"
     << "optimizer:\n  kind: adamw\n  lr: 0.001\n"
     << "train:\n  steps: " << o.steps << "\n  batch_size: " << o.batch_size
@@ -618,12 +528,7 @@ Result<Report> RunPipelineBench(const Options& o) {
   report.config = {{"pp", pps},
                    {"micro_batches", ms},
                    {"schedules", SplitList(o.schedules)},
-                   {"model",
-                    {{"kind", "gpt"},
-                     {"layers", o.layers},
-                     {"width", o.width},
-                     {"heads", o.heads},
-                     {"context", o.context}}},
+                   {"model", o.gpt.ToJson()},
                    {"batch_size", o.batch_size},
                    {"steps", o.steps},
                    {"warmup", o.warmup},
@@ -682,10 +587,7 @@ BenchFn SetupPipelineBench(CLI::App& app) {
   app.add_option("--schedules", o->schedules,
                  "gpipe, 1f1b, interleaved (vpp 2), zb-h1, zbv (vpp 2)")
       ->capture_default_str();
-  app.add_option("--layers", o->layers, "gpt blocks")->capture_default_str();
-  app.add_option("--width", o->width, "gpt width")->capture_default_str();
-  app.add_option("--heads", o->heads, "gpt attention heads")->capture_default_str();
-  app.add_option("--context", o->context, "gpt sequence length")->capture_default_str();
+  AddGptShapeOptions(app, o->gpt);
   app.add_option("--batch-size", o->batch_size, "samples per micro-batch")->capture_default_str();
   app.add_option("--steps", o->steps, "training steps per configuration")->capture_default_str();
   app.add_option("--warmup", o->warmup, "first steps left out")->capture_default_str();

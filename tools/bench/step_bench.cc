@@ -16,8 +16,8 @@
 #include <sstream>
 #include <thread>
 
-#include "tools/bench/bench.h"
 #include "common/dtype.h"
+#include "tools/bench/bench.h"
 
 namespace strata::bench {
 namespace {
@@ -26,7 +26,8 @@ namespace fs = std::filesystem;
 
 struct Options {
   std::string device = "cpu";
-  int64_t layers = 4, width = 256, heads = 4, context = 128, batch = 8, vocab = 256;
+  GptShape gpt{4, 256, 4, 128};
+  int64_t batch = 8, vocab = 256;
   int steps = 20, warmup = 5;
   double peak_tflops = 0;  // 0: on the CPU, measure OpenBLAS SGEMM; on a GPU, no MFU column
   std::string data = "/usr/share/common-licenses/GPL-3";
@@ -37,10 +38,9 @@ struct Options {
 
 std::string JobYaml(const Options& o, const std::string& data, const fs::path& work) {
   std::ostringstream y;
-  y << "model: {kind: gpt, layers: " << o.layers << ", heads: " << o.heads << ", width: " << o.width
-    << ", context: " << o.context << ", vocab: " << o.vocab << "}\n"
+  y << "model: " << o.gpt.ModelYaml(o.vocab) << "\n"
     // The smallest held-out tail the text source takes: the run evaluates once, at its end.
-    << "data: {kind: text, path: " << data << ", eval_samples: " << o.context + 1 << "}\n"
+    << "data: {kind: text, path: " << data << ", eval_samples: " << o.gpt.context + 1 << "}\n"
     << "optimizer: {kind: adamw, lr: 0.0001, beta2: 0.95, weight_decay: 0.01}\n"
     << "train: {steps: " << o.steps << ", batch_size: " << o.batch << ", log_every: 1, progress: false, device: \""
     << o.device << "\", metrics_path: " << (work / "metrics.jsonl").string() << "}\n"
@@ -74,9 +74,9 @@ Result<double> MedianStepSeconds(const fs::path& metrics, int warmup) {
 // every matrix product (blocks, final norm and head; embeddings are lookups) and 12 L C T for
 // attention's scores and weighted sum over the whole context.
 double FlopsPerToken(const Options& o) {
-  const double c = static_cast<double>(o.width), l = static_cast<double>(o.layers);
+  const double c = static_cast<double>(o.gpt.width), l = static_cast<double>(o.gpt.layers);
   const double weights = l * (12 * c * c + 13 * c) + 2 * c + c * static_cast<double>(o.vocab);
-  return 6 * weights + 12 * l * c * static_cast<double>(o.context);
+  return 6 * weights + 12 * l * c * static_cast<double>(o.gpt.context);
 }
 
 // The trainer's "model has N parameters" (0 when the log does not say).
@@ -112,7 +112,7 @@ double SgemmFlops() {
 Result<Report> RunStepBench(const Options& o) {
   STRATA_ASSIGN_OR_RETURN(const Device device, ParseDevice(o.device));
   if (o.warmup < 1 || o.steps <= o.warmup) return Status::InvalidArgument("--warmup must be at least 1 and below --steps");
-  if (o.heads <= 0 || o.width % o.heads != 0) return Status::InvalidArgument("--heads must divide --width");
+  if (o.gpt.heads <= 0 || o.gpt.width % o.gpt.heads != 0) return Status::InvalidArgument("--heads must divide --width");
   const std::string bin = fs::canonical("/proc/self/exe").parent_path().string();
   char tmpl[] = "/tmp/strata-bench-step-XXXXXX";
   if (!mkdtemp(tmpl)) return Status::IOError(std::string("mkdtemp: ") + std::strerror(errno));
@@ -135,13 +135,13 @@ Result<Report> RunStepBench(const Options& o) {
   const int64_t params = ParamsInLog(work / "strata.log");
   std::cerr << "done\n";
 
-  const bool torch = fs::exists(o.python) && LaunchJob({o.python, "-c", "import torch"}, work / "torch-check.log").ok();
+  const bool torch = PythonHasTorch(o.python, work / "torch-check.log");
   nlohmann::json peer;
   if (torch) {
     std::cerr << "step: PyTorch eager on " << o.device << " ... " << std::flush;
     std::vector<std::string> args = {o.python, o.script};
     const std::vector<std::pair<const char*, int64_t>> shape = {
-        {"--layers", o.layers}, {"--width", o.width}, {"--heads", o.heads}, {"--context", o.context},
+        {"--layers", o.gpt.layers}, {"--width", o.gpt.width}, {"--heads", o.gpt.heads}, {"--context", o.gpt.context},
         {"--batch", o.batch},   {"--vocab", o.vocab}, {"--steps", o.steps}, {"--warmup", o.warmup}};
     for (const auto& [flag, value] : shape) args.insert(args.end(), {flag, std::to_string(value)});
     args.insert(args.end(), {"--device", o.device});
@@ -156,7 +156,7 @@ Result<Report> RunStepBench(const Options& o) {
     }
   }
 
-  const double tokens = static_cast<double>(o.batch * o.context);
+  const double tokens = static_cast<double>(o.batch * o.gpt.context);
   const double flops = FlopsPerToken(o) * tokens;
   Table table("strata-bench step: gpt training steps (forward, backward, AdamW) beside PyTorch eager",
               {{"run", "run", Table::Format::kText},
@@ -178,8 +178,7 @@ Result<Report> RunStepBench(const Options& o) {
   report.tables.push_back(std::move(table));
   const unsigned cpus = std::thread::hardware_concurrency();
   report.config = {{"device", o.device},
-                   {"model", {{"layers", o.layers}, {"width", o.width}, {"heads", o.heads}, {"context", o.context},
-                              {"vocab", o.vocab}}},
+                   {"model", o.gpt.ToJson()}, {"vocab", o.vocab},
                    {"params", params}, {"batch", o.batch}, {"steps", o.steps}, {"warmup", o.warmup}, {"flops_per_token", FlopsPerToken(o)},
                    {"peak_flops", peak}, {"peak", peak_what}, {"torch", torch ? peer : nlohmann::json()}, {"cpus", cpus}};
   report.notes = {
@@ -204,10 +203,7 @@ Result<Report> RunStepBench(const Options& o) {
 BenchFn SetupStepBench(CLI::App& app) {
   auto o = std::make_shared<Options>();
   app.add_option("--device", o->device, "cpu or cuda[:N] (train.device)")->capture_default_str();
-  app.add_option("--layers", o->layers, "gpt blocks")->capture_default_str();
-  app.add_option("--width", o->width, "gpt width")->capture_default_str();
-  app.add_option("--heads", o->heads, "gpt attention heads")->capture_default_str();
-  app.add_option("--context", o->context, "gpt context")->capture_default_str();
+  AddGptShapeOptions(app, o->gpt);
   app.add_option("--batch", o->batch, "sequences per step")->capture_default_str();
   app.add_option("--vocab", o->vocab, "gpt vocabulary (the text is bytes; a larger one costs its head)")
       ->capture_default_str();
