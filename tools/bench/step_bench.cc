@@ -70,9 +70,9 @@ Result<double> MedianStepSeconds(const fs::path& metrics, int warmup) {
   return Median(steps);
 }
 
-// Model FLOPs of one token's forward and backward (PaLM's and nanoGPT's count): 6 per weight of
-// every matrix product (blocks, final norm and head; embeddings are lookups) and 12 L C T for
-// attention's scores and weighted sum over the whole context.
+// Model FLOPs of one token's forward and backward (PaLM's and nanoGPT's count): 6 per parameter
+// outside the embeddings (which are lookups, not products: the blocks, the final norm, the head)
+// and 12 L C T for attention's scores and weighted sum over the whole context.
 double FlopsPerToken(const Options& o) {
   const double c = static_cast<double>(o.gpt.width), l = static_cast<double>(o.gpt.layers);
   const double weights = l * (12 * c * c + 13 * c) + 2 * c + c * static_cast<double>(o.vocab);
@@ -188,7 +188,7 @@ Result<Report> RunStepBench(const Options& o) {
           " of the wall time between consecutive metrics lines (data, forward, backward, AdamW, the line).",
       "torch: tools/bench/torch_gpt_train.py, the same architecture and shapes in fp32 on random tokens, "
       "AdamW, the median of the same steps; on the CPU torch.set_num_threads(1).",
-      "TFLOP/s: model FLOPs (6 per weight of the matrix products per token, plus 12 L C T for attention; " +
+      "TFLOP/s: model FLOPs (6 per parameter outside the embeddings per token, plus 12 L C T for attention; " +
           std::to_string(static_cast<int64_t>(FlopsPerToken(o))) +
           " per token) over the step time; MFU: over the peak (" + peak_what + ").",
       torch ? "PyTorch " + peer["torch"].get<std::string>() + " at " + o.python
