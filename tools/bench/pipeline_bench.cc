@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "tools/bench/bench.h"
+#include "tools/bench/pipeline_timings.h"
 #include "tools/job_config.h"
 #include "trainer/models/model.h"
 #include "trainer/parallel/plan.h"
@@ -172,99 +173,6 @@ int64_t TheoryPeakBytes(const std::vector<pipeline::TimedAction>& order, const S
   return peak;
 }
 
-// How much the same action varies within a step: the coefficient of variation of the durations
-// of each (kind, stage), averaged over those with at least two. On a quiet host a few percent;
-// much more means the ranks were preempted (other processes, or more ranks than cores).
-double ActionSpread(const std::vector<std::vector<pipeline::TimedAction>>& ranks) {
-  std::map<std::pair<int, int>, std::vector<double>> by_kind;
-  for (const auto& rank : ranks) {
-    for (const pipeline::TimedAction& t : rank) {
-      by_kind[{static_cast<int>(t.action.kind), t.action.stage}].push_back(t.end - t.start);
-    }
-  }
-  double sum = 0;
-  int n = 0;
-  for (const auto& [key, d] : by_kind) {
-    if (d.size() < 2) continue;
-    double mean = 0, var = 0;
-    for (double x : d) mean += x / d.size();
-    for (double x : d) var += (x - mean) * (x - mean) / (d.size() - 1);
-    if (mean > 0) sum += std::sqrt(var) / mean, ++n;
-  }
-  return n ? sum / n : 0;
-}
-
-// The one-way latency of a hand-off between neighbouring ranks in one step, in microseconds,
-// estimated without a common clock: for each ordered pair of ranks (a, b), the least gap from
-// the end of an action on a to the start of the action on b that needed its output (a
-// consumer that was already waiting) is latency + (b's clock - a's clock); the offsets cancel
-// in the mean of (a, b) and (b, a). Averaged over the pairs that hand off both ways; 0 if none.
-double HandoffLatency(const std::vector<std::vector<pipeline::TimedAction>>& ranks) {
-  using pipeline::ActionKind;
-  struct Run {
-    int rank;
-    double start, end;
-  };
-  // (forward?, stage, micro) -> where and when it ran; backward: B or I (they pass dx on).
-  std::map<std::tuple<bool, int, int>, Run> runs;
-  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
-    for (const pipeline::TimedAction& t : ranks[r]) {
-      if (t.action.kind == ActionKind::kBackwardWeight) continue;
-      runs[{t.action.kind == ActionKind::kForward, t.action.stage, t.action.micro}] = {r, t.start,
-                                                                                       t.end};
-    }
-  }
-  std::map<std::pair<int, int>, double> least;  // (producer rank, consumer rank) -> least gap
-  for (const auto& [key, consumer] : runs) {
-    const auto [forward, stage, micro] = key;
-    const int from = forward ? stage - 1 : stage + 1;
-    auto producer = runs.find({forward, from, micro});
-    if (producer == runs.end() || producer->second.rank == consumer.rank) continue;
-    const auto pair = std::make_pair(producer->second.rank, consumer.rank);
-    const double gap = consumer.start - producer->second.end;
-    auto [it, fresh] = least.emplace(pair, gap);
-    if (!fresh) it->second = std::min(it->second, gap);
-  }
-  double sum = 0;
-  int n = 0;
-  for (const auto& [pair, gap] : least) {
-    if (pair.first > pair.second) continue;
-    auto back = least.find({pair.second, pair.first});
-    if (back == least.end()) continue;
-    sum += std::max(0.0, (gap + back->second) / 2);
-    ++n;
-  }
-  return n ? sum / n : 0;
-}
-
-// Idle time no neighbour caused, in microseconds: the gaps before actions whose inputs were
-// all made on the same rank (an F of stage 0, a backward of the last stage, every W, the turn
-// of zbv's V), which could start as soon as the action before them ended. Executor overhead and
-// the OS running something else on the core; the simulator has no such time.
-double UnforcedIdle(ScheduleKind kind, const pipeline::PipelineShape& shape,
-                    const std::vector<std::vector<pipeline::TimedAction>>& ranks) {
-  using pipeline::ActionKind;
-  const int last = shape.num_stages() - 1;
-  double idle = 0;
-  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
-    double prev_end = 0;
-    for (const pipeline::TimedAction& t : ranks[r]) {
-      const pipeline::Action& a = t.action;
-      int from = -1;  // the stage whose output this action takes
-      if (a.kind == ActionKind::kForward && a.stage > 0) from = a.stage - 1;
-      if ((a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardInput) &&
-          a.stage < last) {
-        from = a.stage + 1;
-      }
-      if (from < 0 || pipeline::RankOfStage(kind, shape, from) == r) {
-        idle += std::max(0.0, t.start - prev_end);
-      }
-      prev_end = t.end;
-    }
-  }
-  return idle;
-}
-
 // The figures of one configuration.
 struct Figures {
   int pp = 0, m = 0, vpp = 1;
@@ -272,7 +180,26 @@ struct Figures {
   double measured = 0, unforced = 0, simulated = 0, sim_comm = 0, sim_each = 0, handoff_ms = 0, textbook = 0,
          step_ms = 0, spread = 0, load = 0;
   int steps = 0;
+  // Per global stage, the median over steps of the stage's mean action time, in ms (B when
+  // backward is fused; I and W when it is split).
+  std::vector<double> f_ms, b_ms, i_ms, w_ms;
 };
+
+// zb-h1's simulated bubble over 1f1b's if every stage took the zb-h1 run's mean F, I and W
+// (what the schedule gives without the stages' imbalance; the textbook's 1/3 needs F = I = W).
+double BalancedZbH1Ratio(const Figures& zb) {
+  auto mean = [](const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return v.empty() ? 0 : s / v.size();
+  };
+  pipeline::Costs c;
+  c.f = mean(zb.f_ms), c.i = mean(zb.i_ms), c.w = mean(zb.w_ms), c.b = c.i + c.w;
+  const pipeline::PipelineShape shape{zb.pp, 1, zb.m};
+  auto zb_sim = pipeline::Simulate(ScheduleKind::kZbH1, shape, c);
+  auto one_sim = pipeline::Simulate(ScheduleKind::k1F1B, shape, c);
+  return zb_sim.ok() && one_sim.ok() && one_sim->bubble > 0 ? zb_sim->bubble / one_sim->bubble : 0;
+}
 
 Result<Report> RunPipelineBench(const Options& o) {
   std::vector<int> pps, ms;
@@ -332,6 +259,15 @@ Result<Report> RunPipelineBench(const Options& o) {
                 {"meas/theory", "ratio", Table::Format::kFixed2},
                 {"live", "peak_live", Table::Format::kInteger},
                 {"sim live", "sim_peak_live", Table::Format::kInteger}});
+  Table stage_costs("measured action times per stage (ms, medians over steps)",
+                    {{"pp", "pp", Table::Format::kInteger},
+                     {"m", "micro_batches", Table::Format::kInteger},
+                     {"schedule", "schedule", Table::Format::kText},
+                     {"stage", "stage", Table::Format::kInteger},
+                     {"F", "f_ms", Table::Format::kFixed2},
+                     {"B", "b_ms", Table::Format::kFixed2},
+                     {"I", "i_ms", Table::Format::kFixed2},
+                     {"W", "w_ms", Table::Format::kFixed2}});
   std::vector<Figures> results;
   nlohmann::json details = nlohmann::json::array();
   const unsigned cpus = std::thread::hardware_concurrency();
@@ -384,8 +320,11 @@ Result<Report> RunPipelineBench(const Options& o) {
         STRATA_ASSIGN_OR_RETURN(StageBytes stage_bytes, ProbeStageBytes(job.trainer, plan));
         STRATA_ASSIGN_OR_RETURN(pipeline::Simulation order, pipeline::Simulate(kind, shape, {}));
 
-        Figures r{pp, m, vpp, kind};
+        Figures r;
+        r.pp = pp, r.m = m, r.vpp = vpp, r.kind = kind;
         std::vector<double> measured, unforced, simulated, sim_comm, sim_each, handoff_ms, step_ms, spread;
+        const int stages = shape.num_stages();
+        std::vector<std::vector<double>> f_ms(stages), b_ms(stages), i_ms(stages), w_ms(stages);
         std::vector<int64_t> peak_saved(pp, 0);
         std::vector<int> peak_live(pp, 0);
         nlohmann::json per_step = nlohmann::json::array();
@@ -400,7 +339,11 @@ Result<Report> RunPipelineBench(const Options& o) {
             peak_live[k] = std::max(peak_live[k], ranks[k].peak_live);
             actions.push_back(ranks[k].actions);
           }
-          const pipeline::Costs costs = pipeline::MeasuredCosts(actions, shape.num_stages());
+          const pipeline::Costs costs = pipeline::MeasuredCosts(actions, stages);
+          for (int st = 0; st < stages; ++st) {
+            f_ms[st].push_back(costs.F(st) / 1e3), b_ms[st].push_back(costs.B(st) / 1e3);
+            i_ms[st].push_back(costs.I(st) / 1e3), w_ms[st].push_back(costs.W(st) / 1e3);
+          }
           STRATA_ASSIGN_OR_RETURN(pipeline::Simulation sim, pipeline::Simulate(kind, shape, costs));
           // The simulator's definition: idle over pp x the step's makespan. The ranks leave a step
           // together (the loss is summed over the pipeline at its end), so the slowest rank's
@@ -442,6 +385,14 @@ Result<Report> RunPipelineBench(const Options& o) {
         r.step_ms = Median(step_ms);
         r.steps = static_cast<int>(measured.size());
         r.spread = Median(spread);
+        const bool split = kind == ScheduleKind::kZbH1 || kind == ScheduleKind::kZbv;
+        for (int st = 0; st < stages; ++st) {
+          r.f_ms.push_back(Median(f_ms[st])), r.b_ms.push_back(Median(b_ms[st]));
+          r.i_ms.push_back(Median(i_ms[st])), r.w_ms.push_back(Median(w_ms[st]));
+          stage_costs.AddRow({pp, m, name, st, r.f_ms.back(), r.b_ms.back(),
+                              split ? nlohmann::json(r.i_ms.back()) : nlohmann::json(),
+                              split ? nlohmann::json(r.w_ms.back()) : nlohmann::json()});
+        }
         double load[3] = {0, 0, 0};
         getloadavg(load, 3);
         r.load = load[0];
@@ -488,9 +439,9 @@ Result<Report> RunPipelineBench(const Options& o) {
     }
     return nullptr;
   };
-  auto fmt = [](const char* f, double a, double b, double c = 0, double d = 0) {
-    char text[160];
-    std::snprintf(text, sizeof(text), f, a, b, c, d);
+  auto fmt = [](const char* f, double a, double b, double c = 0, double d = 0, double e = 0) {
+    char text[200];
+    std::snprintf(text, sizeof(text), f, a, b, c, d, e);
     return std::string(text);
   };
   auto within = [](double measured, double simulated) {
@@ -509,8 +460,8 @@ Result<Report> RunPipelineBench(const Options& o) {
     const Figures* il = find(m, ScheduleKind::kInterleaved);
     if (one && zb) {
       goals.AddRow({"zb-h1 bubble <= 1f1b's / 2", m,
-                    fmt("%.3f vs %.3f / 2 (simulated %.3f vs %.3f / 2)", zb->measured,
-                        one->measured, zb->simulated, one->simulated),
+                    fmt("%.3f vs %.3f / 2 (simulated %.3f vs %.3f / 2; balanced stages %.2f)", zb->measured,
+                        one->measured, zb->simulated, one->simulated, BalancedZbH1Ratio(*zb)),
                     zb->measured <= one->measured / 2 ? "PASS" : "FAIL", nullptr, nullptr});
     }
     if (one && il) {
@@ -522,6 +473,7 @@ Result<Report> RunPipelineBench(const Options& o) {
   }
 
   report.tables.push_back(std::move(bubbles));
+  report.tables.push_back(std::move(stage_costs));
   report.tables.push_back(std::move(memory));
   report.tables.push_back(std::move(goals));
   report.details = {{"configurations", std::move(details)}};
