@@ -473,9 +473,9 @@ Result<Report> RunPipelineBench(const Options& o) {
   }
 
   report.tables.push_back(std::move(bubbles));
-  report.tables.push_back(std::move(stage_costs));
   report.tables.push_back(std::move(memory));
   report.tables.push_back(std::move(goals));
+  report.tables.push_back(std::move(stage_costs));
   report.details = {{"configurations", std::move(details)}};
   report.config = {{"pp", pps},
                    {"micro_batches", ms},
