@@ -69,7 +69,8 @@ BenchFn SetupChaosBench(CLI::App& app);
 
 // Shared by the subcommands that run real jobs (bench_jobs.cc).
 // Runs the program `args` names (args[0]: its path; strata-launch, a trainer, a peer script) with
-// OPENBLAS_NUM_THREADS=1, its output to `log`; fails with the log's tail when it exits non-zero.
+// OPENBLAS_NUM_THREADS=1 (a ChildProcess), its output to `log`, and waits for it; fails with the
+// log's tail when it exits non-zero (128 + the signal that killed it).
 Status LaunchJob(const std::vector<std::string>& args, const std::filesystem::path& log);
 // `data` when that file exists, else a generated text file in `dir`.
 Result<std::string> TextDataPath(const std::string& data, const std::filesystem::path& dir);

@@ -1,20 +1,17 @@
 // bench_jobs.cc: what the subcommands that run real jobs share (bench.h): the text they train on,
 // their work directory, launching a program with its output in a log, the gpt shape flags, and
 // whether a Python has PyTorch for a peer.
-#include <fcntl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <CLI/CLI.hpp>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "tools/bench/bench.h"
-
-extern char** environ;
+#include "tools/bench/child_process.h"
 
 namespace strata::bench {
 
@@ -62,41 +59,17 @@ void FinishWorkDir(const std::filesystem::path& work, bool keep, std::vector<std
 }
 
 Status LaunchJob(const std::vector<std::string>& args, const std::filesystem::path& log) {
-  std::vector<std::string> env_text = {"OPENBLAS_NUM_THREADS=1"};
-  for (char** e = environ; *e; ++e) {
-    if (std::string_view(*e).starts_with("OPENBLAS_NUM_THREADS=")) continue;
-    env_text.push_back(*e);
+  std::ofstream(log, std::ios::trunc);  // a fresh log: ChildProcess appends
+  STRATA_ASSIGN_OR_RETURN(auto child, ChildProcess::Start(args, log.string()));
+  int code;
+  while ((code = child->Wait(std::chrono::hours(1))) < 0) {
   }
-  std::vector<char*> argv, envp;
-  std::vector<std::string> args_copy = args;
-  for (auto& a : args_copy) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : env_text) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  const std::string log_path = log.string();
-  // Everything the child needs is built above: between fork and exec it only calls
-  // async-signal-safe functions.
-  const pid_t pid = fork();
-  if (pid < 0) return Status::IOError(std::string("fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-    }
-    execve(argv[0], argv.data(), envp.data());
-    _exit(127);
-  }
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status::OK();
+  if (code == 0) return Status::OK();
   std::ifstream in(log);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (text.size() > 3000) text = "..." + text.substr(text.size() - 3000);
   return Status::Internal(std::filesystem::path(args[0]).filename().string() + " exited with status " +
-                          std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + " (log " +
-                          log_path + "):\n" + text);
+                          std::to_string(code) + " (log " + log.string() + "):\n" + text);
 }
 
 std::string GptShape::ModelYaml(int64_t vocab) const {
