@@ -93,7 +93,7 @@ struct GptShape {
   int64_t layers = 4, width = 128, heads = 4, context = 128;
   // The job's `model` section in flow style: {kind: gpt, layers: .., vocab: ..}.
   std::string ModelYaml(int64_t vocab = 256) const;
-  nlohmann::json ToJson() const;  // for a report's config
+  nlohmann::json ToJson(int64_t vocab = 256) const;  // for a report's config
 };
 // --layers, --width, --heads and --context, bound to `s` (its values are the defaults shown).
 void AddGptShapeOptions(CLI::App& app, GptShape& s);

@@ -79,8 +79,8 @@ std::string GptShape::ModelYaml(int64_t vocab) const {
   return y.str();
 }
 
-nlohmann::json GptShape::ToJson() const {
-  return {{"kind", "gpt"}, {"layers", layers}, {"width", width}, {"heads", heads}, {"context", context}};
+nlohmann::json GptShape::ToJson(int64_t vocab) const {
+  return {{"kind", "gpt"}, {"layers", layers}, {"width", width}, {"heads", heads}, {"context", context}, {"vocab", vocab}};
 }
 
 void AddGptShapeOptions(CLI::App& app, GptShape& s) {

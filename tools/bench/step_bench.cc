@@ -6,9 +6,7 @@
 #include <cblas.h>
 
 #include <CLI/CLI.hpp>
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -36,14 +34,16 @@ struct Options {
   bool keep = false;
 };
 
-std::string JobYaml(const Options& o, const std::string& data, const fs::path& work) {
+// The job; its metrics path is set on the trainer's command line (the work directory is made
+// after this text is asked for).
+std::string JobYaml(const Options& o, const std::string& data) {
   std::ostringstream y;
   y << "model: " << o.gpt.ModelYaml(o.vocab) << "\n"
     // The smallest held-out tail the text source takes: the run evaluates once, at its end.
     << "data: {kind: text, path: " << data << ", eval_samples: " << o.gpt.context + 1 << "}\n"
     << "optimizer: {kind: adamw, lr: 0.0001, beta2: 0.95, weight_decay: 0.01}\n"
     << "train: {steps: " << o.steps << ", batch_size: " << o.batch << ", log_every: 1, progress: false, device: \""
-    << o.device << "\", metrics_path: " << (work / "metrics.jsonl").string() << "}\n"
+    << o.device << "\"}\n"
     << "sync: {mode: local}\n";
   return y.str();
 }
@@ -113,13 +113,11 @@ Result<Report> RunStepBench(const Options& o) {
   STRATA_ASSIGN_OR_RETURN(const Device device, ParseDevice(o.device));
   if (o.warmup < 1 || o.steps <= o.warmup) return Status::InvalidArgument("--warmup must be at least 1 and below --steps");
   if (o.gpt.heads <= 0 || o.gpt.width % o.gpt.heads != 0) return Status::InvalidArgument("--heads must divide --width");
-  const std::string bin = fs::canonical("/proc/self/exe").parent_path().string();
-  char tmpl[] = "/tmp/strata-bench-step-XXXXXX";
-  if (!mkdtemp(tmpl)) return Status::IOError(std::string("mkdtemp: ") + std::strerror(errno));
-  const fs::path work = tmpl;
-  STRATA_ASSIGN_OR_RETURN(const std::string data, TextDataPath(o.data, work));
-  const fs::path job = work / "job.yaml";
-  std::ofstream(job) << JobYaml(o, data, work);
+  STRATA_ASSIGN_OR_RETURN(const JobWorkDir dir, MakeJobWorkDir("step", o.data, [&](const std::string& data) {
+                            return JobYaml(o, data);
+                          }));
+  const fs::path& work = dir.work;
+  const std::string trainer = fs::path(dir.launch).parent_path().string() + "/strata-trainer";
   Stopwatch total;
   // The CPU's bound first, while nothing else of this run is on the cores.
   double peak = o.peak_tflops * 1e12;
@@ -130,7 +128,9 @@ Result<Report> RunStepBench(const Options& o) {
   }
 
   std::cerr << "step: strata on " << o.device << " ... " << std::flush;
-  STRATA_RETURN_IF_ERROR(LaunchJob({bin + "/strata-trainer", "-c", job.string()}, work / "strata.log"));
+  STRATA_RETURN_IF_ERROR(LaunchJob({trainer, "-c", dir.job_path.string(), "--set",
+                                    "train.metrics_path=" + (work / "metrics.jsonl").string()},
+                                   work / "strata.log"));
   STRATA_ASSIGN_OR_RETURN(const double ours_s, MedianStepSeconds(work / "metrics.jsonl", o.warmup));
   const int64_t params = ParamsInLog(work / "strata.log");
   std::cerr << "done\n";
@@ -178,7 +178,7 @@ Result<Report> RunStepBench(const Options& o) {
   report.tables.push_back(std::move(table));
   const unsigned cpus = std::thread::hardware_concurrency();
   report.config = {{"device", o.device},
-                   {"model", o.gpt.ToJson()}, {"vocab", o.vocab},
+                   {"model", o.gpt.ToJson(o.vocab)},
                    {"params", params}, {"batch", o.batch}, {"steps", o.steps}, {"warmup", o.warmup}, {"flops_per_token", FlopsPerToken(o)},
                    {"peak_flops", peak}, {"peak", peak_what}, {"torch", torch ? peer : nlohmann::json()}, {"cpus", cpus}};
   report.notes = {
