@@ -34,8 +34,8 @@ struct Options {
   bool keep = false;
 };
 
-// The job; its metrics path is set on the trainer's command line (the work directory is made
-// after this text is asked for).
+// The job; its metrics path, in the work directory, is set on the trainer's command line
+// (MakeJobWorkDir hands the job's text only the data path).
 std::string JobYaml(const Options& o, const std::string& data) {
   std::ostringstream y;
   y << "model: " << o.gpt.ModelYaml(o.vocab) << "\n"
