@@ -237,9 +237,22 @@ struct MigrateRows {
   # chunks of an older one are refused.
   copy @6 :UInt64;
   # A stateTransfer's last chunk: the shard's BSP tables as they stand between clocks (each
-  # table's applied clock and its accumulations not applied yet). Payloads after the rows' and
-  # push ids': one f32 per entry, the entry's sums one after another.
+  # table's applied clock and its accumulations not applied yet); a migration's last chunk: the
+  # same for the moving rows only (their accumulations leave the sender with them). Payloads
+  # after the rows' and push ids': one f32 per BspState, its entries' sums one after another.
   bsp @7 :List(BspState);
+  # Elastic BSP, a joining server's last chunk from each older server: that server's record of
+  # the clocks it has not applied (who split each step, who clocked it) and the trainer ranks it
+  # counts as dead, so the joining server completes the clocks whose messages reached only the
+  # older server (ps/clock_members.h). The same fields in a leave's hand-over are ignored.
+  clockMembers @8 :List(ClockMembersRecord);
+  deadRanks @9 :List(UInt32);
+}
+
+struct ClockMembersRecord {
+  clock @0 :Int64;
+  members @1 :List(UInt32);   # trainer ranks that split the step, ascending
+  clocked @2 :List(UInt32);   # those whose clock message arrived, in arrival order
 }
 
 # One BSP table's state on a server: the clocks applied, and per accumulation of a later clock
@@ -252,6 +265,10 @@ struct BspState {
   keys @3 :List(UInt64);
   pushes @4 :List(UInt32);
   lrs @5 :List(Float32);
+  # Elastic BSP (cluster.elastic): per entry, 0 for an accumulation of the clock's sums, or the
+  # node id + 1 of the trainer whose push it is, not yet folded in by that trainer's clock
+  # message (PsServer::Table::staged). Empty: every entry is a sum.
+  stagedBy @6 :List(UInt32);
 }
 
 struct TrainerClock {
@@ -272,6 +289,11 @@ struct ClockRequest {
   # of them). The server completes the clock once each of them clocked it or was declared dead:
   # a trainer that dies mid-step is left out of the clocks it did not finish.
   memberRanks @3 :List(UInt32);
+  # Elastic servers: how many server ranks the sender's layout counts (0: not stated). A server
+  # whose layout counts more refuses the message as moved (kLayoutMoved) before counting it: the
+  # trainer has not seen a joining server yet, and sends the clock again to every server of its
+  # refreshed layout, the joining one included.
+  servers @4 :UInt32;
 }
 
 # trainer -> every server, after its pushes of clock `clock` were acknowledged: the sum of the

@@ -441,28 +441,55 @@ std::optional<std::chrono::steady_clock::time_point> PsClient::CompletedAt(const
 
 Status PsClient::Clock(float grad_scale) {
   STRATA_RETURN_IF_ERROR(Connect());
-  STRATA_RETURN_IF_ERROR(GrowLayout());
-  PsTicket ticket;
   const int64_t clock = clock_;
   const std::vector<uint32_t>& members = members_;
-  for (uint32_t s = 0; s < servers_.size(); ++s) {
-    if (layout_.Left(s)) continue;
-    PsTicket::Part part(s, nullptr, [clock, grad_scale, members] {
-                          Message m;
-                          auto c = m.builder().getBody().initClock();
-                          c.setClock(clock);
-                          c.setGradScale(grad_scale);
-                          if (!members.empty()) {
-                            c.setMembers(static_cast<uint32_t>(members.size()));
-                            auto ranks = c.initMemberRanks(static_cast<unsigned>(members.size()));
-                            for (size_t i = 0; i < members.size(); ++i) ranks.set(static_cast<unsigned>(i), members[i]);
-                          }
-                          return m;
-                        });
-    Send(part, timeout_);
-    ticket.parts_.push_back(std::move(part));
+  const std::string where = "clock " + std::to_string(clock);
+  // Elastic: a server that switched to a layout with a joining server refuses a clock that does
+  // not count it (ClockRequest.servers), so the joining server hears of every clock it must
+  // apply; the clock then goes again to every server of the refreshed layout (a repeat is
+  // counted once).
+  for (int round = 0;; ++round) {
+    STRATA_RETURN_IF_ERROR(GrowLayout());
+    const uint32_t servers = node_.options().cluster.elastic ? layout_.servers : 0;
+    PsTicket ticket;
+    for (uint32_t s = 0; s < servers_.size(); ++s) {
+      if (layout_.Left(s)) continue;
+      PsTicket::Part part(s, nullptr, [clock, grad_scale, members, servers] {
+                            Message m;
+                            auto c = m.builder().getBody().initClock();
+                            c.setClock(clock);
+                            c.setGradScale(grad_scale);
+                            c.setServers(servers);
+                            if (!members.empty()) {
+                              c.setMembers(static_cast<uint32_t>(members.size()));
+                              auto ranks = c.initMemberRanks(static_cast<unsigned>(members.size()));
+                              for (size_t i = 0; i < members.size(); ++i) ranks.set(static_cast<unsigned>(i), members[i]);
+                            }
+                            return m;
+                          });
+      Send(part, timeout_);
+      ticket.parts_.push_back(std::move(part));
+    }
+    bool moved = false;
+    Status first;
+    for (auto& part : ticket.parts_) {
+      Result<Message> r = Finish(part, timeout_ + Millis(1000));
+      if (r.ok()) continue;
+      if (LayoutMoved(r.status())) {
+        moved = true;
+      } else if (first.ok()) {
+        first = r.status().WithContext("server " + std::to_string(part.server));
+      }
+    }
+    ticket.parts_.clear();
+    STRATA_RETURN_IF_ERROR(first.WithContext(where));
+    if (!moved) break;
+    if (round >= 8) {
+      return Status::Internal(where + ": refused 9 times as sent under an older server layout (" +
+                              std::to_string(layout_.servers) + " servers here)");
+    }
+    (void)node_.RefreshView();
   }
-  STRATA_RETURN_IF_ERROR(Wait(ticket).WithContext("clock " + std::to_string(clock_)));
   ++clock_;
   return Status::OK();
 }

@@ -12,10 +12,6 @@
 namespace strata {
 namespace {
 
-bool Moved(const Status& s) {
-  return s.code() == StatusCode::kFailedPrecondition && s.message().find(kLayoutMoved) != std::string::npos;
-}
-
 template <typename T>
 Buffer View(const std::shared_ptr<std::vector<T>>& v) {
   return Buffer(v->data(), v->size() * sizeof(T), v);
@@ -71,7 +67,7 @@ Status PsClient::GrowLayout() {
 Result<Message> PsClient::Finish(PsTicket::Part& part, Millis timeout) {
   Result<Message> r = Await(part, timeout);
   if (!r.ok() && Retryable(r.status())) r = Retry(part, std::move(r));
-  if (!r.ok() && Moved(r.status())) {
+  if (!r.ok() && LayoutMoved(r.status())) {
     if (part.sparse) return Resplit(part);
     // A clock or createTable for a server that left (Route): it holds nothing any more. Route
     // learnt that from a fresh view the layout has not taken in yet.
@@ -121,7 +117,7 @@ Result<Message> PsClient::Resplit(PsTicket::Part& part, int depth) {
   for (Sub& sub : subs) {
     Result<Message> r = Await(sub.part, timeout_ + Millis(1000));
     if (!r.ok() && Retryable(r.status())) r = Retry(sub.part, std::move(r));
-    if (!r.ok() && Moved(r.status())) r = Resplit(sub.part, depth + 1);  // another server joined meanwhile
+    if (!r.ok() && LayoutMoved(r.status())) r = Resplit(sub.part, depth + 1);  // another server joined meanwhile
     if (!r.ok()) return r.status().WithContext("server " + std::to_string(sub.part.server));
     if (!q.return_values) continue;
     const size_t floats = sub.positions.size() * dim;

@@ -61,6 +61,46 @@ uint32_t ClockMembers::Complete(int64_t clock) const {
   return static_cast<uint32_t>(e.clocked.size());
 }
 
+std::vector<ClockMembers::Record> ClockMembers::Records() const {
+  std::vector<Record> out;
+  for (const auto& [clock, e] : clocks_) out.push_back({clock, e.members, e.clocked});
+  return out;
+}
+
+Status ClockMembers::Merge(const Record& r) {
+  const std::string where = "the record of clock " + std::to_string(r.clock) + " from another server";
+  if (r.members.empty() ||
+      std::adjacent_find(r.members.begin(), r.members.end(), [](uint32_t a, uint32_t b) { return a >= b; }) !=
+          r.members.end()) {
+    return Status::FailedPrecondition(where + " names the trainers " + RanksText(r.members) +
+                                      ", not ascending, distinct and at least one");
+  }
+  for (uint32_t rank : r.clocked) {
+    if (!std::binary_search(r.members.begin(), r.members.end(), rank)) {
+      return Status::FailedPrecondition(where + ": trainer " + std::to_string(rank) + " clocked it but is not in its split " +
+                                        RanksText(r.members));
+    }
+  }
+  auto it = clocks_.find(r.clock);
+  if (it == clocks_.end()) {
+    Entry e{r.members, {}};
+    for (uint32_t rank : r.clocked) {
+      if (std::find(e.clocked.begin(), e.clocked.end(), rank) == e.clocked.end()) e.clocked.push_back(rank);
+    }
+    clocks_.emplace(r.clock, std::move(e));
+    return Status::OK();
+  }
+  Entry& e = it->second;
+  if (e.members != r.members) {
+    return Status::FailedPrecondition(where + " says trainers " + RanksText(r.members) + " split its step; this server " +
+                                      "recorded " + RanksText(e.members));
+  }
+  for (uint32_t rank : r.clocked) {
+    if (std::find(e.clocked.begin(), e.clocked.end(), rank) == e.clocked.end()) e.clocked.push_back(rank);
+  }
+  return Status::OK();
+}
+
 void ClockMembers::ForgetBelow(int64_t clock) { clocks_.erase(clocks_.begin(), clocks_.lower_bound(clock)); }
 
 }  // namespace strata

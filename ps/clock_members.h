@@ -38,6 +38,22 @@ class ClockMembers {
   void ForgetBelow(int64_t clock);
   size_t clocks() const { return clocks_.size(); }
 
+  // One clock as recorded: the trainers that split its step (ascending) and those that clocked
+  // it (in arrival order).
+  struct Record {
+    int64_t clock = 0;
+    std::vector<uint32_t> members, clocked;
+  };
+  // Every clock not forgotten, ascending, and the ranks declared dead: what a joining server
+  // takes in from each older one (wire ClockMembersRecord, MigrateRows.deadRanks).
+  std::vector<Record> Records() const;
+  std::vector<uint32_t> DeadRanks() const { return {dead_.begin(), dead_.end()}; }
+  // Takes another server's record of a clock in: its clocked ranks join this one's (after
+  // those here; a repeat changes nothing), dead or not, since that server counted them.
+  // FailedPrecondition, taking nothing, if its members are empty or not ascending, leave out a
+  // rank it says clocked, or differ from the members recorded here.
+  Status Merge(const Record& record);
+
  private:
   struct Entry {
     std::vector<uint32_t> members;  // ascending

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/status.h"
 #include "ps/table.h"
 
 namespace strata {
@@ -25,6 +26,10 @@ namespace strata {
 // Ends the FailedPrecondition a server answers a sparse key that another server holds under
 // its layout; PsClient then refreshes its layout and sends those keys where they live now.
 inline constexpr std::string_view kLayoutMoved = "the key moved under a newer server layout";
+// Whether a server refused a request with kLayoutMoved.
+inline bool LayoutMoved(const Status& s) {
+  return s.code() == StatusCode::kFailedPrecondition && s.message().find(kLayoutMoved) != std::string_view::npos;
+}
 
 // Which server of `servers` holds sparse key `key`, the first `base` of them from the start,
 // none of `left` (sorted; never 0).

@@ -132,6 +132,8 @@ Result<ChunkInfo> BuildMigrationChunk(const MigrationPlan& plan, const Migration
     clocks[i].setNode(plan.clocks[i].first);
     clocks[i].setClock(plan.clocks[i].second);
   }
+  // A replica's copy adds its shard's BSP state itself (PsServer::AddBspStateLocked).
+  if (!info.next && !state_transfer) WriteBspMoves(plan.bsp, body, reply);
   return info;
 }
 
@@ -159,9 +161,10 @@ Status MigrationPuller::Pull(RpcEndpoint& rpc, PeerId peer, Millis call_timeout,
     if (next && cursor_ && Order(*next) <= Order(*cursor_)) {
       return Status::InvalidArgument(where + ": migrateRows.next (" + Describe(*next) + ") does not move on");
     }
-    // Per table listed, its keys and records, then the push ids (import checks their shapes).
+    // Per table listed, its keys and records, then the push ids (import checks their shapes),
+    // then (the last chunk) one payload of sums per BSP table.
     const size_t tables = chunk.getTables().size();
-    if (reply.num_payloads() != 2 * tables + 1) {
+    if (reply.num_payloads() != 2 * tables + 1 + chunk.getBsp().size()) {
       return Status::InvalidArgument(where + ": " + std::to_string(reply.num_payloads()) + " payloads for " +
                                      std::to_string(tables) + " tables");
     }

@@ -17,6 +17,7 @@
 #include "common/message.h"
 #include "common/rpc.h"
 #include "common/status.h"
+#include "ps/bsp_moves.h"
 #include "ps/table.h"
 
 namespace strata {
@@ -44,6 +45,9 @@ struct MigrationPlan {
   std::vector<Rows> tables;    // every sparse table, by id, also those that move no row
   std::vector<std::pair<uint32_t, uint64_t>> push_ids;  // (sender node, id) the sender remembers
   std::vector<std::pair<uint32_t, int64_t>> clocks;     // trainers' clocks: (node, clock)
+  // BSP tables: the moving keys' accumulations not applied yet, which left the sender's tables
+  // at the switch, and (a join) the sender's record of its clocks (ps/bsp_moves.h).
+  BspMoves bsp;
 
   uint64_t rows() const;
   // Where the first chunk starts.
@@ -62,7 +66,7 @@ struct ChunkInfo {
 
 // Writes the chunk of `plan` that starts at `from` into `reply` (a migrateRows body, with the
 // payloads ImportRows reads: per table listed, its keys and records; then push ids; and the
-// trainers' clocks, in every chunk): rows table after table, then push ids, until the payload
+// trainers' clocks, in every chunk; the last chunk also the plan's BSP moves): rows table after table, then push ids, until the payload
 // reaches `budget_bytes` (8 bytes a key plus the record, 16 an id), but at least one row or id
 // while any is left, so every chunk moves on. A table moving no row is listed (empty) in the
 // chunk that passes it, so the receiver makes every table. InvalidArgument naming

@@ -48,6 +48,7 @@
 
 #include "cluster/node.h"
 #include "offload/row_store.h"
+#include "ps/bsp_moves.h"
 #include "ps/clock_members.h"
 #include "ps/parked_quota.h"
 #include "ps/layout.h"
@@ -112,8 +113,13 @@ class PsServer {
   // after it (kLayoutMoved: the client sends it to the new server, which knows its id if the
   // first try was applied); the listed rows, frozen so, then travel in chunks of at most
   // options.migrate_chunk_mb that the joining server asks for one after another (ps/migration.h),
-  // and the older server erases exactly them at the joining server's done. BSP tables refuse
-  // (FailedPrecondition naming the mode).
+  // and the older server erases exactly them at the joining server's done. BSP tables: the
+  // moving keys' accumulations of clocks not applied leave the older server's tables at the
+  // switch and travel in the last chunk, with that server's record of its clocks; a trainer's
+  // clock message that does not count the joining server yet is refused as moved from the switch
+  // on (ClockRequest.servers), so it reaches the joining server too. The joining server applies
+  // no BSP clock until it holds every older server's part, from the least applied clock among
+  // them (ps/server_bsp_moves.cc).
   void ExpectTakeOver() { taking_over_ = true; }
   Status TakeOver(Millis timeout);
 
@@ -269,8 +275,9 @@ class PsServer {
   void RollBackJoin(const NodeInfo& gone);
   // The plans of every server that `before` gives this server's rows and `after` another:
   // per receiver rank in `to` (rank -> node id), its keys of every sparse table, and every push
-  // id and trainer clock. Internal if a row would go to a rank not in `to`. Expects migrate_mu_
-  // held exclusively. `owned`: the rows `before` gives this server.
+  // id and trainer clock; the BSP accumulations of its keys leave the tables into its plan
+  // (TakeBspMovesLocked). Internal if a row would go to a rank not in `to`. Expects migrate_mu_
+  // held exclusively and clock_mu_. `owned`: the rows `before` gives this server.
   Result<std::map<uint32_t, MigrationPlan>> PlanMovesLocked(const PsLayout& before, const PsLayout& after,
                                                             const std::map<uint32_t, uint32_t>& to, uint64_t* owned);
   // The plan being taken by node `node` (nullptr: none); setting nullptr drops it.
@@ -285,11 +292,31 @@ class PsServer {
   // be this server's under `expect`); once one arrived, asks again after a lost reply until
   // `deadline`.
   Status PullRows(MigrationPuller& puller, const NodeInfo& from, const PsLayout& expect,
-                  std::chrono::steady_clock::time_point deadline);
+                  std::chrono::steady_clock::time_point deadline, BspMoves* bsp);
   // Adds the rows, push ids and clocks of an older server's migrateRows reply (a chunk, or a
   // replica's stateTransfer), and their number to *count. With `expect`, every key must be this
-  // server's under it, checked before anything is added.
-  Status ImportRows(const Message& reply, uint32_t from, const PsLayout* expect = nullptr, uint64_t* count = nullptr);
+  // server's under it, checked before anything is added. `bsp`: a migration's last chunk's BSP
+  // moves, read (and checked) into it, for the caller to install.
+  Status ImportRows(const Message& reply, uint32_t from, const PsLayout* expect = nullptr, uint64_t* count = nullptr,
+                    BspMoves* bsp = nullptr);
+
+  // BSP accumulations moving with rows (server_bsp_moves.cc). Takes the accumulations of every
+  // key that `before` gives this server and `after` another out of the BSP tables into that
+  // receiver's plan (its rows are refused here from now on, so no clock applies them here), with
+  // this server's record of its clocks. Expects clock_mu_ and tables_mu_ (shared) held.
+  Status TakeBspMovesLocked(const PsLayout& before, const PsLayout& after, std::map<uint32_t, MigrationPlan>* plans);
+  // Installs another server's moves (or this server's own, put back by a join rolled back or a
+  // leave undone): a joining server still taking over keeps them for the clocks it will apply
+  // (its applied clock is the least of its senders', set by FinishTakeOverBspLocked); any other
+  // adds each to its clock's sums or staged pushes, applying at once those of a clock it applied
+  // already, with that clock's mean. Expects clock_mu_ held.
+  void InstallBspMovesLocked(const BspMoves& moves, const std::string& from);
+  // The end of a take-over: the BSP tables start from the least applied clock of the servers
+  // that gave rows. Expects clock_mu_ held.
+  void FinishTakeOverBspLocked();
+  // How many floats an entry of `key` holds in BSP table `table` here (its rows moving under
+  // `expect`, when given, must be this server's).
+  Result<uint32_t> BspEntryFloats(uint32_t table, uint64_t key, const PsLayout* expect);
   // Where keys live now: the job's first servers, and the servers of this server's layout.
   PsLayout KeyLayout() const;
   void SetLayoutLeft(std::vector<uint32_t> left) {
@@ -394,6 +421,12 @@ class PsServer {
   // Elastic jobs (cluster.elastic): a BSP clock is applied once the trainers of its step's split
   // all clocked it, as their mean (not at the live trainers' minimum clock).
   ClockMembers clock_members_;
+  // Elastic BSP: how many trainers' pushes each recent applied clock was the mean of, for the
+  // accumulations of a clock applied here that arrive later with moving rows.
+  std::map<int64_t, uint32_t> applied_members_;
+  // A joining server: per BSP table, the least applied clock of the servers that gave it rows.
+  std::map<uint32_t, int64_t> takeover_applied_;
+  std::atomic<uint64_t> bsp_moved_in_{0}, bsp_moved_out_{0}, bsp_applied_late_{0};
   std::atomic<uint64_t> bsp_dropped_{0};  // elastic BSP: keys or chunks of dead trainers' pushes dropped
   ParkedQuota parked_quota_;  // per peer, over parked_
 

@@ -52,6 +52,14 @@ Result<Message> PsServer::Clock(const Request& request, std::vector<Parked>* rea
   const bool counted =
       node_.options().cluster.elastic && (body.getMembers() > 0 || body.getMemberRanks().size() > 0 || BspTable());
   std::lock_guard lock(clock_mu_);
+  // Elastic servers: a trainer that has not seen a joining server yet would leave it out of
+  // this clock; from the switch on (StartTakeOver, under this lock) it is told to look again.
+  if (const uint32_t stated = body.getServers(); stated > 0 && stated < KeyLayout().servers) {
+    ++moved_refused_;
+    return Status::FailedPrecondition("clock " + std::to_string(finished) + " from node " + std::to_string(sender) +
+                                      " counts " + std::to_string(stated) + " servers (clock.servers), this server's " +
+                                      "layout " + std::to_string(KeyLayout().servers) + ": " + std::string(kLayoutMoved));
+  }
   if (trainer_clock_.empty() && lost_trainers_.empty()) {
     for (const NodeInfo& n : node_.view().WithRole(Role::kTrainer)) {
       if (n.alive) trainer_clock_[n.id] = 0;
@@ -106,7 +114,8 @@ void PsServer::AdvanceLocked(std::vector<Parked>* ready) {
   std::shared_lock tables_lock(tables_mu_);  // released before TakeReadyLocked (gradNorm takes it)
   for (auto& [id, tp] : tables_) {
     Table& t = *tp;
-    if (t.spec.consistency != Consistency::kBsp) continue;
+    // A joining server applies nothing before it holds every older server's part of its rows.
+    if (t.spec.consistency != Consistency::kBsp || taking_over_) continue;
     std::lock_guard bsp_lock(t.bsp_mu);
     const bool mean = t.spec.aggregate == Aggregate::kMean;
     while (true) {
@@ -115,6 +124,7 @@ void PsServer::AdvanceLocked(std::vector<Parked>* ready) {
         const uint32_t members = clock_members_.Complete(t.applied_clock);
         if (members == 0) break;
         scale = mean ? 1.0f / static_cast<float>(members) : 1.0f;
+        applied_members_[t.applied_clock] = members;
       } else if (t.applied_clock >= min_clock || min_clock == std::numeric_limits<int64_t>::max()) {
         break;
       }
@@ -144,7 +154,13 @@ void PsServer::AdvanceLocked(std::vector<Parked>* ready) {
     }
     bsp_applied = std::min(bsp_applied, t.applied_clock);
   }
-  clock_members_.ForgetBelow(bsp_applied);
+  if (!taking_over_) {  // a joining server's records must reach the clocks its senders left it
+    clock_members_.ForgetBelow(bsp_applied);
+    // Kept a while for accumulations that arrive with rows after their clock was applied here.
+    if (bsp_applied != std::numeric_limits<int64_t>::max()) {
+      applied_members_.erase(applied_members_.begin(), applied_members_.lower_bound(bsp_applied - 4096));
+    }
+  }
   // Stores act on clock boundaries (expiry, scheduled checkpoints) after BSP applied the clock.
   if (min_clock != std::numeric_limits<int64_t>::max()) {
     const uint64_t clock = static_cast<uint64_t>(min_clock);

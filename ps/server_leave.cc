@@ -50,11 +50,6 @@ Status PsServer::HandOver(Millis timeout, const std::function<void()>& while_fro
   }
   if (receivers.empty()) return Status::FailedPrecondition(who + ": it is the last server; stop the job instead");
   std::sort(receivers.begin(), receivers.end(), [](const NodeInfo* a, const NodeInfo* b) { return a->rank < b->rank; });
-  if (const auto bsp = BspTable()) {
-    // Its rows' pushes of clocks not applied yet wait here, and would not move with them.
-    return Status::FailedPrecondition(who + ": table \"" + *bsp +
-                                      "\" is BSP (sync.consistency bsp); servers leave ASP and SSP jobs only");
-  }
   {
     std::shared_lock tables_lock(tables_mu_);
     for (const auto& [id, t] : tables_) {
@@ -82,7 +77,9 @@ Status PsServer::HandOver(Millis timeout, const std::function<void()>& while_fro
   // chunk by chunk (HandleMigrate, on the worker pushes waiting for this freeze do not hold).
   std::map<uint32_t, uint32_t> to;  // rank -> node id
   for (const NodeInfo* r : receivers) to[static_cast<uint32_t>(r->rank)] = r->id;
+  std::unique_lock clocks(clock_mu_);  // BSP accumulations leave the tables with the plans
   auto planned = PlanMovesLocked(before, after, to, nullptr);
+  clocks.unlock();
   if (!planned.ok()) return undo(planned.status().WithContext(who));
   std::map<uint32_t, std::shared_ptr<const MigrationPlan>> plans;  // by rank
   uint64_t rows = 0;
@@ -94,6 +91,11 @@ Status PsServer::HandOver(Millis timeout, const std::function<void()>& while_fro
   const size_t tables = plans.empty() ? 0 : plans.begin()->second->tables.size();
   auto drop_plans = [&] {
     for (const auto& [rank, node] : to) SetOutgoing(node, nullptr);
+  };
+  // Nobody took anything: the BSP accumulations go back into the tables.
+  auto put_back = [&] {
+    std::lock_guard lock(clock_mu_);
+    for (const auto& [rank, plan] : plans) InstallBspMovesLocked(plan->bsp, "this server's leave, undone");
   };
   Status lost;  // the first receiver that did not take its rows, once another had
   int taken = 0;
@@ -119,12 +121,14 @@ Status PsServer::HandOver(Millis timeout, const std::function<void()>& while_fro
     if (s.ok()) {
       ++taken;
       rows_moved_out_ += n;
+      bsp_moved_out_ += plans[rank]->bsp.entries();
       spdlog::info("server: {} took {} rows", r->Describe(), n);
       continue;
     }
     s = s.WithContext(who + ": handing " + std::to_string(n) + " rows to " + r->Describe());
     if (taken == 0) {
       drop_plans();
+      put_back();
       return undo(s);  // nobody switched: this server keeps serving every key
     }
     spdlog::error("{} (those rows are lost: they start again from the initializer there)", s.ToString());
@@ -186,12 +190,19 @@ void PsServer::HandleHandOver(Request& request) {
   // not its own until the switch below, and the leaving server keeps them frozen meanwhile.
   MigrationPuller puller(expect.servers, expect.left);
   const auto deadline = SteadyClock::now() + Millis(node_.options().transport.request_timeout_ms);
-  if (Status s = PullRows(puller, *from, expect, deadline); !s.ok()) return fail(s);
+  BspMoves bsp;
+  if (Status s = PullRows(puller, *from, expect, deadline, &bsp); !s.ok()) return fail(s);
   std::unique_lock freeze(migrate_mu_);
   PsLayout now = KeyLayout();
   if (now.Left(leaver)) return request.Reply(request.MakeReply());
   now.Leave(leaver);
   if (!(now == expect)) return fail(unavailable(now));  // it changed while the rows came
+  {
+    // The BSP accumulations join this server's clocks with the switch (once: a repeat after a
+    // refused switch pulls them again and installs them then).
+    std::lock_guard clocks(clock_mu_);
+    InstallBspMovesLocked(bsp, from->Describe());
+  }
   SetLayoutLeft(expect.left);
   rows_moved_in_ += puller.rows();
   spdlog::info("server: {} left the layout; {} servers serve its keys now ({} rows taken in {} chunks)",

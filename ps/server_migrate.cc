@@ -77,15 +77,12 @@ Result<std::map<uint32_t, MigrationPlan>> PsServer::PlanMovesLocked(const PsLayo
     STRATA_RETURN_IF_ERROR(s.WithContext("reading table \"" + t->spec.name + "\""));
   }
   std::vector<std::pair<uint32_t, uint64_t>> ids = push_ids_.Snapshot();
-  std::vector<std::pair<uint32_t, int64_t>> clocks;
-  {
-    std::lock_guard lock(clock_mu_);
-    clocks.assign(trainer_clock_.begin(), trainer_clock_.end());
-  }
+  const std::vector<std::pair<uint32_t, int64_t>> clocks(trainer_clock_.begin(), trainer_clock_.end());
   for (auto& [rank, p] : plans) {
     p.push_ids = ids;
     p.clocks = clocks;
   }
+  STRATA_RETURN_IF_ERROR(TakeBspMovesLocked(before, after, &plans));
   return plans;
 }
 
@@ -219,10 +216,9 @@ Result<std::shared_ptr<const MigrationPlan>> PsServer::StartTakeOver(const Reque
     return Status::Unavailable("migrate: the joining server counts servers " + RankList(their_left) +
                                " as left, this one " + RankList(KeyLayout().left));
   }
-  if (const auto bsp = BspTable()) {
-    return Status::FailedPrecondition("a server cannot join: table \"" + *bsp +
-                                      "\" is BSP (sync.consistency bsp); servers join ASP and SSP jobs only");
-  }
+  // Clock messages see the switch whole: one counted here before it is in the plan's record,
+  // one after it is refused if its sender does not count the joining server (Clock).
+  std::lock_guard clocks(clock_mu_);
   const uint32_t target = servers - 1;
   // The layout before the joining server (also when it asks again after a lost reply) and with it.
   PsLayout before = KeyLayout();
@@ -235,7 +231,11 @@ Result<std::shared_ptr<const MigrationPlan>> PsServer::StartTakeOver(const Reque
     layout_servers_ = servers_before;  // nothing moved: keep serving every key
     return plans.status().WithContext("migrate");
   }
-  auto plan = std::make_shared<const MigrationPlan>(std::move(plans->at(target)));
+  MigrationPlan& made = plans->at(target);
+  // Asked again after a lost reply: the first plan took the BSP accumulations out of the tables.
+  if (const auto earlier = Outgoing(to->id)) made.bsp.Absorb(earlier->bsp);
+  bsp_moved_out_ += made.bsp.entries();
+  auto plan = std::make_shared<const MigrationPlan>(std::move(made));
   SetOutgoing(to->id, plan);
   spdlog::info("server: layout of {} servers: {} of {} rows of {} sparse tables go to {}, in chunks of at most {} "
                "bytes (the copies here are refused from now on)",
@@ -243,7 +243,8 @@ Result<std::shared_ptr<const MigrationPlan>> PsServer::StartTakeOver(const Reque
   return plan;
 }
 
-Status PsServer::ImportRows(const Message& reply, uint32_t from, const PsLayout* expect, uint64_t* count) {
+Status PsServer::ImportRows(const Message& reply, uint32_t from, const PsLayout* expect, uint64_t* count,
+                            BspMoves* bsp_out) {
   const std::string where = "taking over rows from server " + std::to_string(from);
   // A replica's copy of a whole shard (ps/server_transfer.cc) has the same layout.
   const bool copy = reply.op() == Op::STATE_TRANSFER;
@@ -252,8 +253,8 @@ Status PsServer::ImportRows(const Message& reply, uint32_t from, const PsLayout*
   }
   auto rows = copy ? reply.reader().getBody().getStateTransfer() : reply.reader().getBody().getMigrateRows();
   const size_t tables = rows.getTables().size();
-  // A copy's last chunk also carries its BSP tables' sums (InstallBspState reads them).
-  const size_t bsp = copy ? rows.getBsp().size() : 0;
+  // A last chunk also carries its BSP tables' sums (InstallBspState or the caller reads them).
+  const size_t bsp = rows.getBsp().size();
   if (reply.num_payloads() != 2 * tables + 1 + bsp) {
     return Status::InvalidArgument(where + ": " + std::to_string(reply.num_payloads()) + " payloads for " +
                                    std::to_string(tables) + " tables");
@@ -331,6 +332,14 @@ Status PsServer::ImportRows(const Message& reply, uint32_t from, const PsLayout*
       mine = std::max(mine, c.getClock());
     }
   }
+  if (bsp_out && !rows.hasNext()) {
+    // The tables are all here by the last chunk (each chunk lists those it passes).
+    auto moves = ReadBspMoves(reply, rows, 2 * tables + 1, [&](uint32_t table, uint64_t key) {
+      return BspEntryFloats(table, key, expect);
+    });
+    if (!moves.ok()) return moves.status().WithContext(where);
+    *bsp_out = std::move(*moves);
+  }
   if (count) *count += imported;
   spdlog::debug("server: took {} rows of {} tables and {} push ids from server {}", imported, tables, pairs.size() / 2,
                 from);
@@ -338,11 +347,11 @@ Status PsServer::ImportRows(const Message& reply, uint32_t from, const PsLayout*
 }
 
 Status PsServer::PullRows(MigrationPuller& puller, const NodeInfo& from, const PsLayout& expect,
-                          std::chrono::steady_clock::time_point deadline) {
+                          std::chrono::steady_clock::time_point deadline, BspMoves* bsp) {
   const uint32_t rank = static_cast<uint32_t>(from.rank);
   const Millis call_timeout(node_.options().transport.request_timeout_ms);
   auto import = [&](const Message& chunk) {
-    STRATA_RETURN_IF_ERROR(ImportRows(chunk, rank, &expect));
+    STRATA_RETURN_IF_ERROR(ImportRows(chunk, rank, &expect, nullptr, bsp));
     ++migrate_chunks_in_;
     return Status::OK();
   };
@@ -376,6 +385,10 @@ void PsServer::RollBackJoin(const NodeInfo& gone) {
   layout_servers_ = std::max(layout_servers_.load(), rank + 1);
   SetLayoutLeft(now.left);
   ++joins_rolled_back_;
+  if (plan && !plan->bsp.tables.empty()) {
+    std::lock_guard clocks(clock_mu_);
+    InstallBspMovesLocked(plan->bsp, "the join of " + gone.Describe() + ", rolled back");
+  }
   spdlog::warn("server: {} left the job before it finished joining: its join is rolled back{}", gone.Describe(),
                plan ? ", and the " + std::to_string(plan->rows()) + " rows it was taking are served here again"
                     : " (it had taken nothing from this server)");
@@ -403,7 +416,12 @@ Status PsServer::TakeOver(Millis timeout) {
       const NodeInfo* n = view.Find(Role::kServer, static_cast<int>(r));
       if (n && n->left) break;
       Status s = Status::Unavailable("server " + std::to_string(r) + " is down");
-      if (n && n->alive) s = PullRows(*puller, *n, KeyLayout(), deadline);
+      BspMoves bsp;
+      if (n && n->alive) s = PullRows(*puller, *n, KeyLayout(), deadline, &bsp);
+      if (s.ok()) {
+        std::lock_guard clocks(clock_mu_);
+        InstallBspMovesLocked(bsp, n->Describe());
+      }
       if (s.ok()) {
         rows_moved_in_ += puller->rows();
         spdlog::info("server: took {} rows from {} in {} chunks", puller->rows(), n->Describe(), puller->chunks());
@@ -422,7 +440,15 @@ Status PsServer::TakeOver(Millis timeout) {
   // Serve only once the scheduler knows: had it declared this server dead meanwhile, the older
   // servers would have taken its keys back already (RollBackJoin).
   STRATA_RETURN_IF_ERROR(node_.CommitJoin().WithContext("server " + std::to_string(me) + " joining the job"));
-  taking_over_ = false;
+  std::vector<Parked> ready;
+  {
+    // BSP clocks apply from here on, from the least applied clock of the servers that gave rows.
+    std::lock_guard clocks(clock_mu_);
+    FinishTakeOverBspLocked();
+    taking_over_ = false;
+    AdvanceLocked(&ready);
+  }
+  for (Parked& p : ready) HandleParked(p);
   spdlog::info("server: took over {} rows; serving as server {} of {}", rows_moved_in_.load(), me, me + 1);
   // The older servers may erase what they gave now, exactly the rows of their plan (best effort:
   // a copy left there is refused anyway).

@@ -32,6 +32,9 @@ std::string PsServer::StatsJson() const {
   j["layout_left"] = KeyLayout().left;
   j["rows_erased"] = rows_erased_.load();
   j["moved_refused"] = moved_refused_.load();
+  j["bsp_moved_in"] = bsp_moved_in_.load();  // BSP accumulations that came with rows (late: of a clock applied here)
+  j["bsp_moved_out"] = bsp_moved_out_.load();
+  j["bsp_applied_late"] = bsp_applied_late_.load();
   j["queue_depth"] = queued_.load();
   if (options_.replication == Replication::kBackup) {
     // As primary: updates forwarded to the backup and acknowledged, their payload bytes, and

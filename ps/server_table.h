@@ -56,6 +56,17 @@ struct PsServer::Table {
   std::map<int64_t, uint64_t> early_done;
   uint64_t my_chunks = 0;
 
+  // Adds `acc` into `into` (an empty one becomes it): the sums, the pushes, and its lr.
+  static void MergeAcc(Acc& into, Acc acc) {
+    if (into.sum.empty()) {
+      into.sum = std::move(acc.sum);
+    } else {
+      for (size_t j = 0; j < into.sum.size() && j < acc.sum.size(); ++j) into.sum[j] += acc.sum[j];
+    }
+    into.pushes += acc.pushes;
+    into.lr = acc.lr;
+  }
+
   uint32_t ValueFloats(uint64_t key) const {
     return spec.kind == TableKind::kSparse ? spec.dim : spec.ChunkLength(key);
   }
@@ -86,16 +97,7 @@ struct PsServer::Table {
     auto from = it->second.find(sender);
     if (from == it->second.end()) return;
     auto& into = pending[clock];
-    for (auto& [key, acc] : from->second) {
-      Acc& a = into[key];
-      if (a.sum.empty()) {
-        a.sum = std::move(acc.sum);
-      } else {
-        for (size_t j = 0; j < a.sum.size(); ++j) a.sum[j] += acc.sum[j];
-      }
-      a.pushes += acc.pushes;
-      a.lr = acc.lr;
-    }
+    for (auto& [key, acc] : from->second) MergeAcc(into[key], std::move(acc));
     it->second.erase(from);
     if (it->second.empty()) staged.erase(it);
   }

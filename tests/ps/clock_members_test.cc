@@ -88,5 +88,33 @@ TEST(ClockMembersTest, DisagreementsAndTrainersOutsideTheSplitAreRefusedChanging
   ASSERT_TRUE(m.Add(0, 4, Ranks{4, 5}).ok());  // a member's repeat after completion is still harmless
 }
 
+TEST(ClockMembersTest, AnotherServersRecordsMergeIntoOnesOwnAndADisagreementIsRefused) {
+  ClockMembers here;
+  ASSERT_TRUE(here.Add(4, 1, Ranks{0, 1}).ok());
+  ClockMembers there;
+  ASSERT_TRUE(there.Add(4, 0, Ranks{0, 1}).ok());
+  ASSERT_TRUE(there.Add(5, 0, Ranks{0, 1}).ok());
+  there.MarkDead(2);
+  const std::vector<ClockMembers::Record> records = there.Records();
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[0].clock, 4);
+  EXPECT_EQ(records[0].clocked, Ranks{0});
+  EXPECT_EQ(there.DeadRanks(), Ranks{2});
+  for (const auto& r : records) ASSERT_TRUE(here.Merge(r).ok());
+  ASSERT_TRUE(here.Merge(records[0]).ok());  // a repeat changes nothing
+  EXPECT_EQ(here.Complete(4), 2u);           // trainer 1 here, trainer 0 there
+  EXPECT_EQ(here.Complete(5), 0u);
+  EXPECT_EQ(here.Records()[0].clocked, (Ranks{1, 0}));
+  // Members unlike those recorded, or a clocked rank outside them: refused, nothing taken.
+  Status s = here.Merge({5, Ranks{0, 1, 2}, Ranks{1}});
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("recorded [0, 1]"), std::string::npos) << s.ToString();
+  s = here.Merge({6, Ranks{0, 1}, Ranks{3}});
+  EXPECT_NE(s.message().find("trainer 3 clocked it but is not in its split"), std::string::npos) << s.ToString();
+  EXPECT_FALSE(here.Merge({6, Ranks{1, 0}, Ranks{}}).ok());
+  EXPECT_EQ(here.clocks(), 2u);
+  EXPECT_EQ(here.Complete(5), 0u);
+}
+
 }  // namespace
 }  // namespace strata

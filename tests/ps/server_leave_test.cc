@@ -2,8 +2,8 @@
 // with servers and a trainer as threads in one process: a push the trainer sent on its old
 // layout is refused as moved and re-sent by PsClient to the new owner, applied once; push ids
 // move with the rows, so a retry reaching the new owner is a duplicate; the rows given away are
-// erased; server 0, a server holding dense chunks and one of a job with a BSP table are refused,
-// naming why, and go on serving (and a server joining that job is refused too).
+// erased; server 0 and a server holding dense chunks are refused, naming why, and go on serving.
+// BSP jobs: tests/ps/elastic_bsp_servers_test.cc.
 #include <gtest/gtest.h>
 
 #include <optional>
@@ -94,27 +94,6 @@ TEST_F(ServerLeaveTest, ServerZeroAndAServerWithDenseChunksAreRefusedNamingWhyAn
   ASSERT_TRUE(Push({key}).ok());
   EXPECT_EQ(Applied({key})[0], 1.0f);
   EXPECT_EQ(Stats(1)["moved_refused"], 0);
-}
-
-TEST_F(ServerLeaveTest, AServerOfAJobWithABspTableIsRefusedNamingItAndAJoinerToo) {
-  // The pushes of a BSP clock not applied yet wait on the server holding the row.
-  TableSpec bsp;
-  bsp.id = 10;
-  bsp.name = "bsp_rows";
-  bsp.kind = TableKind::kSparse;
-  bsp.dim = kDim;
-  bsp.consistency = Consistency::kBsp;
-  ASSERT_TRUE(client_->CreateTable(bsp).ok());
-  Status s = servers_[1]->HandOver(Millis(2000));
-  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
-  EXPECT_NE(s.message().find("table \"bsp_rows\" is BSP"), std::string::npos) << s.ToString();
-  EXPECT_FALSE(servers_[1]->handed_over());
-  s = AddServer();
-  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
-  EXPECT_NE(s.message().find("a server cannot join: table \"bsp_rows\" is BSP"), std::string::npos) << s.ToString();
-  const uint64_t key = KeyOf(1);
-  ASSERT_TRUE(Push({key}).ok());  // the ASP table serves on
-  EXPECT_EQ(Applied({key})[0], 1.0f);
 }
 
 }  // namespace
