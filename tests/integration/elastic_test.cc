@@ -4,7 +4,7 @@
 // killed mid-run does not stop a BSP job; a server
 // is added to a 2-server job mid-run, takes its share of the rows over (in 10 KiB chunks) while
 // an in-process ledger pushes counted increments (none lost or applied twice), and leaves again;
-// and what cannot be elastic is refused naming the field. Each run must learn the planted model
+// a server joins and leaves a BSP job; and what cannot be elastic is refused naming the field. Each run must learn the planted model
 // as an undisturbed run does.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -384,6 +384,38 @@ TEST_F(ElasticTest, AServerLeavesOnSigtermHandsItsRowsBackAndNothingIsLost) {
   EXPECT_NE(trainer.find(kDone), std::string::npos) << trainer;
   std::cout << "server left: " << handed << " rows handed back in " << chunks << " chunks, ledger " << ledger.acknowledged()
             << " acknowledged, " << ledger.resplits() << " parts re-sent to the new layout; ";
+  ExpectLearnt(trainer);
+}
+
+// BSP: a server joins the running job and later leaves it on SIGTERM while both trainers train;
+// the pushes of the clock in progress on the moving rows go with them (the in-process test
+// ElasticBspServersTest checks the arithmetic), every clock completes, and the job learns.
+TEST_F(ElasticTest, AServerJoinsAndLeavesABspJobAndTheClocksGoOn) {
+  const std::string job = Job("ctr_bsp", kCtrBsp);
+  auto common = Common(job, 2, 2);
+  common.insert(common.end(), {"--set", "server.migrate_chunk_mb=0.01"});
+  const std::string address = StartJob(common, 2, 2);
+  ASSERT_TRUE(WaitFor([&] { return MetricsLines("run") >= 2; }, Millis(120000))) << nodes_[2]->Log();
+  Subprocess& added = AddServer(common, address, 2);
+  const std::string joined = added.Log();
+  EXPECT_NE(joined.find("applies clocks from"), std::string::npos) << joined;
+  std::this_thread::sleep_for(Millis(1000));  // clocks applied on three servers
+  added.Signal(SIGTERM);
+  EXPECT_EQ(added.Wait(Millis(60000)), 0) << added.Log();
+  const std::string log = added.Log();
+  EXPECT_NE(log.find("left the job: its keys live on the other servers"), std::string::npos) << log;
+  ExpectAllExitCleanly();
+  int64_t in = 0, out = 0;
+  const std::regex moved("([0-9]+) BSP accumulations from");
+  for (std::sregex_iterator it(joined.begin(), joined.end(), moved), end; it != end; ++it) in += std::stoll((*it)[1]);
+  for (int r = 0; r < 2; ++r) {
+    const std::string old = nodes_[r]->Log();
+    for (std::sregex_iterator it(old.begin(), old.end(), moved), end; it != end; ++it) out += std::stoll((*it)[1]);
+  }
+  const std::string trainer = nodes_[2]->Log();
+  EXPECT_NE(trainer.find("done: 4000 steps"), std::string::npos) << trainer;
+  std::cout << "bsp: a server joined (" << in << " accumulations came with its rows) and left (" << out
+            << " went back): ";
   ExpectLearnt(trainer);
 }
 
