@@ -247,6 +247,14 @@ struct MigrateRows {
   # older server (ps/clock_members.h). The same fields in a leave's hand-over are ignored.
   clockMembers @8 :List(ClockMembersRecord);
   deadRanks @9 :List(UInt32);
+  # A stateTransfer's last chunk: the global clipping factors (ClockRequest.gradScale) of the
+  # clocks not applied yet.
+  gradScales @10 :List(GradScaleOfClock);
+}
+
+struct GradScaleOfClock {
+  clock @0 :Int64;
+  scale @1 :Float32;
 }
 
 struct ClockMembersRecord {
@@ -269,6 +277,10 @@ struct BspState {
   # node id + 1 of the trainer whose push it is, not yet folded in by that trainer's clock
   # message (PsServer::Table::staged). Empty: every entry is a sum.
   stagedBy @6 :List(UInt32);
+  # Tables with pushers (a dense chunk applied once its pushers all pushed it): the chunks
+  # applied ahead of appliedClock, and for each the clock it applies next (the i-th of each).
+  chunkKeys @7 :List(UInt64);
+  chunkNext @8 :List(Int64);
 }
 
 struct TrainerClock {

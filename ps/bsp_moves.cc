@@ -2,6 +2,7 @@
 #include "ps/bsp_moves.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <string>
@@ -71,6 +72,12 @@ void WriteBspMoves(const BspMoves& moves, wire::MigrateRows::Builder body, Messa
     }
     const auto floats = static_cast<int64_t>(sums.size());
     msg->AddPayload(DType::kF32, {floats}, Buffer::Take(std::move(sums)));
+    auto chunk_keys = state.initChunkKeys(static_cast<unsigned>(t.chunk_next.size()));
+    auto chunk_next = state.initChunkNext(static_cast<unsigned>(t.chunk_next.size()));
+    for (unsigned j = 0; j < t.chunk_next.size(); ++j) {
+      chunk_keys.set(j, t.chunk_next[j].first);
+      chunk_next.set(j, t.chunk_next[j].second);
+    }
   }
   auto records = body.initClockMembers(static_cast<unsigned>(moves.clocks.size()));
   for (unsigned i = 0; i < moves.clocks.size(); ++i) {
@@ -83,6 +90,11 @@ void WriteBspMoves(const BspMoves& moves, wire::MigrateRows::Builder body, Messa
   }
   auto dead = body.initDeadRanks(static_cast<unsigned>(moves.dead_ranks.size()));
   for (unsigned i = 0; i < moves.dead_ranks.size(); ++i) dead.set(i, moves.dead_ranks[i]);
+  auto scales = body.initGradScales(static_cast<unsigned>(moves.grad_scales.size()));
+  for (unsigned i = 0; i < moves.grad_scales.size(); ++i) {
+    scales[i].setClock(moves.grad_scales[i].first);
+    scales[i].setScale(moves.grad_scales[i].second);
+  }
 }
 
 Result<BspMoves> ReadBspMoves(const Message& msg, wire::MigrateRows::Reader body, size_t first,
@@ -103,7 +115,7 @@ Result<BspMoves> ReadBspMoves(const Message& msg, wire::MigrateRows::Reader body
         (by != 0 && by != n)) {
       return Status::InvalidArgument(where + ": clocks, keys, pushes, lrs and stagedBy differ in length");
     }
-    BspTableState t{state.getTable(), state.getAppliedClock(), {}};
+    BspTableState t{state.getTable(), state.getAppliedClock(), {}, {}};
     size_t total = 0;
     std::vector<uint32_t> sizes(n);
     for (unsigned j = 0; j < n; ++j) {
@@ -135,6 +147,21 @@ Result<BspMoves> ReadBspMoves(const Message& msg, wire::MigrateRows::Reader body
       sums += sizes[j] * sizeof(float);
       t.entries.push_back(std::move(e));
     }
+    const auto chunk_keys = state.getChunkKeys();
+    const auto chunk_next = state.getChunkNext();
+    if (chunk_keys.size() != chunk_next.size()) {
+      return Status::InvalidArgument(where + ": chunkKeys and chunkNext differ in length");
+    }
+    for (unsigned j = 0; j < chunk_keys.size(); ++j) {
+      if (chunk_next[j] <= t.applied_clock) {
+        return Status::InvalidArgument(where + ": chunk " + std::to_string(chunk_keys[j]) + " applies clock " +
+                                       std::to_string(chunk_next[j]) + " next, not ahead of appliedClock " +
+                                       std::to_string(t.applied_clock) + " (chunkNext)");
+      }
+      Result<uint32_t> size = floats(t.table, chunk_keys[j]);
+      if (!size.ok()) return size.status().WithContext(where + ", chunkKeys");
+      t.chunk_next.emplace_back(chunk_keys[j], chunk_next[j]);
+    }
     out.tables.push_back(std::move(t));
   }
   for (auto r : body.getClockMembers()) {
@@ -145,6 +172,13 @@ Result<BspMoves> ReadBspMoves(const Message& msg, wire::MigrateRows::Reader body
     out.clocks.push_back(std::move(rec));
   }
   for (uint32_t d : body.getDeadRanks()) out.dead_ranks.push_back(d);
+  for (auto g : body.getGradScales()) {
+    if (!std::isfinite(g.getScale()) || g.getScale() < 0) {
+      return Status::InvalidArgument("migrateRows.gradScales: clock " + std::to_string(g.getClock()) + " has scale " +
+                                     std::to_string(g.getScale()) + ", not a finite number >= 0");
+    }
+    out.grad_scales.emplace_back(g.getClock(), g.getScale());
+  }
   return out;
 }
 

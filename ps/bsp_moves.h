@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "common/message.h"
@@ -35,6 +36,8 @@ struct BspTableState {
   uint32_t table = 0;
   int64_t applied_clock = 0;
   std::vector<BspEntry> entries;
+  // Pushers > 0: the chunks applied ahead of applied_clock, each with the clock it applies next.
+  std::vector<std::pair<uint64_t, int64_t>> chunk_next;
   bool operator==(const BspTableState&) const = default;
 };
 
@@ -42,6 +45,7 @@ struct BspMoves {
   std::vector<BspTableState> tables;
   std::vector<ClockMembers::Record> clocks;  // a join: the sender's clocks not applied
   std::vector<uint32_t> dead_ranks;          // and the trainer ranks it counts as dead
+  std::vector<std::pair<int64_t, float>> grad_scales;  // a copy: clipping factors of clocks not applied
 
   size_t entries() const;
   // A plan made again for the same receiver (a joining server's first ask, again after a lost

@@ -213,12 +213,6 @@ Result<Message> PsServer::CreateTable(const Request& request) {
     ToWire(served, reply.builder().getBody().initCreateTable());
     return reply;
   }
-  if (options_.replication == Replication::kBackup && spec.pushers > 0) {
-    return Status::FailedPrecondition(
-        "table \"" + spec.name + "\" applies each dense chunk once its " + std::to_string(spec.pushers) +
-        " pushers pushed it (BSP with global clipping or offload): server.replication: backup does not "
-        "replicate those chunk-by-chunk clocks; BSP tables without pushers it does");
-  }
   std::unique_lock lock(tables_mu_);
   if (auto it = tables_.find(spec.id); it != tables_.end()) {
     // Every trainer creates the tables it uses: the same spec again is fine.

@@ -12,6 +12,7 @@
 // whole shard carries the same state (AddBspStateLocked, InstallBspState).
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <string>
 
 #include "ps/server.h"
@@ -73,7 +74,7 @@ Status PsServer::TakeBspMovesLocked(const PsLayout& before, const PsLayout& afte
         for (const auto& [key, acc] : accs) STRATA_RETURN_IF_ERROR(receiver(key).status());
       }
     }
-    for (auto& [rank, p] : *plans) p.bsp.tables.push_back({t.spec.id, t.applied_clock, {}});
+    for (auto& [rank, p] : *plans) p.bsp.tables.push_back({t.spec.id, t.applied_clock, {}, {}});
     auto take = [&](int64_t clock, uint32_t staged_by, std::unordered_map<uint64_t, Table::Acc>& accs) {
       for (auto a = accs.begin(); a != accs.end();) {
         MigrationPlan* p = *receiver(a->first);
@@ -186,13 +187,18 @@ void PsServer::AddBspStateLocked(Message* last) {
   for (const auto& [id, t] : tables_) {
     if (t->spec.consistency != Consistency::kBsp) continue;
     std::lock_guard bsp_lock(t->bsp_mu);
-    BspTableState s{t->spec.id, t->applied_clock, {}};
+    BspTableState s{t->spec.id, t->applied_clock, {}, {}};
     for (const auto& [clock, accs] : t->pending) {
       for (const auto& [key, a] : accs) s.entries.push_back({clock, key, 0, a.pushes, a.lr, a.sum});
     }
     SortEntries(&s);
+    for (const auto& [key, next] : t->chunk_clock) {
+      if (next > t->applied_clock) s.chunk_next.emplace_back(key, next);
+    }
+    std::sort(s.chunk_next.begin(), s.chunk_next.end());
     state.tables.push_back(std::move(s));
   }
+  state.grad_scales.assign(grad_scale_.begin(), grad_scale_.end());
   WriteBspMoves(state, last->builder().getBody().getStateTransfer(), last);
 }
 
@@ -203,13 +209,23 @@ Status PsServer::InstallBspState(const Message& last) {
   auto state = ReadBspMoves(last, chunk, first,
                             [this](uint32_t table, uint64_t key) { return BspEntryFloats(table, key, nullptr); });
   if (!state.ok()) return state.status().WithContext("stateTransfer");
+  std::lock_guard clocks(clock_mu_);
   for (const BspTableState& s : state->tables) {
     Table& t = **FindTable(s.table);
     std::lock_guard bsp_lock(t.bsp_mu);
     t.pending.clear();
     t.applied_clock = s.applied_clock;
     for (const BspEntry& e : s.entries) t.pending[e.clock][e.key] = Table::Acc{e.sum, e.pushes, e.lr};
+    // Chunks that ran ahead: the same next clocks, and the counts of chunks done early per clock
+    // that ReadyClockLocked reads.
+    t.chunk_clock.clear();
+    t.early_done.clear();
+    for (const auto& [key, next] : s.chunk_next) {
+      t.chunk_clock[key] = next;
+      for (int64_t c = s.applied_clock; c < next; ++c) ++t.early_done[c];
+    }
   }
+  grad_scale_ = {state->grad_scales.begin(), state->grad_scales.end()};
   return Status::OK();
 }
 

@@ -29,18 +29,6 @@ Status CheckReplication(const JobConfig& job) {
           "server.replication: backup needs cluster.servers of 2 or more (a shard's backup lives on "
           "another server), got " + std::to_string(job.cluster.servers));
     }
-    const SyncOptions& sync = job.trainer.sync;
-    // BSP tables with pushers (a dense chunk applied once its replicas all pushed it) are not
-    // replicated: offload under BSP, and global clipping under BSP.
-    const bool pushers = sync.consistency == Consistency::kBsp &&
-                         (sync.mode == SyncOptions::Mode::kOffload || job.trainer.optimizer.clip_norm > 0);
-    if (UsesServers(sync.mode) && pushers) {
-      return Status::InvalidArgument(
-          "server.replication: backup does not replicate BSP tables that apply each dense chunk once "
-          "every replica pushed it (sync.consistency: bsp with " +
-          std::string(sync.mode == SyncOptions::Mode::kOffload ? "sync.mode: offload" : "optimizer.clip_norm") +
-          "); use sync.consistency asp or ssp, or no replication");
-    }
     if (job.cluster.elastic) {
       return Status::InvalidArgument(
           "server.replication: backup with cluster.elastic: a server joining takes keys over from "

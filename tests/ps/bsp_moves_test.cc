@@ -1,8 +1,9 @@
 // bsp_moves_test.cc: BspMoves on the wire (ps/bsp_moves.h): written into a migrateRows chunk and
-// read back the same (sums and staged pushes, each table's applied clock, the clocks' records,
-// dead ranks); a hostile chunk (lists of unequal length, an entry of a clock applied already,
-// sums of the wrong size, a key the receiver refuses) is refused naming the field; and a plan
-// made twice keeps the first one's accumulations (Absorb).
+// read back the same (sums and staged pushes, each table's applied clock and chunks ahead, the
+// clocks' records, dead ranks, clipping factors); a hostile chunk (lists of unequal length, an
+// entry of a clock applied already, a chunk not ahead, a negative clipping factor, sums of the
+// wrong size, a key the receiver refuses) is refused naming the field; and a plan made twice keeps
+// the first one's accumulations (Absorb).
 #include "ps/bsp_moves.h"
 
 #include <gtest/gtest.h>
@@ -15,14 +16,15 @@ namespace {
 
 BspMoves Sample() {
   BspMoves m;
-  BspTableState t{7, 3, {}};
+  BspTableState t{7, 3, {}, {{12, 5}}};  // chunk 12 applied ahead, up to clock 4
   t.entries.push_back({3, 10, 0, 2, 0.5f, {1.0f, 2.0f}});
   t.entries.push_back({3, 11, 5, 1, 0.5f, {3.0f, 4.0f}});  // node 4's push, not folded yet
   t.entries.push_back({4, 10, 0, 1, -1.0f, {5.0f, 6.0f}});
   m.tables.push_back(t);
-  m.tables.push_back({8, 0, {}});
+  m.tables.push_back({8, 0, {}, {}});
   m.clocks.push_back({3, {0, 1}, {1}});
   m.dead_ranks = {2};
+  m.grad_scales = {{3, 0.25f}};
   return m;
 }
 
@@ -50,6 +52,8 @@ TEST(BspMovesTest, WrittenIntoAChunkAndReadBackTheSame) {
   EXPECT_EQ(back->clocks[0].members, (std::vector<uint32_t>{0, 1}));
   EXPECT_EQ(back->clocks[0].clocked, (std::vector<uint32_t>{1}));
   EXPECT_EQ(back->dead_ranks, (std::vector<uint32_t>{2}));
+  ASSERT_EQ(back->grad_scales.size(), 1u);
+  EXPECT_EQ(back->grad_scales[0], (std::pair<int64_t, float>{3, 0.25f}));
   EXPECT_EQ(back->entries(), 3u);
 }
 
@@ -71,6 +75,14 @@ TEST(BspMovesTest, AHostileChunkIsRefusedNamingWhatIsWrong) {
   }
   {
     BspMoves m = Sample();
+    m.tables[0].chunk_next[0].second = 3;  // not ahead of the applied clock
+    EXPECT_NE(refused(Written(m)).find("chunk 12 applies clock 3 next, not ahead of appliedClock 3"), std::string::npos);
+    m = Sample();
+    m.grad_scales[0].second = -1.0f;
+    EXPECT_NE(refused(Written(m)).find("migrateRows.gradScales: clock 3"), std::string::npos);
+  }
+  {
+    BspMoves m = Sample();
     m.tables[0].entries[1].sum = {1.0f};  // one float short
     EXPECT_NE(refused(Written(m)).find("its sums are not 6 f32"), std::string::npos);
   }
@@ -79,7 +91,7 @@ TEST(BspMovesTest, AHostileChunkIsRefusedNamingWhatIsWrong) {
     m.tables[0].entries[2].key = 99;
     EXPECT_NE(refused(Written(m)).find("key 99 belongs to server 1"), std::string::npos);
     m = Sample();
-    m.tables[1] = {9, 0, {{0, 1, 0, 1, -1.0f, {1.0f, 1.0f}}}};
+    m.tables[1] = {9, 0, {{0, 1, 0, 1, -1.0f, {1.0f, 1.0f}}}, {}};
     EXPECT_NE(refused(Written(m)).find("migrateRows.bsp[1] (table 9): no table 9 here"), std::string::npos);
   }
   EXPECT_NE(refused(Written(Sample()), 1).find("2 tables, but 1 payloads"), std::string::npos);
@@ -88,7 +100,7 @@ TEST(BspMovesTest, AHostileChunkIsRefusedNamingWhatIsWrong) {
 TEST(BspMovesTest, APlanMadeAgainKeepsTheFirstPlansAccumulations) {
   BspMoves first = Sample();
   BspMoves again;
-  again.tables.push_back({7, 5, {{5, 12, 0, 1, 0.5f, {7.0f, 8.0f}}}});
+  again.tables.push_back({7, 5, {{5, 12, 0, 1, 0.5f, {7.0f, 8.0f}}}, {}});
   again.clocks.push_back({3, {0, 1}, {0}});
   again.dead_ranks = {3};
   again.Absorb(first);

@@ -267,18 +267,6 @@ TEST_F(ReplicationTest, RequestsThatDoNotBelongAreRefusedNamingWhy) {
   // A forwarded request sent to the shard's serving server by a node that is not its other holder.
   s = RawPush(0, keys, 0, /*shard=*/0, /*origin=*/trainer_nodes_[1]->id());
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
-  // A BSP table that applies each dense chunk once its pushers pushed it is not replicated.
-  TableSpec bsp = AdamTable(Consistency::kBsp);
-  bsp.id = 2;
-  bsp.name = "bsp";
-  bsp.kind = TableKind::kDense;
-  bsp.dim = 1;
-  bsp.numel = 64;
-  bsp.chunk_floats = 16;
-  bsp.pushers = 2;
-  s = clients_[0]->CreateTable(bsp);
-  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
-  EXPECT_NE(s.message().find("its 2 pushers pushed it"), std::string::npos) << s.ToString();
   // Nothing above changed the backup copy.
   nlohmann::json j = Stats(1);
   EXPECT_EQ(j["backup"]["pushes"].get<uint64_t>(), 0u) << j.dump();

@@ -23,6 +23,7 @@
 #include "mem_node.h"
 #include "offload/tiered_row_store.h"
 #include "ps/client.h"
+#include "ps/layout.h"
 #include "ps/replication.h"
 #include "ps/server.h"
 #include "ps/server_stores.h"
@@ -384,6 +385,79 @@ TEST_P(TieredReplicationTest, BspClocksSurviveAKillOfEachHolderAndACopyTakenMidC
   ASSERT_NO_FATAL_FAILURE(push(1, 7.0f));  // forwarded to server 0's copies
   for (auto& c : clients_) ASSERT_TRUE(c->Clock().ok());
   ASSERT_NO_FATAL_FAILURE(Kill(1));
+  ASSERT_NO_FATAL_FAILURE(expect(1, -8.0f));  // -2 - (5 + 7) / 2
+}
+
+// A BSP table with pushers (offload, global clipping) applies a dense chunk as soon as its two
+// pushers pushed it, ahead of the clock messages. Server 0 is killed; on server 1 one chunk of
+// shard 0 runs ahead into clock 2 while the other waits for its second push; server 0, restarted
+// then, must take that chunk's next clock with its copy (stateTransfer.bsp.chunkNext): once it
+// serves both shards (server 1 killed), a second push of that chunk for clock 1 is refused, where
+// a copy without it would sum it again. Every value is the mean of both pushers' pushes.
+TEST_P(TieredReplicationTest, BspChunksWithPushersSurviveAKillOfEachHolderAndACopyTakenMidClock) {
+  TableSpec dense = LedgerTable();
+  dense.id = 2;
+  dense.name = "dense";
+  dense.kind = TableKind::kDense;
+  dense.dim = 1;
+  dense.numel = 64;
+  dense.chunk_floats = 16;
+  dense.consistency = Consistency::kBsp;
+  dense.pushers = 2;
+  for (auto& c : clients_) ASSERT_TRUE(c->CreateTable(dense).ok());
+  auto push = [&](int trainer, float g) {
+    const std::vector<float> grads(dense.numel, g);
+    PsTicket p = clients_[trainer]->PushDense(2, grads.data());
+    Status s = clients_[trainer]->Wait(p);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  };
+  auto expect = [&](int trainer, float want) {
+    std::vector<float> values(dense.numel);
+    PsTicket pull = clients_[trainer]->PullDense(2, values.data());
+    Status s = clients_[trainer]->Wait(pull);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(values[i], want) << "float " << i;
+  };
+  PsLayout layout;
+  layout.base = layout.servers = kServers;
+  // Trainer 1's push of chunk `chunk` for clock 1 to server `to`, for the chunk's shard.
+  auto push_chunk = [&](int to, uint64_t chunk, float g) {
+    Node& node = *trainer_nodes_[1];
+    const PeerId peer = *node.rpc().Connect("mem://server" + std::to_string(to));
+    Message m;
+    m.builder().setShard(static_cast<int32_t>(layout.DenseOwner(dense, chunk)));
+    auto b = m.builder().getBody().initPush();
+    b.setTable(2);
+    b.setClock(1);
+    b.setLr(-1.0f);
+    m.AddPayload(DType::kI64, {1}, Buffer::Take(std::vector<uint64_t>{chunk}));
+    m.AddPayload(DType::kF32, {16}, Buffer::Take(std::vector<float>(16, g)));
+    return node.rpc().CallAndWait(peer, std::move(m)).status();
+  };
+  std::vector<uint64_t> shard0;  // the chunks of shard 0
+  for (uint64_t c = 0; c < dense.NumChunks(); ++c) {
+    if (layout.DenseOwner(dense, c) == 0) shard0.push_back(c);
+  }
+  ASSERT_EQ(shard0.size(), 2u);
+
+  ASSERT_NO_FATAL_FAILURE(push(0, 1.0f));
+  ASSERT_NO_FATAL_FAILURE(Kill(0));
+  ASSERT_NO_FATAL_FAILURE(push(1, 3.0f));  // completes every chunk on server 1
+  ASSERT_NO_FATAL_FAILURE(expect(0, -2.0f));
+  for (auto& c : clients_) ASSERT_TRUE(c->Clock().ok());
+
+  ASSERT_NO_FATAL_FAILURE(push(0, 5.0f));                    // clock 1: trainer 0's every chunk
+  ASSERT_TRUE(push_chunk(1, shard0[0], 7.0f).ok());          // trainer 1's first chunk of shard 0: ahead
+  ASSERT_NO_FATAL_FAILURE(Restart(0));                       // copies taken now
+  ASSERT_NO_FATAL_FAILURE(WaitForBackups(0, "backup"));
+  for (uint64_t c = 0; c < dense.NumChunks(); ++c) {         // the rest, forwarded to server 0
+    if (c != shard0[0]) ASSERT_TRUE(push_chunk(1, c, 7.0f).ok()) << "chunk " << c;
+  }
+  ASSERT_NO_FATAL_FAILURE(Kill(1));
+  Status again = push_chunk(0, shard0[0], 7.0f);
+  EXPECT_EQ(again.code(), StatusCode::kFailedPrecondition) << again.ToString();
+  EXPECT_NE(again.message().find("arrived after that clock was applied"), std::string::npos) << again.ToString();
+  for (auto& c : clients_) ASSERT_TRUE(c->Clock().ok());
   ASSERT_NO_FATAL_FAILURE(expect(1, -8.0f));  // -2 - (5 + 7) / 2
 }
 

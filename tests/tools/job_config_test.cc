@@ -164,13 +164,14 @@ TEST(ConfigJobTest, ServerReplicationIsCheckedAgainstTheServersAndConsistency) {
                                    "server.store.durability=wal"});
   ASSERT_TRUE(tiered.ok()) << tiered.status().ToString();
   EXPECT_EQ(tiered->server.store.kind, StoreKind::kTiered);
-  // BSP replicates, except the tables that apply a dense chunk once every replica pushed it.
+  // BSP replicates, the tables that apply a dense chunk once every replica pushed it included
+  // (global clipping, offload).
   EXPECT_TRUE(LoadJobConfig("", {"server.replication=backup", "cluster.servers=2", "sync.mode=ps",
                                  "sync.consistency=bsp"}).ok());
-  auto clipped = LoadJobConfig("", {"server.replication=backup", "cluster.servers=2", "sync.mode=ps",
-                                    "sync.consistency=bsp", "optimizer.clip_norm=1"});
-  EXPECT_THAT(clipped.status().message(), HasSubstr("does not replicate BSP tables that apply each dense chunk"));
-  EXPECT_THAT(clipped.status().message(), HasSubstr("optimizer.clip_norm"));
+  EXPECT_TRUE(LoadJobConfig("", {"server.replication=backup", "cluster.servers=2", "sync.mode=ps",
+                                 "sync.consistency=bsp", "optimizer.clip_norm=1"}).ok());
+  EXPECT_TRUE(LoadJobConfig("", {"server.replication=backup", "cluster.servers=2", "sync.mode=offload",
+                                 "sync.consistency=bsp"}).ok());
   auto elastic = LoadJobConfig("", {"server.replication=backup", "cluster.servers=2", "sync.mode=ps",
                                     "sync.consistency=asp", "cluster.elastic=true"});
   EXPECT_THAT(elastic.status().message(), HasSubstr("server.replication: backup with cluster.elastic"));
