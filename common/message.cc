@@ -308,7 +308,7 @@ Status CheckBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
       (void)body.getPull();
       return Status::OK();
     case Op::CLOCK:
-      (void)body.getClock();
+      (void)body.getClock().getMemberRanks();  // a list of the wrong element type throws here
       return Status::OK();
     case Op::GRAD_NORM:
       (void)body.getGradNorm();
@@ -344,6 +344,22 @@ Status CheckBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
       for (auto t : m.getTables()) {
         STRATA_RETURN_IF_ERROR(CheckTableSpec(t, migrate ? "migrateRows.tables" : "stateTransfer.tables", limits));
       }
+      // The BSP accumulations' lists (ps/bsp_moves.h reads them): the wrong kinds throw here.
+      for (auto s : m.getBsp()) {
+        (void)s.getClocks();
+        (void)s.getKeys();
+        (void)s.getPushes();
+        (void)s.getLrs();
+        (void)s.getStagedBy();
+        (void)s.getChunkKeys();
+        (void)s.getChunkNext();
+      }
+      for (auto r : m.getClockMembers()) {
+        (void)r.getMembers();
+        (void)r.getClocked();
+      }
+      (void)m.getDeadRanks();
+      (void)m.getGradScales();
       return Status::OK();
     }
     case Op::EMPTY:

@@ -143,7 +143,7 @@ Result<BspMoves> ReadBspMoves(const Message& msg, wire::MigrateRows::Reader body
       e.pushes = state.getPushes()[j];
       e.lr = state.getLrs()[j];
       e.sum.resize(sizes[j]);
-      std::memcpy(e.sum.data(), sums, sizes[j] * sizeof(float));
+      if (sizes[j]) std::memcpy(e.sum.data(), sums, sizes[j] * sizeof(float));
       sums += sizes[j] * sizeof(float);
       t.entries.push_back(std::move(e));
     }

@@ -285,6 +285,59 @@ std::vector<Seed> Seeds() {
     m.AddPayload(DType::kI64, {1, 2}, Values<int64_t>({3, 7}));
     add("migrateRows-chunk", std::move(m));
   }
+  {  // elastic BSP: a migration's last chunk: no rows left, the moving keys' accumulations (one
+     // summed, one staged by node 4), the sender's clock record, a dead rank; a chunk ahead and
+     // a clipping factor as a replica's copy carries them
+    Message m = Request(16);
+    auto rows = m.builder().getBody().initMigrateRows();
+    rows.setServers(3);
+    rows.setRows(0);
+    auto state = rows.initBsp(1)[0];
+    state.setTable(1);
+    state.setAppliedClock(6);
+    auto clocks = state.initClocks(2);
+    clocks.set(0, 6);
+    clocks.set(1, 6);
+    auto keys = state.initKeys(2);
+    keys.set(0, 5);
+    keys.set(1, 8);
+    auto pushes = state.initPushes(2);
+    pushes.set(0, 2);
+    pushes.set(1, 1);
+    auto lrs = state.initLrs(2);
+    lrs.set(0, -1.0f);
+    lrs.set(1, -1.0f);
+    auto by = state.initStagedBy(2);
+    by.set(0, 0);
+    by.set(1, 5);
+    state.initChunkKeys(1).set(0, 3);
+    state.initChunkNext(1).set(0, 7);
+    auto record = rows.initClockMembers(1)[0];
+    record.setClock(6);
+    auto members = record.initMembers(2);
+    members.set(0, 0);
+    members.set(1, 1);
+    record.initClocked(1).set(0, 1);
+    rows.initDeadRanks(1).set(0, 2);
+    auto scale = rows.initGradScales(1)[0];
+    scale.setClock(6);
+    scale.setScale(0.5f);
+    m.AddPayload(DType::kI64, {0, 2}, Values<int64_t>({}));
+    // Key 5's sum holds 0 floats and key 8's 3 (message_fuzzer sizes an entry key % 5).
+    m.AddPayload(DType::kF32, {3}, Values<float>({0.25f, -0.5f, 1.0f}));
+    add("migrateRows-bsp", std::move(m));
+  }
+  {  // elastic: a clock message from a trainer whose layout counts 3 servers
+    Message m = Request(17);
+    auto c = m.builder().getBody().initClock();
+    c.setClock(7);
+    c.setServers(3);
+    c.setMembers(2);
+    auto ranks = c.initMemberRanks(2);
+    ranks.set(0, 0);
+    ranks.set(1, 1);
+    add("clock-servers", std::move(m));
+  }
   return seeds;
 }
 

@@ -11,14 +11,17 @@
 //             to the bytes left, and missing ones read as 0
 //   then      the frames' bytes in order; the last frame takes whatever remains
 // Each frame gets its own exact-size heap block, so AddressSanitizer sees any read past it.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/check.h"
 #include "common/message.h"
+#include "ps/bsp_moves.h"
 
 namespace strata {
 namespace {
@@ -80,6 +83,48 @@ WireLimits Limits(uint8_t flags) {
     limits.max_text_bytes = 16;
   }
   return limits;
+}
+
+// A migrateRows or stateTransfer's BSP accumulations (ps/bsp_moves.h), as a receiving server
+// reads them (an entry's size from its key; some keys refused). What reads back must write and
+// read again the same.
+void TouchBspMoves(const Message& m) {
+  if (m.op() != Op::MIGRATE_ROWS && m.op() != Op::STATE_TRANSFER) return;
+  const auto body = m.op() == Op::MIGRATE_ROWS ? m.reader().getBody().getMigrateRows()
+                                               : m.reader().getBody().getStateTransfer();
+  const size_t tables = body.getBsp().size();
+  const size_t first = m.num_payloads() - std::min(m.num_payloads(), tables);
+  auto floats = [](uint32_t table, uint64_t key) -> Result<uint32_t> {
+    if (key % 97 == 13) return Status::InvalidArgument("key " + std::to_string(key) + " of table " + std::to_string(table));
+    return static_cast<uint32_t>(key % 5);
+  };
+  auto moves = ReadBspMoves(m, body, first, floats);
+  if (!moves.ok()) {
+    STRATA_CHECK(!moves.status().ok());
+    return Consume(moves.status().ToString().size());
+  }
+  Message out;
+  WriteBspMoves(*moves, out.builder().getBody().initMigrateRows(), &out);
+  auto back = ReadBspMoves(out, out.reader().getBody().getMigrateRows(), 0, floats);
+  STRATA_CHECK(back.ok()) << back.status().ToString();
+  // The same bits (a NaN sum is not equal to itself).
+  STRATA_CHECK_EQ(back->tables.size(), moves->tables.size());
+  for (size_t i = 0; i < back->tables.size(); ++i) {
+    const BspTableState &a = back->tables[i], &b = moves->tables[i];
+    STRATA_CHECK(a.table == b.table && a.applied_clock == b.applied_clock && a.chunk_next == b.chunk_next);
+    STRATA_CHECK_EQ(a.entries.size(), b.entries.size());
+    for (size_t j = 0; j < a.entries.size(); ++j) {
+      const BspEntry &x = a.entries[j], &y = b.entries[j];
+      STRATA_CHECK(x.clock == y.clock && x.key == y.key && x.staged_by == y.staged_by && x.pushes == y.pushes);
+      STRATA_CHECK(std::memcmp(&x.lr, &y.lr, sizeof(float)) == 0);
+      STRATA_CHECK(x.sum.size() == y.sum.size() &&
+                   (x.sum.empty() || std::memcmp(x.sum.data(), y.sum.data(), x.sum.size() * sizeof(float)) == 0));
+    }
+  }
+  STRATA_CHECK_EQ(back->clocks.size(), moves->clocks.size());
+  STRATA_CHECK(back->dead_ranks == moves->dead_ranks);
+  STRATA_CHECK(back->grad_scales == moves->grad_scales);
+  Consume(moves->entries());
 }
 
 void TouchText(capnp::Text::Reader text, const WireLimits& limits) {
@@ -189,6 +234,14 @@ void TouchBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
       for (auto c : copy.getTrainerClocks()) Consume(static_cast<uint64_t>(c.getClock()));
       return;
     }
+    case Op::CLOCK: {  // a trainer finished a clock (elastic BSP: who split its step)
+      auto c = body.getClock();
+      Consume(static_cast<uint64_t>(c.getClock()));
+      Consume(c.getMembers());
+      for (uint32_t r : c.getMemberRanks()) Consume(r);
+      Consume(c.getServers());
+      return;
+    }
     case Op::GRAD_NORM: {  // global clipping: a clock's sum of squares
       auto g = body.getGradNorm();
       Consume(static_cast<uint64_t>(g.getClock()));
@@ -277,6 +330,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const Message& m = *decoded;
   TouchMessage(m, limits);
+  TouchBspMoves(m);
   AnswerLikeEcho(m, limits);
   // Forwarding a received message re-encodes its envelope (Encode copies it into a builder).
   Frames forwarded = Encode(*decoded);
