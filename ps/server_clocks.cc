@@ -132,7 +132,7 @@ void PsServer::AdvanceLocked(std::vector<Parked>* ready) {
         // Clipped: the mean over the pushers, times the clock's clipping factor (1/pushers is a
         // power of two or 1 for 1, 2, 4... replicas: the same float as all-reduce's mean, clipped).
         const float s = t.spec.clipped ? t.MeanScale() * GradScaleLocked(t.applied_clock) : scale;
-        for (auto& [key, acc] : it->second) t.ApplyAcc(key, acc, s, t.applied_clock);
+        t.ApplyAccs(it->second, s, t.applied_clock);
         t.pending.erase(it);
       }
       t.early_done.erase(t.applied_clock);

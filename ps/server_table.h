@@ -126,6 +126,27 @@ struct PsServer::Table {
     if (!s.ok()) spdlog::error("server: applying clock {} of table \"{}\": {}", clock, spec.name, s.ToString());
     if (snapshots) snapshots->Invalidate(key);
   }
+  // Applies a clock's accumulations, every key in one store update (a tiered store writes them
+  // in one WAL batch, synced once, not once a key).
+  void ApplyAccs(const std::unordered_map<uint64_t, Acc>& accs, float scale, int64_t clock) {
+    std::vector<uint64_t> keys;
+    std::vector<const Acc*> of;
+    keys.reserve(accs.size());
+    of.reserve(accs.size());
+    for (const auto& [key, acc] : accs) {
+      keys.push_back(key);
+      of.push_back(&acc);
+    }
+    Status s = store->Update(keys, init, [&](size_t j, std::span<float> record) {
+      OptimizerSpec o = spec.optimizer;
+      if (of[j]->lr >= 0) o.lr = of[j]->lr;
+      ApplyUpdate(o, slots, record, static_cast<int>(ValueFloats(keys[j])), of[j]->sum.data(), scale);
+    });
+    if (!s.ok()) spdlog::error("server: applying clock {} of table \"{}\": {}", clock, spec.name, s.ToString());
+    if (snapshots) {
+      for (uint64_t key : keys) snapshots->Invalidate(key);
+    }
+  }
   // pushers > 0: the factor a chunk's sum is applied with (before clipping).
   float MeanScale() const {
     return spec.aggregate == Aggregate::kMean ? 1.0f / static_cast<float>(spec.pushers) : 1.0f;

@@ -57,6 +57,7 @@ struct Options {
   int scheduler_cycles = 0;
   int stop_cycles = 3;
   int stall_cycles = 4;  // a server or trainer SIGSTOPped until declared dead, then resumed
+  int membership_cycles = 0;  // a server joining (--join) and leaving (SIGTERM); cluster.elastic
   double fault_interval_s = 1.0;  // between faults
   double delay_rate = 0.02;
   int delay_ms = 20;
@@ -101,7 +102,8 @@ std::string JobYaml(const Options& o, const std::string& store) {
     << "optimizer: {kind: adamw, lr: 0.005}\n"
     << "train: {steps: " << o.steps << ", batch_size: 1024, log_every: 50, progress: false}\n"
     << "sync: {mode: ps, consistency: " << o.consistency << ", timeout_ms: 60000}\n"
-    << "cluster: {heartbeat_interval_ms: 100, heartbeat_timeout_ms: 1500, scheduler_timeout_ms: 60000}\n"
+    << "cluster: {heartbeat_interval_ms: 100, heartbeat_timeout_ms: 1500, scheduler_timeout_ms: 60000"
+    << (o.membership_cycles > 0 ? ", elastic: true" : "") << "}\n"
     << "server: {workers: 2, stats_interval_ms: 0, ";
   if (o.replication) {
     y << "replication: backup}\n";  // the memory store
@@ -173,7 +175,7 @@ struct RunFigures {
   double auc = -1;
   bool finished = false;
   std::vector<std::string> crashes;
-  int server_kills = 0, scheduler_kills = 0, stops = 0, stalls = 0, replaced = 0;
+  int server_kills = 0, scheduler_kills = 0, stops = 0, stalls = 0, replaced = 0, joins = 0;
   double median_outage_s = 0;
   uint64_t hostile_frames = 0;
   std::string error;
@@ -225,9 +227,10 @@ RunFigures RunTraining(const Options& o, const std::string& bin, const fs::path&
     if (!disturb || cl.TrainersDone()) continue;
     // Round robin over the kinds of fault still to run.
     const bool server = f.server_kills < o.server_cycles, scheduler = f.scheduler_kills < o.scheduler_cycles,
-               stop = f.stops < o.stop_cycles, stall = f.stalls < o.stall_cycles;
-    if (!server && !scheduler && !stop && !stall) continue;
-    const int kind = fault++ % 4;
+               stop = f.stops < o.stop_cycles, stall = f.stalls < o.stall_cycles,
+               member = f.joins < o.membership_cycles;
+    if (!server && !scheduler && !stop && !stall && !member) continue;
+    const int kind = fault++ % 5;
     if (kind == 0 && server) {
       const int rank = f.server_kills % o.servers;
       Result<double> s = KillAndRestart(o, cl, rank, Millis(30000));
@@ -274,6 +277,13 @@ RunFigures RunTraining(const Options& o, const std::string& bin, const fs::path&
       }
       ++f.stalls;
       if (replace) ++f.replaced;
+    } else if (kind == 4 && member) {
+      const auto hold = Millis(static_cast<int>(o.fault_interval_s * 1000));
+      if (Result<double> s = cl.JoinAndLeaveServer(hold, Millis(60000)); !s.ok()) {
+        f.error = s.status().ToString();
+        break;
+      }
+      ++f.joins;
     }
   }
   f.hostile_frames = hostile.Stop();
@@ -420,11 +430,15 @@ LedgerFigures RunLedger(const Options& o, const std::string& bin, const fs::path
 }
 
 Result<Report> RunChaosBench(const Options& o) {
-  if (o.consistency == "bsp" && !o.replication) {
+  if (o.consistency == "bsp" && !o.replication && (o.server_cycles > 0 || o.stall_cycles > 0)) {
     // A BSP server sums a clock's pushes in memory until the clock completes: a kill -9 of the
     // only holder loses the acknowledged pushes of the clock in progress.
-    return Status::InvalidArgument("--consistency bsp needs --replication: without a backup a killed server loses "
-                                   "the summed pushes of the clock in progress");
+    return Status::InvalidArgument("--consistency bsp with --server-cycles or --stall-cycles needs --replication: "
+                                   "without a backup a killed server loses the summed pushes of the clock in progress");
+  }
+  if (o.membership_cycles > 0 && o.replication) {
+    return Status::InvalidArgument("--membership-cycles with --replication: servers joining an elastic job and "
+                                   "server.replication: backup do not go together (the job loader refuses both)");
   }
   Stopwatch total;
   const std::string bin = fs::canonical("/proc/self/exe").parent_path().string();
@@ -443,6 +457,7 @@ Result<Report> RunChaosBench(const Options& o) {
   report.config = {{"servers", o.servers}, {"trainers", o.trainers}, {"steps", o.steps},
                    {"server_cycles", o.server_cycles}, {"scheduler_cycles", o.scheduler_cycles},
                    {"stop_cycles", o.stop_cycles}, {"stall_cycles", o.stall_cycles},
+                   {"membership_cycles", o.membership_cycles},
                    {"delay_rate", o.delay_rate}, {"delay_ms", o.delay_ms},
                    {"hostile", o.hostile}, {"ledger_cycles", o.ledger_cycles}, {"drop_rate", o.drop_rate},
                    {"replication", o.replication}, {"consistency", o.consistency}};
@@ -457,12 +472,13 @@ Result<Report> RunChaosBench(const Options& o) {
               {"trainer stops", "stops", Table::Format::kInteger},
               {"server/trainer stalls", "stalls", Table::Format::kInteger},
               {"of them replaced", "replaced", Table::Format::kInteger},
+              {"server joins+leaves", "joins", Table::Format::kInteger},
               {"hostile frames", "hostile_frames", Table::Format::kInteger},
               {"kill->restart s (median)", "outage_s", Table::Format::kFixed2}});
   for (const auto* r : {&base, &hit}) {
     runs.AddRow({r == &base ? "undisturbed" : "disturbed", r->seconds, r->auc, r->finished ? "yes" : "no",
                  static_cast<int64_t>(r->crashes.size()), r->server_kills, r->scheduler_kills, r->stops, r->stalls,
-                 r->replaced, r->hostile_frames, r->median_outage_s});
+                 r->replaced, r->joins, r->hostile_frames, r->median_outage_s});
   }
   report.tables.push_back(std::move(runs));
   Table goals("against the goals", {{"figure", "figure"}, {"value", "value"}, {"goal", "goal"}, {"met", "met"}});
@@ -490,7 +506,8 @@ Result<Report> RunChaosBench(const Options& o) {
       "disturbed: faults in turn every --fault-interval s until the trainers finish or the cycles run out: "
       "a server kill -9 + restart, a scheduler kill -9 + restart at the same address, a trainer SIGSTOP for "
       "1 s, a server or (not under BSP) a trainer SIGSTOPped until the scheduler declared it dead and then "
-      "resumed (it must come back by itself); meanwhile a hostile client sends random frames to the "
+      "resumed (it must come back by itself), a server joining the job and leaving it again "
+      "(--membership-cycles; cluster.elastic); meanwhile a hostile client sends random frames to the "
       "scheduler and every server and holds 16 idle connections to each, and the trainers' outgoing "
       "messages are delayed (transport.fault).",
       "crashes: processes that exited non-zero on their own (not the ones killed). ASP and SSP training are "
@@ -533,6 +550,10 @@ BenchFn SetupChaosBench(CLI::App& app) {
                  "(it comes back by itself; with --replication every other server stall starts a new process at "
                  "its rank first, and the resumed one must end)")
       ->capture_default_str();
+  app.add_option("--membership-cycles", o->membership_cycles,
+                 "a server started with --join that takes its keys over, serves one fault interval and leaves on "
+                 "SIGTERM (the job gets cluster.elastic; not with --replication)")
+      ->capture_default_str();
   app.add_option("--fault-interval", o->fault_interval_s, "seconds between faults")->capture_default_str();
   app.add_option("--delay-rate", o->delay_rate, "fraction of the trainers' messages delayed")->capture_default_str();
   app.add_option("--delay-ms", o->delay_ms, "how long a delayed message waits")->capture_default_str();
@@ -541,7 +562,8 @@ BenchFn SetupChaosBench(CLI::App& app) {
   app.add_flag("!--no-hostile", o->hostile, "no hostile client");
   app.add_option("--timeout", o->timeout_s, "limit on each training run, seconds")->capture_default_str();
   app.add_flag("--keep", o->keep, "keep the work directory (logs, stores, metrics)");
-  app.add_option("--consistency", o->consistency, "the training runs' sync.consistency (bsp needs --replication)")
+  app.add_option("--consistency", o->consistency,
+                 "the training runs' sync.consistency (bsp with server kills or stalls needs --replication)")
       ->check(CLI::IsMember({"asp", "ssp", "bsp"}))
       ->capture_default_str();
   app.add_flag("--replication", o->replication,

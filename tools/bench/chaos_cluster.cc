@@ -242,6 +242,34 @@ Status ChaosCluster::Stop(Millis timeout) {
   return all ? Status::OK() : Status::DeadlineExceeded("some processes did not exit after the job ended");
 }
 
+Result<double> ChaosCluster::JoinAndLeaveServer(Millis hold, Millis timeout) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::string name = "joined-" + std::to_string(joined_++);
+  std::vector<std::string> argv = {options_.bin_dir + "/strata-server", "--config", options_.job};
+  for (const auto& s : options_.sets) argv.insert(argv.end(), {"--set", s});
+  argv.insert(argv.end(), {"--set", "server.store.kind=memory", "--set", "server.store.durability=none", "--set",
+                           "cluster.scheduler=" + scheduler_address_,
+                           "--join"});
+  STRATA_ASSIGN_OR_RETURN(auto p, ChildProcess::Start(argv, LogPath(name)));
+  const bool serving = PollFor([&] { return CountInLog(name, "serving as server") > 0 || !p->Running(); }, timeout);
+  if (!serving || !p->Running()) {
+    p->Signal(SIGKILL);
+    (void)p->Wait(Millis(10000));
+    killed_.push_back(std::move(p));
+    return Status::DeadlineExceeded("a joining server did not take its keys over within " +
+                                    std::to_string(timeout.count()) + " ms (log: " + LogPath(name) + ")");
+  }
+  std::this_thread::sleep_for(hold);
+  p->Signal(SIGTERM);
+  const int code = p->Wait(timeout);
+  killed_.push_back(std::move(p));
+  if (code != 0) {
+    return Status::Internal("the joined server exited with " + std::to_string(code) + " after SIGTERM, not 0 (log: " +
+                            LogPath(name) + ")");
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 std::vector<std::string> ChaosCluster::Crashes() {
   std::vector<std::string> out;
   auto check = [&](const std::string& name, std::unique_ptr<ChildProcess>& p) {

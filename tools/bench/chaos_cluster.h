@@ -57,6 +57,10 @@ class ChaosCluster {
   // the seconds from the stop to its exit. Needs a store the two processes do not share (the
   // memory store of server.replication: the stopped one holds a tiered store's lock).
   Result<double> ReplaceStalledServer(int rank, std::chrono::milliseconds timeout);
+  // An elastic job (cluster.elastic): a new server started with --join (memory store) takes its
+  // share of the sparse rows over, serves for `hold`, then leaves on SIGTERM, handing them back,
+  // and must exit 0. Returns the seconds from its start to its exit.
+  Result<double> JoinAndLeaveServer(std::chrono::milliseconds hold, std::chrono::milliseconds timeout);
 
   // Whether every trainer has exited, and whether each exited 0.
   bool TrainersDone();
@@ -89,6 +93,7 @@ class ChaosCluster {
   std::unique_ptr<ChildProcess> scheduler_;
   std::vector<std::unique_ptr<ChildProcess>> servers_, trainers_;
   std::vector<std::unique_ptr<ChildProcess>> killed_;  // reaped runs this cluster killed or replaced
+  int joined_ = 0;  // JoinAndLeaveServer's servers so far (their logs: joined-N.log)
 };
 
 }  // namespace strata::bench
