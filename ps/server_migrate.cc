@@ -232,9 +232,9 @@ Result<std::shared_ptr<const MigrationPlan>> PsServer::StartTakeOver(const Reque
     return plans.status().WithContext("migrate");
   }
   MigrationPlan& made = plans->at(target);
+  bsp_moved_out_ += made.bsp.entries();
   // Asked again after a lost reply: the first plan took the BSP accumulations out of the tables.
   if (const auto earlier = Outgoing(to->id)) made.bsp.Absorb(earlier->bsp);
-  bsp_moved_out_ += made.bsp.entries();
   auto plan = std::make_shared<const MigrationPlan>(std::move(made));
   SetOutgoing(to->id, plan);
   spdlog::info("server: layout of {} servers: {} of {} rows of {} sparse tables go to {}, in chunks of at most {} "
@@ -419,10 +419,10 @@ Status PsServer::TakeOver(Millis timeout) {
       BspMoves bsp;
       if (n && n->alive) s = PullRows(*puller, *n, KeyLayout(), deadline, &bsp);
       if (s.ok()) {
-        std::lock_guard clocks(clock_mu_);
-        InstallBspMovesLocked(bsp, n->Describe());
-      }
-      if (s.ok()) {
+        {
+          std::lock_guard clocks(clock_mu_);
+          InstallBspMovesLocked(bsp, n->Describe());
+        }
         rows_moved_in_ += puller->rows();
         spdlog::info("server: took {} rows from {} in {} chunks", puller->rows(), n->Describe(), puller->chunks());
         break;

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -117,14 +118,8 @@ struct PsServer::Table {
   }
   // Applies one accumulation to the store (and makes the chunk's pull snapshot stale).
   void ApplyAcc(uint64_t key, const Acc& acc, float scale, int64_t clock) {
-    const uint64_t keys[1] = {key};
-    OptimizerSpec o = spec.optimizer;
-    if (acc.lr >= 0) o.lr = acc.lr;
-    Status s = store->Update(keys, init, [&](size_t, std::span<float> record) {
-      ApplyUpdate(o, slots, record, static_cast<int>(ValueFloats(key)), acc.sum.data(), scale);
-    });
-    if (!s.ok()) spdlog::error("server: applying clock {} of table \"{}\": {}", clock, spec.name, s.ToString());
-    if (snapshots) snapshots->Invalidate(key);
+    const Acc* of[1] = {&acc};
+    ApplyKeys(std::span<const uint64_t>(&key, 1), of, scale, clock);
   }
   // Applies a clock's accumulations, every key in one store update (a tiered store writes them
   // in one WAL batch, synced once, not once a key).
@@ -137,6 +132,10 @@ struct PsServer::Table {
       keys.push_back(key);
       of.push_back(&acc);
     }
+    ApplyKeys(keys, of, scale, clock);
+  }
+  // keys[j] takes *of[j], each with its lr (negative: the table's), times `scale`.
+  void ApplyKeys(std::span<const uint64_t> keys, std::span<const Acc* const> of, float scale, int64_t clock) {
     Status s = store->Update(keys, init, [&](size_t j, std::span<float> record) {
       OptimizerSpec o = spec.optimizer;
       if (of[j]->lr >= 0) o.lr = of[j]->lr;

@@ -72,6 +72,15 @@ class ElasticBspServersTest : public PsTest {
   void ExpectMinus(const std::vector<float>& got, const std::vector<float>& before, float mean) {
     for (size_t i = 0; i < keys_.size(); ++i) EXPECT_NEAR(got[i], before[i] - mean, 1e-6) << "key " << keys_[i];
   }
+  // Clock 1, once the servers changed: both trainers push (5 and 7) and clock; trainer `puller`
+  // reads every key 6 below `before`.
+  void NextClockTakesTheMean(const std::vector<float>& before, int puller) {
+    Push(0, 5.0f);
+    Push(1, 7.0f);
+    ASSERT_TRUE(Clock(0).ok());
+    ASSERT_TRUE(Clock(1).ok());
+    ExpectMinus(Pull(puller), before, 6.0f);
+  }
   std::vector<uint64_t> keys_;
 };
 
@@ -94,13 +103,7 @@ TEST_F(ElasticBspServersTest, AServerJoiningMidClockTakesItsPushesAndAppliesTheC
   const std::vector<float> w1 = Pull(0);
   ExpectMinus(w1, w0, 2.0f);  // (1 + 3) / 2, once for every key
   ExpectMinus(Pull(1), w0, 2.0f);
-
-  // Clock 1 runs on three servers as on two.
-  Push(0, 5.0f);
-  Push(1, 7.0f);
-  ASSERT_TRUE(Clock(0).ok());
-  ASSERT_TRUE(Clock(1).ok());
-  ExpectMinus(Pull(0), w1, 6.0f);
+  ASSERT_NO_FATAL_FAILURE(NextClockTakesTheMean(w1, 0));  // on three servers as on two
 
   // A clock message that does not count the joined server is refused as moved, changing
   // nothing; counting it, it is taken.
@@ -126,11 +129,7 @@ TEST_F(ElasticBspServersTest, AServerLeavingMidClockHandsItsPushesToTheServerTha
   ASSERT_TRUE(Clock(1).ok());
   const std::vector<float> w1 = Pull(0);
   ExpectMinus(w1, w0, 2.0f);
-  Push(0, 5.0f);
-  Push(1, 7.0f);
-  ASSERT_TRUE(Clock(0).ok());
-  ASSERT_TRUE(Clock(1).ok());
-  ExpectMinus(Pull(1), w1, 6.0f);
+  ASSERT_NO_FATAL_FAILURE(NextClockTakesTheMean(w1, 1));
 }
 
 TEST_F(ElasticBspServersTest, PushesOfAClockTheTakingServerAppliedAlreadyAreAppliedWithItsMean) {
@@ -149,11 +148,7 @@ TEST_F(ElasticBspServersTest, PushesOfAClockTheTakingServerAppliedAlreadyAreAppl
   ASSERT_TRUE(Clock(1).ok());  // its client's own clock 0 (server 0 counts it once)
   const std::vector<float> w1 = Pull(0);
   ExpectMinus(w1, w0, 2.0f);
-  Push(0, 5.0f);
-  Push(1, 7.0f);
-  ASSERT_TRUE(Clock(0).ok());
-  ASSERT_TRUE(Clock(1).ok());
-  ExpectMinus(Pull(1), w1, 6.0f);
+  ASSERT_NO_FATAL_FAILURE(NextClockTakesTheMean(w1, 1));
 }
 
 }  // namespace
