@@ -13,7 +13,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <map>
 #include <string>
+#include <unordered_map>
 
 #include "ps/server.h"
 #include "ps/server_table.h"
@@ -113,6 +115,9 @@ void PsServer::InstallBspMovesLocked(const BspMoves& moves, const std::string& f
   }
   uint64_t in = 0, late = 0, dropped = 0;
   for (const BspTableState& state : moves.tables) {
+    // Of clocks applied here already: summed per clock and key first (a key's summed pushes and a
+    // staged one folded now are one update of their clock, as here), then applied in clock order.
+    std::map<int64_t, std::unordered_map<uint64_t, Table::Acc>> late_accs;
     auto found = FindTable(state.table);
     if (!found.ok()) {  // ReadBspMoves checked every table
       spdlog::error("server: the BSP accumulations of table {} from {}: {}", state.table, from,
@@ -147,8 +152,7 @@ void PsServer::InstallBspMovesLocked(const BspMoves& moves, const std::string& f
           ++dropped;
           continue;
         }
-        const float scale = t.spec.aggregate == Aggregate::kMean ? 1.0f / static_cast<float>(m->second) : 1.0f;
-        t.ApplyAcc(e.key, acc, scale, e.clock);
+        Table::MergeAcc(late_accs[e.clock][e.key], std::move(acc));
         ++late;
         continue;
       }
@@ -158,6 +162,10 @@ void PsServer::InstallBspMovesLocked(const BspMoves& moves, const std::string& f
       } else {
         Table::MergeAcc(t.pending[e.clock][e.key], std::move(acc));
       }
+    }
+    for (const auto& [clock, accs] : late_accs) {
+      const uint32_t members = applied_members_.at(clock);
+      t.ApplyAccs(accs, t.spec.aggregate == Aggregate::kMean ? 1.0f / static_cast<float>(members) : 1.0f, clock);
     }
   }
   bsp_moved_in_ += in + late;

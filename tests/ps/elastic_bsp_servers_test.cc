@@ -133,10 +133,25 @@ TEST_F(ElasticBspServersTest, AServerLeavingMidClockHandsItsPushesToTheServerTha
 }
 
 TEST_F(ElasticBspServersTest, PushesOfAClockTheTakingServerAppliedAlreadyAreAppliedWithItsMean) {
+  // And an Adam table: Adam does not add up, so a key's moved pushes of one clock (trainer 0's
+  // summed, trainer 1's staged) must be one update there, not two.
+  OptimizerSpec adam;
+  adam.kind = OptimizerKind::kAdam;
+  adam.lr = 0.1f;
+  CreateEverywhere(Sparse(2, 1, Consistency::kBsp, adam));
+  auto adam_io = [&](int trainer, float g, std::vector<float>* out) {
+    const std::vector<float> grads(keys_.size(), g);
+    PsTicket p = out ? clients_[trainer]->Pull(2, keys_, out->data()) : clients_[trainer]->Push(2, keys_, grads.data());
+    ASSERT_TRUE(clients_[trainer]->Wait(p).ok());
+  };
+  std::vector<float> a0(keys_.size()), a1(keys_.size());
+  ASSERT_NO_FATAL_FAILURE(adam_io(0, 0.0f, &a0));
   const std::vector<float> w0 = Pull(0);
   Push(0, 1.0f);
+  ASSERT_NO_FATAL_FAILURE(adam_io(0, 1.0f, nullptr));
   ASSERT_TRUE(Clock(0).ok());
   Push(1, 3.0f);
+  ASSERT_NO_FATAL_FAILURE(adam_io(1, 3.0f, nullptr));
   // Trainer 1's clock message reaches server 0 only: server 0 applies clock 0, server 1 still
   // holds its keys' pushes of it when it leaves.
   ASSERT_TRUE(RawClock(1, "mem://server0", 0, 0).ok());
@@ -148,6 +163,9 @@ TEST_F(ElasticBspServersTest, PushesOfAClockTheTakingServerAppliedAlreadyAreAppl
   ASSERT_TRUE(Clock(1).ok());  // its client's own clock 0 (server 0 counts it once)
   const std::vector<float> w1 = Pull(0);
   ExpectMinus(w1, w0, 2.0f);
+  // Adam's first step on the mean gradient 2 moves each weight by lr * 2 / (2 + eps): 0.1.
+  ASSERT_NO_FATAL_FAILURE(adam_io(0, 0.0f, &a1));
+  for (size_t i = 0; i < keys_.size(); ++i) EXPECT_NEAR(a1[i], a0[i] - 0.1f, 1e-5) << "key " << keys_[i];
   ASSERT_NO_FATAL_FAILURE(NextClockTakesTheMean(w1, 1));
 }
 
