@@ -22,7 +22,7 @@
 #   3. strata-bench step on GPT-2 small's shapes beside PyTorch eager on the same GPU (MFU against
 #      --peak-tflops, 989: an H100/H200's bf16 dense), PyTorch with the machine's own libraries;
 #   4. ctr on a cluster (2 servers, 2 trainers sharing the GPU): sync ps on cpu and cuda, hybrid on
-#      cuda: the AUCs;
+#      cuda (one trainer where there is one GPU: NCCL takes one rank per device): the AUCs;
 #      strata-bench ops --device cuda.
 # Environment: STRATA_BUILD_DIR (bundle; default build/), STRATA_GPU_BUDGET_S (540),
 # STRATA_GPU_PEAK_TFLOPS (989), STRATA_GPU_STEP_ARGS (the step bench's shape flags; default GPT-2
@@ -163,8 +163,12 @@ run() {
     --script "$repo/tools/bench/torch_gpt_train.py" --json "$logs/bench-step.json"
 
   # 4. ctr through the parameter servers, both trainers on the GPU; then the ops.
+  # hybrid all-reduces its dense gradients over NCCL, which refuses two ranks of a group on one
+  # device ("Duplicate GPU detected"): on a one-GPU machine its group is of one trainer.
   for run in ps-cpu ps-cuda hybrid-cuda; do
-    step "ctr-$run" 120 "$b/strata-launch" --servers 2 --trainers 2 --timeout 110 "$repo/examples/ctr.yaml" \
+    local trainers=2
+    [ "$run" = hybrid-cuda ] && [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -lt 2 ] && trainers=1
+    step "ctr-$run" 120 "$b/strata-launch" --servers 2 --trainers "$trainers" --timeout 110 "$repo/examples/ctr.yaml" \
       --set train.steps=1000 --set "sync.mode=${run%-*}" --set "train.device=${run#*-}" \
       --set "train.metrics_path=$logs/ctr-$run-{rank}.jsonl"
   done
