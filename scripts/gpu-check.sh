@@ -19,11 +19,13 @@
 #   1. every gpu-labelled test (gpu_tests, trainer_gpu_tests), JSON reports;
 #   2. 20 steps of mlp and gpt on one process, train.device cpu and cuda: the largest relative
 #      difference of the losses (fp32 on both sides, so within fp32 tolerance, not bit-equal);
+#      and cuda with train.matmul_precision tf32 and bf16;
 #   3. strata-bench step on GPT-2 small's shapes beside PyTorch eager on the same GPU (MFU against
-#      --peak-tflops, 989: an H100/H200's bf16 dense), PyTorch with the machine's own libraries;
+#      --peak-tflops, 989: an H100/H200's bf16 dense), PyTorch with the machine's own libraries,
+#      at each matmul precision (fp32, tf32, bf16);
 #   4. ctr on a cluster (2 servers, 2 trainers sharing the GPU): sync ps on cpu and cuda, hybrid on
 #      cuda (one trainer where there is one GPU: NCCL takes one rank per device): the AUCs;
-#      strata-bench ops --device cuda.
+#      strata-bench ops --device cuda, and at GPT-2 small's block shapes with bf16 matmuls.
 # Environment: STRATA_BUILD_DIR (bundle; default build/), STRATA_GPU_BUDGET_S (540),
 # STRATA_GPU_PEAK_TFLOPS (989), STRATA_GPU_STEP_ARGS (the step bench's shape flags; default GPT-2
 # small's).
@@ -146,21 +148,30 @@ run() {
   # 2. One process, cpu against cuda, 20 steps of each model.
   local equal=(--set sync.mode=local --set train.steps=20 --set train.log_every=1 --set train.checkpoint_every=0
                --set train.progress=false --set "sync.trace_path=''")
+  # Then cuda with the tensor cores' matmul precisions (train.matmul_precision tf32, bf16):
+  # within their rounding of the cpu run, not fp32's.
   for model in mlp gpt; do
     local data=()
     [ "$model" = gpt ] && data=(--set "data.path=$text")
-    for dev in cpu cuda; do
+    for dev in cpu cuda cuda-tf32 cuda-bf16; do
+      local precision=fp32
+      [ "$dev" != "${dev#cuda-}" ] && precision="${dev#cuda-}"
       step "$model-$dev" 90 "$b/strata-trainer" -c "$repo/examples/$model.yaml" "${equal[@]}" "${data[@]}" \
-        --set "train.device=$dev" --set "train.metrics_path=$logs/$model-$dev.jsonl"
+        --set "train.device=${dev%-*}" --set "train.matmul_precision=$precision" \
+        --set "train.metrics_path=$logs/$model-$dev.jsonl"
     done
   done
 
-  # 3. A training step on GPT-2 small's shapes beside PyTorch eager on the same GPU.
-  # shellcheck disable=SC2086
-  step bench-step 240 "$b/strata-bench" step --device cuda \
-    ${STRATA_GPU_STEP_ARGS:---layers 12 --width 768 --heads 12 --context 1024 --batch 8 --vocab 50304} \
-    --steps 20 --warmup 5 --peak-tflops "${STRATA_GPU_PEAK_TFLOPS:-989}" --data "$text" --python "$root/python3" \
-    --script "$repo/tools/bench/torch_gpt_train.py" --json "$logs/bench-step.json"
+  # 3. A training step on GPT-2 small's shapes beside PyTorch eager on the same GPU, at each
+  # matmul precision (PyTorch: fp32, TF32 allowed, bf16 autocast).
+  for precision in fp32 tf32 bf16; do
+    # shellcheck disable=SC2086
+    step "bench-step-$precision" 150 "$b/strata-bench" step --device cuda \
+      ${STRATA_GPU_STEP_ARGS:---layers 12 --width 768 --heads 12 --context 1024 --batch 8 --vocab 50304} \
+      --steps 20 --warmup 5 --matmul-precision "$precision" --peak-tflops "${STRATA_GPU_PEAK_TFLOPS:-989}" \
+      --data "$text" --python "$root/python3" --script "$repo/tools/bench/torch_gpt_train.py" \
+      --json "$logs/bench-step-$precision.json"
+  done
 
   # 4. ctr through the parameter servers, both trainers on the GPU; then the ops.
   # hybrid all-reduces its dense gradients over NCCL, which refuses two ranks of a group on one
@@ -173,6 +184,9 @@ run() {
       --set "train.metrics_path=$logs/ctr-$run-{rank}.jsonl"
   done
   step bench-ops 120 "$b/strata-bench" ops --device cuda --json "$logs/bench-ops.json"
+  # One block's ops at the step bench's shapes, bf16 matmuls: where a step's time goes.
+  step bench-ops-gpt2 120 "$b/strata-bench" ops --device cuda --gemm-sizes 1024 --batch 8 --context 1024 \
+    --vocab 50304 --matmul-precision bf16 --json "$logs/bench-ops-gpt2.json"
 
   "$python" "$repo/scripts/gpu_check_summary.py" "$logs" >>"$out/summary.txt" 2>&1 ||
     echo "the summary script failed (logs.tar.gz has the logs)" >>"$out/summary.txt"

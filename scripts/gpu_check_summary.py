@@ -51,14 +51,19 @@ def main():
     print("\n== one process, train.device cuda against cpu (losses of the same steps)")
     for model in ("mlp", "gpt"):
         cpu = records(os.path.join(logs, f"{model}-cpu.jsonl"), "loss")
-        cuda = records(os.path.join(logs, f"{model}-cuda.jsonl"), "loss")
-        steps = sorted(set(cpu) & set(cuda))
-        if not steps:
-            print(f"{model}: no losses to compare ({len(cpu)} on cpu, {len(cuda)} on cuda)")
-            continue
-        worst = max(abs(cuda[s] - cpu[s]) / max(abs(cpu[s]), 1e-12) for s in steps)
-        print(f"{model}: {len(steps)} steps, largest relative difference {worst:.3g}; "
-              f"last loss cpu {cpu[steps[-1]]:.6f} cuda {cuda[steps[-1]]:.6f}")
+        # cuda (fp32 matmuls) first, then the tensor cores' precisions (cuda-tf32, cuda-bf16).
+        runs = sorted(glob.glob(os.path.join(logs, f"{model}-cuda*.jsonl")), key=lambda p: (len(p), p))
+        for path in runs or [os.path.join(logs, f"{model}-cuda.jsonl")]:
+            run = os.path.basename(path)[len(model) + 1:-len(".jsonl")]
+            name = model if run == "cuda" else f"{model} {run[len('cuda-'):]} matmuls"
+            cuda = records(path, "loss")
+            steps = sorted(set(cpu) & set(cuda))
+            if not steps:
+                print(f"{name}: no losses to compare ({len(cpu)} on cpu, {len(cuda)} on cuda)")
+                continue
+            worst = max(abs(cuda[s] - cpu[s]) / max(abs(cpu[s]), 1e-12) for s in steps)
+            print(f"{name}: {len(steps)} steps, largest relative difference {worst:.3g}; "
+                  f"last loss cpu {cpu[steps[-1]]:.6f} cuda {cuda[steps[-1]]:.6f}")
     print("\n== ctr through 2 servers, 2 trainers (evaluation AUC of trainer 0)")
     for run in ("ps-cpu", "ps-cuda", "hybrid-cuda"):
         auc = records(os.path.join(logs, f"ctr-{run}-0.jsonl"), "auc")
@@ -66,11 +71,12 @@ def main():
         last = max(auc) if auc else None
         print(f"{run}: " + (f"auc {auc[last]:.4f} (oracle {oracle.get(last, float('nan')):.4f}) at step {last}"
                            if last is not None else "no AUC recorded"))
-    for name in ("bench-ops", "bench-step"):
-        path = os.path.join(logs, name + ".json")
-        if not os.path.exists(path):
-            print(f"\n== {name}: no report")
-            continue
+    reports = sorted(glob.glob(os.path.join(logs, "bench-*.json")))
+    for expected in ("bench-ops", "bench-step"):
+        if not any(os.path.basename(p).startswith(expected) for p in reports):
+            print(f"\n== {expected}: no report")
+    for path in reports:
+        name = os.path.basename(path)[:-len(".json")]
         with open(path) as f:
             report = json.load(f)
         for table in report.get("tables", []):

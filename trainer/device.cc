@@ -41,10 +41,15 @@ Result<int> ChooseCudaDevice(const std::string& spec, int visible, bool cluster,
 }
 
 Result<std::unique_ptr<ComputeDevice>> ComputeDevice::Open(const std::string& spec, bool cluster, int rank,
-                                                           int64_t memory_limit_mb, int local_task) {
+                                                           int64_t memory_limit_mb, int local_task,
+                                                           ops::MatmulPrecision matmul) {
   STRATA_ASSIGN_OR_RETURN(Device where, ParseDevice(spec));
   auto d = std::unique_ptr<ComputeDevice>(new ComputeDevice());
   if (!where.is_cuda()) {
+    if (matmul != ops::MatmulPrecision::kFp32) {
+      return Status::InvalidArgument(std::string("train.matmul_precision ") + ops::MatmulPrecisionName(matmul) +
+                                     " needs a CUDA device, not " + spec + " (the CPU multiplies in fp32)");
+    }
     Limit(&d->limited_, &d->exec_, memory_limit_mb);
     return d;
   }
@@ -54,6 +59,7 @@ Result<std::unique_ptr<ComputeDevice>> ComputeDevice::Open(const std::string& sp
   STRATA_ASSIGN_OR_RETURN(where.index, ChooseCudaDevice(spec, visible, cluster, rank, local_task));
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<ops::CudaExec> cuda, ops::CudaExec::Create(where.index));
   d->exec_ = cuda->exec();
+  d->exec_.matmul = matmul;
   d->owner_ = std::shared_ptr<ops::CudaExec>(std::move(cuda));
   Limit(&d->limited_, &d->exec_, memory_limit_mb);
   return d;

@@ -73,6 +73,12 @@ void Bind(config::Binder& b, TrainOptions& o) {
           "PNG of the loss (and AUC) curve, written by trainer 0 at the end with gnuplot (empty: none; "
           "without gnuplot: a one-line note)");
   b.Field("progress", o.progress, "print the progress line");
+  using P = ops::MatmulPrecision;
+  b.Enum("matmul_precision", o.matmul_precision, {{"fp32", P::kFp32}, {"tf32", P::kTf32}, {"bf16", P::kBf16}},
+         "cuda: matmuls in fp32 (as the CPU), or with their inputs rounded to tf32 or bf16 for the "
+         "tensor cores, accumulating in fp32 (tensors stay fp32)");
+  b.Require(o.matmul_precision == P::kFp32 || o.device.starts_with("cuda"), "matmul_precision",
+            "tf32 and bf16 need train.device cuda (the CPU multiplies in fp32)");
   b.Require(o.checkpoint_every == 0 || !o.checkpoint_dir.empty(), "checkpoint_every",
             "needs checkpoint_dir");
 }

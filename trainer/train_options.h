@@ -12,6 +12,7 @@
 #include "common/logging.h"
 #include "ps/replication.h"
 #include "ps/table.h"
+#include "trainer/ops/exec.h"
 #include "trainer/optim.h"
 
 namespace strata {
@@ -87,6 +88,10 @@ struct TrainOptions {
   // hold on its device; past it an allocation fails with ResourceExhausted naming this field.
   // 0: whatever the device has.
   int64_t memory_limit_mb = 0;
+  // How a CUDA trainer's matmuls multiply (ops::MatmulPrecision, trainer/ops/exec.h): fp32
+  // (exact, as the CPU), or tf32 / bf16 on the tensor cores with fp32 accumulation, tensors
+  // staying fp32. Not the bf16 storage of parameters and activations.
+  ops::MatmulPrecision matmul_precision = ops::MatmulPrecision::kFp32;
   // Not in the job file: this process's index among the tasks on its machine (SLURM_LOCALID,
   // LOCAL_RANK, STRATA_LOCAL_TASK), which strata-trainer's main() reads from the environment;
   // -1: none. Picks the GPU of a plain `device: cuda` (ChooseCudaDevice, trainer/device.h).

@@ -247,6 +247,22 @@ TEST(ConfigJobTest, TrainingExamplesLoadAndTrainerFieldsAreChecked) {
   EXPECT_NE(staleness.status().message().find("staleness"), std::string::npos);
 }
 
+TEST(ConfigJobTest, MatmulPrecisionIsFp32UnlessACudaTrainerAsks) {
+  auto plain = LoadJobConfig("", {});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->trainer.train.matmul_precision, ops::MatmulPrecision::kFp32);
+  auto bf16 = LoadJobConfig("", {"train.device=cuda", "train.matmul_precision=bf16"});
+  ASSERT_TRUE(bf16.ok()) << bf16.status().ToString();
+  EXPECT_EQ(bf16->trainer.train.matmul_precision, ops::MatmulPrecision::kBf16);
+  auto cpu = LoadJobConfig("", {"train.matmul_precision=tf32"});
+  ASSERT_FALSE(cpu.ok());
+  EXPECT_THAT(cpu.status().message(), HasSubstr("matmul_precision"));
+  EXPECT_THAT(cpu.status().message(), HasSubstr("cuda"));
+  auto typo = LoadJobConfig("", {"train.device=cuda", "train.matmul_precision=fp16"});
+  ASSERT_FALSE(typo.ok());
+  EXPECT_THAT(typo.status().message(), HasSubstr("matmul_precision"));
+}
+
 // The tensor-parallel examples plan on the trainers their headers name, with the rank layout
 // their tables draw (tp fastest, then dp, then pp).
 TEST(ConfigJobTest, TensorParallelExamplesPlanOnTheirTrainersInMegatronOrder) {

@@ -2,6 +2,7 @@
 // Skipped when no CUDA device is present.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -73,6 +74,63 @@ TEST_F(CudaOpsTest, Matmul) {
       Matmul(gpu_, Up(a), Up(b), dc, ta, tb, 1.5f, 0.5f);
       ExpectClose(c, dc, 1e-4);
     }
+  }
+}
+
+// tf32 and bf16 round the inputs for the tensor cores and accumulate in fp32. 1 + 2^-12 is 1 in
+// both (TF32 keeps 10 bits of mantissa, bf16 7), 1 + 2^-9 only in bf16; 64 of them summed show it:
+// fp32 gives 64.015625 and 64.125, tf32 64 and 64.125, bf16 64 and 64, under round-to-nearest and
+// truncation alike. Then random inputs against float64 within each precision's error bound.
+TEST_F(CudaOpsTest, TensorCoreMatmulsRoundTheirInputsAndAccumulateInFp32) {
+  constexpr int64_t n = 128;
+  struct Case {
+    MatmulPrecision p;
+    double fine, coarse;  // C's entries for a = 1 + 2^-12 and a = 1 + 2^-9 (k = 64 of each)
+    double unit;          // the inputs' largest relative rounding error
+  };
+  const Case cases[] = {{MatmulPrecision::kFp32, 64.015625, 64.125, 0},
+                        {MatmulPrecision::kTf32, 64.0, 64.125, 0x1p-11},
+                        {MatmulPrecision::kBf16, 64.0, 64.0, 0x1p-8}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(MatmulPrecisionName(c.p));
+    Exec ex = gpu_;
+    ex.matmul = c.p;
+    // Rows 0..63 of A hold 1 + 2^-12 in columns 0..63, rows 64..127 hold 1 + 2^-9 there; the
+    // rest is 0; B is all ones.
+    Tensor a = NewZeros(kCpu, {n, n}), b = NewTensor(kCpu, {n, n}), out = NewTensor(kCpu, {n, n});
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < 64; ++j) a.data_as<float>()[i * n + j] = i < 64 ? 1.0f + 0x1p-12f : 1.0f + 0x1p-9f;
+    }
+    Fill(kCpu, b, 1.0f);
+    Tensor dout = Up(out);
+    Matmul(ex, Up(a), Up(b), dout, false, false);
+    Tensor got = Down(dout);
+    EXPECT_EQ(got.data_as<float>()[0], c.fine);
+    EXPECT_EQ(got.data_as<float>()[63 * n + 127], c.fine);
+    EXPECT_EQ(got.data_as<float>()[64 * n], c.coarse);
+    EXPECT_EQ(got.data_as<float>()[n * n - 1], c.coarse);
+
+    // Random inputs: each product's rounded inputs are off by at most u each (u = 2^-8 for
+    // bf16, 2^-11 for tf32: truncation's bound, twice round-to-nearest's), so each entry within
+    // 2u sum|x||w| (plus fp32's own rounding) of the exact product.
+    Tensor x = Random({96, 64}, 11), w = Random({64, 80}, 12);
+    Tensor dy = Up(NewZeros(kCpu, {96, 80}));
+    Matmul(ex, Up(x), Up(w), dy, false, false);
+    Tensor y = Down(dy);
+    double worst = 0;  // the largest error as a fraction of its bound
+    for (int64_t i = 0; i < 96; ++i) {
+      for (int64_t j = 0; j < 80; ++j) {
+        double exact = 0, magnitude = 0;
+        for (int64_t k = 0; k < 64; ++k) {
+          const double p = static_cast<double>(x.data_as<float>()[i * 64 + k]) * w.data_as<float>()[k * 80 + j];
+          exact += p;
+          magnitude += std::abs(p);
+        }
+        const double bound = 2 * c.unit * magnitude + 64 * 0x1p-24 * magnitude;
+        worst = std::max(worst, std::abs(y.data_as<float>()[i * 80 + j] - exact) / bound);
+      }
+    }
+    EXPECT_LE(worst, 1.0);
   }
 }
 

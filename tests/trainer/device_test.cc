@@ -40,6 +40,14 @@ TEST(ChooseCudaDeviceTest, AnExplicitIndexWins) {
   EXPECT_NE(r.status().message().find("only 4 CUDA device(s) are visible"), std::string::npos) << r.status().ToString();
 }
 
+TEST(ComputeDeviceTest, TheCpuMultipliesInFp32Only) {
+  ASSERT_TRUE(ComputeDevice::Open("cpu", false, 0, 0, -1, ops::MatmulPrecision::kFp32).ok());
+  Result<std::unique_ptr<ComputeDevice>> d = ComputeDevice::Open("cpu", false, 0, 0, -1, ops::MatmulPrecision::kBf16);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(d.status().message().find("train.matmul_precision bf16"), std::string::npos) << d.status().ToString();
+}
+
 TEST(ChooseCudaDeviceTest, NoVisibleGpuOrABadSpecIsAnError) {
   Result<int> r = ChooseCudaDevice("cuda", 0, true, 0, 0);
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);

@@ -1,6 +1,8 @@
 // ops_bench.cc: strata-bench ops: CPU GEMM GFLOP/s through ops::Matmul beside OpenBLAS's
 // cblas_sgemm called directly in the same run (the peer), and the time per op for one GPT
-// block's shapes (forward and backward), on the CPU or a CUDA device.
+// block's shapes (forward and backward), on the CPU or a CUDA device. On CUDA the GEMMs run at
+// each matmul precision (fp32, tf32, bf16: exec.h), beside cuBLAS's own bf16 GEMM on bf16 tensors
+// (what bf16 storage would reach) as the peer.
 #include <cblas.h>
 
 #include <CLI/CLI.hpp>
@@ -13,6 +15,9 @@
 #include "trainer/ops/ops.h"
 #include "trainer/ops/rng.h"
 #if STRATA_HAVE_CUDA
+#include <cublas_v2.h>
+
+#include "trainer/ops/cublas_api.h"
 #include "trainer/ops/cuda_exec.h"
 #endif
 
@@ -23,6 +28,7 @@ struct OpsBenchFlags {
   std::string gemm_sizes = "256,512,1024,2048";
   int reps = 5;
   std::string device = "cpu";
+  std::string matmul_precision = "fp32";  // the block ops' matmuls (CUDA)
   int64_t batch = 4, context = 256, width = 768, heads = 12, vocab = 256;
 };
 
@@ -35,6 +41,20 @@ Tensor RandomOn(const ops::Exec& ex, Shape shape, uint64_t seed) {
   STRATA_CHECK_OK(d.CopyFrom(host));
   return d;
 }
+
+#if STRATA_HAVE_CUDA
+// C = A B on n x n bf16 tensors through cuBLAS directly, fp32 accumulation: the peer of the
+// matmul precisions, which keep fp32 tensors.
+void NativeBf16Gemm(const ops::Exec& ex, const Tensor& a, const Tensor& b, const Tensor& c) {
+  const int n = static_cast<int>(a.size(0));
+  const float one = 1.0f, zero = 0.0f;
+  const cublasStatus_t s = ex.cublas_api->gemm_strided_batched_ex(
+      static_cast<cublasHandle_t>(ex.cublas), CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, b.data(), CUDA_R_16BF, n,
+      int64_t{n} * n, a.data(), CUDA_R_16BF, n, int64_t{n} * n, &zero, c.data(), CUDA_R_16BF, n, int64_t{n} * n, 1,
+      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  STRATA_CHECK(s == CUBLAS_STATUS_SUCCESS) << "cublasGemmStridedBatchedEx (bf16): status " << s;
+}
+#endif
 
 Result<Report> RunOpsBench(const OpsBenchFlags& f) {
   STRATA_ASSIGN_OR_RETURN(Device device, ParseDevice(f.device));
@@ -69,8 +89,19 @@ Result<Report> RunOpsBench(const OpsBenchFlags& f) {
 
   Report report;
   report.benchmark = "ops";
-  report.config = {{"device", f.device}, {"reps", f.reps}, {"batch", f.batch},
-                   {"context", f.context}, {"width", f.width}, {"heads", f.heads}};
+  report.config = {{"device", f.device}, {"reps", f.reps}, {"batch", f.batch}, {"context", f.context},
+                   {"width", f.width}, {"heads", f.heads}, {"matmul_precision", f.matmul_precision}};
+  ops::MatmulPrecision block_precision = ops::MatmulPrecision::kFp32;
+  if (f.matmul_precision == "tf32") {
+    block_precision = ops::MatmulPrecision::kTf32;
+  } else if (f.matmul_precision == "bf16") {
+    block_precision = ops::MatmulPrecision::kBf16;
+  } else if (f.matmul_precision != "fp32") {
+    return Status::InvalidArgument("--matmul-precision " + f.matmul_precision + ": expected fp32, tf32 or bf16");
+  }
+  if (block_precision != ops::MatmulPrecision::kFp32 && !ex.is_cuda()) {
+    return Status::InvalidArgument("--matmul-precision " + f.matmul_precision + " needs --device cuda");
+  }
 
   Table gemm("GEMM (f32, square, C = A B)",
              {{"n", "n", Table::Format::kInteger},
@@ -94,6 +125,36 @@ Result<Report> RunOpsBench(const OpsBenchFlags& f) {
                  peer > 0 ? nlohmann::json(peer / ours) : nlohmann::json(nullptr)});
   }
   report.tables.push_back(std::move(gemm));
+#if STRATA_HAVE_CUDA
+  if (ex.is_cuda()) {
+    Table tc("GEMM on the tensor cores (square, C = A B; fp32 tensors at each matmul precision, beside cuBLAS bf16 on bf16 tensors)",
+             {{"n", "n", Table::Format::kInteger},
+              {"fp32 GFLOP/s", "fp32_gflops", Table::Format::kFixed1},
+              {"tf32 GFLOP/s", "tf32_gflops", Table::Format::kFixed1},
+              {"bf16 GFLOP/s", "bf16_gflops", Table::Format::kFixed1},
+              {"cuBLAS bf16-storage GFLOP/s", "peer_bf16_gflops", Table::Format::kFixed1},
+              {"bf16 / peer", "ratio", Table::Format::kFixed2}});
+    for (const std::string& s : SplitList(f.gemm_sizes + ",4096,8192")) {
+      const int64_t n = std::stoll(s);
+      const double flops = 2.0 * n * n * n;
+      Tensor a = RandomOn(ex, {n, n}, 1), b = RandomOn(ex, {n, n}, 2), c = RandomOn(ex, {n, n}, 3);
+      double at[3];
+      for (int p = 0; p < 3; ++p) {
+        ops::Exec px = ex;
+        px.matmul = static_cast<ops::MatmulPrecision>(p);
+        at[p] = time([&] { ops::Matmul(px, a, b, c, false, false); });
+      }
+      Tensor a16 = ops::NewTensor(ex, {n, n}, DType::kBF16), b16 = ops::NewTensor(ex, {n, n}, DType::kBF16),
+             c16 = ops::NewTensor(ex, {n, n}, DType::kBF16);
+      ops::Cast(ex, a, a16);
+      ops::Cast(ex, b, b16);
+      const double peer = time([&] { NativeBf16Gemm(ex, a16, b16, c16); });
+      tc.AddRow({n, flops / at[0] / 1e9, flops / at[1] / 1e9, flops / at[2] / 1e9, flops / peer / 1e9, peer / at[2]});
+    }
+    report.tables.push_back(std::move(tc));
+  }
+#endif
+  ex.matmul = block_precision;
 
   // One GPT block's ops at [batch * context, width].
   const int64_t b = f.batch, t = f.context, c = f.width, h = f.heads, hd = c / h, rows = b * t;
@@ -162,6 +223,8 @@ BenchFn SetupOpsBench(CLI::App& app) {
   app.add_option("--gemm-sizes", flags->gemm_sizes, "square GEMM sizes (comma-separated)");
   app.add_option("--reps", flags->reps, "timed repetitions per measurement (median reported)");
   app.add_option("--device", flags->device, "cpu or cuda[:N]");
+  app.add_option("--matmul-precision", flags->matmul_precision,
+                 "the block ops' matmuls: fp32, tf32 or bf16 (cuda; train.matmul_precision)");
   app.add_option("--batch", flags->batch, "GPT block: sequences");
   app.add_option("--context", flags->context, "GPT block: sequence length");
   app.add_option("--width", flags->width, "GPT block: model width");

@@ -27,6 +27,7 @@ struct Options {
   GptShape gpt{4, 256, 4, 128};
   int64_t batch = 8, vocab = 256;
   int steps = 20, warmup = 5;
+  std::string matmul_precision = "fp32";  // train.matmul_precision; the peer's --precision
   double peak_tflops = 0;  // 0: on the CPU, measure OpenBLAS SGEMM; on a GPU, no MFU column
   std::string data = "/usr/share/common-licenses/GPL-3";
   std::string python = "/usr/bin/python3";
@@ -43,7 +44,7 @@ std::string JobYaml(const Options& o, const std::string& data) {
     << "data: {kind: text, path: " << data << ", eval_samples: " << o.gpt.context + 1 << "}\n"
     << "optimizer: {kind: adamw, lr: 0.0001, beta2: 0.95, weight_decay: 0.01}\n"
     << "train: {steps: " << o.steps << ", batch_size: " << o.batch << ", log_every: 1, progress: false, device: \""
-    << o.device << "\"}\n"
+    << o.device << "\", matmul_precision: " << o.matmul_precision << "}\n"
     << "sync: {mode: local}\n";
   return y.str();
 }
@@ -144,7 +145,7 @@ Result<Report> RunStepBench(const Options& o) {
         {"--layers", o.gpt.layers}, {"--width", o.gpt.width}, {"--heads", o.gpt.heads}, {"--context", o.gpt.context},
         {"--batch", o.batch},   {"--vocab", o.vocab}, {"--steps", o.steps}, {"--warmup", o.warmup}};
     for (const auto& [flag, value] : shape) args.insert(args.end(), {flag, std::to_string(value)});
-    args.insert(args.end(), {"--device", o.device});
+    args.insert(args.end(), {"--device", o.device, "--precision", o.matmul_precision});
     if (!device.is_cuda()) args.insert(args.end(), {"--threads", "1"});  // as OPENBLAS_NUM_THREADS=1
     STRATA_RETURN_IF_ERROR(LaunchJob(args, work / "torch.log").WithContext("PyTorch"));
     STRATA_ASSIGN_OR_RETURN(peer, LastJson((work / "torch.log").string(), "step_ms"));
@@ -172,22 +173,29 @@ Result<Report> RunStepBench(const Options& o) {
   const double torch_s = torch ? peer["step_ms"].get<double>() / 1e3 : 0;
   // vs torch: PyTorch's step time over ours (above 1: we are faster).
   row("strata", ours_s, torch ? nlohmann::json(torch_s / ours_s) : nlohmann::json());
-  if (torch) row("torch (" + peer["attention"].get<std::string>() + ")", torch_s, nlohmann::json(1.0));
+  if (torch) {
+    const std::string precision = peer.value("precision", std::string("fp32"));
+    row("torch (" + peer["attention"].get<std::string>() + (precision == "bf16" ? ", bf16 autocast" : ", " + precision) + ")",
+        torch_s, nlohmann::json(1.0));
+  }
 
   Report report;
   report.tables.push_back(std::move(table));
   const unsigned cpus = std::thread::hardware_concurrency();
   report.config = {{"device", o.device},
                    {"model", o.gpt.ToJson(o.vocab)},
-                   {"params", params}, {"batch", o.batch}, {"steps", o.steps}, {"warmup", o.warmup}, {"flops_per_token", FlopsPerToken(o)},
+                   {"params", params}, {"batch", o.batch}, {"matmul_precision", o.matmul_precision}, {"steps", o.steps}, {"warmup", o.warmup}, {"flops_per_token", FlopsPerToken(o)},
                    {"peak_flops", peak}, {"peak", peak_what}, {"torch", torch ? peer : nlohmann::json()}, {"cpus", cpus}};
   report.notes = {
       "strata: one strata-trainer (sync.mode local, train.device " + o.device +
-          ", fp32, OPENBLAS_NUM_THREADS=1) on a byte-level text; step ms: the median over steps " +
+          ", fp32 tensors, train.matmul_precision " + o.matmul_precision +
+          ", OPENBLAS_NUM_THREADS=1) on a byte-level text; step ms: the median over steps " +
           std::to_string(o.warmup + 1) + ".." + std::to_string(o.steps) +
           " of the wall time between consecutive metrics lines (data, forward, backward, AdamW, the line).",
-      "torch: tools/bench/torch_gpt_train.py, the same architecture and shapes in fp32 on random tokens, "
-      "AdamW, the median of the same steps; on the CPU torch.set_num_threads(1).",
+      "torch: tools/bench/torch_gpt_train.py, the same architecture and shapes on random tokens, AdamW, the "
+      "median of the same steps; --precision " + o.matmul_precision +
+          " (fp32: fp32 matmuls; tf32: TF32 allowed; bf16: autocast to bf16, since PyTorch on CUDA has no bf16 "
+          "multiply of fp32 tensors); on the CPU torch.set_num_threads(1).",
       "TFLOP/s: model FLOPs (6 per parameter outside the embeddings per token, plus 12 L C T for attention; " +
           std::to_string(static_cast<int64_t>(FlopsPerToken(o))) +
           " per token) over the step time; MFU: over the peak (" + peak_what + ").",
@@ -209,6 +217,10 @@ BenchFn SetupStepBench(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--steps", o->steps, "training steps per run")->capture_default_str();
   app.add_option("--warmup", o->warmup, "first steps left out")->capture_default_str();
+  app.add_option("--matmul-precision", o->matmul_precision,
+                 "fp32, tf32 or bf16: strata's train.matmul_precision and the PyTorch peer's --precision (cuda)")
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16"}))
+      ->capture_default_str();
   app.add_option("--peak-tflops", o->peak_tflops,
                  "the device's peak for MFU (an H100/H200's bf16 dense: 989); 0: on the CPU, measured SGEMM")
       ->capture_default_str();

@@ -4,14 +4,20 @@ qkv projection, causal attention, a 4x GELU(tanh) MLP, a final LayerNorm and an 
 without bias), on random tokens, with AdamW, the same shapes and dtype as strata's run.
 
     python3 torch_gpt_train.py --layers L --width C --heads H --context T --batch B --vocab V \
-        --steps S --warmup W --device cpu|cuda[:N] [--threads N] [--attention sdpa|math]
+        --steps S --warmup W --device cpu|cuda[:N] [--threads N] [--attention sdpa|math] \
+        [--precision fp32|tf32|bf16]
 
 Prints one JSON object: the median step in milliseconds over the steps after the warm-up, tokens
 per second, the parameter count and what ran. Attention is PyTorch's fused
 scaled_dot_product_attention where this PyTorch has it (the stronger peer; --attention math
-spells it out as strata computes it).
+spells it out as strata computes it). --precision: fp32 matmuls in fp32 (the default); tf32 lets
+them use TF32 tensor cores (set_float32_matmul_precision "high"); bf16 runs forward and loss under
+autocast to bfloat16 (bf16 activations and matmuls, fp32 weights and AdamW), which is how PyTorch
+eager trains in bf16: PyTorch on CUDA has no bf16 multiply of fp32 tensors, so this peer is the
+stronger one for strata's train.matmul_precision bf16.
 """
 import argparse
+import contextlib
 import json
 import math
 import statistics
@@ -75,6 +81,7 @@ def main():
         p.add_argument("--" + name, type=int, default=default)
     p.add_argument("--device", default="cpu")
     p.add_argument("--attention", choices=("sdpa", "math"), default="sdpa")
+    p.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="fp32")
     a = p.parse_args()
     if a.steps <= a.warmup:
         sys.exit("--steps must exceed --warmup")
@@ -82,6 +89,9 @@ def main():
         torch.set_num_threads(a.threads)
     sdpa = a.attention == "sdpa" and hasattr(F, "scaled_dot_product_attention")
     device = torch.device(a.device)
+    torch.set_float32_matmul_precision("highest" if a.precision == "fp32" else "high")
+    autocast = (torch.autocast(device_type=device.type, dtype=torch.bfloat16) if a.precision == "bf16"
+                else contextlib.nullcontext())
     torch.manual_seed(1)
     model = Gpt(a, sdpa).to(device)
     optim = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.01)
@@ -91,7 +101,8 @@ def main():
     for step in range(a.steps):
         sync()
         start = time.perf_counter()
-        loss = model(ids[:, :-1], ids[:, 1:])
+        with autocast:
+            loss = model(ids[:, :-1], ids[:, 1:])
         optim.zero_grad(set_to_none=True)
         loss.backward()
         optim.step()
@@ -101,7 +112,8 @@ def main():
     step_s = statistics.median(times)
     print(json.dumps({"step_ms": step_s * 1e3, "tokens_per_s": a.batch * a.context / step_s,
                       "params": sum(t.numel() for t in model.parameters()), "loss": loss.item(),
-                      "attention": "sdpa" if sdpa else "math", "torch": torch.__version__,
+                      "attention": "sdpa" if sdpa else "math", "precision": a.precision,
+                      "torch": torch.__version__,
                       "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                       "threads": torch.get_num_threads()}))
 

@@ -36,6 +36,7 @@ Result<std::unique_ptr<CublasLibrary>> CublasLibrary::Open(const std::vector<std
     STRATA_RETURN_IF_ERROR(Resolve(handle, path, "cublasDestroy_v2", &a.destroy));
     STRATA_RETURN_IF_ERROR(Resolve(handle, path, "cublasSetStream_v2", &a.set_stream));
     STRATA_RETURN_IF_ERROR(Resolve(handle, path, "cublasSgemmStridedBatched", &a.sgemm_strided_batched));
+    STRATA_RETURN_IF_ERROR(Resolve(handle, path, "cublasGemmStridedBatchedEx", &a.gemm_strided_batched_ex));
     return lib;
   }
   return Status::NotFound("cuBLAS could not be loaded; tried:" + tried);

@@ -24,6 +24,12 @@ struct CublasApi {
   decltype(&cublasDestroy_v2) destroy = nullptr;
   decltype(&cublasSetStream_v2) set_stream = nullptr;
   decltype(&cublasSgemmStridedBatched) sgemm_strided_batched = nullptr;
+  // tf32 and bf16 matmuls. The C++ header overloads it (a legacy cudaDataType compute type), so
+  // the one with cublasComputeType_t is spelled out.
+  cublasStatus_t (*gemm_strided_batched_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                            const void*, const void*, cudaDataType, int, long long, const void*,
+                                            cudaDataType, int, long long, const void*, void*, cudaDataType, int,
+                                            long long, int, cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
 };
 
 // One dlopen of libcublas, closed with the object (the loader counts references, so several

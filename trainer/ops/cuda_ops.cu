@@ -421,10 +421,19 @@ void Matmul(const Exec& ex, const Tensor& a, const Tensor& b, const Tensor& c, b
     return;
   }
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
-  CublasCheck(ex.cublas_api->sgemm_strided_batched(
-      static_cast<cublasHandle_t>(ex.cublas), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-      trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, F(b), b.size(o + 1), k * n, F(a),
-      a.size(o + 1), m * k, &beta, W(c), n, m * n, batch));
+  const cublasHandle_t handle = static_cast<cublasHandle_t>(ex.cublas);
+  const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (ex.matmul == MatmulPrecision::kFp32) {
+    CublasCheck(ex.cublas_api->sgemm_strided_batched(handle, op_b, op_a, n, m, k, &alpha, F(b), b.size(o + 1), k * n,
+                                                     F(a), a.size(o + 1), m * k, &beta, W(c), n, m * n, batch));
+    return;
+  }
+  // fp32 storage, the tensor cores' rounded inputs, fp32 accumulation (exec.h).
+  const cublasComputeType_t compute =
+      ex.matmul == MatmulPrecision::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F_FAST_16BF;
+  CublasCheck(ex.cublas_api->gemm_strided_batched_ex(
+      handle, op_b, op_a, n, m, k, &alpha, F(b), CUDA_R_32F, b.size(o + 1), k * n, F(a), CUDA_R_32F,
+      a.size(o + 1), m * k, &beta, W(c), CUDA_R_32F, n, m * n, batch, compute, CUBLAS_GEMM_DEFAULT));
 }
 
 void Fill(const Exec& ex, const Tensor& x, float value) { STRATA_LAUNCH(FillKernel, Blocks(x.numel()), kThreads, ex, W(x), value, x.numel()); }

@@ -13,6 +13,14 @@ namespace strata::ops {
 
 struct CublasApi;  // cublas_api.h (CUDA builds)
 
+// How CUDA matmuls multiply fp32 tensors (train.matmul_precision). kFp32: in fp32, exactly as
+// the CPU. kTf32 and kBf16: cuBLAS rounds the inputs to TF32 (10-bit mantissa) or bf16 (7-bit)
+// for the tensor cores and accumulates in fp32 (CUBLAS_COMPUTE_32F_FAST_TF32 / _FAST_16BF;
+// PyTorch's set_float32_matmul_precision "high" / "medium"). Tensors stay fp32 either way. The
+// CPU multiplies in fp32 only.
+enum class MatmulPrecision : uint8_t { kFp32, kTf32, kBf16 };
+const char* MatmulPrecisionName(MatmulPrecision p);  // "fp32", "tf32", "bf16"
+
 // A non-owning handle passed to every op. For the CPU it is empty. For CUDA, `stream` is a
 // cudaStream_t, `cublas` a cublasHandle_t already bound to that stream and `cublas_api` the
 // loaded cuBLAS to call it with; `allocator` hands out memory on that device. Ops on CUDA tensors
@@ -23,6 +31,7 @@ struct Exec {
   void* cublas = nullptr;
   const CublasApi* cublas_api = nullptr;
   Allocator* allocator = nullptr;  // null: HostAllocator() (CPU only)
+  MatmulPrecision matmul = MatmulPrecision::kFp32;  // CUDA only
 
   static Exec Cpu() { return Exec{}; }
   bool is_cuda() const { return device.is_cuda(); }

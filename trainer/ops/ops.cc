@@ -26,6 +26,15 @@ using internal::IdAt;
 using internal::Rows;
 using internal::W;
 
+const char* MatmulPrecisionName(MatmulPrecision p) {
+  switch (p) {
+    case MatmulPrecision::kFp32: return "fp32";
+    case MatmulPrecision::kTf32: return "tf32";
+    case MatmulPrecision::kBf16: return "bf16";
+  }
+  return "?";
+}
+
 Tensor NewTensor(const Exec& ex, Shape shape, DType dtype) {
   Result<Tensor> t = Tensor::Empty(shape, dtype, ex.alloc());  // `shape` kept for the message
   if (!t.ok() && t.status().code() == StatusCode::kResourceExhausted) {
