@@ -173,6 +173,9 @@ class PsServer {
     uint32_t sender;  // as SenderLanes knows it
     bool keyed;
     bool laned = true;  // false: migrate and migrateRows, on the last worker outside the lanes
+    // A parked pull or gradNorm request a node event made ready (ParkedToWorker): answered as
+    // HandleParked does, outside the lanes.
+    bool parked = false;
   };
   struct Worker {
     std::mutex mu;
@@ -196,6 +199,10 @@ class PsServer {
   void StartWorkers(int workers);
   void Dispatch(Request request);
   void Enqueue(SenderLanes<Queued>::Ready ready);
+  // Hands a parked request made ready off the I/O thread to a worker (its sender's, outside the
+  // lanes), which answers it as HandleParked does: a pull may wait there on migrate_mu_, which a
+  // leaving server holds while it waits for replies the I/O thread delivers.
+  void ParkedToWorker(Parked& parked);
   void RunWorker(Worker& w);
   void Handle(Request& request);
   // The requests that change state: the reply, or the error that changed nothing.

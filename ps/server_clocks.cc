@@ -282,8 +282,9 @@ void PsServer::OnNodeEvent(const NodeEvent& e) {
     if (dead && node_.options().cluster.elastic) DropDeadTrainerLocked(e.node);
     AdvanceLocked(&ready);
   }
-  // Runs on the I/O thread: answering parked requests only reads and sends, it does not block.
-  for (Parked& p : ready) HandleParked(p);
+  // This runs on the I/O thread, and a pull may wait on a leave's freeze, whose holder waits for
+  // replies only this thread delivers: the workers answer them.
+  for (Parked& p : ready) ParkedToWorker(p);
 }
 
 }  // namespace strata

@@ -61,6 +61,15 @@ void PsServer::Enqueue(SenderLanes<Queued>::Ready ready) {
   }
 }
 
+void PsServer::ParkedToWorker(Parked& parked) {
+  const uint32_t sender = SenderOf(parked.request.message());
+  Worker& w = *workers_[sender % (workers_.size() - 1)];  // the last one is migrate's
+  ++queued_;
+  std::lock_guard lock(w.mu);
+  w.queue.push_back(Queued{std::move(parked.request), sender, false, /*laned=*/false, /*parked=*/true});
+  w.cv.notify_one();
+}
+
 void PsServer::RunWorker(Worker& w) {
   while (true) {
     std::unique_lock lock(w.mu);
@@ -70,6 +79,14 @@ void PsServer::RunWorker(Worker& w) {
     w.queue.pop_front();
     lock.unlock();
     --queued_;
+    if (q.parked) {  // as HandleParked
+      if (q.request.message().op() == Op::PULL) {
+        HandlePull(q.request);
+      } else {
+        HandleGradNorm(q.request);
+      }
+      continue;
+    }
     Handle(q.request);
     if (q.laned) Enqueue(lanes_->Done(q.sender, q.keyed));
   }

@@ -451,7 +451,9 @@ TEST_P(TieredReplicationTest, BspChunksWithPushersSurviveAKillOfEachHolderAndACo
   ASSERT_NO_FATAL_FAILURE(Restart(0));                       // copies taken now
   ASSERT_NO_FATAL_FAILURE(WaitForBackups(0, "backup"));
   for (uint64_t c = 0; c < dense.NumChunks(); ++c) {         // the rest, forwarded to server 0
-    if (c != shard0[0]) ASSERT_TRUE(push_chunk(1, c, 7.0f).ok()) << "chunk " << c;
+    if (c != shard0[0]) {
+      ASSERT_TRUE(push_chunk(1, c, 7.0f).ok()) << "chunk " << c;
+    }
   }
   ASSERT_NO_FATAL_FAILURE(Kill(1));
   Status again = push_chunk(0, shard0[0], 7.0f);
