@@ -247,7 +247,29 @@ Result<Message> PsServer::CreateTable(const Request& request) {
                                                        : "ssp " + std::to_string(spec.staleness),
                backup_of_ >= 0 ? " (backup of shard " + std::to_string(backup_of_) + ")" : "");
   tables_.emplace(spec.id, std::move(made).value());
+  lock.unlock();
+  if (spec.consistency == Consistency::kBsp) StartBspTable(spec.id);
   return request.MakeReply();
+}
+
+void PsServer::StartBspTable(uint32_t id) {
+  std::vector<Parked> ready;
+  {
+    // clock_mu_ is taken after tables_mu_ was released (a copy's snapshot takes them the other
+    // way round).
+    std::lock_guard clocks(clock_mu_);
+    auto found = FindTable(id);
+    if (!found.ok()) return;  // a copy replaced the tables meanwhile
+    {
+      // A table created mid-job applies from the first clock whose members this server still
+      // knows: those before are gone from clock_members_ (elastic jobs could never complete
+      // them), and no trainer pushes for them any more.
+      std::lock_guard bsp_lock((*found)->bsp_mu);
+      (*found)->applied_clock = std::max((*found)->applied_clock, clocks_forgotten_below_);
+    }
+    AdvanceLocked(&ready);  // its first clock may be complete already
+  }
+  for (Parked& p : ready) HandleParked(p);
 }
 
 Result<std::unique_ptr<PsServer::Table>> PsServer::MakeTableLocked(const TableSpec& spec) {

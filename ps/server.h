@@ -212,6 +212,9 @@ class PsServer {
   void HandlePull(Request& request);
   // A parked request that became ready (or failed): a pull or a gradNorm request.
   void HandleParked(Parked& parked);
+  // A BSP table just created (CreateTable): its first clock, the first this server still knows
+  // the members of (clocks_forgotten_below_).
+  void StartBspTable(uint32_t id);
 
   // Global gradient clipping (server_clip.cc). A gradNorm request: answered with the clock's
   // sum of squares over the clipped tables once their pushes are all here, else parked.
@@ -428,6 +431,10 @@ class PsServer {
   // Elastic jobs (cluster.elastic): a BSP clock is applied once the trainers of its step's split
   // all clocked it, as their mean (not at the live trainers' minimum clock).
   ClockMembers clock_members_;
+  // The clock below which clock_members_ forgot its records (AdvanceLocked): the clocks every BSP
+  // table applied, or with none, that every live trainer finished. A BSP table created later
+  // starts here (CreateTable), since it could not complete a clock below.
+  int64_t clocks_forgotten_below_ = 0;
   // Elastic BSP: how many trainers' pushes each recent applied clock was the mean of, for the
   // accumulations of a clock applied here that arrive later with moving rows.
   std::map<int64_t, uint32_t> applied_members_;

@@ -154,8 +154,13 @@ void PsServer::AdvanceLocked(std::vector<Parked>* ready) {
     }
     bsp_applied = std::min(bsp_applied, t.applied_clock);
   }
-  if (!taking_over_) {  // a joining server's records must reach the clocks its senders left it
-    clock_members_.ForgetBelow(bsp_applied);
+  // With no BSP table, the clocks every live trainer finished: a table created later starts
+  // from there, and a clock some trainers already stated must keep their records.
+  const int64_t forget = bsp_applied != std::numeric_limits<int64_t>::max() ? bsp_applied : min_clock;
+  if (!taking_over_ && forget != std::numeric_limits<int64_t>::max()) {
+    // A joining server's records must reach the clocks its senders left it.
+    clock_members_.ForgetBelow(forget);
+    clocks_forgotten_below_ = std::max(clocks_forgotten_below_, forget);
     // Kept a while for accumulations that arrive with rows after their clock was applied here.
     if (bsp_applied != std::numeric_limits<int64_t>::max()) {
       applied_members_.erase(applied_members_.begin(), applied_members_.lower_bound(bsp_applied - 4096));

@@ -128,5 +128,79 @@ TEST_F(ElasticBspTest, ATrainerThatDiesMidStepIsLeftOutOfTheClocksItDidNotFinish
   ExpectMinus(Pull(0), w2, 2.0f);
 }
 
+// A BSP table created mid-job starts at the clock the servers still know the members of: they
+// forget a clock's records once every BSP table applied it, so a table starting at clock 0
+// could never complete one (its pulls waited forever).
+TEST_F(ElasticBspTest, ABspTableCreatedMidJobAppliesItsClocks) {
+  for (int c = 0; c < 3; ++c) {
+    Push(0, 1.0f);
+    Push(1, 1.0f);
+    ASSERT_TRUE(Clock(0, {0, 1}).ok());
+    ASSERT_TRUE(Clock(1, {0, 1}).ok());
+  }
+  ASSERT_EQ(Pull(0).size(), keys_.size());  // clock 2 applied on both servers
+  OptimizerSpec sgd;
+  sgd.lr = 1.0f;
+  CreateEverywhere(Sparse(2, 1, Consistency::kBsp, sgd));
+  auto pull2 = [&](int trainer) {
+    std::vector<float> out(keys_.size());
+    PsTicket p = clients_[trainer]->Pull(2, keys_, out.data());
+    Status s = clients_[trainer]->Wait(p);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return out;
+  };
+  auto push2 = [&](int trainer, float g) {
+    const std::vector<float> grads(keys_.size(), g);
+    PsTicket p = clients_[trainer]->Push(2, keys_, grads.data());
+    ASSERT_TRUE(clients_[trainer]->Wait(p).ok());
+  };
+  const std::vector<float> w0 = pull2(0);
+  ASSERT_NO_FATAL_FAILURE(push2(0, 2.0f));
+  ASSERT_NO_FATAL_FAILURE(push2(1, 4.0f));
+  ASSERT_TRUE(Clock(0, {0, 1}).ok());
+  ASSERT_TRUE(Clock(1, {0, 1}).ok());
+  ExpectMinus(pull2(0), w0, 3.0f);  // (2 + 4) / 2, applied at clock 3
+}
+
+// The same with no BSP table before it: the servers keep the records of a clock some trainers
+// already stated (they used to forget every record when no BSP table held one), and the table
+// starts at the clock every live trainer finished, so that clock completes with the last one.
+class ElasticLateBspTest : public PsTest {
+ protected:
+  void SetUp() override {
+    cluster_.elastic = true;
+    Start();
+  }
+};
+
+TEST_F(ElasticLateBspTest, TheFirstBspTableCompletesTheClockInProgress) {
+  for (int c = 0; c < 2; ++c) {
+    for (int t = 0; t < 2; ++t) {
+      clients_[t]->set_members({0, 1});
+      ASSERT_TRUE(clients_[t]->Clock().ok());
+    }
+  }
+  ASSERT_TRUE(clients_[0]->Clock().ok());  // trainer 0 finished clock 2, trainer 1 not yet
+  OptimizerSpec sgd;
+  sgd.lr = 1.0f;
+  CreateEverywhere(Sparse(1, 1, Consistency::kBsp, sgd));
+  std::vector<uint64_t> keys;  // one key on each server
+  for (uint64_t key = 0; keys.size() < 2; ++key) {
+    if (SparseServer(key, kServers) == static_cast<uint32_t>(keys.size())) keys.push_back(key);
+  }
+  std::vector<float> w0(keys.size());
+  PsTicket first = clients_[1]->Pull(1, keys, w0.data());  // trainer 1, at clock 2: no wait
+  ASSERT_TRUE(clients_[1]->Wait(first).ok());
+  const std::vector<float> grads(keys.size(), 4.0f);
+  PsTicket push = clients_[1]->Push(1, keys, grads.data());
+  ASSERT_TRUE(clients_[1]->Wait(push).ok());
+  std::vector<float> w1(keys.size());
+  PsTicket waiting = clients_[0]->Pull(1, keys, w1.data());  // trainer 0, at clock 3: waits
+  ASSERT_TRUE(clients_[1]->Clock().ok());
+  Status s = clients_[0]->Wait(waiting);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  for (size_t i = 0; i < keys.size(); ++i) EXPECT_NEAR(w1[i], w0[i] - 2.0f, 1e-6) << "key " << keys[i];  // 4 / 2
+}
+
 }  // namespace
 }  // namespace strata
