@@ -29,6 +29,7 @@ TEST(CublasLibraryTest, LoadedOnlyWhenOpened) {
   EXPECT_NE(api.destroy, nullptr);
   EXPECT_NE(api.set_stream, nullptr);
   EXPECT_NE(api.sgemm_strided_batched, nullptr);
+  EXPECT_NE(api.gemm_strided_batched_ex, nullptr);  // train.matmul_precision tf32, bf16
   EXPECT_EQ((*lib)->path(), CublasLibrary::DefaultPaths()[0]);
 }
 
