@@ -151,6 +151,34 @@ TEST_F(ElasticTest, ATrainerJoinsARunningAspJob) {
   EXPECT_NE(schedulers_[0]->Log().find("trainer 2 (node 4"), std::string::npos) << schedulers_[0]->Log();
 }
 
+// Replicated servers under elastic trainers (ASP): a trainer joins; then a server SIGTERM'd
+// mid-run stops without leaving, so that its backup takes its shard over; the job ends and
+// learns. A server asking to --join such a job is refused: the backup ring does not follow it.
+TEST_F(ElasticTest, ATrainerJoinsAReplicatedJobAndASigtermdServerHandsItsShardToItsBackup) {
+  const std::string job = Job("ctr", kCtr);
+  auto common = Common(job, 2, 2);
+  common.insert(common.end(), {"--set", "server.replication=backup", "--set", "server.store.kind=memory"});
+  const std::string address = StartJob(common, 2, 2);
+  ASSERT_TRUE(WaitFor([&] { return MetricsLines("run") >= 2; }, Millis(120000))) << nodes_[2]->Log();
+  Subprocess& joined = Start("strata-trainer", common, address, -1, {"--join"});
+  ASSERT_TRUE(WaitFor([&] { return joined.Log().find("joined the running job as trainer 2") != std::string::npos; },
+                      Millis(120000)))
+      << joined.Log();
+  Subprocess& server1 = *nodes_[1];
+  server1.Signal(SIGTERM);
+  EXPECT_EQ(server1.Wait(Millis(20000)), 0) << server1.Log();
+  EXPECT_NE(server1.Log().find("stopping without leaving the running job"), std::string::npos) << server1.Log();
+  EXPECT_TRUE(WaitFor([&] { return nodes_[0]->Log().find("take-over of shard 1") != std::string::npos; },
+                      Millis(60000)))
+      << nodes_[0]->Log();
+  ExpectAllExitCleanly();
+  const std::string log = joined.Log();
+  const int64_t first = Number(log, "joined the running job as trainer 2: training from step ([0-9]+)");
+  EXPECT_LT(first, kSteps) << "the trainer joined after the job ended: make it longer\n" << log;
+  EXPECT_NE(nodes_[2]->Log().find(kDone), std::string::npos) << nodes_[2]->Log();
+  ExpectLearnt(nodes_[2]->Log());
+}
+
 TEST_F(ElasticTest, ATrainerLeavesOnSigtermAndTheOthersFinish) {
   const std::string job = Job("ctr", kCtr);
   const auto common = Common(job, 1, 3);
@@ -438,6 +466,14 @@ TEST_F(ElasticTest, WhatCannotBeElasticIsRefusedNamingTheField) {
   Subprocess& ranked = Start("strata-trainer", common, address, 0, {"--join"});
   EXPECT_EQ(ranked.Wait(Millis(60000)), 2) << ranked.Log();
   EXPECT_NE(ranked.Log().find("--join takes the next rank"), std::string::npos) << ranked.Log();
+  // Replicated servers: their backup ring does not follow a server joining.
+  auto replicated = common;
+  replicated.insert(replicated.end(), {"--set", "cluster.elastic=true", "--set", "cluster.servers=2", "--set",
+                                       "server.replication=backup", "--set", "server.store.kind=memory"});
+  Subprocess& ringed = Start("strata-server", replicated, address, -1, {"--join"});
+  EXPECT_EQ(ringed.Wait(Millis(60000)), 2) << ringed.Log();
+  EXPECT_NE(ringed.Log().find("the servers' backup ring does not follow a server joining"), std::string::npos)
+      << ringed.Log();
   for (size_t i = 0; i < 2; ++i) EXPECT_EQ(nodes_[i]->Wait(Millis(120000)), 0) << nodes_[i]->Log();
 }
 

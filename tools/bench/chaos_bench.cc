@@ -437,8 +437,8 @@ Result<Report> RunChaosBench(const Options& o) {
                                    "without a backup a killed server loses the summed pushes of the clock in progress");
   }
   if (o.membership_cycles > 0 && o.replication) {
-    return Status::InvalidArgument("--membership-cycles with --replication: servers joining an elastic job and "
-                                   "server.replication: backup do not go together (the job loader refuses both)");
+    return Status::InvalidArgument("--membership-cycles with --replication: servers join and leave only jobs "
+                                   "without server.replication (strata-server refuses --join there)");
   }
   Stopwatch total;
   const std::string bin = fs::canonical("/proc/self/exe").parent_path().string();
