@@ -199,6 +199,12 @@ void PsServer::AddBspStateLocked(Message* last) {
     for (const auto& [clock, accs] : t->pending) {
       for (const auto& [key, a] : accs) s.entries.push_back({clock, key, 0, a.pushes, a.lr, a.sum});
     }
+    // Elastic BSP: pushes of trainers whose clock message has not come yet, by sender.
+    for (const auto& [clock, senders] : t->staged) {
+      for (const auto& [sender, accs] : senders) {
+        for (const auto& [key, a] : accs) s.entries.push_back({clock, key, sender + 1, a.pushes, a.lr, a.sum});
+      }
+    }
     SortEntries(&s);
     for (const auto& [key, next] : t->chunk_clock) {
       if (next > t->applied_clock) s.chunk_next.emplace_back(key, next);
@@ -207,6 +213,10 @@ void PsServer::AddBspStateLocked(Message* last) {
     state.tables.push_back(std::move(s));
   }
   state.grad_scales.assign(grad_scale_.begin(), grad_scale_.end());
+  // Elastic BSP: who split each clock not applied yet and who clocked it, and the trainers
+  // counted as dead (ps/clock_members.h); the copy completes those clocks as this server does.
+  state.clocks = clock_members_.Records();
+  state.dead_ranks = clock_members_.DeadRanks();
   WriteBspMoves(state, last->builder().getBody().getStateTransfer(), last);
 }
 
@@ -217,13 +227,25 @@ Status PsServer::InstallBspState(const Message& last) {
   auto state = ReadBspMoves(last, chunk, first,
                             [this](uint32_t table, uint64_t key) { return BspEntryFloats(table, key, nullptr); });
   if (!state.ok()) return state.status().WithContext("stateTransfer");
+  ClockMembers members;
+  for (const ClockMembers::Record& r : state->clocks) STRATA_RETURN_IF_ERROR(members.Merge(r).WithContext("stateTransfer"));
+  for (uint32_t rank : state->dead_ranks) members.MarkDead(rank);
   std::lock_guard clocks(clock_mu_);
+  clock_members_ = std::move(members);
   for (const BspTableState& s : state->tables) {
     Table& t = **FindTable(s.table);
     std::lock_guard bsp_lock(t.bsp_mu);
     t.pending.clear();
+    t.staged.clear();
     t.applied_clock = s.applied_clock;
-    for (const BspEntry& e : s.entries) t.pending[e.clock][e.key] = Table::Acc{e.sum, e.pushes, e.lr};
+    for (const BspEntry& e : s.entries) {
+      Table::Acc acc{e.sum, e.pushes, e.lr};
+      if (e.staged_by != 0) {
+        t.staged[e.clock][e.staged_by - 1][e.key] = std::move(acc);
+      } else {
+        t.pending[e.clock][e.key] = std::move(acc);
+      }
+    }
     // Chunks that ran ahead: the same next clocks, and the counts of chunks done early per clock
     // that ReadyClockLocked reads.
     t.chunk_clock.clear();

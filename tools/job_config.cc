@@ -29,13 +29,8 @@ Status CheckReplication(const JobConfig& job) {
           "server.replication: backup needs cluster.servers of 2 or more (a shard's backup lives on "
           "another server), got " + std::to_string(job.cluster.servers));
     }
-    if (job.cluster.elastic && job.trainer.sync.consistency == Consistency::kBsp) {
-      // Trainers may come and go in a replicated ASP or SSP job; servers may not (strata-server
-      // refuses --join, and a SIGTERM'd server stops so that its backup takes over).
-      return Status::InvalidArgument(
-          "server.replication: backup with cluster.elastic needs sync.consistency asp or ssp: a shard's copy "
-          "does not carry an elastic BSP job's record of who split each clock");
-    }
+    // With cluster.elastic, trainers come and go; servers do not (strata-server refuses --join,
+    // and a SIGTERM'd server stops so that its backup takes over).
   }
   return Status::OK();
 }

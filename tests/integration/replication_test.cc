@@ -97,7 +97,9 @@ class ReplicationTest : public testing::ProcessClusterTest {
   // backup); server 1 killed, it takes both shards over; the ledger stopped and checked.
   void BackupThenKillServer1(Ledger& ledger);
   std::pair<Subprocess*, Subprocess*> StartCtr(const std::vector<std::string>& extra = {});
-  void ExpectKillsChangeNothing(const std::string& job, size_t steps, const std::regex& ending, const char* what);
+  // `sets`: more of the job's fields (KEY=VALUE), on both runs.
+  void ExpectKillsChangeNothing(const std::string& job, size_t steps, const std::regex& ending, const char* what,
+                                const std::vector<std::string>& sets = {});
   void ExpectCtrLearnt(Subprocess& t0, Subprocess& t1);
   // Server 0's role for its own shard and for the one it backs up, from its statistics.
   void ExpectServer0Roles(const std::string& own, const std::string& other) {
@@ -469,14 +471,17 @@ const char* kCtrBsp =
 // Server 0 is killed mid-run and restarted (its copies are taken in the middle of a clock), then
 // server 1. `steps`: the job's, to check the kills came before its end.
 void ReplicationTest::ExpectKillsChangeNothing(const std::string& job, size_t steps, const std::regex& ending,
-                                               const char* what) {
+                                               const char* what, const std::vector<std::string>& sets) {
   std::string launched;
-  ASSERT_EQ(Launch(job, 2, 2, {"server.replication=backup"}, &launched), 0) << launched;
+  std::vector<std::string> undisturbed = {"server.replication=backup"};
+  undisturbed.insert(undisturbed.end(), sets.begin(), sets.end());
+  ASSERT_EQ(Launch(job, 2, 2, undisturbed, &launched), 0) << launched;
   std::smatch want;
   ASSERT_TRUE(std::regex_search(launched, want, ending)) << launched;
 
   common_ = Common(job);
   common_.insert(common_.end(), {"--set", "sync.consistency=bsp", "--set", "cluster.heartbeat_timeout_ms=2000"});
+  for (const std::string& s : sets) common_.insert(common_.end(), {"--set", s});
   address_ = StartScheduler(common_, "tcp://127.0.0.1:0");
   servers_[0] = &Start("strata-server", common_, address_, 0);
   servers_[1] = &Start("strata-server", common_, address_, 1);
@@ -502,6 +507,15 @@ void ReplicationTest::ExpectKillsChangeNothing(const std::string& job, size_t st
 TEST_F(ReplicationTest, BspCtrEndsExactlyAsUndisturbedAfterAKillAndRestartOfEachServer) {
   ExpectKillsChangeNothing(Job("ctr_bsp", kCtrBsp), 3000,
                            std::regex("final loss ([0-9.]+), eval loss ([0-9.]+), auc ([0-9.]+)"), "bsp ctr");
+}
+
+// The same in an elastic job, whose clocks complete once the trainers that split each step all
+// clocked it (ps/clock_members.h): a shard's copy carries those records and the pushes staged
+// until their sender's clock message (stateTransfer.clockMembers, bsp.stagedBy).
+TEST_F(ReplicationTest, ElasticBspCtrEndsExactlyAsUndisturbedAfterAKillAndRestartOfEachServer) {
+  ExpectKillsChangeNothing(Job("ctr_bsp", kCtrBsp), 3000,
+                           std::regex("final loss ([0-9.]+), eval loss ([0-9.]+), auc ([0-9.]+)"), "elastic bsp ctr",
+                           {"cluster.elastic=true"});
 }
 
 // Offload under BSP: the servers hold the masters and AdamW state, and apply each dense chunk as
