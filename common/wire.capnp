@@ -244,7 +244,9 @@ struct MigrateRows {
   # Elastic BSP, a joining server's last chunk from each older server: that server's record of
   # the clocks it has not applied (who split each step, who clocked it) and the trainer ranks it
   # counts as dead, so the joining server completes the clocks whose messages reached only the
-  # older server (ps/clock_members.h). The same fields in a leave's hand-over are ignored.
+  # older server (ps/clock_members.h). A stateTransfer's last chunk: the same of the copied
+  # server, which the copy's holder takes as its own. The same fields in a leave's hand-over are
+  # ignored.
   clockMembers @8 :List(ClockMembersRecord);
   deadRanks @9 :List(UInt32);
   # A stateTransfer's last chunk: the global clipping factors (ClockRequest.gradScale) of the
