@@ -67,6 +67,7 @@ struct Options {
   int timeout_s = 900;
   bool keep = false;
   bool replication = false;
+  bool elastic = false;  // cluster.elastic without server joins (with --replication, say)
   std::string consistency = "asp";  // the training runs' sync.consistency (the ledger is ASP)
 };
 
@@ -103,7 +104,7 @@ std::string JobYaml(const Options& o, const std::string& store) {
     << "train: {steps: " << o.steps << ", batch_size: 1024, log_every: 50, progress: false}\n"
     << "sync: {mode: ps, consistency: " << o.consistency << ", timeout_ms: 60000}\n"
     << "cluster: {heartbeat_interval_ms: 100, heartbeat_timeout_ms: 1500, scheduler_timeout_ms: 60000"
-    << (o.membership_cycles > 0 ? ", elastic: true" : "") << "}\n"
+    << (o.membership_cycles > 0 || o.elastic ? ", elastic: true" : "") << "}\n"
     << "server: {workers: 2, stats_interval_ms: 0, ";
   if (o.replication) {
     y << "replication: backup}\n";  // the memory store
@@ -460,11 +461,13 @@ Result<Report> RunChaosBench(const Options& o) {
                    {"membership_cycles", o.membership_cycles},
                    {"delay_rate", o.delay_rate}, {"delay_ms", o.delay_ms},
                    {"hostile", o.hostile}, {"ledger_cycles", o.ledger_cycles}, {"drop_rate", o.drop_rate},
-                   {"replication", o.replication}, {"consistency", o.consistency}};
+                   {"replication", o.replication}, {"elastic", o.elastic || o.membership_cycles > 0},
+                   {"consistency", o.consistency}};
   std::string sync = o.consistency;
   std::transform(sync.begin(), sync.end(), sync.begin(), [](unsigned char c) { return std::toupper(c); });
-  Table runs(o.replication ? "ctr training (ps, " + sync + ", memory store, server.replication: backup)"
-                           : "ctr training (ps, " + sync + ", tiered store with durability wal)",
+  const std::string elastic = o.elastic || o.membership_cycles > 0 ? ", cluster.elastic" : "";
+  Table runs(o.replication ? "ctr training (ps, " + sync + elastic + ", memory store, server.replication: backup)"
+                           : "ctr training (ps, " + sync + elastic + ", tiered store with durability wal)",
              {{"run", "run"}, {"wall s", "seconds", Table::Format::kFixed1}, {"eval AUC", "auc", Table::Format::kFixed3},
               {"finished", "finished"}, {"crashes", "crashes", Table::Format::kInteger},
               {"server kills", "server_kills", Table::Format::kInteger},
@@ -569,6 +572,9 @@ BenchFn SetupChaosBench(CLI::App& app) {
   app.add_flag("--replication", o->replication,
                "servers with server.replication: backup (memory store): a killed server's backup takes over, "
                "the restarted server copies its shards back");
+  app.add_flag("--elastic", o->elastic,
+               "the job gets cluster.elastic (as with --membership-cycles) without servers joining: under bsp its "
+               "clocks complete by their members' records, which a replicated server's copy carries");
   return [o] { return RunChaosBench(*o); };
 }
 
