@@ -84,6 +84,7 @@ Status Node::Join() {
                RoleName(options_.role), rank_.load(), id_.load(), address_, view().epoch,
                view().nodes.size());
   heard_ms_ = SteadyMillis();
+  beat_sent_ms_ = heard_ms_.load();  // the registration counts as this node's first beat
   heartbeat_ = std::thread([this] { Heartbeats(); });
   return Status::OK();
 }
@@ -219,13 +220,24 @@ void Node::Heartbeats() {
     const uint64_t known_epoch = view_.epoch, generation = generation_;
     const uint32_t incarnation = IncarnationLocked();
     lock.unlock();
+    const int64_t sent = SteadyMillis(), last = beat_sent_ms_.exchange(sent);
+    if (last > 0 && sent - last > options_.cluster.heartbeat_timeout_ms && silent_since_ms_ == 0) {
+      silent_since_ms_ = sent;
+      spdlog::warn("node: no heartbeat for {:.1f} s (past cluster.heartbeat_timeout_ms): the scheduler may have "
+                   "declared this node dead; waiting for its answer", (sent - last) / 1e3);
+    }
     Message hb;
     hb.builder().getBody().setHeartbeat();
     hb.builder().setIncarnation(incarnation);
     rpc_.CallAsync(
         scheduler_, std::move(hb),
-        [this, known_epoch, generation](Result<Message> r) {
+        [this, known_epoch, generation, sent](Result<Message> r) {
           const int64_t now = SteadyMillis();
+          // Any answer to a beat sent after a silence says what the scheduler made of it.
+          if (r.ok() || r.status().code() == StatusCode::kFailedPrecondition) {
+            int64_t since = silent_since_ms_;
+            if (since > 0 && sent >= since) silent_since_ms_.compare_exchange_strong(since, 0);
+          }
           if (!r.ok() && r.status().code() == StatusCode::kFailedPrecondition &&
               r.status().message().find(kSuperseded) != std::string::npos) {
             heard_ms_ = now;
@@ -295,6 +307,11 @@ void Node::Heartbeats() {
         interval * 4);
     lock.lock();
   }
+}
+
+bool Node::Silent() const {
+  const int64_t last = beat_sent_ms_;
+  return silent_since_ms_ > 0 || (last > 0 && SteadyMillis() - last > options_.cluster.heartbeat_timeout_ms);
 }
 
 Result<Message> Node::CallScheduler(const std::function<Message()>& make, Millis timeout) {

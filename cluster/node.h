@@ -117,6 +117,12 @@ class Node {
   // took this node's rank meanwhile: the process must end, and Leave() then does not deregister
   // (that would take the newer process out of the job).
   Status SchedulerStatus() const;
+  // True while this node may have been declared dead without knowing it: its heartbeats stopped
+  // for longer than cluster.heartbeat_timeout_ms (the process was stopped or starved; a scheduler
+  // outage does not count, the beats go on failing), until the scheduler answers a beat sent
+  // after that silence. A replicated server serves nothing meanwhile: its backup may serve the
+  // shard already.
+  bool Silent() const;
 
   uint32_t id() const { return id_; }
   int rank() const { return rank_; }
@@ -178,6 +184,9 @@ class Node {
   // Steady-clock milliseconds of the scheduler's last heartbeat answer (0: not joined yet), and
   // heartbeats failed since (warnings are rate-limited: the first, then one per 10 s).
   std::atomic<int64_t> heard_ms_{0};
+  // Steady-clock milliseconds of the last heartbeat sent (0: none yet), and of the first beat
+  // sent after a silence longer than the heartbeat timeout, until an answer to it (0: none).
+  std::atomic<int64_t> beat_sent_ms_{0}, silent_since_ms_{0};
   std::atomic<uint64_t> failed_beats_{0};
   std::atomic<int64_t> warned_ms_{0};
 };

@@ -122,7 +122,15 @@ bool PsServer::Admit(Request& request) {
     }
     return true;
   }
-  return role == ShardRole::kServing || refuse(Status::Unavailable(not_serving));
+  if (role != ShardRole::kServing) return refuse(Status::Unavailable(not_serving));
+  if (node_.Silent()) {
+    // Stopped past the heartbeat timeout (SIGSTOP, a starved host): its backup may serve the
+    // shard by now, and a trainer whose view is behind would read stale rows here.
+    return refuse(Status::Unavailable(self + " was silent past cluster.heartbeat_timeout_ms and may have been "
+                                      "declared dead: it serves shard " + std::to_string(shard) +
+                                      " again once the scheduler answers its heartbeat"));
+  }
+  return true;
 }
 
 std::unique_lock<std::mutex> PsServer::ReplicationLock() {

@@ -130,6 +130,19 @@ class ReplicationTest : public testing::ProcessClusterTest {
     m.AddPayload(DType::kF32, {n, kDim}, Buffer::Take(std::vector<float>(keys.size() * kDim, 1.0f)));
     return node.rpc().CallAndWait(peer, std::move(m), Millis(10000)).status();
   }
+  // A pull of `keys` (of shard 0) written by hand from trainer 1 to server `to`, as a trainer
+  // whose view is behind sends it.
+  Status RawPull(int to, const std::vector<uint64_t>& keys) {
+    Node& node = *trainers_[1];
+    const ClusterView view = node.view();
+    STRATA_ASSIGN_OR_RETURN(PeerId peer, node.rpc().Connect(view.Find(Role::kServer, to)->address));
+    Message m;
+    m.builder().setShard(0);
+    m.builder().getBody().initPull().setTable(1);
+    const auto n = static_cast<int64_t>(keys.size());
+    m.AddPayload(DType::kI64, {n}, Buffer::Take(std::vector<uint64_t>(keys)));
+    return node.rpc().CallAndWait(peer, std::move(m), Millis(10000)).status();
+  }
   static std::vector<uint64_t> Shard0Keys() {
     std::vector<uint64_t> keys;
     for (uint64_t k = 0; keys.size() < 4; ++k) {
@@ -338,10 +351,25 @@ TEST_F(ReplicationTest, AServerDeclaredDeadWhileRunningComesBackAsTheBackupAndLo
   EXPECT_TRUE(WaitFor([&] { return Count(servers_[1]->Log(), "take-over of shard 0") >= 1; }, Millis(30000)))
       << servers_[1]->Log();
   EXPECT_TRUE(ledger.PushMore(30));  // server 1 serves both shards
+  // A pull of shard 0 from a trainer whose view is behind, waiting in server 0's socket: once
+  // resumed, server 0 must not answer it with its stale rows (it may be dead in the job's eyes).
+  std::vector<uint64_t> shard0;
+  for (uint64_t k = 0; k < kKeys && shard0.size() < 4; ++k) {
+    if (SparseServer(k, 2) == 0) shard0.push_back(k);
+  }
+  std::future<Status> stale = std::async(std::launch::async, [&] { return RawPull(0, shard0); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   servers_[0]->Signal(SIGCONT);
+  const Status pulled = stale.get();
+  EXPECT_EQ(pulled.code(), StatusCode::kUnavailable) << pulled.ToString();
+  EXPECT_TRUE(pulled.message().find("was silent past cluster.heartbeat_timeout_ms") != std::string::npos ||
+              pulled.message().find(kNotServing) != std::string::npos)
+      << pulled.ToString();
+  std::cout << "a pull queued at the stopped server: " << pulled.ToString() << "\n";
   EXPECT_TRUE(WaitFor([&] { return Count(servers_[0]->Log(), "copy received") >= 2; }, Millis(30000)))
       << servers_[0]->Log();
   const std::string log = servers_[0]->Log();
+  EXPECT_NE(log.find("no heartbeat for"), std::string::npos) << log;
   EXPECT_NE(log.find(std::string(kDeclaredDead)), std::string::npos) << log;
   EXPECT_NE(log.find("re-registered after being declared dead"), std::string::npos) << log;
   BackupThenKillServer1(ledger);
