@@ -91,14 +91,8 @@ Result<Report> RunOpsBench(const OpsBenchFlags& f) {
   report.benchmark = "ops";
   report.config = {{"device", f.device}, {"reps", f.reps}, {"batch", f.batch}, {"context", f.context},
                    {"width", f.width}, {"heads", f.heads}, {"matmul_precision", f.matmul_precision}};
-  ops::MatmulPrecision block_precision = ops::MatmulPrecision::kFp32;
-  if (f.matmul_precision == "tf32") {
-    block_precision = ops::MatmulPrecision::kTf32;
-  } else if (f.matmul_precision == "bf16") {
-    block_precision = ops::MatmulPrecision::kBf16;
-  } else if (f.matmul_precision != "fp32") {
-    return Status::InvalidArgument("--matmul-precision " + f.matmul_precision + ": expected fp32, tf32 or bf16");
-  }
+  STRATA_ASSIGN_OR_RETURN(const ops::MatmulPrecision block_precision,
+                          ops::ParseMatmulPrecision(f.matmul_precision));
   if (block_precision != ops::MatmulPrecision::kFp32 && !ex.is_cuda()) {
     return Status::InvalidArgument("--matmul-precision " + f.matmul_precision + " needs --device cuda");
   }

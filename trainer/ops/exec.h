@@ -3,6 +3,7 @@
 #pragma once
 
 #include <exception>
+#include <string_view>
 #include <utility>
 
 #include "common/allocator.h"
@@ -20,6 +21,8 @@ struct CublasApi;  // cublas_api.h (CUDA builds)
 // CPU multiplies in fp32 only.
 enum class MatmulPrecision : uint8_t { kFp32, kTf32, kBf16 };
 const char* MatmulPrecisionName(MatmulPrecision p);  // "fp32", "tf32", "bf16"
+// The precision MatmulPrecisionName names; InvalidArgument listing the names otherwise.
+Result<MatmulPrecision> ParseMatmulPrecision(std::string_view name);
 
 // A non-owning handle passed to every op. For the CPU it is empty. For CUDA, `stream` is a
 // cudaStream_t, `cublas` a cublasHandle_t already bound to that stream and `cublas_api` the

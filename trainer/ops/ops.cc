@@ -35,6 +35,13 @@ const char* MatmulPrecisionName(MatmulPrecision p) {
   return "?";
 }
 
+Result<MatmulPrecision> ParseMatmulPrecision(std::string_view name) {
+  for (MatmulPrecision p : {MatmulPrecision::kFp32, MatmulPrecision::kTf32, MatmulPrecision::kBf16}) {
+    if (name == MatmulPrecisionName(p)) return p;
+  }
+  return Status::InvalidArgument("matmul precision \"" + std::string(name) + "\": expected fp32, tf32 or bf16");
+}
+
 Tensor NewTensor(const Exec& ex, Shape shape, DType dtype) {
   Result<Tensor> t = Tensor::Empty(shape, dtype, ex.alloc());  // `shape` kept for the message
   if (!t.ok() && t.status().code() == StatusCode::kResourceExhausted) {
