@@ -96,10 +96,10 @@ Status PsClient::Route(uint32_t shard, bool refused) {
   // scheduler as well covers an event still on its way.
   auto fresh = node_.RefreshView();
   const ClusterView view = fresh.ok() ? *fresh : node_.view();
-  const uint32_t rank = NextHolder(view, shard, holders_[shard], refused, replication_);
+  const uint32_t rank = NextHolder(view, layout_, shard, holders_[shard], refused, replication_);
   const NodeInfo* n = view.Find(Role::kServer, static_cast<int>(rank));
   if (!n) return Status::Internal("server rank " + std::to_string(rank) + " is missing from the view");
-  if (n->left && node_.options().cluster.elastic && replication_ == Replication::kNone) {
+  if (n->left && node_.options().cluster.elastic) {
     // It handed its keys over (elastic): Finish sends them where they live now.
     return Status::FailedPrecondition(n->Describe() + " left the job: " + std::string(kLayoutMoved));
   }

@@ -5,16 +5,31 @@
 
 namespace strata {
 
-uint32_t NextHolder(const ClusterView& view, uint32_t shard, uint32_t current, bool refused,
+uint32_t RingNext(uint32_t rank, const PsLayout& layout) {
+  for (uint32_t i = 1; i < layout.servers; ++i) {
+    const uint32_t r = (rank + i) % layout.servers;
+    if (!layout.Left(r)) return r;
+  }
+  return rank;
+}
+
+uint32_t RingPrev(uint32_t rank, const PsLayout& layout) {
+  for (uint32_t i = 1; i < layout.servers; ++i) {
+    const uint32_t r = (rank + layout.servers - i) % layout.servers;
+    if (!layout.Left(r)) return r;
+  }
+  return rank;
+}
+
+uint32_t NextHolder(const ClusterView& view, const PsLayout& layout, uint32_t shard, uint32_t current, bool refused,
                     Replication replication) {
   if (replication == Replication::kNone) return shard;
-  const auto servers = static_cast<uint32_t>(view.Count(Role::kServer));
-  if (servers < 2) return shard;
+  if (RingSize(layout) < 2) return shard;
   auto up = [&](uint32_t rank) {
     const NodeInfo* n = view.Find(Role::kServer, static_cast<int>(rank));
-    return n && n->alive;
+    return n && n->alive && !n->left;
   };
-  const uint32_t other = OtherHolder(shard, current, servers);
+  const uint32_t other = OtherHolder(shard, current, layout);
   return (refused || !up(current)) && up(other) ? other : current;
 }
 

@@ -141,11 +141,12 @@ PsServer::~PsServer() {
     w->thread.join();
   }
   if (stats_thread_.joinable()) stats_thread_.join();
-  for (std::thread& t : copy_threads_) t.join();
   {
     std::lock_guard lock(rollback_mu_);  // no event adds one any more (event_guard_)
     for (std::thread& t : rollback_threads_) t.join();
   }
+  // After the rollbacks: one may start a copy request (FollowRing).
+  for (std::thread& t : copy_threads_) t.join();
   // Forwards still in flight complete now, while this server exists (their callbacks use it).
   std::lock_guard lock(forward_mu_);
   if (replica_ && replica_->peer != kNoPeer) node_.rpc().FailCallsTo(replica_->peer, Status::Cancelled("the server is stopping"));
@@ -343,10 +344,14 @@ Status PsServer::ValidateKeys(const Table& t, const Message& msg, bool with_grad
   if (n) std::memcpy(keys->data(), k.buffer->data(), n * sizeof(uint64_t));
   const PsLayout layout = KeyLayout();
   const uint32_t me = Shard();
+  // An update the shard's serving holder applied and forwarded is applied here too, whatever
+  // this server's layout says: the two switch layouts at different moments while a server joins
+  // or leaves, and a copy that refused what its primary applied would differ from it.
+  const bool forwarded = msg.reader().getOrigin() != kUnassignedNode;
   *value_floats = 0;
   for (uint64_t key : *keys) {
     if (spec.kind == TableKind::kSparse) {
-      if (const uint32_t owner = layout.SparseOwner(key); owner != me) {
+      if (const uint32_t owner = layout.SparseOwner(key); owner != me && !forwarded) {
         // FailedPrecondition: a client on an older layout refreshes it and sends the key there.
         ++moved_refused_;
         return Status::FailedPrecondition(where() + "key " + std::to_string(key) + " belongs to server " +

@@ -22,7 +22,8 @@
 // anything is applied: a bad one gets an error reply and changes nothing.
 //
 // Replication (options.replication = backup; ps/replication.h): this server holds shard `rank`
-// and, in a second PsServer of its own, shard rank - 1 (one worker, so forwarded requests apply
+// and, in a second PsServer of its own, the shard before it in the ring (rank - 1 while no
+// server joined or left; FollowRing moves it with the layout) (one worker, so forwarded requests apply
 // in the order they were applied where the shard is served). Each holds its shard in one role:
 // serving (it applies a push, clock or createTable and forwards it to the shard's other holder
 // under one lock, so the forwards leave in apply order, and answers the sender once that one
@@ -91,9 +92,11 @@ class PsServer {
   // RestoreTables().
   Status LoadCheckpoint(const std::string& checkpoint, uint32_t rank, uint32_t servers);
 
-  // Call after node.Join(). With replication, a server started again after being declared dead
-  // holds none of its shards: it asks the servers serving them for a copy each (in the
-  // background, until they answer or the server stops) and is their backup once it arrived.
+  // Call after node.Join() (after TakeOver() for a joining server). A server of an elastic job
+  // started again takes the layout of the view (AdoptViewLayout). With replication, a server
+  // started again after being declared dead holds none of its shards: it asks the servers serving
+  // them for a copy each (in the background, until they answer or the server stops) and is their
+  // backup once it arrived; a joined server asks for a copy of the shard before it in the ring.
   void Joined();
   // A server the scheduler declared dead while it ran (Node::OnDeclaredDead). StepDown(): with
   // replication the other holders took its shards over meanwhile, so it serves and forwards
@@ -120,7 +123,7 @@ class PsServer {
   // on (ClockRequest.servers), so it reaches the joining server too. The joining server applies
   // no BSP clock until it holds every older server's part, from the least applied clock among
   // them (ps/server_bsp_moves.cc).
-  void ExpectTakeOver() { taking_over_ = true; }
+  void ExpectTakeOver() { taking_over_ = joined_late_ = true; }
   Status TakeOver(Millis timeout);
 
   // Elastic jobs (ps/server_leave.cc): this server leaves the running job. Refused
@@ -193,9 +196,9 @@ class PsServer {
     uint64_t copy = 0;  // the state transfer it was made from (0: the original backup)
   };
   static constexpr uint64_t kNoCopy = ~uint64_t{0};
-  // The copy of shard `shard` (server_replication.cc): no handler of its own on the node, one
-  // worker, no statistics thread.
-  PsServer(Node& node, ServerOptions options, ServerStores stores, uint32_t shard, ShardRole role);
+  // The copy of shard `shard` held by `parent`, the node's own server (server_replication.cc):
+  // no handler of its own on the node, one worker, no statistics thread, the parent's layout.
+  PsServer(PsServer& parent, ServerOptions options, ServerStores stores, uint32_t shard, ShardRole role);
   void StartWorkers(int workers);
   void Dispatch(Request request);
   void Enqueue(SenderLanes<Queued>::Ready ready);
@@ -233,11 +236,26 @@ class PsServer {
 
   // Replication (server_replication.cc).
   // The key range this instance holds: its node's rank, or the shard it holds the backup of.
-  uint32_t Shard() const { return backup_of_ >= 0 ? static_cast<uint32_t>(backup_of_) : static_cast<uint32_t>(node_.rank()); }
+  uint32_t Shard() const {
+    const int of = backup_of_.load();
+    return of >= 0 ? static_cast<uint32_t>(of) : static_cast<uint32_t>(node_.rank());
+  }
+  bool IsCopy() const { return parent_ != nullptr; }
   // Routes a request addressed to another shard to the copy. False if it was answered.
   bool RouteToBackup(Request& request);
-  // The copy of shard rank - 1, made on first use (nullptr without replication).
+  // The copy of the shard before this server's rank in the ring (ps/replication.h), made on
+  // first use (nullptr without replication).
   PsServer* Copy();
+  // Elastic servers in a replicated job (server_replication.cc): after this server's layout
+  // changed (a server joined or left), the ring's holders follow it. The copy, when the ring
+  // gives this server another shard to back up, drops what it held and asks that shard's server
+  // for a copy; this server's own shard stops forwarding to a rank that is no longer its backup
+  // (the new one asks for a copy), and when `gained` (rows of a leaving server came in) sends
+  // its backup a fresh copy, since the backup holds none of those rows.
+  void FollowRing(bool gained);
+  // Whether a server joining or leaving may move this server's keys now: with replication, it
+  // serves its own shard and its copy serves nothing (no holder took another's shard over).
+  Status RingSettled();
   // Whether this request may be handled here; answers it with an error if not.
   bool Admit(Request& request);
   // Held while a state change is applied and its forward sent (with replication).
@@ -257,6 +275,10 @@ class PsServer {
   // State transfer (server_transfer.cc): the serving holder's answer to replicaJoin, the copy
   // of its shard as a stateTransfer message, and installing one.
   void HandleReplicaJoin(Request& request);
+  // Sends `to` (the shard's other holder, up) a fresh copy of this shard and forwards every
+  // update after it there. Expects forward_mu_ held (`lock`, released before the chunks' answers
+  // are waited for).
+  Status SendCopyLocked(const NodeInfo& to);
   // The shard's copy as stateTransfer chunks of at most server.migrate_chunk_mb (the layout of
   // migrateRows chunks: ps/migration.h), every row of every table, then the push ids; the
   // trainers' clocks in each. Expects forward_mu_ held (no update meanwhile).
@@ -329,6 +351,10 @@ class PsServer {
   Result<uint32_t> BspEntryFloats(uint32_t table, uint64_t key, const PsLayout* expect);
   // Where keys live now: the job's first servers, and the servers of this server's layout.
   PsLayout KeyLayout() const;
+  // A server of an elastic job started again after it died (Joined()): the layout the view shows
+  // (every server that finished joining, those that left), which the others switched to while
+  // it was down.
+  void AdoptViewLayout();
   void SetLayoutLeft(std::vector<uint32_t> left) {
     std::lock_guard lock(layout_mu_);
     layout_left_ = std::move(left);
@@ -387,7 +413,8 @@ class PsServer {
   // Replication: the shard this instance is the copy of (-1: it is the node's own server), its
   // role, the copy the node's own server holds (made on first use), the lock ordering applies
   // with their forwards, and what was forwarded.
-  const int backup_of_ = -1;
+  PsServer* const parent_ = nullptr;  // a copy's: the node's own server
+  std::atomic<int> backup_of_{-1};
   std::atomic<ShardRole> role_{ShardRole::kUnknown};
   mutable std::mutex backup_mu_;
   std::unique_ptr<PsServer> backup_;
@@ -406,11 +433,13 @@ class PsServer {
   // so far. RequestCopy watches the rest: when a chunk last arrived, whether the copy failed
   // here, and how often it asked again.
   uint64_t install_copy_ = 0;
+  uint32_t install_sender_ = kUnassignedNode;  // the node install_copy_ came from
   bool installing_ = false;
   uint64_t install_total_ = 0, install_rows_ = 0, install_chunks_ = 0;
   std::atomic<int64_t> install_heard_ms_{0};
   std::atomic<bool> copy_failed_{false};
   std::atomic<bool> requesting_copy_{false};  // a RequestCopy runs for this shard
+  std::atomic<uint64_t> ring_moves_{0};        // a copy: how often FollowRing gave it another shard
   std::atomic<uint64_t> copy_asks_again_{0};
   std::atomic<uint64_t> forwards_{0}, replicated_bytes_{0}, forward_errors_{0}, transferred_rows_{0};
   // Set by LoadCheckpoint before the node joins, read-only after: the checkpoint served
@@ -451,6 +480,7 @@ class PsServer {
   mutable std::mutex layout_mu_;
   std::vector<uint32_t> layout_left_;  // ranks that left the layout (sorted)
   std::atomic<bool> taking_over_{false};
+  std::atomic<bool> joined_late_{false};  // started with --join: no copy or backup from the start
   std::atomic<bool> leaving_{false}, handed_over_{false};
   std::atomic<uint64_t> rows_moved_in_{0}, rows_moved_out_{0}, rows_erased_{0};
   std::atomic<uint64_t> migrate_chunks_in_{0}, migrate_chunks_out_{0};

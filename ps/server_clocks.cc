@@ -54,7 +54,9 @@ Result<Message> PsServer::Clock(const Request& request, std::vector<Parked>* rea
   std::lock_guard lock(clock_mu_);
   // Elastic servers: a trainer that has not seen a joining server yet would leave it out of
   // this clock; from the switch on (StartTakeOver, under this lock) it is told to look again.
-  if (const uint32_t stated = body.getServers(); stated > 0 && stated < KeyLayout().servers) {
+  // (Not a clock forwarded by the shard's serving holder, which accepted it: its copy follows it.)
+  const bool forwarded = request.message().reader().getOrigin() != kUnassignedNode;
+  if (const uint32_t stated = body.getServers(); stated > 0 && !forwarded && stated < KeyLayout().servers) {
     ++moved_refused_;
     return Status::FailedPrecondition("clock " + std::to_string(finished) + " from node " + std::to_string(sender) +
                                       " counts " + std::to_string(stated) + " servers (clock.servers), this server's " +

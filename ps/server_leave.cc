@@ -34,6 +34,7 @@ Status PsServer::HandOver(Millis timeout, const std::function<void()>& while_fro
   }
   if (!serving_.empty()) return Status::FailedPrecondition(who + ": it serves checkpoint " + serving_ + " read-only");
   if (taking_over_) return Status::FailedPrecondition(who + ": it has not finished joining yet");
+  STRATA_RETURN_IF_ERROR(RingSettled().WithContext(who));
   const ClusterView view = node_.view();
   const PsLayout layout = KeyLayout();
   std::vector<const NodeInfo*> receivers;  // every other live server of the layout, by rank
@@ -175,6 +176,7 @@ void PsServer::HandleHandOver(Request& request) {
   if (!serving_.empty()) return fail(Status::FailedPrecondition("migrateRows: this server serves a checkpoint read-only"));
   if (leaving_) return fail(Status::FailedPrecondition("migrateRows: this server is leaving the job too"));
   if (taking_over_) return fail(Status::Unavailable("migrateRows: this server is still joining"));
+  if (Status s = RingSettled(); !s.ok()) return fail(s.WithContext("migrateRows"));
   PsLayout expect = KeyLayout();
   if (expect.Left(leaver)) return request.Reply(request.MakeReply());  // a repeat: taken already
   expect.Leave(leaver);
@@ -207,6 +209,10 @@ void PsServer::HandleHandOver(Request& request) {
   rows_moved_in_ += puller.rows();
   spdlog::info("server: {} left the layout; {} servers serve its keys now ({} rows taken in {} chunks)",
                from->Describe(), expect.servers - expect.left.size(), puller.rows(), puller.chunks());
+  freeze.unlock();
+  // Replication: the ring without the leaving server, and a fresh copy for this shard's backup,
+  // which holds none of the rows that came in.
+  FollowRing(/*gained=*/puller.rows() > 0 || bsp.entries() > 0);
   request.Reply(request.MakeReply());
 }
 

@@ -18,6 +18,7 @@
 namespace strata {
 
 PsLayout PsServer::KeyLayout() const {
+  if (parent_) return parent_->KeyLayout();  // a copy: the layout of the server holding it
   const int first = node_.options().cluster.servers;
   PsLayout l;
   l.base = static_cast<uint32_t>(first > 0 ? first : std::max(1, node_.view().Count(Role::kServer)));
@@ -25,6 +26,26 @@ PsLayout PsServer::KeyLayout() const {
   std::lock_guard lock(layout_mu_);
   l.left = layout_left_;
   return l;
+}
+
+void PsServer::AdoptViewLayout() {
+  const ClusterView view = node_.view();
+  const NodeInfo* self = view.Find(Role::kServer, node_.rank());
+  if (!self || self->incarnation == 0) return;
+  uint32_t servers = 0;
+  std::vector<uint32_t> left;
+  for (const NodeInfo& n : view.WithRole(Role::kServer)) {
+    if (n.joining && !n.left) continue;  // its keys have not moved yet
+    servers = std::max(servers, static_cast<uint32_t>(n.rank) + 1);
+    if (n.left && n.rank > 0) left.push_back(static_cast<uint32_t>(n.rank));
+  }
+  std::sort(left.begin(), left.end());
+  std::unique_lock freeze(migrate_mu_);
+  layout_servers_ = std::max(layout_servers_.load(), servers);
+  SetLayoutLeft(left);
+  const PsLayout now = KeyLayout();
+  spdlog::info("server: started again in an elastic job: layout of {} servers, {} of them left", now.servers,
+               now.left.size());
 }
 
 namespace {
@@ -145,6 +166,7 @@ void PsServer::HandleMigrate(Request& request) {
     auto started = StartTakeOver(request);
     if (!started.ok()) return fail(started.status());
     plan = *started;
+    FollowRing(/*gained=*/false);  // replication: the ring takes the joining server in
   } else {
     plan = Outgoing(from);
     if (!plan) {
@@ -203,6 +225,7 @@ Result<std::shared_ptr<const MigrationPlan>> PsServer::StartTakeOver(const Reque
                                    "one, takes keys over");
   }
   if (!serving_.empty()) return Status::FailedPrecondition("migrate: this server serves a checkpoint read-only");
+  STRATA_RETURN_IF_ERROR(RingSettled().WithContext("migrate"));
   const std::vector<uint32_t> their_left = SortedRanks(migrate.getLeft());
   // Freeze: no push or pull checks an owner or applies while the layout switches and the moving
   // rows are listed; after it, pushes of those keys are refused with kLayoutMoved, so the rows
@@ -392,6 +415,8 @@ void PsServer::RollBackJoin(const NodeInfo& gone) {
   spdlog::warn("server: {} left the job before it finished joining: its join is rolled back{}", gone.Describe(),
                plan ? ", and the " + std::to_string(plan->rows()) + " rows it was taking are served here again"
                     : " (it had taken nothing from this server)");
+  freeze.unlock();
+  FollowRing(/*gained=*/false);  // replication: the ring without it again
 }
 
 Status PsServer::TakeOver(Millis timeout) {

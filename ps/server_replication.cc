@@ -18,8 +18,8 @@ bool Current(const ClusterView& view, uint32_t rank, uint32_t incarnation) {
 
 }  // namespace
 
-PsServer::PsServer(Node& node, ServerOptions options, ServerStores stores, uint32_t shard, ShardRole role)
-    : node_(node), options_(std::move(options)), backup_of_(static_cast<int>(shard)), role_(role),
+PsServer::PsServer(PsServer& parent, ServerOptions options, ServerStores stores, uint32_t shard, ShardRole role)
+    : node_(parent.node_), options_(std::move(options)), parent_(&parent), backup_of_(static_cast<int>(shard)), role_(role),
       stores_(std::move(stores)),
       parked_quota_(static_cast<uint64_t>(options_.max_parked_per_peer),
                     static_cast<uint64_t>(options_.max_parked_mb_per_peer) << 20) {
@@ -28,35 +28,38 @@ PsServer::PsServer(Node& node, ServerOptions options, ServerStores stores, uint3
 }
 
 PsServer* PsServer::Copy() {
-  if (backup_of_ >= 0 || options_.replication != Replication::kBackup) return nullptr;
-  const ClusterView view = node_.view();
-  const auto servers = static_cast<uint32_t>(view.Count(Role::kServer));
+  if (IsCopy() || options_.replication != Replication::kBackup) return nullptr;
   const int rank = node_.rank();
-  if (servers < 2 || rank < 0) return nullptr;
+  if (rank < 0) return nullptr;
   std::lock_guard lock(backup_mu_);
   if (!backup_) {
+    const PsLayout layout = KeyLayout();
+    if (RingSize(layout) < 2) return nullptr;
     // An original server holds the backup of the previous shard from the start; a restarted one
     // holds nothing until a state transfer arrives. So does one with durable stores, at the start
     // too: what its directory holds may be stale, and the serving holder may have restored rows
-    // of an earlier run (the first chunk of the copy clears the directory).
-    const uint32_t shard = BackedUpShard(static_cast<uint32_t>(rank), servers);
+    // of an earlier run (the first chunk of the copy clears the directory). So does a server that
+    // joined the running job (FollowRing asks for its copy).
+    const uint32_t shard = BackedUpShard(static_cast<uint32_t>(rank), layout);
+    const ClusterView view = node_.view();
     const NodeInfo* self = view.Find(Role::kServer, rank);
-    const ShardRole role =
-        self && self->incarnation == 0 && !stores_.durable() ? ShardRole::kBackup : ShardRole::kEmpty;
+    const bool original = shard == BackedUpShard(static_cast<uint32_t>(rank), FixedLayout(layout.base));
+    const ShardRole role = original && self && self->incarnation == 0 && !stores_.durable() && !joined_late_
+                               ? ShardRole::kBackup
+                               : ShardRole::kEmpty;
     ServerStores stores = stores_.backup ? stores_.backup(shard) : ServerStores{stores_.make, {}, {}};
     ServerOptions options = options_;
     options.tables_file.clear();  // a copy always starts from a state transfer: nothing to reload
-    backup_.reset(new PsServer(node_, std::move(options), std::move(stores), shard, role));
+    backup_.reset(new PsServer(*this, std::move(options), std::move(stores), shard, role));
   }
   return backup_.get();
 }
 
 bool PsServer::RouteToBackup(Request& request) {
-  if (backup_of_ >= 0) return true;  // this is the copy
+  if (IsCopy()) return true;
   const int32_t shard = request.message().reader().getShard();
   const int rank = node_.rank();
   if (shard < 0 || shard == rank) return true;
-  const auto servers = static_cast<uint32_t>(node_.view().Count(Role::kServer));
   PsServer* copy = Copy();
   if (!copy || static_cast<uint32_t>(shard) != copy->Shard()) {
     ++requests_;
@@ -65,8 +68,9 @@ bool PsServer::RouteToBackup(Request& request) {
         std::string(OpName(request.message().op())) + " for shard " + std::to_string(shard) + " from node " +
         std::to_string(request.message().sender()) + " reached server " + std::to_string(rank) +
         ", which holds shard " + std::to_string(rank) +
-        (copy ? " and shard " + std::to_string(BackedUpShard(static_cast<uint32_t>(rank), servers))
-              : std::string(" only (server.replication: none)"))));
+        (copy ? " and shard " + std::to_string(copy->Shard())
+              : std::string(options_.replication == Replication::kNone ? " only (server.replication: none)"
+                                                                        : " only (no other server is left)"))));
     return false;
   }
   copy->Dispatch(std::move(request));
@@ -84,8 +88,7 @@ PsServer::ShardRole PsServer::RoleNow() {
 }
 
 uint32_t PsServer::OtherRank() const {
-  return OtherHolder(Shard(), static_cast<uint32_t>(node_.rank()),
-                     static_cast<uint32_t>(node_.view().Count(Role::kServer)));
+  return OtherHolder(Shard(), static_cast<uint32_t>(node_.rank()), KeyLayout());
 }
 
 bool PsServer::Admit(Request& request) {
@@ -141,17 +144,25 @@ std::unique_lock<std::mutex> PsServer::ReplicationLock() {
 PsServer::Replica* PsServer::ReplicaLocked() {
   if (const uint64_t failed = failed_copy_.exchange(kNoCopy); replica_ && failed == replica_->copy) replica_.reset();
   if (!replica_known_) {
-    // The original backup: the other holder, while both have run since the job started.
+    // The original backup: the next of the job's first servers, while both have run since the
+    // job started and no server joined or left (FollowRing sets replica_known_ when one did).
     replica_known_ = true;
     const ClusterView view = node_.view();
     const NodeInfo* self = view.Find(Role::kServer, node_.rank());
-    const uint32_t other = OtherRank();
+    const PsLayout layout = KeyLayout();
+    const uint32_t other = BackupRank(Shard(), FixedLayout(layout.base));
     const NodeInfo* b = view.Find(Role::kServer, static_cast<int>(other));
     // Not with durable stores: that backup starts empty and asks for a copy (Copy()).
-    if (backup_of_ < 0 && !stores_.durable() && self && self->incarnation == 0 && b && b->alive &&
-        b->incarnation == 0 && b != self) {
+    if (!IsCopy() && !joined_late_ && !stores_.durable() && self && self->incarnation == 0 && b && b->alive &&
+        b->incarnation == 0 && b != self && other == OtherRank()) {
       replica_ = Replica{other, 0, b->address, kNoPeer};
     }
+  }
+  if (replica_ && replica_->rank != OtherRank()) {
+    // A server joined or left: the ring gives the shard another backup, which asks for a copy.
+    spdlog::info("replication: shard {}: server {} is no longer its backup under the layout of {} servers",
+                 Shard(), replica_->rank, KeyLayout().servers);
+    replica_.reset();  // forwards in flight to it complete (its answer no longer matters)
   }
   if (!replica_) return nullptr;
   if (replica_->peer == kNoPeer) {
@@ -193,9 +204,12 @@ void PsServer::Finish(Request& request, Result<Message> reply, std::unique_lock<
       replicated_bytes_ += bytes;
       return pending->request.Reply(std::move(pending->reply));
     }
-    // The backup died or was replaced meanwhile: the shard goes on without it, and the update,
-    // applied here, is acknowledged.
-    if (!Current(node_.view(), rank, incarnation)) return pending->request.Reply(std::move(pending->reply));
+    // The backup died or was replaced meanwhile, or a server joining or leaving made another
+    // rank the backup: the shard goes on without it, and the update, applied here, is
+    // acknowledged.
+    if (!Current(node_.view(), rank, incarnation) || rank != OtherRank()) {
+      return pending->request.Reply(std::move(pending->reply));
+    }
     ++forward_errors_;
     const Status& s = ack.status();
     if (s.code() == StatusCode::kDeadlineExceeded || s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kCancelled) {
@@ -231,7 +245,7 @@ void PsServer::Finish(Request& request, Result<Message> reply, std::unique_lock<
 }
 
 void PsServer::StepDown() {
-  if (backup_of_ >= 0) return;
+  if (IsCopy()) return;
   if (options_.replication != Replication::kBackup) {
     spdlog::warn("server {}: declared dead while it ran; without replication no server took its keys meanwhile "
                  "(the trainers waited for it): it keeps every table and serves them again once registered",
@@ -267,7 +281,7 @@ void PsServer::DropShard() {
 }
 
 void PsServer::CameBack() {
-  if (options_.replication != Replication::kBackup || backup_of_ >= 0) return;
+  if (options_.replication != Replication::kBackup || IsCopy()) return;
   PsServer* copy = Copy();
   spdlog::info("replication: server {} is registered again: asking the servers serving shards {} and {} for a copy",
                node_.rank(), Shard(), copy ? std::to_string(copy->Shard()) : "-");
@@ -326,6 +340,66 @@ void PsServer::OnHolderEvent(const NodeEvent& e) {
       spdlog::error("replication: shard {}: {} died before its copy reached {}: no server holds the shard now", shard,
                     e.node.Describe(), me);
   }
+}
+
+void PsServer::FollowRing(bool gained) {
+  if (options_.replication != Replication::kBackup || IsCopy()) return;
+  const uint32_t me = static_cast<uint32_t>(node_.rank());
+  const PsLayout layout = KeyLayout();
+  if (PsServer* copy = Copy()) {
+    const uint32_t shard = RingSize(layout) < 2 ? me : BackedUpShard(me, layout);
+    if (shard != copy->Shard()) {
+      const uint32_t was = copy->Shard();
+      const ShardRole role = copy->role_.exchange(ShardRole::kEmpty);
+      if (role == ShardRole::kServing) {
+        // RingSettled refuses a join or leave while a copy serves; a holder declared dead during
+        // one is the one way here.
+        spdlog::error("replication: this server served shard {} (it took it over), and the ring of the new layout "
+                      "gives it the backup of shard {}: shard {} has no holder now",
+                      was, shard, was);
+      }
+      copy->DropShard();  // forwards nothing more, parked requests answered
+      copy->backup_of_ = static_cast<int>(shard);
+      ++copy->ring_moves_;
+      if (shard == me) {
+        spdlog::info("replication: no other server is left in the layout: this server backs up nothing");
+      } else {
+        spdlog::info("replication: the ring of the layout of {} servers gives this server the backup of shard {} "
+                     "(it held shard {}'s): asking server {} for a copy",
+                     layout.servers, shard, was, shard);
+      }
+    }
+    if (shard != me && copy->role_ == ShardRole::kEmpty) StartCopyRequests(copy, /*own=*/false, /*other=*/true);
+  }
+  std::lock_guard lock(forward_mu_);
+  Replica* replica = ReplicaLocked();  // drops a replica the ring no longer names
+  replica_known_ = true;  // the original backup is the ring's no more
+  if (!gained || !replica || RoleNow() != ShardRole::kServing) return;
+  // Rows of a leaving server came in, which the backup never saw: a fresh copy replaces its own.
+  const ClusterView view = node_.view();
+  const NodeInfo* backup = view.Find(Role::kServer, static_cast<int>(replica->rank));
+  if (!backup || !backup->alive) return;
+  if (Status s = SendCopyLocked(*backup); !s.ok()) {
+    spdlog::error("replication: shard {}: a fresh copy for its backup, {}: {}; it asks for one once it sees the "
+                  "shard without a copy", Shard(), backup->Describe(), s.ToString());
+  }
+}
+
+Status PsServer::RingSettled() {
+  if (options_.replication != Replication::kBackup) return Status::OK();
+  const std::string self = "server " + std::to_string(node_.rank());
+  if (RoleNow() != ShardRole::kServing) {
+    return Status::FailedPrecondition(
+        self + " does not serve its own shard (it was declared dead once, and its backup serves the shard since): "
+               "servers join or leave a replicated job only while every shard is served by its own server");
+  }
+  std::lock_guard lock(backup_mu_);
+  if (backup_ && backup_->role_ == ShardRole::kServing) {
+    return Status::FailedPrecondition(self + " serves shard " + std::to_string(backup_->Shard()) +
+                                      ", which it took over when that server was declared dead: servers join or "
+                                      "leave a replicated job only while every shard is served by its own server");
+  }
+  return Status::OK();
 }
 
 }  // namespace strata

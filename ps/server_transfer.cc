@@ -20,7 +20,11 @@
 
 namespace strata {
 void PsServer::Joined() {
-  if (options_.replication != Replication::kBackup || backup_of_ >= 0) return;
+  if (IsCopy()) return;
+  if (node_.options().cluster.elastic && !joined_late_) AdoptViewLayout();
+  if (options_.replication != Replication::kBackup) return;
+  // A server that joined the running job: the shard before it in the ring is its to back up.
+  if (joined_late_) return FollowRing(/*gained=*/false);
   PsServer* copy = Copy();
   // A restarted server holds neither shard; an original one with durable stores not its backup.
   const bool own = RoleNow() == ShardRole::kEmpty;
@@ -55,10 +59,13 @@ void PsServer::RequestCopy(const std::atomic<bool>& stop) {
 }
 
 void PsServer::AskForCopy(const std::atomic<bool>& stop) {
-  const uint32_t shard = Shard();
   const auto silence = Millis(node_.options().transport.request_timeout_ms);
   std::string last;
   while (!stop && role_ == ShardRole::kEmpty) {
+    // The ring may give this copy another shard meanwhile (FollowRing): each ask is for the
+    // shard of its moment, and a wait for a copy ends when the shard moves.
+    const uint32_t shard = Shard();
+    const uint64_t moves = ring_moves_;
     const ClusterView view = node_.view();
     const NodeInfo* holder = view.Find(Role::kServer, static_cast<int>(OtherRank()));
     if (holder && holder->alive) {
@@ -74,11 +81,12 @@ void PsServer::AskForCopy(const std::atomic<bool>& stop) {
           spdlog::info("replication: {} sends a copy of shard {}", holder->Describe(), shard);
           // Until it is installed: a copy that failed here, or that fell silent (a chunk lost, or
           // its sender gone) for a request timeout, is asked for again, whole.
-          while (!stop && role_ == ShardRole::kEmpty && !copy_failed_ &&
+          while (!stop && role_ == ShardRole::kEmpty && !copy_failed_ && ring_moves_ == moves &&
                  SteadyMillis() - install_heard_ms_ < silence.count()) {
             std::this_thread::sleep_for(Millis(20));
           }
           if (stop || role_ != ShardRole::kEmpty) return;
+          if (ring_moves_ != moves) continue;  // asked for a shard this copy holds no more
           ++copy_asks_again_;
           spdlog::warn("replication: the copy of shard {} from {} {}; asking for it again", shard, holder->Describe(),
                        copy_failed_ ? "failed here" : "fell silent for " + std::to_string(silence.count()) + " ms");
@@ -99,22 +107,29 @@ void PsServer::HandleReplicaJoin(Request& request) {
   const ClusterView view = node_.view();
   const uint32_t rank = OtherRank();
   const NodeInfo* joiner = view.Find(Role::kServer, static_cast<int>(rank));
-  if (RoleNow() != ShardRole::kServing || !joiner || !joiner->alive) {
+  if (RoleNow() != ShardRole::kServing || taking_over_ || !joiner || !joiner->alive) {
     ++errors_;
     return request.ReplyError(Status::Unavailable("server " + std::to_string(node_.rank()) + " " +
-                                                  std::string(kNotServing) + " " + std::to_string(Shard())));
+                                                  std::string(kNotServing) + " " + std::to_string(Shard()) +
+                                                  (taking_over_ ? " yet (it is joining the job)" : "")));
   }
-  auto peer = node_.rpc().Connect(joiner->address);
-  if (!peer.ok()) {
+  if (Status s = SendCopyLocked(*joiner); !s.ok()) {
     ++errors_;
-    return request.ReplyError(peer.status().WithContext("sending a copy of shard " + std::to_string(Shard())));
+    return request.ReplyError(s);
   }
+  lock.unlock();
+  request.Reply(request.MakeReply());
+}
+
+Status PsServer::SendCopyLocked(const NodeInfo& to) {
+  const NodeInfo* joiner = &to;
+  const uint32_t rank = static_cast<uint32_t>(to.rank);
+  auto peer = node_.rpc().Connect(joiner->address);
+  if (!peer.ok()) return peer.status().WithContext("sending a copy of shard " + std::to_string(Shard()));
   uint64_t rows = 0;
   auto chunks = SnapshotLocked(&rows);
-  if (!chunks.ok()) {
-    ++errors_;
-    return request.ReplyError(chunks.status().WithContext("sending a copy of shard " + std::to_string(Shard())));
-  }
+  if (!chunks.ok()) return chunks.status().WithContext("sending a copy of shard " + std::to_string(Shard()));
+  const ClusterView view = node_.view();
   uint64_t bytes = 0;
   for (const Message& m : *chunks) bytes += PayloadBytes(m);
   // Numbered so that the joiner starts over on a newer copy and refuses an older one's chunks,
@@ -162,8 +177,7 @@ void PsServer::HandleReplicaJoin(Request& request) {
                    shard, who, rows, bytes / 1048576.0, n);
     }, per_chunk * static_cast<int64_t>(i + 1));
   }
-  lock.unlock();
-  request.Reply(request.MakeReply());
+  return Status::OK();
 }
 
 Result<std::vector<Message>> PsServer::SnapshotLocked(uint64_t* rows) {
@@ -226,7 +240,10 @@ Status PsServer::ClearForCopy() {
 Result<Message> PsServer::InstallTransfer(const Request& request) {
   auto chunk = request.message().reader().getBody().getStateTransfer();
   const uint64_t copy = chunk.getCopy();
-  if (copy < install_copy_ || (copy == install_copy_ && !installing_)) {
+  // Copies are numbered by their sender: one from another holder (the ring moved this copy to
+  // another shard, ps/replication.h) is a fresh one (Admit let only the shard's holder through).
+  const bool other_sender = request.message().sender() != install_sender_;
+  if (!other_sender && (copy < install_copy_ || (copy == install_copy_ && !installing_))) {
     // Left over from a copy that failed, or was replaced by a newer one: nothing changes.
     return Status::FailedPrecondition(
         "stateTransfer: a chunk of copy " + std::to_string(copy >> 32) + "." + std::to_string(copy & 0xffffffffu) +
@@ -236,8 +253,9 @@ Result<Message> PsServer::InstallTransfer(const Request& request) {
                               : std::string("that copy is over (installed, or failed)")));
   }
   install_heard_ms_ = SteadyMillis();
-  if (copy > install_copy_) {  // a fresh copy's first chunk: it replaces whatever this instance held
+  if (other_sender || copy > install_copy_) {  // a fresh copy's first chunk: it replaces whatever this instance held
     install_copy_ = copy;
+    install_sender_ = request.message().sender();
     role_ = ShardRole::kEmpty;  // not a backup again before the whole copy is in
     installing_ = true;
     install_total_ = chunk.getRows();

@@ -142,14 +142,6 @@ int main(int argc, char** argv) {
   }
   const ServerStoreOptions& store = server_options.store;
   const bool replicated = server_options.replication != Replication::kNone;
-  if (node_options.join && replicated) {
-    // Shard r's backup is server r + 1 (ps/replication.h): a server joining would move keys of
-    // every shard to a new one whose copies nobody holds.
-    std::cerr << "strata-server: --join in a job with server.replication: backup: the servers' backup ring "
-                 "does not follow a server joining; add servers to a job without replication, or restart the "
-                 "job with more servers\n";
-    return 2;
-  }
   if (node_options.join && (serve || store.kind == StoreKind::kTiered)) {
     // A joining server learns its rank when it joins; a tiered store's directory (and a served
     // checkpoint's keys) need it before.
@@ -254,8 +246,11 @@ int main(int argc, char** argv) {
   }
   // SIGTERM on a replicated server while its job runs: it stops without deregistering, as if it
   // had died, so that its backup takes its shard over (a clean leave is no death: nobody would
-  // serve the shard).
-  if (StopRequested() && replicated && !node.WaitForShutdown(Millis(0)) && node.SchedulerStatus().ok()) {
+  // serve the shard). A server that joined an elastic job later leaves it instead, handing its
+  // keys back (the ring of backups follows, ps/replication.h).
+  const bool joined_later = node.rank() >= job.cluster.servers;
+  if (StopRequested() && replicated && !(job.cluster.elastic && joined_later) && !node.WaitForShutdown(Millis(0)) &&
+      node.SchedulerStatus().ok()) {
     spdlog::info("final stats: {}", server.StatsLine());
     spdlog::info("stopping without leaving the running job: with server.replication: backup, this server's backup "
                  "takes its shard over once the scheduler declares it dead");

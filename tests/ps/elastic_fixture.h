@@ -35,7 +35,7 @@ class ElasticPsTest : public SchedulerTest {
     for (int s = 0; s < 2; ++s) servers_.push_back(std::make_unique<PsServer>(*nodes[s], options_));
     JoinAll(nodes);
     nodes_ = std::move(nodes);
-    client_ = std::make_unique<PsClient>(*nodes_[2], Millis(10000));
+    client_ = std::make_unique<PsClient>(*nodes_[2], Millis(10000), options_.replication);
     TableSpec t;
     t.id = kTable;
     t.name = "rows";

@@ -43,25 +43,54 @@ ClusterView ViewOf(std::vector<std::pair<bool, uint32_t>> servers) {  // (alive,
 
 TEST(NextHolderTest, TheOtherHolderWhenTheCurrentOneIsDownOrRefuses) {
   const ClusterView all = ViewOf({{true, 0}, {true, 0}, {true, 0}});
-  EXPECT_EQ(BackupRank(2, 3), 0u);
-  EXPECT_EQ(BackedUpShard(0, 3), 2u);
-  EXPECT_EQ(OtherHolder(2, 2, 3), 0u);
-  EXPECT_EQ(OtherHolder(2, 0, 3), 2u);
-  for (uint32_t s = 0; s < 3; ++s) EXPECT_EQ(NextHolder(all, s, s, false, Replication::kBackup), s);
+  const PsLayout three = FixedLayout(3);
+  EXPECT_EQ(BackupRank(2, three), 0u);
+  EXPECT_EQ(BackedUpShard(0, three), 2u);
+  EXPECT_EQ(OtherHolder(2, 2, three), 0u);
+  EXPECT_EQ(OtherHolder(2, 0, three), 2u);
+  for (uint32_t s = 0; s < 3; ++s) EXPECT_EQ(NextHolder(all, three, s, s, false, Replication::kBackup), s);
   // Shard 0's server refused it (it holds the backup, or waits for a copy): its other holder.
-  EXPECT_EQ(NextHolder(all, 0, 0, true, Replication::kBackup), 1u);
-  EXPECT_EQ(NextHolder(all, 0, 1, true, Replication::kBackup), 0u);
+  EXPECT_EQ(NextHolder(all, three, 0, 0, true, Replication::kBackup), 1u);
+  EXPECT_EQ(NextHolder(all, three, 0, 1, true, Replication::kBackup), 0u);
   const ClusterView dead0 = ViewOf({{false, 0}, {true, 0}, {true, 0}});
-  EXPECT_EQ(NextHolder(dead0, 0, 0, false, Replication::kBackup), 1u);
-  EXPECT_EQ(NextHolder(dead0, 2, 2, false, Replication::kBackup), 2u);
+  EXPECT_EQ(NextHolder(dead0, three, 0, 0, false, Replication::kBackup), 1u);
+  EXPECT_EQ(NextHolder(dead0, three, 2, 2, false, Replication::kBackup), 2u);
   // Both holders down: stay (the retry waits for one to come back).
   const ClusterView dead01 = ViewOf({{false, 0}, {false, 0}, {true, 0}});
-  EXPECT_EQ(NextHolder(dead01, 0, 1, false, Replication::kBackup), 1u);
+  EXPECT_EQ(NextHolder(dead01, three, 0, 1, false, Replication::kBackup), 1u);
   // A restarted server is up: it is tried, and refuses until it serves the shard again.
   const ClusterView back0 = ViewOf({{true, 1}, {false, 0}, {true, 0}});
-  EXPECT_EQ(NextHolder(back0, 0, 1, false, Replication::kBackup), 0u);
+  EXPECT_EQ(NextHolder(back0, three, 0, 1, false, Replication::kBackup), 0u);
   // Without replication a shard always goes to its own rank (which reloads its store on restart).
-  EXPECT_EQ(NextHolder(dead0, 0, 0, true, Replication::kNone), 0u);
+  EXPECT_EQ(NextHolder(dead0, three, 0, 0, true, Replication::kNone), 0u);
+}
+
+// Elastic servers: the ring runs over the ranks still in the layout.
+TEST(NextHolderTest, TheRingFollowsServersJoiningAndLeaving) {
+  PsLayout l = FixedLayout(2);
+  l.servers = 4;  // servers 2 and 3 joined
+  EXPECT_EQ(BackupRank(1, l), 2u);
+  EXPECT_EQ(BackupRank(3, l), 0u);
+  EXPECT_EQ(BackedUpShard(0, l), 3u);
+  EXPECT_EQ(BackedUpShard(2, l), 1u);
+  l.Leave(2);  // and 2 left again
+  EXPECT_EQ(RingSize(l), 3u);
+  EXPECT_EQ(BackupRank(1, l), 3u);
+  EXPECT_EQ(BackedUpShard(3, l), 1u);
+  EXPECT_EQ(OtherHolder(1, 1, l), 3u);
+  EXPECT_EQ(OtherHolder(1, 3, l), 1u);
+  l.Leave(3);
+  l.Leave(1);  // server 0 alone: its own backup, which NextHolder never picks
+  EXPECT_EQ(RingSize(l), 1u);
+  EXPECT_EQ(BackupRank(0, l), 0u);
+  const ClusterView up = ViewOf({{false, 0}, {true, 0}, {true, 0}, {true, 0}});
+  EXPECT_EQ(NextHolder(up, l, 0, 0, false, Replication::kBackup), 0u);
+  // A holder that left is skipped like a dead one.
+  PsLayout three = FixedLayout(2);
+  three.servers = 3;
+  ClusterView left2 = ViewOf({{true, 0}, {true, 0}, {true, 0}});
+  left2.nodes[2].left = true;
+  EXPECT_EQ(NextHolder(left2, three, 1, 2, false, Replication::kBackup), 1u);
 }
 
 // Every store a server makes, in order (a front's own tables and its backup copy's).

@@ -1,0 +1,115 @@
+// replicated_elastic_test.cc: servers joining and leaving a replicated elastic job (ps/replication.h's
+// ring over the layout), servers and a trainer as threads in one process: a joined server's shard
+// gets a backup (server 0's copy moves to it) and the shard before it in the ring is backed up on
+// the joined server; either survives its holder's death with every push applied once; after a
+// leave the ring closes again and the rows that came back are in the backups; and a server
+// that took another's shard over holds the layout where it is.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/ps/elastic_fixture.h"
+#include "tests/test_util.h"
+
+namespace strata {
+namespace {
+
+using testing::kTable;
+using testing::WaitFor;
+
+class ReplicatedElasticTest : public testing::ElasticPsTest {
+ protected:
+  ReplicatedElasticTest() { options_.replication = Replication::kBackup; }
+
+  static std::vector<uint64_t> Keys() {
+    std::vector<uint64_t> keys(600);
+    for (uint64_t k = 0; k < keys.size(); ++k) keys[k] = k * 7919 + 3;
+    return keys;
+  }
+  // Pushes +1 to every key `times` times.
+  void PushTimes(const std::vector<uint64_t>& keys, int times) {
+    for (int i = 0; i < times; ++i) {
+      const Status s = Push(keys);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+    }
+  }
+  void ExpectApplied(const std::vector<uint64_t>& keys, float times) {
+    const std::vector<float> applied = Applied(keys);
+    for (size_t i = 0; i < keys.size(); ++i) ASSERT_EQ(applied[i], times) << "key " << keys[i];
+  }
+  // Server `server`'s copy backs up `shard` and holds it.
+  bool Backs(int server, uint32_t shard) {
+    const nlohmann::json j = Stats(server);
+    return j.contains("backup") && j["backup"]["shard"] == shard && j["backup"]["role"] == "backup";
+  }
+  // A third server joins (servers_[2], node nodes_[3]) and the ring 0 -> 1 -> 2 -> 0 is backed up.
+  void JoinThird() {
+    ASSERT_TRUE(AddServer().ok());
+    servers_[2]->Joined();
+    ASSERT_TRUE(WaitFor([&] { return Backs(0, 2) && Backs(1, 0) && Backs(2, 1); }, Millis(20000)))
+        << Stats(0).dump() << "\n" << Stats(1).dump() << "\n" << Stats(2).dump();
+  }
+  // Stops server `server` as if it died (node `node`) and waits for `heir`'s copy to serve its shard.
+  void Kill(int server, int node, int heir) {
+    nodes_[node]->StopWithoutLeaving();
+    ASSERT_TRUE(WaitFor([&] { return Stats(heir)["backup"]["role"] == "serving"; }, Millis(20000)))
+        << Stats(heir).dump();
+    (void)server;
+  }
+};
+
+// The joined server's own shard is backed up on server 0 (whose copy moved from shard 1 to
+// it): after the joined server dies, server 0 serves its keys with every push applied once.
+TEST_F(ReplicatedElasticTest, AJoinedServersShardIsBackedUpAndOutlivesIt) {
+  const std::vector<uint64_t> keys = Keys();
+  PushTimes(keys, 3);
+  ASSERT_NO_FATAL_FAILURE(JoinThird());
+  PushTimes(keys, 2);  // the new owner's pushes, forwarded to the new backups
+  ExpectApplied(keys, 5);
+  EXPECT_GT(Stats(2)["forwarded"].get<uint64_t>(), 0u) << Stats(2).dump();
+  ASSERT_NO_FATAL_FAILURE(Kill(2, 3, 0));
+  ExpectApplied(keys, 5);
+  PushTimes(keys, 1);
+  ExpectApplied(keys, 6);
+}
+
+// Shard 1's backup moved from server 0 to the joined server: after server 1 dies, the joined
+// server serves shard 1 from its copy. A server serving another's shard can neither leave nor
+// let a server join.
+TEST_F(ReplicatedElasticTest, TheShardBeforeAJoinedServerIsBackedUpOnItAndATakenOverShardHoldsTheLayout) {
+  const std::vector<uint64_t> keys = Keys();
+  PushTimes(keys, 2);
+  ASSERT_NO_FATAL_FAILURE(JoinThird());
+  PushTimes(keys, 2);
+  ASSERT_NO_FATAL_FAILURE(Kill(1, 1, 2));
+  ExpectApplied(keys, 4);
+  PushTimes(keys, 1);
+  ExpectApplied(keys, 5);
+  const Status left = servers_[2]->HandOver(Millis(5000));
+  EXPECT_EQ(left.code(), StatusCode::kFailedPrecondition) << left.ToString();
+  EXPECT_NE(left.message().find("serves shard 1, which it took over"), std::string::npos) << left.ToString();
+  ExpectApplied(keys, 5);
+}
+
+// After the joined server leaves, the ring closes (0 -> 1 -> 0): server 0's copy moves back to
+// shard 1, and each first server's backup gets a fresh copy holding the rows that came back. Then
+// either first server may die and nothing acknowledged is lost.
+TEST_F(ReplicatedElasticTest, AfterALeaveTheRingClosesAndTheRowsThatCameBackAreBackedUp) {
+  const std::vector<uint64_t> keys = Keys();
+  PushTimes(keys, 2);
+  ASSERT_NO_FATAL_FAILURE(JoinThird());
+  PushTimes(keys, 3);
+  ASSERT_TRUE(servers_[2]->HandOver(Millis(10000)).ok());
+  ASSERT_TRUE(WaitFor([&] { return Backs(0, 1) && Backs(1, 0); }, Millis(20000)))
+      << Stats(0).dump() << "\n" << Stats(1).dump();
+  PushTimes(keys, 1);
+  ExpectApplied(keys, 6);
+  ASSERT_NO_FATAL_FAILURE(Kill(0, 0, 1));
+  ExpectApplied(keys, 6);
+  PushTimes(keys, 1);
+  ExpectApplied(keys, 7);
+}
+
+}  // namespace
+}  // namespace strata
