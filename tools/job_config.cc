@@ -29,8 +29,8 @@ Status CheckReplication(const JobConfig& job) {
           "server.replication: backup needs cluster.servers of 2 or more (a shard's backup lives on "
           "another server), got " + std::to_string(job.cluster.servers));
     }
-    // With cluster.elastic, trainers come and go; servers do not (strata-server refuses --join,
-    // and a SIGTERM'd server stops so that its backup takes over).
+    // With cluster.elastic, trainers and servers come and go (the ring of backups follows the
+    // layout, ps/replication.h); a SIGTERM'd first server stops so that its backup takes over.
   }
   return Status::OK();
 }

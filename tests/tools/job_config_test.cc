@@ -172,7 +172,7 @@ TEST(ConfigJobTest, ServerReplicationIsCheckedAgainstTheServersAndConsistency) {
                                  "sync.consistency=bsp", "optimizer.clip_norm=1"}).ok());
   EXPECT_TRUE(LoadJobConfig("", {"server.replication=backup", "cluster.servers=2", "sync.mode=offload",
                                  "sync.consistency=bsp"}).ok());
-  // Trainers come and go in a replicated job (strata-server refuses --join there).
+  // Trainers and servers come and go in a replicated job.
   for (const char* consistency : {"sync.consistency=asp", "sync.consistency=bsp"}) {
     EXPECT_TRUE(LoadJobConfig("", {"server.replication=backup", "cluster.servers=2", "sync.mode=ps", consistency,
                                    "cluster.elastic=true"}).ok())

@@ -437,9 +437,12 @@ Result<Report> RunChaosBench(const Options& o) {
     return Status::InvalidArgument("--consistency bsp with --server-cycles or --stall-cycles needs --replication: "
                                    "without a backup a killed server loses the summed pushes of the clock in progress");
   }
-  if (o.membership_cycles > 0 && o.replication) {
-    return Status::InvalidArgument("--membership-cycles with --replication: servers join and leave only jobs "
-                                   "without server.replication (strata-server refuses --join there)");
+  if (o.membership_cycles > 0 && o.replication && (o.server_cycles > 0 || o.stall_cycles > 0)) {
+    // No fail-back: a replicated server declared dead comes back as its shard's backup, and
+    // servers join or leave a replicated job only while every shard is served by its own server.
+    return Status::InvalidArgument("--membership-cycles with --replication needs --server-cycles 0 and "
+                                   "--stall-cycles 0: after a replicated server's death its backup serves its "
+                                   "shard for good, and then no server may join or leave");
   }
   Stopwatch total;
   const std::string bin = fs::canonical("/proc/self/exe").parent_path().string();
