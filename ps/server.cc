@@ -160,10 +160,12 @@ void PsServer::Handle(Request& request) {
   switch (request.message().op()) {
     case Op::CREATE_TABLE: {
       std::unique_lock lock = ReplicationLock();
+      if (!ServingLocked(request, lock)) return;
       return Finish(request, CreateTable(request), lock);
     }
     case Op::PUSH: {
       std::unique_lock lock = ReplicationLock();
+      if (!ServingLocked(request, lock)) return;
       Finish(request, Push(request), lock);
       return push_seconds_.Observe(seconds());
     }
@@ -173,6 +175,7 @@ void PsServer::Handle(Request& request) {
     case Op::CLOCK: {
       std::vector<Parked> ready;
       std::unique_lock lock = ReplicationLock();
+      if (!ServingLocked(request, lock)) return;
       Finish(request, Clock(request, &ready), lock);
       for (Parked& p : ready) HandleParked(p);  // re-checks and answers (or re-parks)
       return;

@@ -194,6 +194,7 @@ class PsServer {
     std::string address;
     PeerId peer = kNoPeer;
     uint64_t copy = 0;  // the state transfer it was made from (0: the original backup)
+    uint64_t forwarded = 0;  // updates forwarded to it since (HandBack)
   };
   static constexpr uint64_t kNoCopy = ~uint64_t{0};
   // The copy of shard `shard` held by `parent`, the node's own server (server_replication.cc):
@@ -260,6 +261,11 @@ class PsServer {
   bool Admit(Request& request);
   // Held while a state change is applied and its forward sent (with replication).
   std::unique_lock<std::mutex> ReplicationLock();
+  // Under ReplicationLock's `lock`: whether a trainer's state change may still be applied here.
+  // Admit let it in while this server served the shard; a hand-back or step-down since (they
+  // change the role under the lock) means it would be applied here only, and is refused
+  // (Unavailable, kNotServing: the trainer retries at the other holder).
+  bool ServingLocked(Request& request, std::unique_lock<std::mutex>& lock);
   // Answers a state change: at once, or (serving, with a backup) once the backup acknowledged
   // its forwarded copy. `lock` is ReplicationLock()'s and released here.
   void Finish(Request& request, Result<Message> reply, std::unique_lock<std::mutex>& lock);
@@ -275,6 +281,17 @@ class PsServer {
   // State transfer (server_transfer.cc): the serving holder's answer to replicaJoin, the copy
   // of its shard as a stateTransfer message, and installing one.
   void HandleReplicaJoin(Request& request);
+  // Fail-back (server_fail_back.cc). A server holding a whole copy of its own shard again (it
+  // was declared dead and started again, or came back) asks the holder serving it, the next of
+  // the ring, to hand it back: a replicaJoin whose origin is the asker itself. HandBack, there:
+  // once the asker acknowledged every chunk of its copy, it stops serving under forward_mu_
+  // (from then on it refuses the shard's trainers kNotServing and is its backup) and answers how
+  // many updates it forwarded since the copy; the asker serves the shard once it applied that
+  // many (forwards_applied_), with the other holder as its backup. Until then both refuse, and
+  // the trainers' retries go back and forth between them.
+  void StartFailBack();
+  void FailBack(const std::atomic<bool>& stop);
+  void HandBack(Request& request);
   // Sends `to` (the shard's other holder, up) a fresh copy of this shard and forwards every
   // update after it there. Expects forward_mu_ held (`lock`, released before the chunks' answers
   // are waited for).
@@ -440,6 +457,10 @@ class PsServer {
   std::atomic<bool> copy_failed_{false};
   std::atomic<bool> requesting_copy_{false};  // a RequestCopy runs for this shard
   std::atomic<uint64_t> ring_moves_{0};        // a copy: how often FollowRing gave it another shard
+  std::atomic<uint64_t> acked_copy_{kNoCopy};   // serving: the last copy its backup acknowledged whole
+  std::atomic<uint64_t> forwards_applied_{0};   // a backup: forwarded updates applied since its copy
+  std::atomic<bool> failing_back_{false};       // a FailBack runs
+  std::atomic<uint64_t> fail_backs_{0};         // shards handed back to their own server (either side)
   std::atomic<uint64_t> copy_asks_again_{0};
   std::atomic<uint64_t> forwards_{0}, replicated_bytes_{0}, forward_errors_{0}, transferred_rows_{0};
   // Set by LoadCheckpoint before the node joins, read-only after: the checkpoint served

@@ -179,6 +179,7 @@ PsServer::Replica* PsServer::ReplicaLocked() {
 }
 
 void PsServer::Finish(Request& request, Result<Message> reply, std::unique_lock<std::mutex>& lock) {
+  if (request.message().reader().getOrigin() != kUnassignedNode) ++forwards_applied_;  // HandBack's count
   if (!reply.ok()) {
     ++errors_;
     request.ReplyError(reply.status());
@@ -195,6 +196,7 @@ void PsServer::Finish(Request& request, Result<Message> reply, std::unique_lock<
   auto pending = std::make_shared<Pending>(Pending{std::move(request), std::move(reply).value()});
   const uint32_t shard = Shard(), rank = replica->rank, incarnation = replica->incarnation;
   const uint64_t copy = replica->copy;
+  ++replica->forwarded;
   // Sent under the lock the update was applied under: forwards leave in apply order (one link,
   // which ZeroMQ keeps in order), and the backup's single worker for the link applies them so.
   // The callback may run before CallAsync returns: it must not take forward_mu_.

@@ -103,6 +103,7 @@ void PsServer::AskForCopy(const std::atomic<bool>& stop) {
 }
 
 void PsServer::HandleReplicaJoin(Request& request) {
+  if (request.message().reader().getOrigin() == request.message().sender()) return HandBack(request);
   std::unique_lock lock(forward_mu_);
   const ClusterView view = node_.view();
   const uint32_t rank = OtherRank();
@@ -170,6 +171,7 @@ Status PsServer::SendCopyLocked(const NodeInfo& to) {
         return;
       }
       if (++progress->acked != n || progress->failed) return;
+      acked_copy_ = copy;  // the backup holds it whole (FailBack may hand the shard to it)
       transferred_rows_ += rows;
       replicated_bytes_ += bytes;
       migrate_chunks_out_ += n;
@@ -256,6 +258,7 @@ Result<Message> PsServer::InstallTransfer(const Request& request) {
   if (other_sender || copy > install_copy_) {  // a fresh copy's first chunk: it replaces whatever this instance held
     install_copy_ = copy;
     install_sender_ = request.message().sender();
+    forwards_applied_ = 0;  // the sender counts its forwards after this copy from 0 too
     role_ = ShardRole::kEmpty;  // not a backup again before the whole copy is in
     installing_ = true;
     install_total_ = chunk.getRows();
@@ -300,6 +303,7 @@ Result<Message> PsServer::InstallTransfer(const Request& request) {
   role_ = ShardRole::kBackup;
   spdlog::info("replication: shard {}: copy received from node {} ({} rows in {} chunks): this server is its backup",
                Shard(), request.message().sender(), install_rows_, install_chunks_);
+  StartFailBack();  // this server's own shard: it asks for it back
   return request.MakeReply();
 }
 

@@ -4,8 +4,8 @@
 // shard over.
 //  - ledger: two in-process trainers push counted increments through the kill: every
 //    acknowledged increment is applied exactly once (none lost, none applied twice); the same
-//    with the killed server started again (it rejoins as the backup of both shards, by state
-//    transfer, in 1 KiB chunks) and then the other server killed; and that with tiered stores,
+//    with the killed server started again (it copies both shards, by state transfer, in 1 KiB
+//    chunks, and takes its own back) and then the other server killed; and that with tiered stores,
 //    the restarted server's stale stores on disk replaced by its copies;
 //  - a push the primary forwarded before dying, retried to the backup with its id, is a duplicate;
 //  - a server declared dead while it runs (SIGSTOP past the heartbeat timeout) registers again
@@ -94,7 +94,8 @@ class ReplicationTest : public testing::ProcessClusterTest {
   // of both its shards.
   void KillAndRestartServer0(Ledger& ledger);  // defined after Ledger
   // Server 0 holding copies of both shards again: updates are forwarded to it (it is their
-  // backup); server 1 killed, it takes both shards over; the ledger stopped and checked.
+  // backup), and serving its own shard again (fail-back); server 1 killed, it takes shard 1 over;
+  // the ledger stopped and checked.
   void BackupThenKillServer1(Ledger& ledger);
   std::pair<Subprocess*, Subprocess*> StartCtr(const std::vector<std::string>& extra = {});
   // `sets`: more of the job's fields (KEY=VALUE), on both runs.
@@ -250,14 +251,19 @@ void ReplicationTest::KillAndRestartServer0(Ledger& ledger) {
   Kill(0);
   EXPECT_TRUE(ledger.PushMore(30));
   servers_[0] = &Start("strata-server", common_, address_, 0);
-  EXPECT_TRUE(WaitFor([&] { return Count(servers_[0]->Log(), "copy received") >= 2; }, Millis(30000)))
-      << servers_[0]->Log();
+  // Copies of both shards, then shard 0 handed back by server 1 (fail-back).
+  EXPECT_TRUE(WaitFor([&] {
+    const std::string log = servers_[0]->Log();
+    return Count(log, "copy received") >= 2 && Count(log, "handed it back") >= 1;
+  }, Millis(30000))) << servers_[0]->Log();
 }
 
 void ReplicationTest::BackupThenKillServer1(Ledger& ledger) {
-  EXPECT_TRUE(ledger.PushMore(50));  // forwarded to server 0, after its copies
-  ExpectServer0Roles("backup", "backup");
-  Kill(1, 2);  // server 0 takes both shards over
+  EXPECT_TRUE(WaitFor([&] { return Count(servers_[0]->Log(), "handed it back") >= 1; }, Millis(30000)))
+      << servers_[0]->Log();
+  EXPECT_TRUE(ledger.PushMore(50));  // shard 0 served by server 0 again, shard 1 forwarded to its copy
+  ExpectServer0Roles("serving", "backup");
+  Kill(1);  // server 0 takes shard 1 over: it serves both
   EXPECT_TRUE(ledger.PushMore(50));
   ledger.Stop();
   ledger.Check(PullAll());
@@ -280,9 +286,10 @@ TEST_F(ReplicationTest, APrimaryKilledLosesNoAcknowledgedUpdateAndAppliesNoneTwi
   EXPECT_EQ(j["backup"]["role"], "serving") << *stats;
 }
 
-// The killed server started again holds nothing; it asks server 1 for copies of both shards and
-// is their backup from then on, so that killing server 1 then loses nothing either.
-TEST_F(ReplicationTest, ARestartedServerRejoinsAsTheBackupAndASecondKillLosesNothing) {
+// The killed server started again holds nothing; it asks server 1 for copies of both shards,
+// takes its own back once its copy is in (fail-back) and backs up shard 1, so that killing
+// server 1 then loses nothing either.
+TEST_F(ReplicationTest, ARestartedServerTakesItsShardBackAndASecondKillLosesNothing) {
   StartServersAndJoin();
   Ledger ledger(clients_);
   KillAndRestartServer0(ledger);
@@ -314,7 +321,7 @@ TEST_F(ReplicationTest, ATieredServerRestartedOverItsStaleStoresRejoinsAndASecon
   KillAndRestartServer0(ledger);
   EXPECT_NE(servers_[0]->Log().find("table 1 \"ledger\" restored"), std::string::npos)
       << "server 0 did not find its stale store: " << servers_[0]->Log();
-  BackupThenKillServer1(ledger);  // server 0 takes both shards over from its tiered copies
+  BackupThenKillServer1(ledger);  // server 0 serves both shards from its tiered copies
 }
 
 // A push the primary applied and forwarded before it died, retried to the backup with the same
@@ -340,10 +347,10 @@ TEST_F(ReplicationTest, APushForwardedBeforeTheKillIsADuplicateOnTheBackup) {
 // Server 0 stopped (SIGSTOP) past the heartbeat timeout is declared dead while it still runs, and
 // server 1 takes its shard over. Resumed, server 0 hears it from its next heartbeat's answer (an
 // update it applies before that, its backup refuses: it took the shard over): it steps down,
-// registers again as a new incarnation and takes both shards back as copies, as a restarted
+// registers again as a new incarnation, copies both shards and takes its own back, as a restarted
 // server does. Killing server 1 then loses no acknowledged update: what server 0 applied and never
 // acknowledged went with its old state, and the trainers' retries were applied once, at server 1.
-TEST_F(ReplicationTest, AServerDeclaredDeadWhileRunningComesBackAsTheBackupAndLosesNothing) {
+TEST_F(ReplicationTest, AServerDeclaredDeadWhileRunningComesBackTakesItsShardBackAndLosesNothing) {
   StartServersAndJoin();
   Ledger ledger(clients_);
   EXPECT_TRUE(ledger.PushMore(50));
@@ -518,11 +525,14 @@ void ReplicationTest::ExpectKillsChangeNothing(const std::string& job, size_t st
   ASSERT_TRUE(WaitFor([&] { return MetricsLines("run") >= 4; }, Millis(120000))) << t0.Log();
   Kill(0);
   servers_[0] = &Start("strata-server", common_, address_, 0);
-  ASSERT_TRUE(WaitFor([&] { return Count(servers_[0]->Log(), "copy received") >= 2; }, Millis(60000)))
-      << servers_[0]->Log();
+  // Copies of both shards, then shard 0 taken back (fail-back).
+  ASSERT_TRUE(WaitFor([&] {
+    const std::string log = servers_[0]->Log();
+    return Count(log, "copy received") >= 2 && Count(log, "handed it back") >= 1;
+  }, Millis(60000))) << servers_[0]->Log();
   const size_t before = MetricsLines("run");
   ASSERT_TRUE(WaitFor([&] { return MetricsLines("run") >= before + 4; }, Millis(120000))) << t0.Log();
-  Kill(1, 2);  // server 0 serves both shards from its copies and what was forwarded since
+  Kill(1);  // server 0 serves both shards: its own since the fail-back, shard 1 from its copy
   EXPECT_LT(MetricsLines("run"), steps / 25) << "server 1 was killed after training ended: make the job longer";
   for (Subprocess* t : {&t0, &t1}) EXPECT_EQ(t->Wait(Millis(180000)), 0) << t->Log();
   const std::string log = t0.Log();

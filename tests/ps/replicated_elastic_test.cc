@@ -2,8 +2,9 @@
 // ring over the layout), servers and a trainer as threads in one process: a joined server's shard
 // gets a backup (server 0's copy moves to it) and the shard before it in the ring is backed up on
 // the joined server; either survives its holder's death with every push applied once; after a
-// leave the ring closes again and the rows that came back are in the backups; and a server
-// that took another's shard over holds the layout where it is.
+// leave the ring closes again and the rows that came back are in the backups; a server that took
+// another's shard over holds the layout where it is until the shard's own server, started again,
+// takes it back (fail-back), after which servers may join again.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -108,6 +109,34 @@ TEST_F(ReplicatedElasticTest, AfterALeaveTheRingClosesAndTheRowsThatCameBackAreB
   ASSERT_NO_FATAL_FAILURE(Kill(0, 0, 1));
   ExpectApplied(keys, 6);
   PushTimes(keys, 1);
+  ExpectApplied(keys, 7);
+}
+
+// Fail-back: server 1 killed, its shard served by server 0's copy, then started again: it copies
+// its shard, takes it back (server 0's copy hands it over and backs it up again), and from then
+// on a server may join; the joined server's copy of shard 1 outlives server 1's second death.
+TEST_F(ReplicatedElasticTest, ARestartedServerTakesItsShardBackAndThenAServerMayJoin) {
+  const std::vector<uint64_t> keys = Keys();
+  PushTimes(keys, 3);
+  servers_[1].reset();
+  nodes_[1]->StopWithoutLeaving();
+  ASSERT_TRUE(WaitFor([&] { return Stats(0)["backup"]["role"] == "serving"; }, Millis(20000))) << Stats(0).dump();
+  PushTimes(keys, 2);  // shard 1 on server 0 alone
+  nodes_[1] = MakeNode(Role::kServer, "server1", 1);
+  servers_[1] = std::make_unique<PsServer>(*nodes_[1], options_);
+  ASSERT_TRUE(nodes_[1]->Join().ok());
+  servers_[1]->Joined();
+  ASSERT_TRUE(WaitFor([&] {
+    const nlohmann::json j = Stats(1);
+    return j["role"] == "serving" && j["fail_backs"] == 1 && Backs(0, 1) && Backs(1, 0);
+  }, Millis(30000))) << Stats(0).dump() << "\n" << Stats(1).dump();
+  EXPECT_EQ(Stats(0)["backup"]["fail_backs"].get<uint64_t>(), 1u) << Stats(0).dump();
+  ExpectApplied(keys, 5);
+  PushTimes(keys, 1);  // served by server 1 again, forwarded to server 0's copy
+  ExpectApplied(keys, 6);
+  ASSERT_NO_FATAL_FAILURE(JoinThird());
+  PushTimes(keys, 1);
+  ASSERT_NO_FATAL_FAILURE(Kill(1, 1, 2));
   ExpectApplied(keys, 7);
 }
 

@@ -355,7 +355,8 @@ TEST_F(ReplicationTest, ACopyThatFailsToInstallIsAskedForAgainAndItsBackupLosesN
   ASSERT_TRUE(testing::WaitFor(
       [&] {
         j = Stats(0);
-        return j.value("role", "") == "backup" && j.contains("backup") && j["backup"].value("role", "") == "backup";
+        // Both copies in, and shard 0 taken back from server 1 (fail-back).
+        return j.value("role", "") == "serving" && j.contains("backup") && j["backup"].value("role", "") == "backup";
       },
       Millis(30000)))
       << j.dump();

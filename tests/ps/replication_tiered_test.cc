@@ -329,7 +329,10 @@ TEST_P(TieredReplicationTest, ARestartedServerWithStaleStateHoldsExactlyTheServi
     ASSERT_NO_FATAL_FAILURE(plant(Dir(0) + "/table-7", shard0[1], UpdateId{}));
   }
   ASSERT_NO_FATAL_FAILURE(Restart(0));
-  ASSERT_NO_FATAL_FAILURE(WaitForBackups(0, "backup"));  // it holds copies of shards 0 and 1 again
+  // It holds copies of shards 0 and 1 again, and took shard 0 back (fail-back).
+  ASSERT_NO_FATAL_FAILURE(WaitForBackups(0, "serving"));
+  EXPECT_EQ(Stats(0)["fail_backs"].get<uint64_t>(), 1u);
+  EXPECT_EQ(Stats(1)["backup"]["role"], "backup") << "server 1 handed shard 0 back and backs it up";
   EXPECT_FALSE(std::filesystem::exists(Dir(0) + "/table-7")) << "a table the serving holder never had";
   ASSERT_NO_FATAL_FAILURE(PushOnes(keys, 2));  // forwarded to server 0's copies
   ASSERT_NO_FATAL_FAILURE(Kill(1));
@@ -381,7 +384,7 @@ TEST_P(TieredReplicationTest, BspClocksSurviveAKillOfEachHolderAndACopyTakenMidC
 
   ASSERT_NO_FATAL_FAILURE(push(0, 5.0f));  // summed on server 1 only
   ASSERT_NO_FATAL_FAILURE(Restart(0));
-  ASSERT_NO_FATAL_FAILURE(WaitForBackups(0, "backup"));
+  ASSERT_NO_FATAL_FAILURE(WaitForBackups(0, "serving"));
   ASSERT_NO_FATAL_FAILURE(push(1, 7.0f));  // forwarded to server 0's copies
   for (auto& c : clients_) ASSERT_TRUE(c->Clock().ok());
   ASSERT_NO_FATAL_FAILURE(Kill(1));
@@ -449,10 +452,12 @@ TEST_P(TieredReplicationTest, BspChunksWithPushersSurviveAKillOfEachHolderAndACo
   ASSERT_NO_FATAL_FAILURE(push(0, 5.0f));                    // clock 1: trainer 0's every chunk
   ASSERT_TRUE(push_chunk(1, shard0[0], 7.0f).ok());          // trainer 1's first chunk of shard 0: ahead
   ASSERT_NO_FATAL_FAILURE(Restart(0));                       // copies taken now
-  ASSERT_NO_FATAL_FAILURE(WaitForBackups(0, "backup"));
-  for (uint64_t c = 0; c < dense.NumChunks(); ++c) {         // the rest, forwarded to server 0
+  ASSERT_NO_FATAL_FAILURE(WaitForBackups(0, "serving"));
+  // The rest, to the server serving each chunk's shard (server 0 took shard 0 back), forwarded
+  // to the other's copy.
+  for (uint64_t c = 0; c < dense.NumChunks(); ++c) {
     if (c != shard0[0]) {
-      ASSERT_TRUE(push_chunk(1, c, 7.0f).ok()) << "chunk " << c;
+      ASSERT_TRUE(push_chunk(static_cast<int>(layout.DenseOwner(dense, c)), c, 7.0f).ok()) << "chunk " << c;
     }
   }
   ASSERT_NO_FATAL_FAILURE(Kill(1));

@@ -73,21 +73,24 @@ struct Options {
 
 // --replication: the copies of shards server `rank` received so far (its log is appended to
 // across restarts).
-size_t Copies(const ChaosCluster& cl, int rank) {
+size_t InLog(const ChaosCluster& cl, int rank, const std::string& needle) {
   const std::string log = cl.Log("server-" + std::to_string(rank));
   size_t n = 0;
-  for (size_t at = log.find("copy received"); at != std::string::npos; at = log.find("copy received", at + 1)) ++n;
+  for (size_t at = log.find(needle); at != std::string::npos; at = log.find(needle, at + 1)) ++n;
   return n;
 }
+size_t Copies(const ChaosCluster& cl, int rank) { return InLog(cl, rank, "copy received"); }
+size_t FailBacks(const ChaosCluster& cl, int rank) { return InLog(cl, rank, "handed it back"); }
 
 // Kills server `rank` with SIGKILL and starts it again; with --replication, waits until it holds
-// copies of its two shards again (before that, killing the other holder would lose them).
+// copies of its two shards again (before that, killing the other holder would lose them) and
+// serves its own shard again (fail-back: before that, no server may join).
 Result<double> KillAndRestart(const Options& o, ChaosCluster& cl, int rank, Millis timeout) {
-  const size_t before = Copies(cl, rank);
+  const size_t before = Copies(cl, rank), back = FailBacks(cl, rank);
   STRATA_ASSIGN_OR_RETURN(double outage, cl.KillAndRestartServer(rank, timeout));
   const auto end = std::chrono::steady_clock::now() + 2 * timeout;
   while (o.replication) {
-    if (Copies(cl, rank) >= before + 2) break;
+    if (Copies(cl, rank) >= before + 2 && FailBacks(cl, rank) >= back + 1) break;
     if (std::chrono::steady_clock::now() >= end) {
       return Status::DeadlineExceeded("server " + std::to_string(rank) + " did not receive copies of its shards");
     }
@@ -264,11 +267,11 @@ RunFigures RunTraining(const Options& o, const std::string& bin, const fs::path&
       // With --replication every other server stall is a replacement: a new process takes the
       // rank before the stalled one resumes, and the resumed one must end.
       const bool replace = !trainer && o.replication && turn % 2 == 1;
-      const size_t before = trainer ? 0 : Copies(cl, rank);
+      const size_t before = trainer ? 0 : Copies(cl, rank), back = trainer ? 0 : FailBacks(cl, rank);
       Result<double> s = trainer   ? cl.StallTrainer(rank, Millis(30000))
                          : replace ? cl.ReplaceStalledServer(rank, Millis(30000))
                                    : cl.StallServer(rank, Millis(30000));
-      while (s.ok() && !trainer && o.replication && Copies(cl, rank) < before + 2) {
+      while (s.ok() && !trainer && o.replication && (Copies(cl, rank) < before + 2 || FailBacks(cl, rank) < back + 1)) {
         if (cl.TrainersDone()) break;
         std::this_thread::sleep_for(Millis(50));
       }
@@ -436,13 +439,6 @@ Result<Report> RunChaosBench(const Options& o) {
     // only holder loses the acknowledged pushes of the clock in progress.
     return Status::InvalidArgument("--consistency bsp with --server-cycles or --stall-cycles needs --replication: "
                                    "without a backup a killed server loses the summed pushes of the clock in progress");
-  }
-  if (o.membership_cycles > 0 && o.replication && (o.server_cycles > 0 || o.stall_cycles > 0)) {
-    // No fail-back: a replicated server declared dead comes back as its shard's backup, and
-    // servers join or leave a replicated job only while every shard is served by its own server.
-    return Status::InvalidArgument("--membership-cycles with --replication needs --server-cycles 0 and "
-                                   "--stall-cycles 0: after a replicated server's death its backup serves its "
-                                   "shard for good, and then no server may join or leave");
   }
   Stopwatch total;
   const std::string bin = fs::canonical("/proc/self/exe").parent_path().string();
