@@ -96,6 +96,12 @@ Status PsClient::Route(uint32_t shard, bool refused) {
   // scheduler as well covers an event still on its way.
   auto fresh = node_.RefreshView();
   const ClusterView view = fresh.ok() ? *fresh : node_.view();
+  if (const NodeInfo* own = view.Find(Role::kServer, static_cast<int>(shard));
+      own && own->left && node_.options().cluster.elastic) {
+    // The shard's server left (its keys were handed over): whichever holder served it, Finish
+    // sends the keys where they live now.
+    return Status::FailedPrecondition(own->Describe() + " left the job: " + std::string(kLayoutMoved));
+  }
   const uint32_t rank = NextHolder(view, layout_, shard, holders_[shard], refused, replication_);
   const NodeInfo* n = view.Find(Role::kServer, static_cast<int>(rank));
   if (!n) return Status::Internal("server rank " + std::to_string(rank) + " is missing from the view");

@@ -64,13 +64,22 @@ bool PsServer::RouteToBackup(Request& request) {
   if (!copy || static_cast<uint32_t>(shard) != copy->Shard()) {
     ++requests_;
     ++errors_;
-    request.ReplyError(Status::InvalidArgument(
-        std::string(OpName(request.message().op())) + " for shard " + std::to_string(shard) + " from node " +
-        std::to_string(request.message().sender()) + " reached server " + std::to_string(rank) +
-        ", which holds shard " + std::to_string(rank) +
-        (copy ? " and shard " + std::to_string(copy->Shard())
-              : std::string(options_.replication == Replication::kNone ? " only (server.replication: none)"
-                                                                        : " only (no other server is left)"))));
+    std::string why = std::string(OpName(request.message().op())) + " for shard " + std::to_string(shard) +
+                      " from node " + std::to_string(request.message().sender()) + " reached server " +
+                      std::to_string(rank) + ", which holds shard " + std::to_string(rank) +
+                      (copy ? " and shard " + std::to_string(copy->Shard())
+                            : std::string(options_.replication == Replication::kNone
+                                              ? " only (server.replication: none)"
+                                              : " only (no other server is left)"));
+    if (options_.replication == Replication::kBackup && node_.options().cluster.elastic) {
+      // The ring moved with a server joining or leaving, and the sender's view is behind: it
+      // sends the shard's requests to its other holder, or where its keys live now.
+      request.ReplyError(Status::Unavailable(why + ": it " + std::string(kNotServing) + " " + std::to_string(shard) +
+                                             " under the layout of " + std::to_string(KeyLayout().servers) +
+                                             " servers"));
+      return false;
+    }
+    request.ReplyError(Status::InvalidArgument(why));
     return false;
   }
   copy->Dispatch(std::move(request));

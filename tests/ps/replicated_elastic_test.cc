@@ -102,6 +102,24 @@ TEST_F(ReplicatedElasticTest, AfterALeaveTheRingClosesAndTheRowsThatCameBackAreB
   ASSERT_NO_FATAL_FAILURE(JoinThird());
   PushTimes(keys, 3);
   ASSERT_TRUE(servers_[2]->HandOver(Millis(10000)).ok());
+  // A trainer whose view is behind sends shard 2's requests to its old backup, server 0, which
+  // backs up shard 1 now: refused as not served there (Unavailable: the trainer looks again and
+  // finds the keys on the first servers), not as a bad request.
+  {
+    Node& trainer = *nodes_[2];
+    const PeerId peer = *trainer.rpc().Connect("mem://server0");
+    Message m;
+    m.builder().setShard(2);
+    auto p = m.builder().getBody().initPush();
+    p.setTable(kTable);
+    const uint64_t key = keys[0];
+    m.AddPayload(DType::kI64, {1}, Buffer::Copy(&key, sizeof(key)));
+    const std::vector<float> ones(testing::kDim, 1.0f);
+    m.AddPayload(DType::kF32, {1, testing::kDim}, Buffer::Copy(ones.data(), ones.size() * sizeof(float)));
+    const Status s = trainer.rpc().CallAndWait(peer, std::move(m), Millis(5000)).status();
+    EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+    EXPECT_NE(s.message().find(kNotServing), std::string::npos) << s.ToString();
+  }
   ASSERT_TRUE(WaitFor([&] { return Backs(0, 1) && Backs(1, 0); }, Millis(20000)))
       << Stats(0).dump() << "\n" << Stats(1).dump();
   PushTimes(keys, 1);

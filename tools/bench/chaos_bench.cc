@@ -440,6 +440,13 @@ Result<Report> RunChaosBench(const Options& o) {
     return Status::InvalidArgument("--consistency bsp with --server-cycles or --stall-cycles needs --replication: "
                                    "without a backup a killed server loses the summed pushes of the clock in progress");
   }
+  if ((o.membership_cycles > 0 || o.elastic) && o.consistency != "bsp" && o.stall_cycles > 1) {
+    // Every other stall is a trainer's (not under bsp), and in an elastic job a trainer declared
+    // dead has left it for good: its next clock is refused and it ends.
+    return Status::InvalidArgument("--stall-cycles above 1 stalls a trainer past the heartbeat timeout, and in an "
+                                   "elastic job (--membership-cycles, --elastic) a trainer declared dead has left "
+                                   "it: use --stall-cycles 1 (a server only) or --consistency bsp");
+  }
   Stopwatch total;
   const std::string bin = fs::canonical("/proc/self/exe").parent_path().string();
   std::string tmpl = "/tmp/strata-bench-chaos-XXXXXX";
@@ -554,7 +561,7 @@ BenchFn SetupChaosBench(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--membership-cycles", o->membership_cycles,
                  "a server started with --join that takes its keys over, serves one fault interval and leaves on "
-                 "SIGTERM (the job gets cluster.elastic; not with --replication)")
+                 "SIGTERM (the job gets cluster.elastic)")
       ->capture_default_str();
   app.add_option("--fault-interval", o->fault_interval_s, "seconds between faults")->capture_default_str();
   app.add_option("--delay-rate", o->delay_rate, "fraction of the trainers' messages delayed")->capture_default_str();
@@ -570,7 +577,7 @@ BenchFn SetupChaosBench(CLI::App& app) {
       ->capture_default_str();
   app.add_flag("--replication", o->replication,
                "servers with server.replication: backup (memory store): a killed server's backup takes over, "
-               "the restarted server copies its shards back");
+               "the restarted server copies its shards back and takes its own back");
   app.add_flag("--elastic", o->elastic,
                "the job gets cluster.elastic (as with --membership-cycles) without servers joining: under bsp its "
                "clocks complete by their members' records, which a replicated server's copy carries");
