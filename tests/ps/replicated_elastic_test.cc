@@ -51,12 +51,15 @@ class ReplicatedElasticTest : public testing::ElasticPsTest {
     ASSERT_TRUE(WaitFor([&] { return Backs(0, 2) && Backs(1, 0) && Backs(2, 1); }, Millis(20000)))
         << Stats(0).dump() << "\n" << Stats(1).dump() << "\n" << Stats(2).dump();
   }
-  // Stops server `server` as if it died (node `node`) and waits for `heir`'s copy to serve its shard.
-  void Kill(int server, int node, int heir) {
+  // Stops node `node`'s server as if it died and waits for `heir`'s copy to serve its shard;
+  // every key still holds the `applied` pushes, and the next push is applied once.
+  void KillAndExpectNothingLost(int node, int heir, const std::vector<uint64_t>& keys, float applied) {
     nodes_[node]->StopWithoutLeaving();
     ASSERT_TRUE(WaitFor([&] { return Stats(heir)["backup"]["role"] == "serving"; }, Millis(20000)))
         << Stats(heir).dump();
-    (void)server;
+    ExpectApplied(keys, applied);
+    PushTimes(keys, 1);
+    ExpectApplied(keys, applied + 1);
   }
 };
 
@@ -69,10 +72,7 @@ TEST_F(ReplicatedElasticTest, AJoinedServersShardIsBackedUpAndOutlivesIt) {
   PushTimes(keys, 2);  // the new owner's pushes, forwarded to the new backups
   ExpectApplied(keys, 5);
   EXPECT_GT(Stats(2)["forwarded"].get<uint64_t>(), 0u) << Stats(2).dump();
-  ASSERT_NO_FATAL_FAILURE(Kill(2, 3, 0));
-  ExpectApplied(keys, 5);
-  PushTimes(keys, 1);
-  ExpectApplied(keys, 6);
+  ASSERT_NO_FATAL_FAILURE(KillAndExpectNothingLost(3, 0, keys, 5));
 }
 
 // Shard 1's backup moved from server 0 to the joined server: after server 1 dies, the joined
@@ -83,10 +83,7 @@ TEST_F(ReplicatedElasticTest, TheShardBeforeAJoinedServerIsBackedUpOnItAndATaken
   PushTimes(keys, 2);
   ASSERT_NO_FATAL_FAILURE(JoinThird());
   PushTimes(keys, 2);
-  ASSERT_NO_FATAL_FAILURE(Kill(1, 1, 2));
-  ExpectApplied(keys, 4);
-  PushTimes(keys, 1);
-  ExpectApplied(keys, 5);
+  ASSERT_NO_FATAL_FAILURE(KillAndExpectNothingLost(1, 2, keys, 4));
   const Status left = servers_[2]->HandOver(Millis(5000));
   EXPECT_EQ(left.code(), StatusCode::kFailedPrecondition) << left.ToString();
   EXPECT_NE(left.message().find("serves shard 1, which it took over"), std::string::npos) << left.ToString();
@@ -124,10 +121,7 @@ TEST_F(ReplicatedElasticTest, AfterALeaveTheRingClosesAndTheRowsThatCameBackAreB
       << Stats(0).dump() << "\n" << Stats(1).dump();
   PushTimes(keys, 1);
   ExpectApplied(keys, 6);
-  ASSERT_NO_FATAL_FAILURE(Kill(0, 0, 1));
-  ExpectApplied(keys, 6);
-  PushTimes(keys, 1);
-  ExpectApplied(keys, 7);
+  ASSERT_NO_FATAL_FAILURE(KillAndExpectNothingLost(0, 1, keys, 6));
 }
 
 // Fail-back: server 1 killed, its shard served by server 0's copy, then started again: it copies
@@ -154,8 +148,7 @@ TEST_F(ReplicatedElasticTest, ARestartedServerTakesItsShardBackAndThenAServerMay
   ExpectApplied(keys, 6);
   ASSERT_NO_FATAL_FAILURE(JoinThird());
   PushTimes(keys, 1);
-  ASSERT_NO_FATAL_FAILURE(Kill(1, 1, 2));
-  ExpectApplied(keys, 7);
+  ASSERT_NO_FATAL_FAILURE(KillAndExpectNothingLost(1, 2, keys, 7));
 }
 
 }  // namespace
