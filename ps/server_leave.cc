@@ -210,10 +210,10 @@ void PsServer::HandleHandOver(Request& request) {
   spdlog::info("server: {} left the layout; {} servers serve its keys now ({} rows taken in {} chunks)",
                from->Describe(), expect.servers - expect.left.size(), puller.rows(), puller.chunks());
   freeze.unlock();
+  request.Reply(request.MakeReply());  // before the copy below: the leaving server waits on it
   // Replication: the ring without the leaving server, and a fresh copy for this shard's backup,
   // which holds none of the rows that came in.
   FollowRing(/*gained=*/puller.rows() > 0 || bsp.entries() > 0);
-  request.Reply(request.MakeReply());
 }
 
 }  // namespace strata

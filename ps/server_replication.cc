@@ -391,8 +391,10 @@ void PsServer::FollowRing(bool gained) {
   const NodeInfo* backup = view.Find(Role::kServer, static_cast<int>(replica->rank));
   if (!backup || !backup->alive) return;
   if (Status s = SendCopyLocked(*backup); !s.ok()) {
-    spdlog::error("replication: shard {}: a fresh copy for its backup, {}: {}; it asks for one once it sees the "
-                  "shard without a copy", Shard(), backup->Describe(), s.ToString());
+    // Its copy lacks the rows that came in: it is no backup of the shard any more.
+    replica_.reset();
+    spdlog::error("replication: shard {}: a fresh copy for its backup, {}: {}; the shard runs without a backup",
+                  Shard(), backup->Describe(), s.ToString());
   }
 }
 
@@ -401,14 +403,16 @@ Status PsServer::RingSettled() {
   const std::string self = "server " + std::to_string(node_.rank());
   if (RoleNow() != ShardRole::kServing) {
     return Status::FailedPrecondition(
-        self + " does not serve its own shard (it was declared dead once, and its backup serves the shard since): "
-               "servers join or leave a replicated job only while every shard is served by its own server");
+        self + " does not serve its own shard yet (it was declared dead, and its backup serves the shard until "
+               "it takes it back): servers join or leave a replicated job only while every shard is served by its "
+               "own server");
   }
   std::lock_guard lock(backup_mu_);
   if (backup_ && backup_->role_ == ShardRole::kServing) {
     return Status::FailedPrecondition(self + " serves shard " + std::to_string(backup_->Shard()) +
-                                      ", which it took over when that server was declared dead: servers join or "
-                                      "leave a replicated job only while every shard is served by its own server");
+                                      ", which it took over when that server was declared dead, until that server "
+                                      "takes it back: servers join or leave a replicated job only while every shard "
+                                      "is served by its own server");
   }
   return Status::OK();
 }

@@ -98,6 +98,7 @@ TEST_F(ReplicatedElasticTest, AfterALeaveTheRingClosesAndTheRowsThatCameBackAreB
   PushTimes(keys, 2);
   ASSERT_NO_FATAL_FAILURE(JoinThird());
   PushTimes(keys, 3);
+  const uint64_t copied = Stats(0)["transferred_rows"].get<uint64_t>();
   ASSERT_TRUE(servers_[2]->HandOver(Millis(10000)).ok());
   // A trainer whose view is behind sends shard 2's requests to its old backup, server 0, which
   // backs up shard 1 now: refused as not served there (Unavailable: the trainer looks again and
@@ -117,8 +118,10 @@ TEST_F(ReplicatedElasticTest, AfterALeaveTheRingClosesAndTheRowsThatCameBackAreB
     EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
     EXPECT_NE(s.message().find(kNotServing), std::string::npos) << s.ToString();
   }
-  ASSERT_TRUE(WaitFor([&] { return Backs(0, 1) && Backs(1, 0); }, Millis(20000)))
-      << Stats(0).dump() << "\n" << Stats(1).dump();
+  // Server 0's fresh copy of shard 0 acknowledged whole by server 1, server 0's copy of shard 1 in.
+  ASSERT_TRUE(WaitFor([&] {
+    return Stats(0)["transferred_rows"].get<uint64_t>() > copied && Backs(0, 1) && Backs(1, 0);
+  }, Millis(20000))) << Stats(0).dump() << "\n" << Stats(1).dump();
   PushTimes(keys, 1);
   ExpectApplied(keys, 6);
   ASSERT_NO_FATAL_FAILURE(KillAndExpectNothingLost(0, 1, keys, 6));
