@@ -350,7 +350,7 @@ Status PsServer::ValidateKeys(const Table& t, const Message& msg, bool with_grad
   // An update the shard's serving holder applied and forwarded is applied here too, whatever
   // this server's layout says: the two switch layouts at different moments while a server joins
   // or leaves, and a copy that refused what its primary applied would differ from it.
-  const bool forwarded = msg.reader().getOrigin() != kUnassignedNode;
+  const bool forwarded = HasOrigin(msg);
   *value_floats = 0;
   for (uint64_t key : *keys) {
     if (spec.kind == TableKind::kSparse) {

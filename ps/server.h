@@ -171,6 +171,9 @@ class PsServer {
     const uint32_t origin = m.reader().getOrigin();
     return origin != kUnassignedNode ? origin : m.sender();
   }
+  // Whether a request carries an origin: an update the shard's other holder forwarded (or, on a
+  // replicaJoin, a fail-back's ask).
+  static bool HasOrigin(const Message& m) { return m.reader().getOrigin() != kUnassignedNode; }
   struct Queued {
     Request request;
     uint32_t sender;  // as SenderLanes knows it

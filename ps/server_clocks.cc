@@ -55,7 +55,7 @@ Result<Message> PsServer::Clock(const Request& request, std::vector<Parked>* rea
   // Elastic servers: a trainer that has not seen a joining server yet would leave it out of
   // this clock; from the switch on (StartTakeOver, under this lock) it is told to look again.
   // (Not a clock forwarded by the shard's serving holder, which accepted it: its copy follows it.)
-  const bool forwarded = request.message().reader().getOrigin() != kUnassignedNode;
+  const bool forwarded = HasOrigin(request.message());
   if (const uint32_t stated = body.getServers(); stated > 0 && !forwarded && stated < KeyLayout().servers) {
     ++moved_refused_;
     return Status::FailedPrecondition("clock " + std::to_string(finished) + " from node " + std::to_string(sender) +

@@ -14,7 +14,7 @@ namespace strata {
 
 bool PsServer::ServingLocked(Request& request, std::unique_lock<std::mutex>& lock) {
   if (options_.replication != Replication::kBackup) return true;
-  if (request.message().reader().getOrigin() != kUnassignedNode) return true;  // a forward: Admit checked
+  if (HasOrigin(request.message())) return true;  // a forward: Admit checked
   if (RoleNow() == ShardRole::kServing) return true;
   lock.unlock();
   ++errors_;

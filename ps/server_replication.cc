@@ -117,7 +117,7 @@ bool PsServer::Admit(Request& request) {
   const std::string not_serving =
       self + " " + std::string(kNotServing) + " " + std::to_string(shard) +
       (role == ShardRole::kBackup ? " (it holds its backup)" : " (it is waiting for a copy of it)");
-  if (m.reader().getOrigin() != kUnassignedNode || op == Op::STATE_TRANSFER || op == Op::REPLICA_JOIN) {
+  if (HasOrigin(m) || op == Op::STATE_TRANSFER || op == Op::REPLICA_JOIN) {
     // Between the shard's two holders only.
     if (!other || other->id != m.sender()) {
       return refuse(Status::InvalidArgument(std::string(OpName(op)) + " for shard " + std::to_string(shard) +
@@ -188,7 +188,7 @@ PsServer::Replica* PsServer::ReplicaLocked() {
 }
 
 void PsServer::Finish(Request& request, Result<Message> reply, std::unique_lock<std::mutex>& lock) {
-  if (request.message().reader().getOrigin() != kUnassignedNode) ++forwards_applied_;  // HandBack's count
+  if (HasOrigin(request.message())) ++forwards_applied_;  // HandBack's count
   if (!reply.ok()) {
     ++errors_;
     request.ReplyError(reply.status());

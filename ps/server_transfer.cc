@@ -123,9 +123,8 @@ void PsServer::HandleReplicaJoin(Request& request) {
 }
 
 Status PsServer::SendCopyLocked(const NodeInfo& to) {
-  const NodeInfo* joiner = &to;
   const uint32_t rank = static_cast<uint32_t>(to.rank);
-  auto peer = node_.rpc().Connect(joiner->address);
+  auto peer = node_.rpc().Connect(to.address);
   if (!peer.ok()) return peer.status().WithContext("sending a copy of shard " + std::to_string(Shard()));
   uint64_t rows = 0;
   auto chunks = SnapshotLocked(&rows);
@@ -139,11 +138,11 @@ Status PsServer::SendCopyLocked(const NodeInfo& to) {
   const uint64_t copy = (uint64_t{self ? self->incarnation : 0u} << 32) | ++copies_sent_;
   for (Message& chunk : *chunks) chunk.builder().getBody().getStateTransfer().setCopy(copy);
   // From this update on, every one is forwarded to the joiner too, after the copy.
-  replica_ = Replica{rank, joiner->incarnation, joiner->address, *peer, copy};
+  replica_ = Replica{rank, to.incarnation, to.address, *peer, copy};
   replica_known_ = true;
   failed_copy_ = kNoCopy;
   const uint32_t shard = Shard();
-  const std::string who = joiner->Describe();
+  const std::string who = to.Describe();
   struct Progress {
     std::atomic<size_t> acked{0};
     std::atomic<bool> failed{false};

@@ -81,6 +81,11 @@ size_t InLog(const ChaosCluster& cl, int rank, const std::string& needle) {
 }
 size_t Copies(const ChaosCluster& cl, int rank) { return InLog(cl, rank, "copy received"); }
 size_t FailBacks(const ChaosCluster& cl, int rank) { return InLog(cl, rank, "handed it back"); }
+// With --replication: server `rank`, which had logged `copies` copies and `backs` fail-backs
+// before its fault, holds copies of its two shards again and serves its own again.
+bool Recovered(const ChaosCluster& cl, int rank, size_t copies, size_t backs) {
+  return Copies(cl, rank) >= copies + 2 && FailBacks(cl, rank) >= backs + 1;
+}
 
 // Kills server `rank` with SIGKILL and starts it again; with --replication, waits until it holds
 // copies of its two shards again (before that, killing the other holder would lose them) and
@@ -90,7 +95,7 @@ Result<double> KillAndRestart(const Options& o, ChaosCluster& cl, int rank, Mill
   STRATA_ASSIGN_OR_RETURN(double outage, cl.KillAndRestartServer(rank, timeout));
   const auto end = std::chrono::steady_clock::now() + 2 * timeout;
   while (o.replication) {
-    if (Copies(cl, rank) >= before + 2 && FailBacks(cl, rank) >= back + 1) break;
+    if (Recovered(cl, rank, before, back)) break;
     if (std::chrono::steady_clock::now() >= end) {
       return Status::DeadlineExceeded("server " + std::to_string(rank) + " did not receive copies of its shards");
     }
@@ -271,7 +276,7 @@ RunFigures RunTraining(const Options& o, const std::string& bin, const fs::path&
       Result<double> s = trainer   ? cl.StallTrainer(rank, Millis(30000))
                          : replace ? cl.ReplaceStalledServer(rank, Millis(30000))
                                    : cl.StallServer(rank, Millis(30000));
-      while (s.ok() && !trainer && o.replication && (Copies(cl, rank) < before + 2 || FailBacks(cl, rank) < back + 1)) {
+      while (s.ok() && !trainer && o.replication && !Recovered(cl, rank, before, back)) {
         if (cl.TrainersDone()) break;
         std::this_thread::sleep_for(Millis(50));
       }
