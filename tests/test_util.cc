@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 namespace strata::testing {
@@ -65,6 +66,20 @@ bool WaitFor(const std::function<bool()>& cond, std::chrono::milliseconds timeou
 
 Subprocess::Subprocess(std::vector<std::string> argv, std::string log_path)
     : log_path_(std::move(log_path)) {
+  // One OpenBLAS thread in every child: a GEMM's sums split over threads round differently, so
+  // processes started one by one (the environment's default: every core) would not compute the
+  // floats that strata-launch's trainers (cores / trainers threads) or a reference run compute.
+  // Built before fork: the child only calls async-signal-safe functions.
+  std::vector<std::string> env = {"OPENBLAS_NUM_THREADS=1"};
+  for (char** e = environ; *e; ++e) {
+    if (!std::string_view(*e).starts_with("OPENBLAS_NUM_THREADS=")) env.emplace_back(*e);
+  }
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
   pid_ = fork();
   if (pid_ == 0) {
     int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -73,10 +88,7 @@ Subprocess::Subprocess(std::vector<std::string> argv, std::string log_path)
       dup2(fd, 2);
       close(fd);
     }
-    std::vector<char*> args;
-    for (auto& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    execv(args[0], args.data());
+    execve(args[0], args.data(), envp.data());
     _exit(127);
   }
 }

@@ -37,7 +37,7 @@ void WriteFile(const std::string& path, const std::string& text);
 // Polls `cond` every few milliseconds until it holds or `timeout` passes.
 bool WaitFor(const std::function<bool()>& cond, std::chrono::milliseconds timeout);
 
-// A child process whose stdout and stderr go to a log file. Killed (SIGKILL) and reaped on
+// A child process (OPENBLAS_NUM_THREADS=1) whose stdout and stderr go to a log file. Killed (SIGKILL) and reaped on
 // destruction if still running.
 class Subprocess {
  public:

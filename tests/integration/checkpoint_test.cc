@@ -47,7 +47,6 @@ class CheckpointFixture : public testing::LaunchFixture {
  protected:
   // Runs `job_text` on `trainers` with the plan in `sets`; its checkpoints go to dir_/<tag>/.
   void RunUninterrupted(const char* job_text, const std::string& tag, int trainers, std::vector<std::string> sets) {
-    setenv("OPENBLAS_NUM_THREADS", "1", 1);
     job_ = Job("gpt", job_text);
     std::string log;
     sets.insert(sets.end(), {"train.metrics_path=" + Metrics(tag), "train.checkpoint_dir=" + dir_.File(tag),

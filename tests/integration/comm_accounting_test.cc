@@ -39,8 +39,6 @@ const char* kMlp =
 
 class CommAccountingTest : public testing::LaunchFixture {
  protected:
-  void SetUp() override { setenv("OPENBLAS_NUM_THREADS", "1", 1); }
-
   // Runs the job on `trainers` with `sets` (small buckets: several all-reduces a step, and a
   // mid-run evaluation, which must not count as training traffic); returns every rank's "comm"
   // metrics object, by rank.

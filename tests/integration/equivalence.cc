@@ -10,8 +10,6 @@
 
 namespace strata::testing {
 
-void EquivalenceTest::SetUp() { setenv("OPENBLAS_NUM_THREADS", "1", 1); }
-
 void EquivalenceTest::RunReference(const std::string& job, int steps) {
   steps_ = steps;
   const std::string last = std::to_string(steps);

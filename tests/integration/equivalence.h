@@ -14,10 +14,8 @@ namespace strata::testing {
 
 class EquivalenceTest : public LaunchFixture {
  protected:
-  // One BLAS thread everywhere: OpenBLAS blocks a GEMM differently with more threads, and the
-  // reference must do the same float operations as each split (the launcher gives each of 2+
-  // trainers on this 2-core machine one thread).
-  void SetUp() override;
+  // Every process has one BLAS thread (Subprocess): OpenBLAS blocks a GEMM differently with
+  // more threads, and the reference must do the same float operations as each split.
 
   // Runs the job alone (sync.mode local) for `steps` steps: its losses and its checkpoint at
   // the last step are the reference.

@@ -31,7 +31,6 @@ const char* kGpt =
 class InferenceTest : public testing::LaunchFixture {
  protected:
   void SetUp() override {
-    setenv("OPENBLAS_NUM_THREADS", "1", 1);
     job_ = Job("gpt", kGpt);
     ckpt_ = dir_.File("ckpt");
     std::string log;
@@ -170,10 +169,7 @@ TEST_F(InferenceTest, EvaluationGivesTheSameLossUnderTp2Pp2AndATpThatDoesNotSpli
 
 // ctr trained on 2 all-reduce replicas evaluates its held-out set to the same AUC and loss on
 // one process from the checkpoint (the training run's own final evaluation is the reference).
-class CtrInferenceTest : public testing::LaunchFixture {
- protected:
-  void SetUp() override { setenv("OPENBLAS_NUM_THREADS", "1", 1); }
-};
+class CtrInferenceTest : public testing::LaunchFixture {};
 
 TEST_F(CtrInferenceTest, CtrOfTwoReplicasEvaluatesToTheSameAucOnOneProcess) {
   const std::string job = Job("ctr",

@@ -53,8 +53,6 @@ uint64_t Sum(const std::vector<std::string>& lines, const std::regex& pattern) {
 
 class PsInferenceTest : public testing::LaunchFixture {
  protected:
-  void SetUp() override { setenv("OPENBLAS_NUM_THREADS", "1", 1); }
-
   // Trains on 2 servers and 2 trainers with a checkpoint at the last step; returns the
   // training cluster's final evaluation (rank 0's metrics line with "auc").
   nlohmann::json Train(const std::string& mode, int steps, std::string* log) {

@@ -575,14 +575,6 @@ const char* kMlpOffload =
     "train: {steps: 8000, batch_size: 64, log_every: 25, progress: false}\n";
 
 TEST_F(ReplicationTest, OffloadBspEndsExactlyAsUndisturbedAfterAKillAndRestartOfEachServer) {
-  // Known defect (issue #16, session 26): on the development machine this ends at final loss
-  // 0.00187, eval loss 0.00216 against the undisturbed 0.00186 / 0.00208 in every run of the day
-  // (7 of 7, the code of b32544c, before the session's changes, included; fail-back on or off),
-  // though it passed in CI before. Undisturbed launches are deterministic (0.00186 / 0.00208 twice,
-  // with and without the test's heartbeat timeout), so a kill and restart of a server under offload
-  // BSP (dense chunks applied once both pushers pushed them) changes some update. Skipped until found;
-  // the BSP and elastic BSP ctr cases above still end exactly.
-  GTEST_SKIP() << "offload BSP is not exact across a server's kill and restart yet (issue #16)";
   ExpectKillsChangeNothing(Job("mlp_offload", kMlpOffload), 8000,
                            std::regex("final loss ([0-9.]+), eval loss ([0-9.]+)"), "offload bsp mlp");
 }
