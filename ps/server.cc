@@ -147,6 +147,10 @@ PsServer::~PsServer() {
   }
   // After the rollbacks: one may start a copy request (FollowRing).
   for (std::thread& t : copy_threads_) t.join();
+  {
+    std::lock_guard lock(streams_mu_);  // no copy starts any more: the workers are gone
+    for (std::thread& t : copy_streams_) t.join();
+  }
   // Forwards still in flight complete now, while this server exists (their callbacks use it).
   std::lock_guard lock(forward_mu_);
   if (replica_ && replica_->peer != kNoPeer) node_.rpc().FailCallsTo(replica_->peer, Status::Cancelled("the server is stopping"));

@@ -200,6 +200,10 @@ class PsServer {
     uint64_t forwarded = 0;  // updates forwarded to it since (HandBack)
   };
   static constexpr uint64_t kNoCopy = ~uint64_t{0};
+  // A copy's chunks past its head unacknowledged at once (StreamCopy): with the head, all of the
+  // shard that a copy holds in memory on its sender.
+  static constexpr uint64_t kCopyWindow = 2;
+  struct CopyProgress;  // a copy being sent: its chunks sent and acknowledged (server_transfer.cc)
   // The copy of shard `shard` held by `parent`, the node's own server (server_replication.cc):
   // no handler of its own on the node, one worker, no statistics thread, the parent's layout.
   PsServer(PsServer& parent, ServerOptions options, ServerStores stores, uint32_t shard, ShardRole role);
@@ -296,13 +300,24 @@ class PsServer {
   void FailBack(const std::atomic<bool>& stop);
   void HandBack(Request& request);
   // Sends `to` (the shard's other holder, up) a fresh copy of this shard and forwards every
-  // update after it there. Expects forward_mu_ held (`lock`, released before the chunks' answers
-  // are waited for).
+  // update after it there: the copy's head now, its tail streamed behind (StreamCopy). Expects
+  // forward_mu_ held.
   Status SendCopyLocked(const NodeInfo& to);
-  // The shard's copy as stateTransfer chunks of at most server.migrate_chunk_mb (the layout of
-  // migrateRows chunks: ps/migration.h), every row of every table, then the push ids; the
-  // trainers' clocks in each. Expects forward_mu_ held (no update meanwhile).
-  Result<std::vector<Message>> SnapshotLocked(uint64_t* rows);
+  // The copy's head as stateTransfer chunks of at most server.migrate_chunk_mb (the layout of
+  // migrateRows chunks: ps/migration.h): every table's spec, the BSP tables' rows, the push ids,
+  // the trainers' clocks, and on its last chunk the BSP state, all as of now (*head_rows: the
+  // rows it holds); `tail` gets the keys of the other tables' rows, which StreamCopy reads later.
+  // Expects forward_mu_ held (no update meanwhile).
+  Result<std::vector<Message>> CopyHeadLocked(MigrationPlan* tail, uint64_t* head_rows);
+  // Sends one chunk of copy `copy` to `peer`, counted in `progress`; `last`: the copy's last.
+  // Expects forward_mu_ held (the chunk goes in order with the forwards).
+  void SendCopyChunkLocked(PeerId peer, Message chunk, uint64_t copy, const std::shared_ptr<CopyProgress>& progress,
+                           bool last);
+  // The copy's tail, on its own thread: a chunk at a time, each read under forward_mu_ when it
+  // goes, with at most kCopyWindow chunks unacknowledged; it ends when the copy is dropped,
+  // replaced or failed, or the server stops.
+  void StreamCopy(PeerId peer, uint64_t copy, std::shared_ptr<CopyProgress> progress, MigrationPlan tail,
+                  uint64_t total);
   Result<Message> InstallTransfer(const Request& request);
   // A copy's first chunk: drops every table (and, with durable stores, their files), the push
   // ids and the trainers' clocks this instance held.
@@ -448,6 +463,9 @@ class PsServer {
   std::atomic<uint64_t> failed_copy_{kNoCopy};
   uint64_t copies_sent_ = 0;
   std::vector<std::thread> copy_threads_;  // Joined() and CameBack(): RequestCopy
+  std::mutex streams_mu_;
+  std::vector<std::thread> copy_streams_;  // StreamCopy, a thread per copy sent
+  std::atomic<uint64_t> copy_window_max_{0};  // the most chunks of a copy unacknowledged at once
   // A copy being installed, chunk after chunk (the copy's one worker only): which copy
   // (stateTransfer.copy), whether its first chunk arrived, the rows it announced and those taken
   // so far. RequestCopy watches the rest: when a chunk last arrived, whether the copy failed
@@ -456,6 +474,10 @@ class PsServer {
   uint32_t install_sender_ = kUnassignedNode;  // the node install_copy_ came from
   bool installing_ = false;
   uint64_t install_total_ = 0, install_rows_ = 0, install_chunks_ = 0;
+  // The copy's head is installed (its BSP state included): forwards apply from now on, between
+  // the tail's chunks (Admit), each chunk's rows overwriting what forwards wrote before it.
+  std::atomic<bool> install_forwards_{false};
+  std::atomic<uint64_t> forwards_while_installing_{0};
   std::atomic<int64_t> install_heard_ms_{0};
   std::atomic<bool> copy_failed_{false};
   std::atomic<bool> requesting_copy_{false};  // a RequestCopy runs for this shard

@@ -127,6 +127,10 @@ bool PsServer::Admit(Request& request) {
     }
     if (op == Op::STATE_TRANSFER) return true;
     if (op == Op::REPLICA_JOIN) return role == ShardRole::kServing || refuse(Status::Unavailable(not_serving));
+    if (role == ShardRole::kEmpty && install_forwards_) {
+      ++forwards_while_installing_;  // between the chunks of its copy's tail
+      return true;
+    }
     if (role != ShardRole::kBackup) {
       return refuse(Status::FailedPrecondition(
           "an update of shard " + std::to_string(shard) + " forwarded by " + other->Describe() + ", but " + self +

@@ -1,16 +1,24 @@
 // server_transfer.cc: PsServer's state transfer (ps/replication.h): a restarted server asking the
-// servers serving its two shards for a copy (Joined), the serving holder's snapshot of a shard
-// in chunks of at most server.migrate_chunk_mb (so no message grows with the shard past
-// transport.max_message_mb), all sent at once on the link its forwarded updates take (so they
-// arrive, in order, before any of them), and installing them one by one, after which the
-// restarted server is the shard's backup.
+// servers serving its two shards for a copy (Joined), and the serving holder sending it in
+// stateTransfer chunks of at most server.migrate_chunk_mb (so no message grows with the shard
+// past transport.max_message_mb), on the link its forwarded updates take, in order with them.
+// The copy's head (every table's spec, the BSP tables' rows and state, the push ids) is read at
+// one moment and goes ahead of every forward; the other tables' rows stream behind it a few
+// chunks at a time (StreamCopy), each chunk read when it goes, so a copy never holds those
+// tables whole in memory and the trainers' updates go on meanwhile. The receiver installs the
+// chunks one by one, applies the forwards between them once the head is in, and is the
+// shard's backup once it holds every row.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <span>
+#include <string>
 #include <thread>
 
 #include "common/check.h"
@@ -122,69 +130,169 @@ void PsServer::HandleReplicaJoin(Request& request) {
   request.Reply(request.MakeReply());
 }
 
+struct PsServer::CopyProgress {
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t sent = 0, acked = 0, bytes = 0;
+  bool all_sent = false, failed = false, done = false;
+  uint32_t shard = 0;
+  uint64_t rows = 0;  // the copy's, head and tail
+  std::string to;     // the receiver, described
+};
+
 Status PsServer::SendCopyLocked(const NodeInfo& to) {
   const uint32_t rank = static_cast<uint32_t>(to.rank);
   auto peer = node_.rpc().Connect(to.address);
   if (!peer.ok()) return peer.status().WithContext("sending a copy of shard " + std::to_string(Shard()));
-  uint64_t rows = 0;
-  auto chunks = SnapshotLocked(&rows);
-  if (!chunks.ok()) return chunks.status().WithContext("sending a copy of shard " + std::to_string(Shard()));
+  MigrationPlan tail;
+  uint64_t head_rows = 0;
+  auto head = CopyHeadLocked(&tail, &head_rows);
+  if (!head.ok()) return head.status().WithContext("sending a copy of shard " + std::to_string(Shard()));
   const ClusterView view = node_.view();
-  uint64_t bytes = 0;
-  for (const Message& m : *chunks) bytes += PayloadBytes(m);
   // Numbered so that the joiner starts over on a newer copy and refuses an older one's chunks,
   // and a failure of an older one here drops nothing.
   const NodeInfo* self = view.Find(Role::kServer, node_.rank());
   const uint64_t copy = (uint64_t{self ? self->incarnation : 0u} << 32) | ++copies_sent_;
-  for (Message& chunk : *chunks) chunk.builder().getBody().getStateTransfer().setCopy(copy);
-  // From this update on, every one is forwarded to the joiner too, after the copy.
+  auto progress = std::make_shared<CopyProgress>();
+  progress->shard = Shard();
+  progress->to = to.Describe();
+  // Every chunk states the rows of the whole copy, head and tail: the receiver has it all when
+  // it took that many.
+  const uint64_t total = head_rows + tail.rows();
+  progress->rows = total;
+  // From this update on, every one is forwarded to the joiner too, after the head.
   replica_ = Replica{rank, to.incarnation, to.address, *peer, copy};
   replica_known_ = true;
   failed_copy_ = kNoCopy;
-  const uint32_t shard = Shard();
-  const std::string who = to.Describe();
-  struct Progress {
-    std::atomic<size_t> acked{0};
-    std::atomic<bool> failed{false};
-  };
-  auto progress = std::make_shared<Progress>();
-  const size_t n = chunks->size();
-  // All go at once and the receiver installs them in turn: chunk i's answer comes after i + 1
-  // installs, so it waits up to i + 1 request timeouts.
-  const Millis per_chunk(node_.options().transport.request_timeout_ms);
-  for (size_t i = 0; i < n; ++i) {
-    Message& chunk = (*chunks)[i];
-    node_.rpc().CallAsync(*peer, std::move(chunk), [this, shard, who, rows, bytes, n, progress, copy](Result<Message> ack) {
-      if (!ack.ok()) {
-        if (progress->failed.exchange(true)) return;
-        if (ack.status().code() == StatusCode::kDeadlineExceeded) {
-          // Slow, not failed: forwards keep going behind the copy. A copy that stalls there is asked
-          // for again; a joiner that died is dropped by its dead event (OnHolderEvent).
-          spdlog::warn("replication: shard {}: {} has not answered a chunk of its copy in time: {}", shard, who,
-                       ack.status().ToString());
-          return;
-        }
-        failed_copy_ = copy;  // forwards stop at the next update; the joiner asks for a new copy
-        spdlog::error("replication: shard {}: the copy sent to {} failed: {}; no backup until it asks again", shard,
-                      who, ack.status().ToString());
-        return;
-      }
-      if (++progress->acked != n || progress->failed) return;
-      acked_copy_ = copy;  // the backup holds it whole (FailBack may hand the shard to it)
-      transferred_rows_ += rows;
-      replicated_bytes_ += bytes;
-      migrate_chunks_out_ += n;
-      spdlog::info("replication: shard {}: {} holds a copy again ({} rows, {:.1f} MiB in {} chunks): it is the backup",
-                   shard, who, rows, bytes / 1048576.0, n);
-    }, per_chunk * static_cast<int64_t>(i + 1));
+  const bool streams = tail.rows() > 0;
+  for (size_t i = 0; i < head->size(); ++i) {
+    Message& chunk = (*head)[i];
+    auto body = chunk.builder().getBody().getStateTransfer();
+    body.setCopy(copy);
+    body.setRows(total);
+    SendCopyChunkLocked(*peer, std::move(chunk), copy, progress, !streams && i + 1 == head->size());
   }
+  if (!streams) return Status::OK();
+  std::lock_guard lock(streams_mu_);
+  copy_streams_.emplace_back([this, peer = *peer, copy, progress, tail = std::move(tail), total]() mutable {
+    StreamCopy(peer, copy, std::move(progress), std::move(tail), total);
+  });
   return Status::OK();
 }
 
-Result<std::vector<Message>> PsServer::SnapshotLocked(uint64_t* rows) {
-  // A migration plan of every row (ps/migration.h), cut into chunks now, under the lock: the
-  // rows change with the next update, whose forward must find the whole copy before it.
-  MigrationPlan plan;
+void PsServer::SendCopyChunkLocked(PeerId peer, Message chunk, uint64_t copy,
+                                   const std::shared_ptr<CopyProgress>& progress, bool last) {
+  uint64_t ahead = 0;
+  {
+    std::lock_guard lock(progress->mu);
+    ahead = progress->sent - progress->acked;
+    ++progress->sent;
+    progress->bytes += PayloadBytes(chunk);
+    progress->all_sent = last;
+  }
+  for (uint64_t seen = copy_window_max_.load(); ahead + 1 > seen && !copy_window_max_.compare_exchange_weak(seen, ahead + 1);) {
+  }
+  // The receiver installs chunks in turn: this one's answer comes after those ahead of it.
+  const Millis timeout(node_.options().transport.request_timeout_ms * static_cast<int64_t>(ahead + 1));
+  // The callback may run before CallAsync returns: it must not take forward_mu_.
+  node_.rpc().CallAsync(peer, std::move(chunk), [this, progress, copy](Result<Message> ack) {
+    CopyProgress& p = *progress;
+    if (!ack.ok()) {
+      {
+        std::lock_guard lock(p.mu);
+        if (p.failed) return;
+        p.failed = true;
+      }
+      p.cv.notify_all();
+      if (ack.status().code() == StatusCode::kDeadlineExceeded) {
+        // Slow, not failed: forwards keep going behind the copy. A copy that stalls there is asked
+        // for again; a joiner that died is dropped by its dead event (OnHolderEvent).
+        spdlog::warn("replication: shard {}: {} has not answered a chunk of its copy in time: {}", p.shard, p.to,
+                     ack.status().ToString());
+        return;
+      }
+      failed_copy_ = copy;  // forwards stop at the next update; the joiner asks for a new copy
+      spdlog::error("replication: shard {}: the copy sent to {} failed: {}; no backup until it asks again", p.shard,
+                    p.to, ack.status().ToString());
+      return;
+    }
+    bool whole = false;
+    uint64_t chunks = 0, bytes = 0;
+    {
+      std::lock_guard lock(p.mu);
+      ++p.acked;
+      whole = p.all_sent && p.acked == p.sent && !p.failed && !p.done;
+      p.done = p.done || whole;
+      chunks = p.sent;
+      bytes = p.bytes;
+    }
+    p.cv.notify_all();
+    if (!whole) return;
+    acked_copy_ = copy;  // the backup holds it whole (FailBack may hand the shard to it)
+    transferred_rows_ += p.rows;
+    replicated_bytes_ += bytes;
+    migrate_chunks_out_ += chunks;
+    spdlog::info("replication: shard {}: {} holds a copy again ({} rows, {:.1f} MiB in {} chunks): it is the backup",
+                 p.shard, p.to, p.rows, static_cast<double>(bytes) / 1048576.0, chunks);
+  }, timeout);
+}
+
+void PsServer::StreamCopy(PeerId peer, uint64_t copy, std::shared_ptr<CopyProgress> progress, MigrationPlan tail,
+                          uint64_t total) {
+  // Rows as they are when their chunk goes. A key that left this shard meanwhile (a server
+  // joined) reads as its initializer, and is never served by the backup.
+  auto read = [this](const TableSpec& spec, std::span<const uint64_t> keys, std::span<float> out) -> Status {
+    std::shared_lock tables_lock(tables_mu_);
+    auto it = tables_.find(spec.id);
+    if (it == tables_.end()) return Status::NotFound("table \"" + spec.name + "\" is gone");
+    const Table& t = *it->second;
+    const size_t width = static_cast<size_t>(spec.RecordWidth());
+    auto copy_out = [&](size_t j, std::span<const float> record) {
+      std::memcpy(out.data() + j * width, record.data(), width * sizeof(float));
+    };
+    Status s = t.store->Read(keys, nullptr, copy_out);
+    return s.IsNotFound() ? t.store->Peek(keys, t.init, copy_out) : s;
+  };
+  std::optional<MigrationCursor> at = tail.Start();
+  while (at && !stop_) {
+    {
+      std::unique_lock lock(progress->mu);
+      progress->cv.wait_for(lock, Millis(100), [&] { return progress->failed || progress->sent - progress->acked < kCopyWindow; });
+      if (progress->failed) return;
+      if (progress->sent - progress->acked >= kCopyWindow) continue;
+    }
+    std::lock_guard lock(forward_mu_);
+    Replica* replica = RoleNow() == ShardRole::kServing ? ReplicaLocked() : nullptr;
+    if (!replica || replica->copy != copy) return;  // dropped, replaced by a newer copy, or its holder died
+    Message m;
+    m.builder().setShard(static_cast<int32_t>(Shard()));
+    auto info = BuildMigrationChunk(tail, *at, MigrateChunkBytes(), read, &m, /*state_transfer=*/true);
+    if (!info.ok()) {
+      failed_copy_ = copy;  // the next update drops the replica; its holder asks for a new copy
+      {
+        std::lock_guard progress_lock(progress->mu);
+        progress->failed = true;
+      }
+      spdlog::error("replication: shard {}: the copy for {} failed here: {}; no backup until it asks again", Shard(),
+                    progress->to, info.status().ToString());
+      return;
+    }
+    auto body = m.builder().getBody().getStateTransfer();
+    body.setCopy(copy);
+    body.setRows(total);
+    at = info->next;
+    SendCopyChunkLocked(peer, std::move(m), copy, progress, !at);
+  }
+}
+
+Result<std::vector<Message>> PsServer::CopyHeadLocked(MigrationPlan* tail, uint64_t* head_rows) {
+  // Two migration plans (ps/migration.h) of every row: the head's, read now, under the lock,
+  // and the tail's, whose rows are read chunk by chunk later. A BSP table's rows go in the head
+  // with the BSP state: a clock may be applied outside forward_mu_ (a trainer's event), so its
+  // rows and the state must be taken at one moment. Any other table's rows change only by the
+  // updates forwarded in order with the chunks: a tail chunk overwrites what the forwards before
+  // it wrote on the receiver, and those after it apply on top.
+  MigrationPlan head;
   std::shared_lock tables_lock(tables_mu_);
   for (const auto& [id, t] : tables_) {
     MigrationPlan::Rows r{t->spec, {}};
@@ -192,14 +300,19 @@ Result<std::vector<Message>> PsServer::SnapshotLocked(uint64_t* rows) {
       r.keys.push_back(key);
       return Status::OK();
     }));
-    plan.tables.push_back(std::move(r));
+    if (t->spec.consistency == Consistency::kBsp) {
+      head.tables.push_back(std::move(r));
+    } else {
+      head.tables.push_back(MigrationPlan::Rows{t->spec, {}});  // listed, so the receiver makes it
+      tail->tables.push_back(std::move(r));
+    }
   }
-  plan.push_ids = push_ids_.Snapshot();
+  head.push_ids = push_ids_.Snapshot();
   // Held to the end: a trainer's event applies BSP clocks outside forward_mu_, and the rows read
   // below must be those the BSP state taken here leaves to apply.
   std::lock_guard clocks(clock_mu_);
-  for (const auto& [node, clock] : trainer_clock_) plan.clocks.emplace_back(node, clock);
-  *rows = plan.rows();
+  for (const auto& [node, clock] : trainer_clock_) head.clocks.emplace_back(node, clock);
+  *head_rows = head.rows();
   auto read = [this](const TableSpec& spec, std::span<const uint64_t> keys, std::span<float> out) -> Status {
     const Table& t = *tables_.at(spec.id);
     const size_t width = static_cast<size_t>(spec.RecordWidth());
@@ -208,16 +321,16 @@ Result<std::vector<Message>> PsServer::SnapshotLocked(uint64_t* rows) {
     });
   };
   std::vector<Message> chunks;
-  std::optional<MigrationCursor> at = plan.Start();
+  std::optional<MigrationCursor> at = head.Start();
   while (at) {
     Message m;
     m.builder().setShard(static_cast<int32_t>(Shard()));
-    STRATA_ASSIGN_OR_RETURN(const ChunkInfo info, BuildMigrationChunk(plan, *at, MigrateChunkBytes(), read, &m,
+    STRATA_ASSIGN_OR_RETURN(const ChunkInfo info, BuildMigrationChunk(head, *at, MigrateChunkBytes(), read, &m,
                                                                       /*state_transfer=*/true));
     chunks.push_back(std::move(m));
     at = info.next;
   }
-  if (!chunks.empty()) AddBspStateLocked(&chunks.back());
+  AddBspStateLocked(&chunks.back());  // a plan always has a chunk (the push ids', if nothing else)
   return chunks;
 }
 
@@ -259,11 +372,13 @@ Result<Message> PsServer::InstallTransfer(const Request& request) {
     install_sender_ = request.message().sender();
     forwards_applied_ = 0;  // the sender counts its forwards after this copy from 0 too
     role_ = ShardRole::kEmpty;  // not a backup again before the whole copy is in
+    install_forwards_ = false;  // nor does it apply forwards before the head is in
     installing_ = true;
     install_total_ = chunk.getRows();
     install_rows_ = install_chunks_ = 0;
     if (Status s = ClearForCopy(); !s.ok()) {
       installing_ = false;  // RequestCopy asks for a new one, whose first chunk clears again
+      install_forwards_ = false;
       copy_failed_ = true;
       return s.WithContext("installing the copy of shard " + std::to_string(Shard()) + " from node " +
                            std::to_string(request.message().sender()));
@@ -274,6 +389,7 @@ Result<Message> PsServer::InstallTransfer(const Request& request) {
                             std::to_string(install_chunks_ + 1);
   if (chunk.getRows() != install_total_) {
     installing_ = false;
+    install_forwards_ = false;
     copy_failed_ = true;
     return Status::InvalidArgument(where + ": stateTransfer.rows says " + std::to_string(chunk.getRows()) +
                                    " rows, the first chunk said " + std::to_string(install_total_));
@@ -281,6 +397,7 @@ Result<Message> PsServer::InstallTransfer(const Request& request) {
   uint64_t rows = 0;
   if (Status s = ImportRows(request.message(), OtherRank(), nullptr, &rows); !s.ok()) {
     installing_ = false;  // the holder drops this copy (failed_copy_); RequestCopy asks for a new one
+    install_forwards_ = false;
     copy_failed_ = true;
     return s.WithContext(where);
   }
@@ -289,19 +406,31 @@ Result<Message> PsServer::InstallTransfer(const Request& request) {
   install_rows_ += rows;
   rows_moved_in_ += rows;
   if (chunk.hasNext()) return request.MakeReply();
-  installing_ = false;
-  if (Status s = InstallBspState(request.message()); !s.ok()) {
+  auto fail = [&](const Status& s) {
+    installing_ = false;
+    install_forwards_ = false;
     copy_failed_ = true;
     return s.WithContext(where);
+  };
+  if (!install_forwards_) {
+    // The head's last chunk (its plan ends here): the BSP state as it was when the head was read.
+    if (Status s = InstallBspState(request.message()); !s.ok()) return fail(s);
+    install_forwards_ = true;
+    // The tail's rows stream behind the forwards from here on.
+    if (install_rows_ < install_total_) return request.MakeReply();
   }
+  installing_ = false;
   if (install_rows_ != install_total_) {
+    install_forwards_ = false;
     copy_failed_ = true;
     return Status::InvalidArgument(where + ": the chunks held " + std::to_string(install_rows_) +
                                    " rows, stateTransfer.rows " + std::to_string(install_total_));
   }
   role_ = ShardRole::kBackup;
-  spdlog::info("replication: shard {}: copy received from node {} ({} rows in {} chunks): this server is its backup",
-               Shard(), request.message().sender(), install_rows_, install_chunks_);
+  install_forwards_ = false;
+  spdlog::info("replication: shard {}: copy received from node {} ({} rows in {} chunks, {} forwarded updates "
+               "applied between them): this server is its backup",
+               Shard(), request.message().sender(), install_rows_, install_chunks_, forwards_applied_.load());
   StartFailBack();  // this server's own shard: it asks for it back
   return request.MakeReply();
 }

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <future>
+#include <iostream>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -132,10 +133,7 @@ class ReplicationTest : public ::testing::Test {
     std::vector<std::future<Status>> joins;
     for (int s = 0; s < kServers; ++s) {
       server_nodes_.push_back(MakeNode(Role::kServer, "server" + std::to_string(s), s));
-      ServerOptions o;
-      o.stats_interval_ms = 0;
-      o.replication = Replication::kBackup;
-      servers_.push_back(std::make_unique<PsServer>(*server_nodes_.back(), o, logs_[s].Factory()));
+      servers_.push_back(std::make_unique<PsServer>(*server_nodes_.back(), Options(), logs_[s].Factory()));
     }
     for (int t = 0; t < kTrainers; ++t) trainer_nodes_.push_back(MakeNode(Role::kTrainer, "trainer" + std::to_string(t), t));
     for (auto& n : server_nodes_) joins.push_back(std::async(std::launch::async, [&n] { return n->Join(); }));
@@ -144,6 +142,14 @@ class ReplicationTest : public ::testing::Test {
     for (auto& n : trainer_nodes_) {
       clients_.push_back(std::make_unique<PsClient>(*n, Millis(10000), Replication::kBackup));
     }
+  }
+
+  ServerOptions Options() const {
+    ServerOptions o;
+    o.stats_interval_ms = 0;
+    o.replication = Replication::kBackup;
+    o.migrate_chunk_mb = chunk_mb_;
+    return o;
   }
 
   std::unique_ptr<Node> MakeNode(Role role, const std::string& name, int rank) {
@@ -165,6 +171,31 @@ class ReplicationTest : public ::testing::Test {
     return nlohmann::json::parse(s.ok() ? *s : "{}");
   }
 
+  // Server `s` gone without leaving (a kill -9), until the trainers see it dead.
+  void Kill(int s) {
+    servers_[s].reset();
+    server_nodes_[s]->StopWithoutLeaving();
+    server_nodes_[s].reset();
+    ASSERT_TRUE(testing::WaitFor(
+        [&] {
+          const auto v = trainer_nodes_[0]->RefreshView();
+          const NodeInfo* n = v.ok() ? v->Find(Role::kServer, s) : nullptr;
+          return n && !n->alive;
+        },
+        Millis(30000)));
+  }
+  // Until server 0 serves its shard again (the fail-back after its restart) and backs up the other.
+  void WaitForServer0Back() {
+    nlohmann::json j;
+    ASSERT_TRUE(testing::WaitFor(
+        [&] {
+          j = Stats(0);
+          return j.value("role", "") == "serving" && j.contains("backup") && j["backup"].value("role", "") == "backup";
+        },
+        Millis(30000)))
+        << j.dump();
+  }
+
   // A push written by hand from trainer 0 to server `to`: keys `ks` (gradient 1), push id `id`,
   // and the envelope's shard and origin fields.
   Status RawPush(int to, std::vector<uint64_t> ks, uint64_t id, int32_t shard = -1,
@@ -183,6 +214,7 @@ class ReplicationTest : public ::testing::Test {
     return node.rpc().CallAndWait(peer, std::move(m)).status();
   }
 
+  double chunk_mb_ = 16;  // the servers' migrate_chunk_mb
   InprocHub hub_;
   ClusterOptions cluster_;
   StoreLog logs_[kServers];
@@ -204,6 +236,17 @@ TableSpec AdamTable(Consistency c) {
   t.consistency = c;
   if (c == Consistency::kSsp) t.staleness = 1;
   return t;
+}
+
+// SGD, lr 1, from zeros: a key's value is minus the pushes applied to it.
+TableSpec LedgerTable() {
+  TableSpec spec;
+  spec.id = 1;
+  spec.name = "ledger";
+  spec.kind = TableKind::kSparse;
+  spec.dim = 4;
+  spec.optimizer.lr = 1.0f;
+  return spec;
 }
 
 // Adam does not commute: a backup that applied two trainers' pushes of a key in another order
@@ -306,13 +349,7 @@ TEST_F(ReplicationTest, RequestsThatDoNotBelongAreRefusedNamingWhy) {
 // over and the old one's failure drops nothing. The backup it ends up with loses nothing: once
 // the holder is killed, it serves every update acknowledged before.
 TEST_F(ReplicationTest, ACopyThatFailsToInstallIsAskedForAgainAndItsBackupLosesNothing) {
-  TableSpec spec;  // SGD, lr 1, zeros: a key's value is minus the pushes applied to it
-  spec.id = 1;
-  spec.name = "ledger";
-  spec.kind = TableKind::kSparse;
-  spec.dim = 4;
-  spec.optimizer.lr = 1.0f;
-  for (auto& c : clients_) ASSERT_TRUE(c->CreateTable(spec).ok());
+  for (auto& c : clients_) ASSERT_TRUE(c->CreateTable(LedgerTable()).ok());
   std::vector<uint64_t> keys(200);
   for (uint64_t k = 0; k < keys.size(); ++k) keys[k] = k * 7919;
   const std::vector<float> ones(keys.size() * 4, 1.0f);
@@ -323,20 +360,8 @@ TEST_F(ReplicationTest, ACopyThatFailsToInstallIsAskedForAgainAndItsBackupLosesN
       ASSERT_TRUE(clients_[0]->Wait(t).ok());
     }
   };
-  auto kill = [&](int s) {
-    servers_[s].reset();
-    server_nodes_[s]->StopWithoutLeaving();
-    server_nodes_[s].reset();
-    ASSERT_TRUE(testing::WaitFor(
-        [&] {
-          const auto v = trainer_nodes_[0]->RefreshView();
-          const NodeInfo* n = v.ok() ? v->Find(Role::kServer, s) : nullptr;
-          return n && !n->alive;
-        },
-        Millis(30000)));
-  };
   push(3);
-  ASSERT_NO_FATAL_FAILURE(kill(0));
+  ASSERT_NO_FATAL_FAILURE(Kill(0));
   push(2);  // server 1 serves shard 0 from its copy
 
   std::atomic<int> made{0};
@@ -345,26 +370,76 @@ TEST_F(ReplicationTest, ACopyThatFailsToInstallIsAskedForAgainAndItsBackupLosesN
     return std::unique_ptr<RowStore>(std::make_unique<MemoryRowStore>(t.RecordWidth()));
   };
   server_nodes_[0] = MakeNode(Role::kServer, "server0", 0);
-  ServerOptions o;
-  o.stats_interval_ms = 0;
-  o.replication = Replication::kBackup;
-  servers_[0] = std::make_unique<PsServer>(*server_nodes_[0], o, full_disk_once);
+  servers_[0] = std::make_unique<PsServer>(*server_nodes_[0], Options(), full_disk_once);
   ASSERT_TRUE(server_nodes_[0]->Join().ok());
   servers_[0]->Joined();
-  nlohmann::json j;
-  ASSERT_TRUE(testing::WaitFor(
-      [&] {
-        j = Stats(0);
-        // Both copies in, and shard 0 taken back from server 1 (fail-back).
-        return j.value("role", "") == "serving" && j.contains("backup") && j["backup"].value("role", "") == "backup";
-      },
-      Millis(30000)))
-      << j.dump();
+  ASSERT_NO_FATAL_FAILURE(WaitForServer0Back());  // both copies in, and shard 0 taken back (fail-back)
+  const nlohmann::json j = Stats(0);
   EXPECT_GE(made.load(), 3) << "the first store failed, then both copies' tables were made";
   EXPECT_EQ(j["copy_asks_again"].get<uint64_t>() + j["backup"]["copy_asks_again"].get<uint64_t>(), 1u) << j.dump();
   push(2);  // forwarded to the new backups
 
-  ASSERT_NO_FATAL_FAILURE(kill(1));
+  ASSERT_NO_FATAL_FAILURE(Kill(1));
+  std::vector<float> values(keys.size() * 4);
+  PsTicket pull = clients_[0]->Pull(1, keys, values.data());
+  ASSERT_TRUE(clients_[0]->Wait(pull).ok());
+  for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(values[i], -static_cast<float>(pushes)) << "float " << i;
+}
+
+// A copy's rows stream: the tables that are not BSP go a chunk at a time behind the head, each
+// read when it goes, never more than PsServer::kCopyWindow (2) unacknowledged, while a trainer
+// goes on pushing (its updates are forwarded between the chunks). The backups the streams make
+// lose nothing: once the other holder is killed, every acknowledged push is there exactly.
+class StreamedCopyTest : public ReplicationTest {
+ protected:
+  void SetUp() override {
+    chunk_mb_ = 0.001;  // 1 KiB chunks: about 40 ledger rows each, some 25 per shard
+    ReplicationTest::SetUp();
+  }
+};
+
+TEST_F(StreamedCopyTest, ACopyStreamsAFewChunksAtATimeWhilePushesGoOnAndItsBackupLosesNothing) {
+  for (auto& c : clients_) ASSERT_TRUE(c->CreateTable(LedgerTable()).ok());
+  std::vector<uint64_t> keys(2000);
+  for (uint64_t k = 0; k < keys.size(); ++k) keys[k] = k * 7919;
+  const std::vector<float> ones(keys.size() * 4, 1.0f);
+  std::atomic<int> pushes{0};
+  auto push = [&](int times, int trainer = 0) {
+    PsClient& c = *clients_[static_cast<size_t>(trainer)];
+    for (int i = 0; i < times; ++i) {
+      PsTicket t = c.Push(1, keys, ones.data());
+      ASSERT_TRUE(c.Wait(t).ok());
+      ++pushes;
+    }
+  };
+  push(3);
+  ASSERT_NO_FATAL_FAILURE(Kill(0));
+  push(2);  // server 1 serves shard 0 from its copy
+
+  server_nodes_[0] = MakeNode(Role::kServer, "server0", 0);
+  servers_[0] = std::make_unique<PsServer>(*server_nodes_[0], Options(), logs_[0].Factory());
+  ASSERT_TRUE(server_nodes_[0]->Join().ok());
+  std::atomic<bool> stop{false};
+  std::thread pusher([&] {
+    while (!stop) push(1, /*trainer=*/1);  // trainer 0's client asks for the statistics meanwhile
+  });
+  servers_[0]->Joined();  // asks server 1 for both shards' copies, which stream while the pusher pushes
+  ASSERT_NO_FATAL_FAILURE(WaitForServer0Back());
+  stop = true;
+  pusher.join();
+  push(1);  // forwarded to the new backups
+
+  const nlohmann::json sender = Stats(1), receiver = Stats(0);
+  // Server 1 sent shard 1's copy (its own server) and shard 0's (its copy, which served it).
+  for (const nlohmann::json& j : {sender, sender["backup"]}) {
+    EXPECT_GE(j["migrate_chunks_out"].get<uint64_t>(), 10u) << j.dump();
+    EXPECT_LE(j["copy_window_max"].get<uint64_t>(), 2u) << "more chunks unacknowledged than the window\n" << j.dump();
+  }
+  std::cout << "pushes " << pushes << "; forwards applied between the chunks of the copies: shard 0 "
+            << receiver["forwards_while_installing"] << ", shard 1 " << receiver["backup"]["forwards_while_installing"]
+            << "\n";
+
+  ASSERT_NO_FATAL_FAILURE(Kill(1));
   std::vector<float> values(keys.size() * 4);
   PsTicket pull = clients_[0]->Pull(1, keys, values.data());
   ASSERT_TRUE(clients_[0]->Wait(pull).ok());
