@@ -190,7 +190,8 @@ void PsServer::SendCopyChunkLocked(PeerId peer, Message chunk, uint64_t copy,
     progress->bytes += PayloadBytes(chunk);
     progress->all_sent = last;
   }
-  for (uint64_t seen = copy_window_max_.load(); ahead + 1 > seen && !copy_window_max_.compare_exchange_weak(seen, ahead + 1);) {
+  uint64_t seen = copy_window_max_.load();
+  while (ahead + 1 > seen && !copy_window_max_.compare_exchange_weak(seen, ahead + 1)) {
   }
   // The receiver installs chunks in turn: this one's answer comes after those ahead of it.
   const Millis timeout(node_.options().transport.request_timeout_ms * static_cast<int64_t>(ahead + 1));
