@@ -8,6 +8,7 @@
 
 #include "cluster/node.h"
 #include "common/inproc_transport.h"
+#include "test_util.h"
 
 namespace strata::testing {
 
@@ -23,6 +24,18 @@ inline std::unique_ptr<Node> MakeMemNode(const ClusterOptions& cluster, InprocHu
   o.requested_rank = rank;
   o.join = join;
   return std::make_unique<Node>(o, hub);
+}
+
+// Polls `watcher`'s view (asked for again each time) until server `rank` is dead in it: a node
+// that stopped without leaving, once the scheduler declared it dead. False after `timeout`.
+inline bool WaitUntilServerDead(Node& watcher, int rank, std::chrono::milliseconds timeout) {
+  return WaitFor(
+      [&] {
+        const auto v = watcher.RefreshView();
+        const NodeInfo* n = v.ok() ? v->Find(Role::kServer, rank) : nullptr;
+        return n && !n->alive;
+      },
+      timeout);
 }
 
 }  // namespace strata::testing

@@ -10,8 +10,9 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <string_view>
 #include <thread>
+
+#include "common/exec_args.h"
 
 namespace strata::testing {
 
@@ -69,17 +70,7 @@ Subprocess::Subprocess(std::vector<std::string> argv, std::string log_path)
   // One OpenBLAS thread in every child: a GEMM's sums split over threads round differently, so
   // processes started one by one (the environment's default: every core) would not compute the
   // floats that strata-launch's trainers (cores / trainers threads) or a reference run compute.
-  // Built before fork: the child only calls async-signal-safe functions.
-  std::vector<std::string> env = {"OPENBLAS_NUM_THREADS=1"};
-  for (char** e = environ; *e; ++e) {
-    if (!std::string_view(*e).starts_with("OPENBLAS_NUM_THREADS=")) env.emplace_back(*e);
-  }
-  std::vector<char*> envp;
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::vector<char*> args;
-  for (auto& a : argv) args.push_back(a.data());
-  args.push_back(nullptr);
+  ExecArgs exec(std::move(argv), {"OPENBLAS_NUM_THREADS=1"});
   pid_ = fork();
   if (pid_ == 0) {
     int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -88,7 +79,7 @@ Subprocess::Subprocess(std::vector<std::string> argv, std::string log_path)
       dup2(fd, 2);
       close(fd);
     }
-    execve(args[0], args.data(), envp.data());
+    execve(exec.argv()[0], exec.argv(), exec.envp());
     _exit(127);
   }
 }

@@ -176,13 +176,7 @@ class ReplicationTest : public ::testing::Test {
     servers_[s].reset();
     server_nodes_[s]->StopWithoutLeaving();
     server_nodes_[s].reset();
-    ASSERT_TRUE(testing::WaitFor(
-        [&] {
-          const auto v = trainer_nodes_[0]->RefreshView();
-          const NodeInfo* n = v.ok() ? v->Find(Role::kServer, s) : nullptr;
-          return n && !n->alive;
-        },
-        Millis(30000)));
+    ASSERT_TRUE(testing::WaitUntilServerDead(*trainer_nodes_[0], s, Millis(30000)));
   }
   // Until server 0 serves its shard again (the fail-back after its restart) and backs up the other.
   void WaitForServer0Back() {

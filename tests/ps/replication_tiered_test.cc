@@ -117,13 +117,7 @@ class TieredReplicationTest : public ::testing::TestWithParam<Durability> {
     servers_[s].reset();
     server_nodes_[s]->StopWithoutLeaving();
     server_nodes_[s].reset();
-    ASSERT_TRUE(testing::WaitFor(
-        [&] {
-          const auto v = trainer_nodes_[0]->RefreshView();
-          const NodeInfo* n = v.ok() ? v->Find(Role::kServer, s) : nullptr;
-          return n && !n->alive;
-        },
-        Millis(30000)));
+    ASSERT_TRUE(testing::WaitUntilServerDead(*trainer_nodes_[0], s, Millis(30000)));
   }
 
   void Restart(int s) {

@@ -8,10 +8,9 @@
 
 #include <cerrno>
 #include <cstring>
-#include <string_view>
 #include <thread>
 
-extern char** environ;
+#include "common/exec_args.h"
 
 namespace strata::bench {
 
@@ -19,16 +18,7 @@ Result<std::unique_ptr<ChildProcess>> ChildProcess::Start(const std::vector<std:
                                                           const std::string& log) {
   if (argv.empty()) return Status::InvalidArgument("an empty command");
   if (access(argv[0].c_str(), X_OK) != 0) return Status::NotFound("no executable at " + argv[0]);
-  std::vector<std::string> env_text = {"OPENBLAS_NUM_THREADS=1"};
-  for (char** e = environ; *e; ++e) {
-    if (!std::string_view(*e).starts_with("OPENBLAS_NUM_THREADS=")) env_text.push_back(*e);
-  }
-  std::vector<std::string> args = argv;
-  std::vector<char*> cargv, cenv;
-  for (auto& a : args) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  for (auto& e : env_text) cenv.push_back(e.data());
-  cenv.push_back(nullptr);
+  ExecArgs exec(argv, {"OPENBLAS_NUM_THREADS=1"});
   // Everything the child needs is built above: between fork and exec it only calls
   // async-signal-safe functions.
   const pid_t pid = fork();
@@ -39,7 +29,7 @@ Result<std::unique_ptr<ChildProcess>> ChildProcess::Start(const std::vector<std:
       dup2(fd, 1);
       dup2(fd, 2);
     }
-    execve(cargv[0], cargv.data(), cenv.data());
+    execve(exec.argv()[0], exec.argv(), exec.envp());
     _exit(127);
   }
   return std::unique_ptr<ChildProcess>(new ChildProcess(pid, argv));
