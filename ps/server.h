@@ -42,6 +42,7 @@
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -318,6 +319,9 @@ class PsServer {
   // replaced or failed, or the server stops.
   void StreamCopy(PeerId peer, uint64_t copy, std::shared_ptr<CopyProgress> progress, MigrationPlan tail,
                   uint64_t total);
+  // Reads the records of `keys` of table `spec` into `out` for a copy; an absent key (one that
+  // left the shard) as its initializer. Expects tables_mu_ held.
+  Status ReadForCopyLocked(const TableSpec& spec, std::span<const uint64_t> keys, std::span<float> out);
   Result<Message> InstallTransfer(const Request& request);
   // A copy's first chunk: drops every table (and, with durable stores, their files), the push
   // ids and the trainers' clocks this instance held.

@@ -240,19 +240,10 @@ void PsServer::SendCopyChunkLocked(PeerId peer, Message chunk, uint64_t copy,
 
 void PsServer::StreamCopy(PeerId peer, uint64_t copy, std::shared_ptr<CopyProgress> progress, MigrationPlan tail,
                           uint64_t total) {
-  // Rows as they are when their chunk goes. A key that left this shard meanwhile (a server
-  // joined) reads as its initializer, and is never served by the backup.
-  auto read = [this](const TableSpec& spec, std::span<const uint64_t> keys, std::span<float> out) -> Status {
+  // Rows as they are when their chunk goes.
+  auto read = [this](const TableSpec& spec, std::span<const uint64_t> keys, std::span<float> out) {
     std::shared_lock tables_lock(tables_mu_);
-    auto it = tables_.find(spec.id);
-    if (it == tables_.end()) return Status::NotFound("table \"" + spec.name + "\" is gone");
-    const Table& t = *it->second;
-    const size_t width = static_cast<size_t>(spec.RecordWidth());
-    auto copy_out = [&](size_t j, std::span<const float> record) {
-      std::memcpy(out.data() + j * width, record.data(), width * sizeof(float));
-    };
-    Status s = t.store->Read(keys, nullptr, copy_out);
-    return s.IsNotFound() ? t.store->Peek(keys, t.init, copy_out) : s;
+    return ReadForCopyLocked(spec, keys, out);
   };
   std::optional<MigrationCursor> at = tail.Start();
   while (at && !stop_) {
@@ -314,12 +305,8 @@ Result<std::vector<Message>> PsServer::CopyHeadLocked(MigrationPlan* tail, uint6
   std::lock_guard clocks(clock_mu_);
   for (const auto& [node, clock] : trainer_clock_) head.clocks.emplace_back(node, clock);
   *head_rows = head.rows();
-  auto read = [this](const TableSpec& spec, std::span<const uint64_t> keys, std::span<float> out) -> Status {
-    const Table& t = *tables_.at(spec.id);
-    const size_t width = static_cast<size_t>(spec.RecordWidth());
-    return t.store->Read(keys, t.init, [&](size_t j, std::span<const float> record) {
-      std::memcpy(out.data() + j * width, record.data(), width * sizeof(float));
-    });
+  auto read = [this](const TableSpec& spec, std::span<const uint64_t> keys, std::span<float> out) {
+    return ReadForCopyLocked(spec, keys, out);
   };
   std::vector<Message> chunks;
   std::optional<MigrationCursor> at = head.Start();
@@ -333,6 +320,20 @@ Result<std::vector<Message>> PsServer::CopyHeadLocked(MigrationPlan* tail, uint6
   }
   AddBspStateLocked(&chunks.back());  // a plan always has a chunk (the push ids', if nothing else)
   return chunks;
+}
+
+Status PsServer::ReadForCopyLocked(const TableSpec& spec, std::span<const uint64_t> keys, std::span<float> out) {
+  auto it = tables_.find(spec.id);
+  if (it == tables_.end()) return Status::NotFound("table \"" + spec.name + "\" is gone");
+  const Table& t = *it->second;
+  const size_t width = static_cast<size_t>(spec.RecordWidth());
+  auto copy_out = [&](size_t j, std::span<const float> record) {
+    std::memcpy(out.data() + j * width, record.data(), width * sizeof(float));
+  };
+  // A key that left the shard since the copy's plan was made (a server joined) reads as its
+  // initializer, stored nowhere; the backup never serves it.
+  Status s = t.store->Read(keys, nullptr, copy_out);
+  return s.IsNotFound() ? t.store->Peek(keys, t.init, copy_out) : s;
 }
 
 Status PsServer::ClearForCopy() {
@@ -368,6 +369,14 @@ Result<Message> PsServer::InstallTransfer(const Request& request) {
                               : std::string("that copy is over (installed, or failed)")));
   }
   install_heard_ms_ = SteadyMillis();
+  // A copy that fails here: RequestCopy asks for a new one (whose first chunk clears again), and
+  // the holder, answered this error, drops this one (failed_copy_).
+  auto fail = [this](Status s) {
+    installing_ = false;
+    install_forwards_ = false;
+    copy_failed_ = true;
+    return s;
+  };
   if (other_sender || copy > install_copy_) {  // a fresh copy's first chunk: it replaces whatever this instance held
     install_copy_ = copy;
     install_sender_ = request.message().sender();
@@ -378,55 +387,36 @@ Result<Message> PsServer::InstallTransfer(const Request& request) {
     install_total_ = chunk.getRows();
     install_rows_ = install_chunks_ = 0;
     if (Status s = ClearForCopy(); !s.ok()) {
-      installing_ = false;  // RequestCopy asks for a new one, whose first chunk clears again
-      install_forwards_ = false;
-      copy_failed_ = true;
-      return s.WithContext("installing the copy of shard " + std::to_string(Shard()) + " from node " +
-                           std::to_string(request.message().sender()));
+      return fail(s.WithContext("installing the copy of shard " + std::to_string(Shard()) + " from node " +
+                                std::to_string(request.message().sender())));
     }
   }
   const std::string where = "the copy of shard " + std::to_string(Shard()) + " from node " +
                             std::to_string(request.message().sender()) + ", chunk " +
                             std::to_string(install_chunks_ + 1);
   if (chunk.getRows() != install_total_) {
-    installing_ = false;
-    install_forwards_ = false;
-    copy_failed_ = true;
-    return Status::InvalidArgument(where + ": stateTransfer.rows says " + std::to_string(chunk.getRows()) +
-                                   " rows, the first chunk said " + std::to_string(install_total_));
+    return fail(Status::InvalidArgument(where + ": stateTransfer.rows says " + std::to_string(chunk.getRows()) +
+                                        " rows, the first chunk said " + std::to_string(install_total_)));
   }
   uint64_t rows = 0;
-  if (Status s = ImportRows(request.message(), OtherRank(), nullptr, &rows); !s.ok()) {
-    installing_ = false;  // the holder drops this copy (failed_copy_); RequestCopy asks for a new one
-    install_forwards_ = false;
-    copy_failed_ = true;
-    return s.WithContext(where);
-  }
+  if (Status s = ImportRows(request.message(), OtherRank(), nullptr, &rows); !s.ok()) return fail(s.WithContext(where));
   ++install_chunks_;
   ++migrate_chunks_in_;
   install_rows_ += rows;
   rows_moved_in_ += rows;
   if (chunk.hasNext()) return request.MakeReply();
-  auto fail = [&](const Status& s) {
-    installing_ = false;
-    install_forwards_ = false;
-    copy_failed_ = true;
-    return s.WithContext(where);
-  };
   if (!install_forwards_) {
     // The head's last chunk (its plan ends here): the BSP state as it was when the head was read.
-    if (Status s = InstallBspState(request.message()); !s.ok()) return fail(s);
+    if (Status s = InstallBspState(request.message()); !s.ok()) return fail(s.WithContext(where));
     install_forwards_ = true;
     // The tail's rows stream behind the forwards from here on.
     if (install_rows_ < install_total_) return request.MakeReply();
   }
-  installing_ = false;
   if (install_rows_ != install_total_) {
-    install_forwards_ = false;
-    copy_failed_ = true;
-    return Status::InvalidArgument(where + ": the chunks held " + std::to_string(install_rows_) +
-                                   " rows, stateTransfer.rows " + std::to_string(install_total_));
+    return fail(Status::InvalidArgument(where + ": the chunks held " + std::to_string(install_rows_) +
+                                        " rows, stateTransfer.rows " + std::to_string(install_total_)));
   }
+  installing_ = false;
   role_ = ShardRole::kBackup;
   install_forwards_ = false;
   spdlog::info("replication: shard {}: copy received from node {} ({} rows in {} chunks, {} forwarded updates "
