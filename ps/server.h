@@ -333,6 +333,11 @@ class PsServer {
   void StartCopyRequests(PsServer* copy, bool own, bool other);
   // StepDown(), for this instance's shard: empty, forwarding nothing.
   void DropShard();
+  // A forwarded update that the serving holder applied failed here (`why`: a full disk, or a
+  // state that diverged): this instance's copy is not the shard's state any more, and the
+  // serving holder drops it as its backup on this answer. So it stops being the backup (or
+  // installing that copy), and asks for a fresh copy: a stale backup must never take over.
+  void DropDivergedCopy(const Status& why);
   // Answers every parked request Unavailable `why` (the tables they point into are going).
   void FailParked(const std::string& why);
   // The sending side of a take-over or a leave (see TakeOver): a migrate request, answered
@@ -476,12 +481,13 @@ class PsServer {
   // here, and how often it asked again.
   uint64_t install_copy_ = 0;
   uint32_t install_sender_ = kUnassignedNode;  // the node install_copy_ came from
-  bool installing_ = false;
+  std::atomic<bool> installing_{false};  // atomic: DropDivergedCopy ends it from any worker
   uint64_t install_total_ = 0, install_rows_ = 0, install_chunks_ = 0;
   // The copy's head is installed (its BSP state included): forwards apply from now on, between
   // the tail's chunks (Admit), each chunk's rows overwriting what forwards wrote before it.
   std::atomic<bool> install_forwards_{false};
   std::atomic<uint64_t> forwards_while_installing_{0};
+  std::atomic<uint64_t> diverged_copies_{0};  // copies dropped here for a forward that failed (DropDivergedCopy)
   std::atomic<int64_t> install_heard_ms_{0};
   std::atomic<bool> copy_failed_{false};
   std::atomic<bool> requesting_copy_{false};  // a RequestCopy runs for this shard

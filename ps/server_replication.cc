@@ -195,6 +195,10 @@ void PsServer::Finish(Request& request, Result<Message> reply, std::unique_lock<
   if (HasOrigin(request.message())) ++forwards_applied_;  // HandBack's count
   if (!reply.ok()) {
     ++errors_;
+    if (HasOrigin(request.message())) {
+      if (lock.owns_lock()) lock.unlock();  // nothing is forwarded; DropDivergedCopy takes backup_mu_
+      DropDivergedCopy(reply.status());
+    }
     request.ReplyError(reply.status());
     return;
   }
@@ -293,6 +297,24 @@ void PsServer::DropShard() {
   spdlog::warn("replication: shard {}: this server was declared dead while it ran, and the shard's other holder "
                "serves it now: this server stops {} it and asks for a copy once registered again",
                Shard(), was == ShardRole::kServing ? "serving" : "backing up");
+}
+
+void PsServer::DropDivergedCopy(const Status& why) {
+  const ShardRole was = role_.load();
+  if (was != ShardRole::kBackup && !install_forwards_) return;
+  install_forwards_ = false;
+  installing_ = false;  // the chunks of this copy still on their way are refused
+  role_ = ShardRole::kEmpty;
+  copy_failed_ = true;  // an ask for this copy in progress asks again
+  ++diverged_copies_;
+  spdlog::error("replication: shard {}: a forwarded update failed here: {}; this server's copy of the shard is no "
+                "longer its state, so it is no backup now and asks server {} for a fresh copy",
+                Shard(), why.ToString(), OtherRank());
+  if (IsCopy()) {
+    parent_->StartCopyRequests(this, /*own=*/false, /*other=*/true);
+  } else {
+    StartCopyRequests(nullptr, /*own=*/true, /*other=*/false);
+  }
 }
 
 void PsServer::CameBack() {

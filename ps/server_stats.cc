@@ -49,6 +49,7 @@ std::string PsServer::StatsJson() const {
     j["copy_asks_again"] = copy_asks_again_.load();
     j["copy_window_max"] = copy_window_max_.load();  // chunks of a copy sent, not yet acknowledged
     j["forwards_while_installing"] = forwards_while_installing_.load();
+    j["diverged_copies"] = diverged_copies_.load();
     j["fail_backs"] = fail_backs_.load();  // shards handed back to their own server, or taken back
     std::lock_guard lock(backup_mu_);
     if (backup_) j["backup"] = nlohmann::json::parse(backup_->StatsJson());

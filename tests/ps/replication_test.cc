@@ -133,7 +133,8 @@ class ReplicationTest : public ::testing::Test {
     std::vector<std::future<Status>> joins;
     for (int s = 0; s < kServers; ++s) {
       server_nodes_.push_back(MakeNode(Role::kServer, "server" + std::to_string(s), s));
-      servers_.push_back(std::make_unique<PsServer>(*server_nodes_.back(), Options(), logs_[s].Factory()));
+      servers_.push_back(std::make_unique<PsServer>(*server_nodes_.back(), Options(),
+                                                    s == 1 && server1_stores_ ? server1_stores_ : logs_[s].Factory()));
     }
     for (int t = 0; t < kTrainers; ++t) trainer_nodes_.push_back(MakeNode(Role::kTrainer, "trainer" + std::to_string(t), t));
     for (auto& n : server_nodes_) joins.push_back(std::async(std::launch::async, [&n] { return n->Join(); }));
@@ -209,6 +210,7 @@ class ReplicationTest : public ::testing::Test {
   }
 
   double chunk_mb_ = 16;  // the servers' migrate_chunk_mb
+  StoreFactory server1_stores_;  // set: server 1's stores (else a MemoryRowStore each)
   InprocHub hub_;
   ClusterOptions cluster_;
   StoreLog logs_[kServers];
@@ -242,6 +244,29 @@ TableSpec LedgerTable() {
   spec.optimizer.lr = 1.0f;
   return spec;
 }
+
+// A MemoryRowStore whose update number `fail_at` (counted from 1 in `*updates`, which several
+// stores may share) fails, as a full disk would.
+class FailingStore final : public RowStore {
+ public:
+  FailingStore(int width, std::atomic<int>* updates, int fail_at) : inner_(width), updates_(updates), fail_at_(fail_at) {}
+  int width() const override { return inner_.width(); }
+  Status Update(std::span<const uint64_t> keys, const Init& init, const Visit& visit) override {
+    if (++*updates_ == fail_at_) return Status::ResourceExhausted("no space left on device (the test's store)");
+    return inner_.Update(keys, init, visit);
+  }
+  Status Read(std::span<const uint64_t> keys, const Init& init, const ReadVisit& visit) override {
+    return inner_.Read(keys, init, visit);
+  }
+  Status Scan(const ScanVisit& visit) override { return inner_.Scan(visit); }
+  Result<uint64_t> Erase(std::span<const uint64_t> keys) override { return inner_.Erase(keys); }
+  RowStoreStats stats() const override { return inner_.stats(); }
+
+ private:
+  MemoryRowStore inner_;
+  std::atomic<int>* updates_;
+  const int fail_at_;
+};
 
 // Adam does not commute: a backup that applied two trainers' pushes of a key in another order
 // than its primary would hold other bits. Each backup must equal its primary exactly.
@@ -380,6 +405,56 @@ TEST_F(ReplicationTest, ACopyThatFailsToInstallIsAskedForAgainAndItsBackupLosesN
   for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(values[i], -static_cast<float>(pushes)) << "float " << i;
 }
 
+// A backup that fails to apply a forwarded update (a full disk, once) holds a copy that is not
+// the shard's state any more. Its serving holder drops it on the error; it drops the copy too
+// and asks for a fresh one, so it never takes the shard over with the updates it missed (it
+// used to stay a "backup" three pushes behind, and serve that after the holder's kill).
+class DivergedBackupTest : public ReplicationTest {
+ protected:
+  void SetUp() override {
+    // Server 1's stores' 4th update, counted over them all, fails: the test pushes keys of shard
+    // 0 only, so every update there is a forward to shard 0's copy.
+    server1_stores_ = [this](const TableSpec& t) -> Result<std::unique_ptr<RowStore>> {
+      return std::unique_ptr<RowStore>(std::make_unique<FailingStore>(t.RecordWidth(), &updates_, 4));
+    };
+    ReplicationTest::SetUp();
+  }
+  std::atomic<int> updates_{0};
+};
+
+TEST_F(DivergedBackupTest, ABackupThatFailsAForwardedUpdateAsksForAFreshCopyAndLosesNothing) {
+  for (auto& c : clients_) ASSERT_TRUE(c->CreateTable(LedgerTable()).ok());
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; keys.size() < 50; ++k) {
+    if (SparseServer(k, kServers) == 0) keys.push_back(k);
+  }
+  const std::vector<float> ones(keys.size() * 4, 1.0f);
+  int pushes = 0;
+  auto push = [&](int times) {
+    for (int i = 0; i < times; ++i, ++pushes) {
+      PsTicket t = clients_[0]->Push(1, keys, ones.data());
+      ASSERT_TRUE(clients_[0]->Wait(t).ok());  // applied by server 0, acknowledged with or without a backup
+    }
+  };
+  push(6);  // the 4th fails on server 1's copy of shard 0
+  nlohmann::json j;
+  ASSERT_TRUE(testing::WaitFor(
+      [&] {
+        j = Stats(1);
+        return j["backup"]["role"] == "backup" && Stats(0)["transferred_rows"].get<uint64_t>() > 0;
+      },
+      Millis(30000)))
+      << "server 1's copy of shard 0 is a backup again only after a fresh copy from server 0\n" << j.dump();
+  EXPECT_EQ(j["backup"]["diverged_copies"].get<uint64_t>(), 1u) << j.dump();
+  push(2);  // forwarded to the fresh copy
+
+  ASSERT_NO_FATAL_FAILURE(Kill(0));  // server 1 takes shard 0 over
+  std::vector<float> values(keys.size() * 4);
+  PsTicket pull = clients_[0]->Pull(1, keys, values.data());
+  ASSERT_TRUE(clients_[0]->Wait(pull).ok());
+  for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(values[i], -static_cast<float>(pushes)) << "float " << i;
+}
+
 // A copy's rows stream: the tables that are not BSP go a chunk at a time behind the head, each
 // read when it goes, never more than PsServer::kCopyWindow (2) unacknowledged, while a trainer
 // goes on pushing (its updates are forwarded between the chunks). The backups the streams make
@@ -390,54 +465,81 @@ class StreamedCopyTest : public ReplicationTest {
     chunk_mb_ = 0.001;  // 1 KiB chunks: about 40 ledger rows each, some 25 per shard
     ReplicationTest::SetUp();
   }
+
+  // Server 0 killed and restarted over `stores` while trainer 1 pushes every ledger key in a
+  // loop, until it took its shard back; then server 1 killed: every key must equal minus the
+  // pushes acknowledged. Sets the two servers' statistics from before server 1's kill.
+  void KillAndRestartWhilePushing(const StoreFactory& stores, nlohmann::json* sender, nlohmann::json* receiver) {
+    for (auto& c : clients_) ASSERT_TRUE(c->CreateTable(LedgerTable()).ok());
+    std::vector<uint64_t> keys(2000);
+    for (uint64_t k = 0; k < keys.size(); ++k) keys[k] = k * 7919;
+    const std::vector<float> ones(keys.size() * 4, 1.0f);
+    std::atomic<int> pushes{0};
+    auto push = [&](int times, int trainer = 0) {
+      PsClient& c = *clients_[static_cast<size_t>(trainer)];
+      for (int i = 0; i < times; ++i) {
+        PsTicket t = c.Push(1, keys, ones.data());
+        ASSERT_TRUE(c.Wait(t).ok());
+        ++pushes;
+      }
+    };
+    push(3);
+    ASSERT_NO_FATAL_FAILURE(Kill(0));
+    push(2);  // server 1 serves shard 0 from its copy
+
+    server_nodes_[0] = MakeNode(Role::kServer, "server0", 0);
+    servers_[0] = std::make_unique<PsServer>(*server_nodes_[0], Options(), stores);
+    ASSERT_TRUE(server_nodes_[0]->Join().ok());
+    std::atomic<bool> stop{false};
+    std::thread pusher([&] {
+      while (!stop) push(1, /*trainer=*/1);  // trainer 0's client asks for the statistics meanwhile
+    });
+    servers_[0]->Joined();  // asks server 1 for both shards' copies, which stream while the pusher pushes
+    ASSERT_NO_FATAL_FAILURE(WaitForServer0Back());
+    stop = true;
+    pusher.join();
+    push(1);  // forwarded to the new backups
+
+    *sender = Stats(1);
+    *receiver = Stats(0);
+    std::cout << "pushes " << pushes << "; forwards applied between the chunks of the copies: shard 0 "
+              << (*receiver)["forwards_while_installing"] << ", shard 1 "
+              << (*receiver)["backup"]["forwards_while_installing"] << "\n";
+    ASSERT_NO_FATAL_FAILURE(Kill(1));
+    std::vector<float> values(keys.size() * 4);
+    PsTicket pull = clients_[0]->Pull(1, keys, values.data());
+    ASSERT_TRUE(clients_[0]->Wait(pull).ok());
+    for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(values[i], -static_cast<float>(pushes)) << "float " << i;
+  }
 };
 
 TEST_F(StreamedCopyTest, ACopyStreamsAFewChunksAtATimeWhilePushesGoOnAndItsBackupLosesNothing) {
-  for (auto& c : clients_) ASSERT_TRUE(c->CreateTable(LedgerTable()).ok());
-  std::vector<uint64_t> keys(2000);
-  for (uint64_t k = 0; k < keys.size(); ++k) keys[k] = k * 7919;
-  const std::vector<float> ones(keys.size() * 4, 1.0f);
-  std::atomic<int> pushes{0};
-  auto push = [&](int times, int trainer = 0) {
-    PsClient& c = *clients_[static_cast<size_t>(trainer)];
-    for (int i = 0; i < times; ++i) {
-      PsTicket t = c.Push(1, keys, ones.data());
-      ASSERT_TRUE(c.Wait(t).ok());
-      ++pushes;
-    }
-  };
-  push(3);
-  ASSERT_NO_FATAL_FAILURE(Kill(0));
-  push(2);  // server 1 serves shard 0 from its copy
-
-  server_nodes_[0] = MakeNode(Role::kServer, "server0", 0);
-  servers_[0] = std::make_unique<PsServer>(*server_nodes_[0], Options(), logs_[0].Factory());
-  ASSERT_TRUE(server_nodes_[0]->Join().ok());
-  std::atomic<bool> stop{false};
-  std::thread pusher([&] {
-    while (!stop) push(1, /*trainer=*/1);  // trainer 0's client asks for the statistics meanwhile
-  });
-  servers_[0]->Joined();  // asks server 1 for both shards' copies, which stream while the pusher pushes
-  ASSERT_NO_FATAL_FAILURE(WaitForServer0Back());
-  stop = true;
-  pusher.join();
-  push(1);  // forwarded to the new backups
-
-  const nlohmann::json sender = Stats(1), receiver = Stats(0);
+  nlohmann::json sender, receiver;
+  ASSERT_NO_FATAL_FAILURE(KillAndRestartWhilePushing(logs_[0].Factory(), &sender, &receiver));
   // Server 1 sent shard 1's copy (its own server) and shard 0's (its copy, which served it).
   for (const nlohmann::json& j : {sender, sender["backup"]}) {
     EXPECT_GE(j["migrate_chunks_out"].get<uint64_t>(), 10u) << j.dump();
     EXPECT_LE(j["copy_window_max"].get<uint64_t>(), 2u) << "more chunks unacknowledged than the window\n" << j.dump();
   }
-  std::cout << "pushes " << pushes << "; forwards applied between the chunks of the copies: shard 0 "
-            << receiver["forwards_while_installing"] << ", shard 1 " << receiver["backup"]["forwards_while_installing"]
-            << "\n";
+  EXPECT_EQ(receiver["copy_asks_again"].get<uint64_t>() + receiver["backup"]["copy_asks_again"].get<uint64_t>(), 0u);
+}
 
-  ASSERT_NO_FATAL_FAILURE(Kill(1));
-  std::vector<float> values(keys.size() * 4);
-  PsTicket pull = clients_[0]->Pull(1, keys, values.data());
-  ASSERT_TRUE(clients_[0]->Wait(pull).ok());
-  for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(values[i], -static_cast<float>(pushes)) << "float " << i;
+// A copy that fails in the middle of its tail (a chunk the restarted server cannot write, after
+// forwards were applied between the chunks before it) is dropped by its sender, asked for again
+// and sent whole again; the backup it ends with loses nothing.
+TEST_F(StreamedCopyTest, ACopyThatFailsInItsTailIsAskedForAgainAndItsBackupLosesNothing) {
+  std::atomic<int> made{0}, updates{0};
+  // The restarted server's first store fails at its 12th update: the head's (empty) rows, then
+  // chunks of the tail and the forwards between them.
+  const StoreFactory fails_once = [&](const TableSpec& t) -> Result<std::unique_ptr<RowStore>> {
+    if (made++ == 0) return std::unique_ptr<RowStore>(std::make_unique<FailingStore>(t.RecordWidth(), &updates, 12));
+    return std::unique_ptr<RowStore>(std::make_unique<MemoryRowStore>(t.RecordWidth()));
+  };
+  nlohmann::json sender, receiver;
+  ASSERT_NO_FATAL_FAILURE(KillAndRestartWhilePushing(fails_once, &sender, &receiver));
+  EXPECT_EQ(receiver["copy_asks_again"].get<uint64_t>() + receiver["backup"]["copy_asks_again"].get<uint64_t>(), 1u)
+      << receiver.dump();
+  EXPECT_GE(made.load(), 3);
 }
 
 }  // namespace
