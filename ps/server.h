@@ -204,6 +204,8 @@ class PsServer {
   // A copy's chunks past its head unacknowledged at once (StreamCopy): with the head, all of the
   // shard that a copy holds in memory on its sender.
   static constexpr uint64_t kCopyWindow = 2;
+  // The longest wait before asking again for a copy that keeps failing here (AskForCopy).
+  static constexpr Millis kMaxCopyBackoff{5000};
   struct CopyProgress;  // a copy being sent: its chunks sent and acknowledged (server_transfer.cc)
   // The copy of shard `shard` held by `parent`, the node's own server (server_replication.cc):
   // no handler of its own on the node, one worker, no statistics thread, the parent's layout.

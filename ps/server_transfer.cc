@@ -69,6 +69,10 @@ void PsServer::RequestCopy(const std::atomic<bool>& stop) {
 void PsServer::AskForCopy(const std::atomic<bool>& stop) {
   const auto silence = Millis(node_.options().transport.request_timeout_ms);
   std::string last;
+  // After a copy that failed here: a wait before the next ask, doubling up to kMaxCopyBackoff
+  // while copies keep failing (a disk that stays full), so the holder is not made to read its
+  // shard's head again and again.
+  Millis backoff(0);
   while (!stop && role_ == ShardRole::kEmpty) {
     // The ring may give this copy another shard meanwhile (FollowRing): each ask is for the
     // shard of its moment, and a wait for a copy ends when the shard moves.
@@ -96,8 +100,14 @@ void PsServer::AskForCopy(const std::atomic<bool>& stop) {
           if (stop || role_ != ShardRole::kEmpty) return;
           if (ring_moves_ != moves) continue;  // asked for a shard this copy holds no more
           ++copy_asks_again_;
-          spdlog::warn("replication: the copy of shard {} from {} {}; asking for it again", shard, holder->Describe(),
-                       copy_failed_ ? "failed here" : "fell silent for " + std::to_string(silence.count()) + " ms");
+          backoff = copy_failed_ ? std::min(kMaxCopyBackoff, std::max(Millis(100), 2 * backoff)) : Millis(0);
+          spdlog::warn("replication: the copy of shard {} from {} {}; asking for it again in {} ms", shard,
+                       holder->Describe(),
+                       copy_failed_ ? "failed here" : "fell silent for " + std::to_string(silence.count()) + " ms",
+                       backoff.count());
+          for (const int64_t until = SteadyMillis() + backoff.count(); !stop && SteadyMillis() < until;) {
+            std::this_thread::sleep_for(Millis(20));
+          }
           continue;
         }
         if (r.status().ToString() != last) {
