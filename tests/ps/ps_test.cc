@@ -21,6 +21,7 @@
 #include "ps/optimizer.h"
 #include "ps/server.h"
 #include "test_util.h"
+#include "tests/ps/memory_store_wrapper.h"
 #include "tests/ps/ps_fixture.h"
 
 namespace strata {
@@ -351,24 +352,14 @@ TEST_F(PsTest, LostTrainerFailsBspNamingIt) {
 }
 
 // A MemoryRowStore that records the clocks it is told about.
-class ClockRecordingStore final : public RowStore {
+class ClockRecordingStore final : public testing::MemoryStoreWrapper {
  public:
   ClockRecordingStore(int width, std::mutex* mu, std::vector<std::vector<uint64_t>>* log)
-      : inner_(width), mu_(mu), log_(log) {
+      : MemoryStoreWrapper(width), mu_(mu), log_(log) {
     std::lock_guard lock(*mu_);
     log_->emplace_back();
     index_ = log_->size() - 1;
   }
-  int width() const override { return inner_.width(); }
-  Status Update(std::span<const uint64_t> keys, const Init& init, const Visit& visit) override {
-    return inner_.Update(keys, init, visit);
-  }
-  Status Read(std::span<const uint64_t> keys, const Init& init, const ReadVisit& visit) override {
-    return inner_.Read(keys, init, visit);
-  }
-  Status Scan(const ScanVisit& visit) override { return inner_.Scan(visit); }
-  Result<uint64_t> Erase(std::span<const uint64_t> keys) override { return inner_.Erase(keys); }
-  RowStoreStats stats() const override { return inner_.stats(); }
   Status AdvanceClock(uint64_t clock) override {
     std::lock_guard lock(*mu_);
     (*log_)[index_].push_back(clock);
@@ -376,7 +367,6 @@ class ClockRecordingStore final : public RowStore {
   }
 
  private:
-  MemoryRowStore inner_;
   std::mutex* mu_;
   std::vector<std::vector<uint64_t>>* log_;
   size_t index_ = 0;

@@ -20,6 +20,7 @@
 #include "mem_node.h"
 #include "test_util.h"
 #include "offload/memory_row_store.h"
+#include "tests/ps/memory_store_wrapper.h"
 #include "ps/client.h"
 #include "ps/replication.h"
 #include "ps/server.h"
@@ -247,23 +248,16 @@ TableSpec LedgerTable() {
 
 // A MemoryRowStore whose update number `fail_at` (counted from 1 in `*updates`, which several
 // stores may share) fails, as a full disk would.
-class FailingStore final : public RowStore {
+class FailingStore final : public testing::MemoryStoreWrapper {
  public:
-  FailingStore(int width, std::atomic<int>* updates, int fail_at) : inner_(width), updates_(updates), fail_at_(fail_at) {}
-  int width() const override { return inner_.width(); }
+  FailingStore(int width, std::atomic<int>* updates, int fail_at)
+      : MemoryStoreWrapper(width), updates_(updates), fail_at_(fail_at) {}
   Status Update(std::span<const uint64_t> keys, const Init& init, const Visit& visit) override {
     if (++*updates_ == fail_at_) return Status::ResourceExhausted("no space left on device (the test's store)");
     return inner_.Update(keys, init, visit);
   }
-  Status Read(std::span<const uint64_t> keys, const Init& init, const ReadVisit& visit) override {
-    return inner_.Read(keys, init, visit);
-  }
-  Status Scan(const ScanVisit& visit) override { return inner_.Scan(visit); }
-  Result<uint64_t> Erase(std::span<const uint64_t> keys) override { return inner_.Erase(keys); }
-  RowStoreStats stats() const override { return inner_.stats(); }
 
  private:
-  MemoryRowStore inner_;
   std::atomic<int>* updates_;
   const int fail_at_;
 };
