@@ -192,6 +192,14 @@ class ReplicationTest : public ::testing::Test {
         << j.dump();
   }
 
+  // Every float of the ledger `keys` (LedgerTable) read back: minus the `pushes` of 1 each.
+  void ExpectLedger(const std::vector<uint64_t>& keys, int pushes) {
+    std::vector<float> values(keys.size() * 4);
+    PsTicket pull = clients_[0]->Pull(1, keys, values.data());
+    ASSERT_TRUE(clients_[0]->Wait(pull).ok());
+    for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(values[i], -static_cast<float>(pushes)) << "float " << i;
+  }
+
   // A push written by hand from trainer 0 to server `to`: keys `ks` (gradient 1), push id `id`,
   // and the envelope's shard and origin fields.
   Status RawPush(int to, std::vector<uint64_t> ks, uint64_t id, int32_t shard = -1,
@@ -393,10 +401,7 @@ TEST_F(ReplicationTest, ACopyThatFailsToInstallIsAskedForAgainAndItsBackupLosesN
   push(2);  // forwarded to the new backups
 
   ASSERT_NO_FATAL_FAILURE(Kill(1));
-  std::vector<float> values(keys.size() * 4);
-  PsTicket pull = clients_[0]->Pull(1, keys, values.data());
-  ASSERT_TRUE(clients_[0]->Wait(pull).ok());
-  for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(values[i], -static_cast<float>(pushes)) << "float " << i;
+  ASSERT_NO_FATAL_FAILURE(ExpectLedger(keys, pushes));
 }
 
 // A backup that fails to apply a forwarded update (a full disk, once) holds a copy that is not
@@ -443,10 +448,7 @@ TEST_F(DivergedBackupTest, ABackupThatFailsAForwardedUpdateAsksForAFreshCopyAndL
   push(2);  // forwarded to the fresh copy
 
   ASSERT_NO_FATAL_FAILURE(Kill(0));  // server 1 takes shard 0 over
-  std::vector<float> values(keys.size() * 4);
-  PsTicket pull = clients_[0]->Pull(1, keys, values.data());
-  ASSERT_TRUE(clients_[0]->Wait(pull).ok());
-  for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(values[i], -static_cast<float>(pushes)) << "float " << i;
+  ASSERT_NO_FATAL_FAILURE(ExpectLedger(keys, pushes));
 }
 
 // A copy's rows stream: the tables that are not BSP go a chunk at a time behind the head, each
@@ -500,10 +502,7 @@ class StreamedCopyTest : public ReplicationTest {
               << (*receiver)["forwards_while_installing"] << ", shard 1 "
               << (*receiver)["backup"]["forwards_while_installing"] << "\n";
     ASSERT_NO_FATAL_FAILURE(Kill(1));
-    std::vector<float> values(keys.size() * 4);
-    PsTicket pull = clients_[0]->Pull(1, keys, values.data());
-    ASSERT_TRUE(clients_[0]->Wait(pull).ok());
-    for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(values[i], -static_cast<float>(pushes)) << "float " << i;
+    ASSERT_NO_FATAL_FAILURE(ExpectLedger(keys, pushes));
   }
 };
 
