@@ -14,6 +14,7 @@
 #include <iostream>
 #include <optional>
 #include <thread>
+#include <vector>
 #include <zmq.hpp>
 
 #include "common/transport.h"
@@ -57,18 +58,48 @@ void HandleEcho(std::atomic<uint64_t>& one_way, Request request) {
   request.Reply(std::move(reply));
 }
 
-// The raw ZeroMQ peer of HandleEcho, on one thread polling its three sockets.
-void ServeRaw(zmq::socket_t& pull, zmq::socket_t& rep, zmq::socket_t& ctl,
+// The raw sockets' request-reply peer of a parameter server (strata-bench ps): answers a request
+// of [R (u64), payload...] with R bytes. The replies' bytes are sent from memory without a copy,
+// as a server replies from a chunk's snapshot; buffers outgrown stay alive until the loop ends,
+// since ZeroMQ may still be writing from them.
+class RpcReplies {
+ public:
+  // Answers the next request, if one is in; whether one was. Throws zmq::error_t.
+  bool Answer(zmq::socket_t& rpc) {
+    zmq::message_t part;
+    if (!rpc.recv(part, zmq::recv_flags::dontwait)) return false;
+    uint64_t bytes = 0;
+    std::memcpy(&bytes, part.data(), std::min(part.size(), sizeof(bytes)));
+    while (part.more()) (void)rpc.recv(part, zmq::recv_flags::none);  // the rest is in already
+    bytes = std::min<uint64_t>(bytes, kMaxReplyBytes);
+    if (buffers_.empty() || buffers_.back().size() < bytes) buffers_.emplace_back(bytes, std::byte{1});
+    rpc.send(zmq::message_t(buffers_.back().data(), bytes, nullptr), zmq::send_flags::none);
+    return true;
+  }
+
+ private:
+  static constexpr uint64_t kMaxReplyBytes = uint64_t{1} << 30;
+  std::vector<std::vector<std::byte>> buffers_;
+};
+
+// The raw ZeroMQ peer of HandleEcho, on one thread polling its four sockets.
+void ServeRaw(zmq::socket_t& pull, zmq::socket_t& rep, zmq::socket_t& ctl, zmq::socket_t& rpc,
               const std::atomic<bool>& stop) {
   uint64_t received = 0;
   std::optional<uint64_t> awaited;
+  RpcReplies replies;
   zmq::pollitem_t items[] = {{pull.handle(), 0, ZMQ_POLLIN, 0},
                              {rep.handle(), 0, ZMQ_POLLIN, 0},
-                             {ctl.handle(), 0, ZMQ_POLLIN, 0}};
+                             {ctl.handle(), 0, ZMQ_POLLIN, 0},
+                             {rpc.handle(), 0, ZMQ_POLLIN, 0}};
   zmq::message_t msg;
   try {
     while (!stop.load()) {
-      zmq::poll(items, 3, std::chrono::milliseconds(100));
+      zmq::poll(items, 4, std::chrono::milliseconds(100));
+      if (items[3].revents & ZMQ_POLLIN) {
+        while (replies.Answer(rpc)) {
+        }
+      }
       if (items[0].revents & ZMQ_POLLIN) {
         while (pull.recv(msg, zmq::recv_flags::dontwait)) ++received;
       }
@@ -122,20 +153,22 @@ class SchemeServer {
       pull_ = zmq::socket_t(context, zmq::socket_type::pull);
       rep_ = zmq::socket_t(context, zmq::socket_type::rep);
       ctl_ = zmq::socket_t(context, zmq::socket_type::rep);
+      rpc_raw_ = zmq::socket_t(context, zmq::socket_type::rep);
       a.pull = bind(pull_, "pull");
       a.rep = bind(rep_, "rep");
       a.ctl = bind(ctl_, "ctl");
+      a.rpc = bind(rpc_raw_, "rpc");
     } catch (const zmq::error_t& e) {
       return Status::IOError(std::string("raw sockets: ") + e.what());
     }
-    raw_thread_ = std::thread([this] { ServeRaw(pull_, rep_, ctl_, stop_); });
+    raw_thread_ = std::thread([this] { ServeRaw(pull_, rep_, ctl_, rpc_raw_, stop_); });
     return a;
   }
 
  private:
   std::unique_ptr<RpcEndpoint> rpc_;
   std::atomic<uint64_t> one_way_{0};
-  zmq::socket_t pull_, rep_, ctl_;
+  zmq::socket_t pull_, rep_, ctl_, rpc_raw_;
   std::atomic<bool> stop_{false};
   std::thread raw_thread_;
 };
@@ -161,7 +194,7 @@ Status Serve(const std::vector<std::string>& schemes, const std::string& tag, in
   for (const std::string& scheme : schemes) {
     auto& server = servers.emplace_back(std::make_unique<SchemeServer>());
     STRATA_ASSIGN_OR_RETURN(EchoServerAddresses a, server->Start(context, scheme, tag));
-    lines += a.scheme + " " + a.ours + " " + a.pull + " " + a.rep + " " + a.ctl + "\n";
+    lines += a.scheme + " " + a.ours + " " + a.pull + " " + a.rep + " " + a.ctl + " " + a.rpc + "\n";
   }
   if (!WriteAll(report_fd, lines + "ready\n")) return Status::IOError("report pipe closed");
   for (;;) {
@@ -219,7 +252,7 @@ EchoServerProcess::~EchoServerProcess() {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   for (const EchoServerAddresses& a : addresses_) {
-    for (const std::string* e : {&a.ours, &a.pull, &a.rep, &a.ctl}) {
+    for (const std::string* e : {&a.ours, &a.pull, &a.rep, &a.ctl, &a.rpc}) {
       if (e->rfind("ipc://", 0) == 0) unlink(e->c_str() + 6);
     }
   }
@@ -245,7 +278,7 @@ Status EchoServerProcess::ReadAddresses(int fd, Millis timeout) {
   }
   for (const std::string& line : SplitList(text, '\n')) {
     auto f = SplitList(line, ' ');
-    if (f.size() == 5) addresses_.push_back({f[0], f[1], f[2], f[3], f[4]});
+    if (f.size() == 6) addresses_.push_back({f[0], f[1], f[2], f[3], f[4], f[5]});
   }
   return Status::OK();
 }

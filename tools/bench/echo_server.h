@@ -21,6 +21,8 @@ struct EchoServerAddresses {
   std::string pull;    // raw PULL: counts one-way messages
   std::string rep;     // raw REP: echoes each request
   std::string ctl;     // raw REP: a request holding N (u64) is answered once the PULL has N
+  std::string rpc;     // raw REP: a request's first frame holds R (u64), its other frames are
+                       // read and dropped; the reply is R bytes from memory, sent without a copy
 };
 
 // The parent's handle on the server process: closing it stops the process and removes its
