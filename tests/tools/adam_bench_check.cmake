@@ -2,14 +2,8 @@
 # checks that it exits 0 and that its JSON has a row per size and thread count, each with a
 # positive bandwidth bound, fused rate and plain-loop rate, and every column present.
 #   cmake -DBENCH=<strata-bench> -DJSON=<output file> -P adam_bench_check.cmake
-file(REMOVE "${JSON}")
-execute_process(
-  COMMAND "${BENCH}" adam --sizes 64K,100003 --threads 1,2 --reps 1 --json "${JSON}"
-  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "strata-bench adam exited with ${rc}\n${out}\n${err}")
-endif()
-file(READ "${JSON}" doc)
+include("${CMAKE_CURRENT_LIST_DIR}/run_bench.cmake")
+run_bench("${JSON}" 120 adam --sizes 64K,100003 --threads 1,2 --reps 1)
 
 string(JSON benchmark GET "${doc}" benchmark)
 if(NOT benchmark STREQUAL "adam")

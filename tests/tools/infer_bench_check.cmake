@@ -2,15 +2,9 @@
 # its JSON has a row per (batch, tp) with positive tokens/s; where PyTorch is installed, its
 # column is filled and the greedy tokens are the same.
 #   cmake -DBENCH=<strata-bench> -DJSON=<output file> -P infer_bench_check.cmake
-file(REMOVE "${JSON}")
-execute_process(
-  COMMAND "${BENCH}" infer --layers 1 --width 32 --heads 2 --context 48 --new-tokens 4 --batches 1,3 --tp 1
-          --json "${JSON}"
-  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 240)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "strata-bench infer exited with ${rc}\n${out}\n${err}")
-endif()
-file(READ "${JSON}" doc)
+include("${CMAKE_CURRENT_LIST_DIR}/run_bench.cmake")
+run_bench("${JSON}" 240 infer --layers 1 --width 32 --heads 2 --context 48 --new-tokens 4
+          --batches 1,3 --tp 1)
 string(JSON rows LENGTH "${doc}" tables 0 rows)
 if(NOT rows EQUAL 2)
   message(FATAL_ERROR "expected 2 rows (batches 1 and 3 at tp 1), got ${rows}\n${out}")

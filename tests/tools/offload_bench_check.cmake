@@ -3,14 +3,8 @@
 # trainers in the offload modes (allreduce's is there), and push/pull hidden figures for the
 # pipelined ones.
 #   cmake -DBENCH=<strata-bench> -DJSON=<output file> -P offload_bench_check.cmake
-file(REMOVE "${JSON}")
-execute_process(
-  COMMAND "${BENCH}" offload --steps 6 --warmup 2 --tail 2 --layers 1 --width 32 --json "${JSON}"
-  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 240)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "strata-bench offload exited with ${rc}\n${out}\n${err}")
-endif()
-file(READ "${JSON}" doc)
+include("${CMAKE_CURRENT_LIST_DIR}/run_bench.cmake")
+run_bench("${JSON}" 240 offload --steps 6 --warmup 2 --tail 2 --layers 1 --width 32)
 string(JSON benchmark GET "${doc}" benchmark)
 if(NOT benchmark STREQUAL "offload")
   message(FATAL_ERROR "benchmark is \"${benchmark}\", not \"offload\"")

@@ -1,15 +1,9 @@
 # pipeline_bench_check.cmake: runs `strata-bench pipeline` on a tiny pipeline and checks that it
 # exits 0 and that its JSON has the benchmark's fields (structure only: the figures are timings).
 #   cmake -DBENCH=<strata-bench> -DJSON=<output file> -P pipeline_bench_check.cmake
-file(REMOVE "${JSON}")
-execute_process(
-  COMMAND "${BENCH}" pipeline --pp 2 --micro-batches 4 --schedules 1f1b --steps 4 --layers 2
-          --width 32 --json "${JSON}"
-  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 240)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "strata-bench pipeline exited with ${rc}\n${out}\n${err}")
-endif()
-file(READ "${JSON}" doc)
+include("${CMAKE_CURRENT_LIST_DIR}/run_bench.cmake")
+run_bench("${JSON}" 240 pipeline --pp 2 --micro-batches 4 --schedules 1f1b --steps 4 --layers 2
+          --width 32)
 
 # Fails naming the path unless doc[path...] exists.
 function(require)

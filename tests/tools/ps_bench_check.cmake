@@ -1,17 +1,11 @@
 # ps_bench_check.cmake: runs a short `strata-bench ps` (one server, two small dense tensors, one
-# sparse shape) and `strata-bench transport` (64 B over tcp, few messages), and checks that both
-# exit 0 and that their JSON has every peer's figure positive (not their values' size):
-# ours, the raw stream and the raw one-call-in-flight peer.
+# sparse shape and one wide one) and `strata-bench transport` (64 B over tcp, few messages), and
+# checks that both exit 0 and that their JSON has every peer's figure positive (not their
+# size): ours, the raw stream and the raw one-call-in-flight peer.
 #   cmake -DBENCH=<strata-bench> -DJSON=<output file prefix> -P ps_bench_check.cmake
-file(REMOVE "${JSON}.ps.json" "${JSON}.transport.json")
-execute_process(
-  COMMAND "${BENCH}" ps --servers 1 --dense-sizes 64KiB,3MiB --dims 4 --batches 100 --wide-dims ""
-          --seconds 0.05 --json "${JSON}.ps.json"
-  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 240)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "strata-bench ps exited with ${rc}\n${out}\n${err}")
-endif()
-file(READ "${JSON}.ps.json" doc)
+include("${CMAKE_CURRENT_LIST_DIR}/run_bench.cmake")
+run_bench("${JSON}.ps.json" 240 ps --servers 1 --dense-sizes 64KiB,3MiB --dims 4 --batches 100
+          --wide-dims 1 --wide-batches 100 --seconds 0.05)
 string(JSON rows LENGTH "${doc}" tables 0 rows)
 if(NOT rows EQUAL 2)
   message(FATAL_ERROR "expected 2 dense rows (64 KiB, 3 MiB), got ${rows}\n${out}")
@@ -25,19 +19,20 @@ foreach(i 0 1)
     endif()
   endforeach()
 endforeach()
-string(JSON pulled GET "${doc}" tables 1 rows 0 pull_mrows_per_s)
-if(NOT pulled GREATER 0)
-  message(FATAL_ERROR "sparse row: pull_mrows_per_s is '${pulled}'\n${out}")
+string(JSON rows LENGTH "${doc}" tables 1 rows)
+if(NOT rows EQUAL 2)
+  message(FATAL_ERROR "expected 2 sparse rows (dim 4 and the wide dim 1), got ${rows}\n${out}")
 endif()
+foreach(i 0 1)
+  string(JSON pulled GET "${doc}" tables 1 rows ${i} pull_mrows_per_s)
+  string(JSON pushed GET "${doc}" tables 1 rows ${i} push_mrows_per_s)
+  if(NOT pulled GREATER 0 OR NOT pushed GREATER 0)
+    message(FATAL_ERROR "sparse row ${i}: pull ${pulled}, push ${pushed} M rows/s\n${out}")
+  endif()
+endforeach()
 
-execute_process(
-  COMMAND "${BENCH}" transport --sizes 64 --transports tcp --iters 20 --reps 2 --messages 2000
-          --json "${JSON}.transport.json"
-  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "strata-bench transport exited with ${rc}\n${out}\n${err}")
-endif()
-file(READ "${JSON}.transport.json" doc)
+run_bench("${JSON}.transport.json" 120 transport --sizes 64 --transports tcp --iters 20 --reps 2
+          --messages 2000)
 string(JSON rows LENGTH "${doc}" tables 0 rows)
 if(NOT rows EQUAL 1)
   message(FATAL_ERROR "expected 1 transport row (tcp, 64 B), got ${rows}\n${out}")

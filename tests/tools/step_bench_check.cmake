@@ -3,15 +3,9 @@
 # it measured; where PyTorch is installed, PyTorch's row too (the bench itself refuses a peer
 # whose model has another parameter count).
 #   cmake -DBENCH=<strata-bench> -DJSON=<output file> -P step_bench_check.cmake
-file(REMOVE "${JSON}")
-execute_process(
-  COMMAND "${BENCH}" step --layers 1 --width 32 --heads 2 --context 16 --batch 2 --steps 6 --warmup 2
-          --json "${JSON}"
-  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 240)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "strata-bench step exited with ${rc}\n${out}\n${err}")
-endif()
-file(READ "${JSON}" doc)
+include("${CMAKE_CURRENT_LIST_DIR}/run_bench.cmake")
+run_bench("${JSON}" 240 step --layers 1 --width 32 --heads 2 --context 16 --batch 2 --steps 6
+          --warmup 2)
 string(JSON rows LENGTH "${doc}" tables 0 rows)
 string(JSON torch GET "${doc}" config torch)
 set(expected 1)

@@ -2,14 +2,8 @@
 # and that its JSON has a row for ZeRO stages 0, 1, 2 and 3 with a positive step time and the dp
 # group's measured bytes equal to the trainer's model of them.
 #   cmake -DBENCH=<strata-bench> -DJSON=<output file> -P zero_bench_check.cmake
-file(REMOVE "${JSON}")
-execute_process(
-  COMMAND "${BENCH}" zero --dp 2 --steps 2 --json "${JSON}"
-  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 240)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "strata-bench zero exited with ${rc}\n${out}\n${err}")
-endif()
-file(READ "${JSON}" doc)
+include("${CMAKE_CURRENT_LIST_DIR}/run_bench.cmake")
+run_bench("${JSON}" 240 zero --dp 2 --steps 2)
 
 string(JSON benchmark GET "${doc}" benchmark)
 if(NOT benchmark STREQUAL "zero")
