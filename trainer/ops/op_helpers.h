@@ -1,6 +1,6 @@
-// op_helpers.h: what the CPU op files (ops.cc, norm_ops.cc) share: the dispatch of CUDA tensors
-// to cuda_ops.cu and the precondition checks and accessors of the CPU loops. Internal to
-// trainer/ops; nothing outside it should include this.
+// op_helpers.h: what the CPU op files (ops.cc, norm_ops.cc, attention_ops.cc, ...) share: the
+// dispatch of CUDA tensors to cuda_ops.cu and the precondition checks and accessors of the CPU
+// loops. Internal to trainer/ops; nothing outside it should include this.
 #pragma once
 
 #include <cstdint>
@@ -46,5 +46,7 @@ inline int64_t IdAt(const Tensor& ids, int64_t i) {
 // y = softmax(x) over n entries (a fast exp, summed in double, as every CPU softmax here);
 // returns log(sum(exp(x))).
 double SoftmaxRow(const float* x, float* y, int64_t n);
+// dx = y * (dy - <y, dy>) over n entries (the dot product in double): softmax's backward.
+void SoftmaxBackwardRow(const float* y, const float* dy, float* dx, int64_t n);
 
 }  // namespace strata::ops::internal

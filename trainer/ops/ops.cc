@@ -17,6 +17,7 @@
 
 namespace strata::ops {
 
+using internal::SoftmaxBackwardRow;
 using internal::SoftmaxRow;
 using internal::CheckF32;
 using internal::CheckSame;
@@ -357,14 +358,12 @@ double internal::SoftmaxRow(const float* x, float* y, int64_t n) {
   return std::log(s) + mx;
 }
 
-namespace {
-void SoftmaxBackwardRow(const float* y, const float* dy, float* dx, int64_t n) {
+void internal::SoftmaxBackwardRow(const float* y, const float* dy, float* dx, int64_t n) {
   double dot = 0;
   for (int64_t i = 0; i < n; ++i) dot += static_cast<double>(y[i]) * dy[i];
   const float d = static_cast<float>(dot);
   for (int64_t i = 0; i < n; ++i) dx[i] = y[i] * (dy[i] - d);
 }
-}  // namespace
 
 void Softmax(const Exec& ex, const Tensor& x, const Tensor& y) {
   CheckF32(x, "softmax");
@@ -381,130 +380,6 @@ void SoftmaxBackward(const Exec& ex, const Tensor& y, const Tensor& dy, const Te
   STRATA_DISPATCH(y, SoftmaxBackward(ex, y, dy, dx));
   const int64_t rows = Rows(y), d = Cols(y);
   for (int64_t r = 0; r < rows; ++r) SoftmaxBackwardRow(F(y) + r * d, F(dy) + r * d, W(dx) + r * d, d);
-}
-
-// --- Attention
-
-void CausalAttention(const Exec& ex, const Tensor& q, const Tensor& k, const Tensor& v,
-                     const Tensor& att, const Tensor& out) {
-  CheckF32(q, "attention q");
-  CheckSame(q, k, "attention k");
-  CheckSame(q, v, "attention v");
-  CheckSame(q, out, "attention out");
-  STRATA_CHECK(q.dim() == 4) << "attention wants [B, H, T, hd]";
-  const int64_t bh = q.size(0) * q.size(1), t = q.size(2), hd = q.size(3);
-  STRATA_CHECK(att.shape() == (Shape{q.size(0), q.size(1), t, t})) << "attention probs shape";
-  STRATA_DISPATCH(q, CausalAttention(ex, q, k, v, att, out));
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  // Per head: scores = Q K^T (one GEMM; the upper triangle is computed and then masked, which
-  // costs less than skipping it element by element), row softmax over c <= r, out = P V.
-  for (int64_t i = 0; i < bh; ++i) {
-    const float *pq = F(q) + i * t * hd, *pk = F(k) + i * t * hd, *pv = F(v) + i * t * hd;
-    float* pa = W(att) + i * t * t;
-    float* po = W(out) + i * t * hd;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t, t, hd, scale, pq, hd, pk, hd, 0.0f, pa, t);
-    for (int64_t r = 0; r < t; ++r) {
-      float* row = pa + r * t;
-      SoftmaxRow(row, row, r + 1);
-      std::fill(row + r + 1, row + t, 0.0f);
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t, hd, t, 1.0f, pa, t, pv, hd, 0.0f, po, hd);
-  }
-}
-
-void CausalAttentionBackward(const Exec& ex, const Tensor& q, const Tensor& k, const Tensor& v,
-                             const Tensor& att, const Tensor& dout, const Tensor& dq,
-                             const Tensor& dk, const Tensor& dv) {
-  CheckF32(q, "attention_backward q");
-  CheckSame(q, k, "attention_backward");
-  CheckSame(q, v, "attention_backward");
-  CheckSame(q, dout, "attention_backward");
-  CheckSame(q, dq, "attention_backward");
-  CheckSame(q, dk, "attention_backward");
-  CheckSame(q, dv, "attention_backward");
-  const int64_t bh = q.size(0) * q.size(1), t = q.size(2), hd = q.size(3);
-  STRATA_DISPATCH(q, CausalAttentionBackward(ex, q, k, v, att, dout, dq, dk, dv));
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  // Per head, as GEMMs: dV = P^T dO; dP = dO V^T; dS = softmax backward of each row over
-  // c <= r (zero above the diagonal); dQ = scale dS K; dK = scale dS^T Q.
-  std::vector<float> ds(t * t);
-  for (int64_t i = 0; i < bh; ++i) {
-    const int64_t o = i * t * hd;
-    const float *pq = F(q) + o, *pk = F(k) + o, *pv = F(v) + o, *pdo = F(dout) + o;
-    const float* pa = F(att) + i * t * t;
-    float *pdq = W(dq) + o, *pdk = W(dk) + o, *pdv = W(dv) + o;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t, hd, t, 1.0f, pa, t, pdo, hd, 0.0f, pdv, hd);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t, t, hd, 1.0f, pdo, hd, pv, hd, 0.0f, ds.data(), t);
-    for (int64_t r = 0; r < t; ++r) {
-      float* row = ds.data() + r * t;
-      SoftmaxBackwardRow(pa + r * t, row, row, r + 1);
-      std::fill(row + r + 1, row + t, 0.0f);
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t, hd, t, scale, ds.data(), t, pk, hd, 0.0f, pdq, hd);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t, hd, t, scale, ds.data(), t, pq, hd, 0.0f, pdk, hd);
-  }
-}
-
-void SplitHeads(const Exec& ex, const Tensor& qkv, int64_t batch, int64_t heads, const Tensor& q,
-                const Tensor& k, const Tensor& v) {
-  CheckF32(qkv, "split_heads qkv");
-  STRATA_CHECK(qkv.dim() == 2 && qkv.size(1) % (3 * heads) == 0 && qkv.size(0) % batch == 0)
-      << "split_heads " << ShapeToString(qkv.shape());
-  const int64_t t = qkv.size(0) / batch, c = qkv.size(1) / 3, hd = c / heads;
-  const Shape want{batch, heads, t, hd};
-  STRATA_CHECK(q.shape() == want && k.shape() == want && v.shape() == want) << "split_heads out";
-  STRATA_DISPATCH(qkv, SplitHeads(ex, qkv, batch, heads, q, k, v));
-  const float* src = F(qkv);
-  float* dst[3] = {W(q), W(k), W(v)};
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t s = 0; s < t; ++s)
-      for (int w = 0; w < 3; ++w)
-        for (int64_t h = 0; h < heads; ++h)
-          std::memcpy(dst[w] + ((b * heads + h) * t + s) * hd,
-                      src + (b * t + s) * 3 * c + w * c + h * hd, hd * sizeof(float));
-}
-
-void MergeHeadsGrad(const Exec& ex, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                    const Tensor& dqkv) {
-  CheckF32(dq, "merge_heads_grad");
-  CheckSame(dq, dk, "merge_heads_grad");
-  CheckSame(dq, dv, "merge_heads_grad");
-  const int64_t batch = dq.size(0), heads = dq.size(1), t = dq.size(2), hd = dq.size(3);
-  const int64_t c = heads * hd;
-  STRATA_CHECK(dqkv.shape() == (Shape{batch * t, 3 * c})) << "merge_heads_grad out";
-  STRATA_DISPATCH(dq, MergeHeadsGrad(ex, dq, dk, dv, dqkv));
-  const float* src[3] = {F(dq), F(dk), F(dv)};
-  float* dst = W(dqkv);
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t s = 0; s < t; ++s)
-      for (int w = 0; w < 3; ++w)
-        for (int64_t h = 0; h < heads; ++h)
-          std::memcpy(dst + (b * t + s) * 3 * c + w * c + h * hd,
-                      src[w] + ((b * heads + h) * t + s) * hd, hd * sizeof(float));
-}
-
-void MergeHeads(const Exec& ex, const Tensor& y, const Tensor& out) {
-  CheckF32(y, "merge_heads");
-  const int64_t batch = y.size(0), heads = y.size(1), t = y.size(2), hd = y.size(3);
-  STRATA_CHECK(out.shape() == (Shape{batch * t, heads * hd})) << "merge_heads out";
-  STRATA_DISPATCH(y, MergeHeads(ex, y, out));
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t s = 0; s < t; ++s)
-      for (int64_t h = 0; h < heads; ++h)
-        std::memcpy(W(out) + (b * t + s) * heads * hd + h * hd,
-                    F(y) + ((b * heads + h) * t + s) * hd, hd * sizeof(float));
-}
-
-void SplitHeadsGrad(const Exec& ex, const Tensor& dout, const Tensor& dy) {
-  CheckF32(dout, "split_heads_grad");
-  const int64_t batch = dy.size(0), heads = dy.size(1), t = dy.size(2), hd = dy.size(3);
-  STRATA_CHECK(dout.shape() == (Shape{batch * t, heads * hd})) << "split_heads_grad in";
-  STRATA_DISPATCH(dout, SplitHeadsGrad(ex, dout, dy));
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t s = 0; s < t; ++s)
-      for (int64_t h = 0; h < heads; ++h)
-        std::memcpy(W(dy) + ((b * heads + h) * t + s) * hd,
-                    F(dout) + (b * t + s) * heads * hd + h * hd, hd * sizeof(float));
 }
 
 // --- Losses
