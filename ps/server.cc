@@ -1,5 +1,5 @@
-// server.cc: PsServer: tables, validation, pushes and pulls (workers in server_workers.cc,
-// clocks in server_clocks.cc, statistics in server_stats.cc).
+// server.cc: PsServer: tables, validation and pushes (pulls in server_pull.cc, workers in
+// server_workers.cc, clocks in server_clocks.cc, statistics in server_stats.cc).
 #include "ps/server.h"
 
 #include <spdlog/spdlog.h>
@@ -39,11 +39,6 @@ RowStore::Init MakeInit(const TableSpec& spec) {
     }
     SetRecordStep(r, 0);
   };
-}
-
-// A server that joined an elastic job, before it holds its keys: the clients retry.
-Status TakingOver() {
-  return Status::Unavailable("this server joined the job and is taking over its keys from the older servers");
 }
 
 // Payload floats may sit at any address inside a received frame; copy only when misaligned.
@@ -522,148 +517,6 @@ Result<Message> PsServer::Push(const Request& request) {
   if (push_id != 0) push_ids_.Remember(sender, push_id);  // applied (or accumulated)
   if (push.getReturnValues()) return PullReply(t, request, keys, floats);
   return request.MakeReply();
-}
-
-// ---------------------------------------------------------------------------------------------
-// Pull
-
-Status PsServer::AnswerPull(Table& t, Request& request, const std::vector<uint64_t>& keys, size_t floats) {
-  STRATA_ASSIGN_OR_RETURN(Message reply, PullReply(t, request, keys, floats));
-  request.Reply(std::move(reply));
-  return Status::OK();
-}
-
-Result<Message> PsServer::PullReply(Table& t, const Request& request, const std::vector<uint64_t>& keys,
-                                    size_t floats) {
-  if (t.snapshots) return DensePullReply(t, request, keys, floats);
-  // Uninitialised (not a std::vector's zero fill): every float is written by the read below,
-  // and the fill would be one more pass over every row.
-  std::shared_ptr<float[]> values(new float[floats]);
-  const size_t dim = t.spec.dim;
-  auto copy = [&](size_t i, std::span<const float> record) {
-    std::memcpy(values.get() + i * dim, record.data(), dim * sizeof(float));
-  };
-  // Serving a checkpoint, an absent row reads as its initializer and is not stored.
-  Status s = serving_.empty() ? t.store->Read(keys, t.init, copy) : t.store->Peek(keys, t.init, copy);
-  if (!s.ok()) return s.WithContext("pull from table \"" + t.spec.name + "\"");
-  ++pulls_;
-  keys_pulled_ += keys.size();
-  bytes_out_ += floats * sizeof(float);
-  Message reply = request.MakeReply();
-  reply.builder().getBody().setValues();
-  const int64_t n = static_cast<int64_t>(keys.size());
-  reply.AddPayload(DType::kF32, {n, static_cast<int64_t>(dim)}, Buffer(values.get(), floats * sizeof(float), values));
-  return reply;
-}
-
-Result<Message> PsServer::DensePullReply(Table& t, const Request& request, const std::vector<uint64_t>& keys,
-                                         size_t floats) {
-  // The chunks' snapshots; the stale ones are read from the store into fresh buffers (each read
-  // visits a record under the store's lock, so it sees an update whole or not at all).
-  std::vector<std::shared_ptr<const float>> values(keys.size());
-  std::vector<uint64_t> versions(keys.size());
-  std::vector<uint64_t> stale_keys;
-  std::vector<size_t> stale_index;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    DenseSnapshots::Lookup l = t.snapshots->Get(keys[i]);
-    values[i] = std::move(l.values);
-    versions[i] = l.version;
-    if (!values[i]) {
-      stale_keys.push_back(keys[i]);
-      stale_index.push_back(i);
-    }
-  }
-  if (!stale_keys.empty()) {
-    std::vector<std::shared_ptr<float>> fresh(stale_keys.size());
-    for (auto& f : fresh) f = t.snapshots->Acquire();
-    auto copy = [&](size_t j, std::span<const float> record) {
-      std::memcpy(fresh[j].get(), record.data(), t.ValueFloats(stale_keys[j]) * sizeof(float));
-    };
-    Status s = serving_.empty() ? t.store->Read(stale_keys, t.init, copy) : t.store->Peek(stale_keys, t.init, copy);
-    if (!s.ok()) return s.WithContext("pull from table \"" + t.spec.name + "\"");
-    for (size_t j = 0; j < stale_keys.size(); ++j) {
-      const size_t i = stale_index[j];
-      values[i] = std::move(fresh[j]);
-      t.snapshots->Publish(keys[i], versions[i], values[i]);
-    }
-  }
-  ++pulls_;
-  keys_pulled_ += keys.size();
-  const auto body = request.message().reader().getBody();
-  const bool bf16 = body.isPull() && body.getPull().getBf16();  // a push-pull answers in f32
-  bytes_out_ += floats * (bf16 ? sizeof(uint16_t) : sizeof(float));
-  Message reply = request.MakeReply();
-  reply.builder().getBody().setValues();
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const int64_t len = t.ValueFloats(keys[i]);
-    if (bf16) {  // rounded into a buffer of its own
-      std::shared_ptr<uint16_t[]> h(new uint16_t[static_cast<size_t>(len)]);
-      for (int64_t k = 0; k < len; ++k) h[k] = FloatToBF16(values[i].get()[k]);
-      reply.AddPayload(DType::kBF16, {len}, Buffer(h.get(), static_cast<size_t>(len) * sizeof(uint16_t), h));
-      continue;
-    }
-    // One frame per chunk, sent without a copy.
-    reply.AddPayload(DType::kF32, {len}, Buffer(values[i].get(), len * sizeof(float), values[i]));
-  }
-  // The primary's own shard only: a backup copy (backup_of_) answers for another rank's chunks.
-  if (backup_of_ < 0) ReadNextTableAhead(t);
-  return reply;
-}
-
-void PsServer::ReadNextTableAhead(const Table& t) {
-  Table* next = nullptr;
-  {
-    std::shared_lock lock(tables_mu_);
-    auto it = tables_.upper_bound(t.spec.id);
-    if (it == tables_.end() || !it->second->snapshots) return;
-    next = it->second.get();
-  }
-  const uint32_t servers = KeyLayout().base, me = static_cast<uint32_t>(node_.rank());
-  if (servers == 0 || me >= servers) return;  // a joined server holds no dense chunks
-  std::vector<uint64_t> keys;
-  for (uint64_t k = (me + servers - next->spec.PlacementOffset() % servers) % servers; k < next->spec.NumChunks(); k += servers) {
-    keys.push_back(k);
-  }
-  read_ahead_.Ask(next->store.get(), std::move(keys));
-}
-
-void PsServer::HandlePull(Request& request) {
-  const Message& msg = request.message();
-  auto pull = msg.reader().getBody().getPull();
-  auto fail = [&](const Status& s) {
-    ++errors_;
-    request.ReplyError(s);
-  };
-  std::shared_lock layout_lock(migrate_mu_);
-  if (taking_over_) return fail(TakingOver());
-  auto table = FindTable(pull.getTable());
-  if (!table.ok()) return fail(table.status());
-  Table& t = **table;
-  std::vector<uint64_t> keys;
-  size_t floats = 0;
-  if (Status s = ValidateKeys(t, msg, false, &keys, &floats); !s.ok()) return fail(s);
-  if (serving_.empty()) {  // a served checkpoint never changes: no clock to wait for
-    std::lock_guard lock(clock_mu_);
-    if (trainer_clock_.empty() && lost_trainers_.empty()) {
-      for (const NodeInfo& n : node_.view().WithRole(Role::kTrainer)) {
-        if (n.alive) trainer_clock_[n.id] = 0;
-      }
-    }
-    Status error;
-    if (!PullReadyLocked(t, pull.getClock(), &error)) {
-      const std::string& route = request.source().route;
-      const std::string peer = route.empty() ? "node " + std::to_string(msg.sender()) : route;
-      uint64_t bytes = 0;
-      for (size_t i = 0; i < msg.num_payloads(); ++i) bytes += msg.payload(i).size();
-      if (Status s = parked_quota_.Admit(peer, bytes, "node " + std::to_string(msg.sender())); !s.ok()) {
-        return fail(s.WithContext("pull of table \"" + t.spec.name + "\" at clock " + std::to_string(pull.getClock())));
-      }
-      parked_.push_back({std::move(request), &t, pull.getClock(), peer, bytes});
-      return;
-    }
-    if (!error.ok()) return fail(error);
-  }
-  if (Status s = AnswerPull(t, request, keys, floats); !s.ok()) fail(s);
 }
 
 }  // namespace strata

@@ -174,6 +174,11 @@ struct PsServer::Table {
   }
 };
 
+// A server that joined an elastic job, before it holds its keys: the clients retry.
+inline Status TakingOver() {
+  return Status::Unavailable("this server joined the job and is taking over its keys from the older servers");
+}
+
 // How many chunks of dense table `spec` live on server `me` of `servers` (DenseServer).
 inline uint64_t ChunksOn(const TableSpec& spec, uint32_t me, uint32_t servers) {
   const uint64_t n = spec.NumChunks();
