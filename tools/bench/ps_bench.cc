@@ -136,7 +136,8 @@ Result<double> RawCalls(zmq::context_t& ctx, const EchoServerAddresses& a, uint6
       const uint64_t n = std::min(chunk, bytes - at);
       const uint64_t reply_bytes = push ? 8 : n;
       dealer.send(zmq::message_t(), zmq::send_flags::sndmore);  // REP's empty delimiter
-      dealer.send(zmq::buffer(&reply_bytes, sizeof(reply_bytes)), push ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      const auto more = push ? zmq::send_flags::sndmore : zmq::send_flags::none;
+      dealer.send(zmq::buffer(&reply_bytes, sizeof(reply_bytes)), more);
       if (push) dealer.send(zmq::message_t(payload.data(), n, nullptr), zmq::send_flags::none);
     }
     zmq::message_t part;
@@ -262,9 +263,9 @@ Result<Report> Run(const PsBenchOptions& o) {
         if (chunk_bytes < size) {
           STRATA_ASSIGN_OR_RETURN(rc, RawStream(raw_ctx, echo->addresses()[0], chunk_bytes, o.seconds));
         }
-        STRATA_ASSIGN_OR_RETURN(const double cpu,
+        STRATA_ASSIGN_OR_RETURN(const double raw_push,
                                 RawCalls(raw_ctx, echo->addresses()[0], size, chunk_bytes, true, o.seconds));
-        STRATA_ASSIGN_OR_RETURN(const double cpl,
+        STRATA_ASSIGN_OR_RETURN(const double raw_pull,
                                 RawCalls(raw_ctx, echo->addresses()[0], size, chunk_bytes, false, o.seconds));
         STRATA_ASSIGN_OR_RETURN(Timing pu, Measure(o.seconds, [&] {
           PsTicket tk = client.PushDense(t.id, grads.data());
@@ -282,10 +283,10 @@ Result<Report> Run(const PsBenchOptions& o) {
         pull_ratio.push_back(pull.back() / r);
         push_cratio.push_back(push.back() / rc);
         pull_cratio.push_back(pull.back() / rc);
-        call_push.push_back(cpu);
-        call_pull.push_back(cpl);
-        push_call_ratio.push_back(push.back() / cpu);
-        pull_call_ratio.push_back(pull.back() / cpl);
+        call_push.push_back(raw_push);
+        call_pull.push_back(raw_pull);
+        push_call_ratio.push_back(push.back() / raw_push);
+        pull_call_ratio.push_back(pull.back() / raw_pull);
       }
       dense.AddRow({servers, size, Median(push), Median(pull), Median(raw), Median(push_ratio),
                     Median(pull_ratio), Median(chunked), Median(push_cratio), Median(pull_cratio),
