@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "common/frame_batch.h"
 #include "common/message.h"
 
 namespace strata {
@@ -17,6 +18,7 @@ namespace {
 
 constexpr uint8_t kUnalignedEnvelope = 0x10;
 constexpr uint8_t kTightLimits = 0x20;
+constexpr uint8_t kBatch = 0x40;
 
 // Frames -> fuzzer input: flags and frame count, n-1 little-endian lengths, the bytes.
 std::string Framed(const Frames& frames, uint8_t flags) {
@@ -367,6 +369,20 @@ int Main(int argc, char** argv) {
     write(seed.name + "-unaligned", Framed(frames, kUnalignedEnvelope));
     write(seed.name + "-tight", Framed(frames, kTightLimits));
   }
+  // Batches, as the transport sends small messages: three seeds in one, and every seed in one
+  // (the latter also at an odd address, UnpackBatch's copy path).
+  BatchWriter few, all;
+  for (Seed& seed : Seeds()) {
+    const Frames frames = Encode(seed.message);
+    if (seed.name == "echo-payloads" || seed.name == "register" || seed.name == "clock-members") {
+      few.Append(frames);
+    }
+    all.Append(frames);
+  }
+  const Buffer all_batch = all.Finish();
+  write("batch-three", Framed({few.Finish()}, kBatch));
+  write("batch-every-seed", Framed({all_batch}, kBatch));
+  write("batch-every-seed-unaligned", Framed({all_batch}, kBatch | kUnalignedEnvelope));
   std::printf("wrote %d seeds to %s\n", written, dir.c_str());
   return 0;
 }

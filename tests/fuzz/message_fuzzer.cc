@@ -1,12 +1,16 @@
-// message_fuzzer.cc: libFuzzer target for the wire codec (common/message.h). Splits the input
-// into frames, runs PeekRequestId and Decode, and on success reads everything a handler may
-// read, answers it the way the echo handler does and re-encodes it. Any crash, sanitizer report,
-// uncaught exception or broken decoder promise (STRATA_CHECK) is a bug in the codec.
+// message_fuzzer.cc: libFuzzer target for the wire codec (common/message.h) and the transport's
+// frame batches (common/frame_batch.h). Splits the input into frames, runs PeekRequestId and
+// Decode, and on success reads everything a handler may read, answers it the way the echo
+// handler does and re-encodes it; or unpacks the first frame as a batch and does that to each
+// message in it. Any crash, sanitizer report, uncaught exception or broken promise of the
+// decoder or the unpacker (STRATA_CHECK) is a bug in them.
 //
 // Input framing (make_corpus.cc writes it; keep the two in step):
 //   byte 0    bits 0-3: frame count n (0..15)
-//             bit 4:    the envelope frame starts at an odd address (Decode's copy path)
+//             bit 4:    the first frame starts at an odd address (Decode's and UnpackBatch's
+//                       copy paths)
 //             bit 5:    tight WireLimits (small enough for the fuzzer to reach every limit)
+//             bit 6:    the first frame is a batch of messages, as ZmqTransport sends small ones
 //   then      n-1 little-endian uint32 lengths, for every frame but the last; each is clamped
 //             to the bytes left, and missing ones read as 0
 //   then      the frames' bytes in order; the last frame takes whatever remains
@@ -20,6 +24,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "common/frame_batch.h"
 #include "common/message.h"
 #include "ps/bsp_moves.h"
 
@@ -29,6 +34,9 @@ namespace {
 constexpr uint8_t kFrameCountMask = 0x0f;
 constexpr uint8_t kUnalignedEnvelope = 0x10;
 constexpr uint8_t kTightLimits = 0x20;
+constexpr uint8_t kBatch = 0x40;
+// The messages a fuzzed batch may hold (the transport's own limit is kMaxBatchMessages).
+constexpr size_t kMaxFuzzBatchMessages = 64;
 
 // Reads through `sink` so the compiler cannot drop the loads we want the sanitizers to check.
 volatile uint64_t sink = 0;
@@ -307,16 +315,9 @@ void AnswerLikeEcho(const Message& m, const WireLimits& limits) {
   Consume(Encode(error)[0].size());
 }
 
-}  // namespace
-}  // namespace strata
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace strata;
-  if (size == 0) return 0;
-  const uint8_t flags = data[0];
-  const WireLimits limits = Limits(flags);
-  Frames frames = SplitFrames(data + 1, size - 1, flags);
-
+// What a receiver does with one message's frames: peek its request id, decode it, and on
+// success read it all, answer it and forward it.
+void FuzzMessage(const Frames& frames, const WireLimits& limits) {
   if (!frames.empty()) {
     if (auto id = PeekRequestId(frames[0])) {
       STRATA_CHECK_NE(*id, 0u);
@@ -326,7 +327,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!decoded.ok()) {
     STRATA_CHECK(!decoded.status().ok());
     Consume(decoded.status().ToString().size());
-    return 0;
+    return;
   }
   const Message& m = *decoded;
   TouchMessage(m, limits);
@@ -337,5 +338,50 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   STRATA_CHECK_EQ(forwarded.size(), frames.size());
   auto again = Decode(forwarded, WireLimits{});
   if (again.ok()) TouchMessage(*again, WireLimits{});
+}
+
+// A batch as ZmqTransport's receiver takes it: every message it unpacks lies inside it (ASan
+// checks the reads) and is fuzzed as a message; packed again, it unpacks to the same frames.
+void FuzzBatch(const Buffer& batch, const WireLimits& limits) {
+  auto messages = UnpackBatch(batch, kMaxFuzzBatchMessages);
+  if (!messages.ok()) {
+    STRATA_CHECK(!messages.status().ok());
+    Consume(messages.status().ToString().size());
+    return;
+  }
+  STRATA_CHECK(!messages->empty() && messages->size() <= kMaxFuzzBatchMessages);
+  BatchWriter writer;
+  for (const Frames& frames : *messages) {
+    STRATA_CHECK(!frames.empty()) << "an unpacked message without frames";
+    for (const Buffer& f : frames) Consume(f.data(), f.size());
+    writer.Append(frames);
+    FuzzMessage(frames, limits);
+  }
+  auto again = UnpackBatch(writer.Finish(), kMaxFuzzBatchMessages);
+  STRATA_CHECK(again.ok()) << "a batch packed again did not unpack: " << again.status().ToString();
+  STRATA_CHECK_EQ(again->size(), messages->size());
+  for (size_t m = 0; m < again->size(); ++m) {
+    const Frames &a = (*again)[m], &b = (*messages)[m];
+    STRATA_CHECK_EQ(a.size(), b.size());
+    for (size_t f = 0; f < a.size(); ++f) {
+      STRATA_CHECK(a[f].view() == b[f].view()) << "message " << m << " frame " << f << " changed";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace strata;
+  if (size == 0) return 0;
+  const uint8_t flags = data[0];
+  const WireLimits limits = Limits(flags);
+  Frames frames = SplitFrames(data + 1, size - 1, flags);
+  if ((flags & kBatch) && !frames.empty()) {
+    FuzzBatch(frames[0], limits);
+  } else {
+    FuzzMessage(frames, limits);
+  }
   return 0;
 }
