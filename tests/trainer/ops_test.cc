@@ -207,6 +207,39 @@ TEST(OpsTest, CausalAttentionMatchesReference) {
   ExpectNear(out, want, 1e-5);
 }
 
+// The head moves against their definition: q[b, h, s, :] is qkv's row b * t + s at columns
+// h * hd of the first third (k the second, v the third); MergeHeads and SplitHeadsGrad are each
+// other's inverse over [batch * t, heads * hd], MergeHeadsGrad is SplitHeads' transpose.
+TEST(OpsTest, HeadMovesPlaceEveryElement) {
+  const int64_t b = 2, h = 3, t = 4, hd = 5, c = h * hd;
+  Tensor qkv = Random({b * t, 3 * c}, 21);
+  const Shape heads{b, h, t, hd};
+  Tensor q = NewTensor(kCpu, heads), k = NewTensor(kCpu, heads), v = NewTensor(kCpu, heads);
+  SplitHeads(kCpu, qkv, b, h, q, k, v);
+  const float* src = qkv.data_as<float>();
+  const float* parts[3] = {q.data_as<float>(), k.data_as<float>(), v.data_as<float>()};
+  for (int w = 0; w < 3; ++w)
+    for (int64_t z = 0; z < b; ++z)
+      for (int64_t head = 0; head < h; ++head)
+        for (int64_t s = 0; s < t; ++s)
+          for (int64_t d = 0; d < hd; ++d) {
+            ASSERT_EQ(parts[w][((z * h + head) * t + s) * hd + d],
+                      src[(z * t + s) * 3 * c + w * c + head * hd + d])
+                << "part " << w << " batch " << z << " head " << head << " token " << s << " dim " << d;
+          }
+  Tensor back = NewTensor(kCpu, {b * t, 3 * c});
+  MergeHeadsGrad(kCpu, q, k, v, back);
+  EXPECT_EQ(std::memcmp(back.data_as<float>(), src, back.numel() * sizeof(float)), 0);
+  Tensor merged = NewTensor(kCpu, {b * t, c}), split = NewTensor(kCpu, heads);
+  MergeHeads(kCpu, q, merged);
+  for (int64_t row = 0; row < b * t; ++row) {
+    const float* got = merged.data_as<float>() + row * c;
+    EXPECT_EQ(std::memcmp(got, src + row * 3 * c, c * sizeof(float)), 0) << "row " << row;
+  }
+  SplitHeadsGrad(kCpu, merged, split);
+  EXPECT_EQ(std::memcmp(split.data_as<float>(), q.data_as<float>(), q.numel() * sizeof(float)), 0);
+}
+
 TEST(OpsTest, EmbeddingGatherScatterAndSparse) {
   Tensor table = Random({6, 3}, 12);
   Tensor ids = NewTensor(kCpu, {4}, DType::kI64);

@@ -81,6 +81,23 @@ void CausalAttentionBackward(const Exec& ex, const Tensor& q, const Tensor& k, c
   }
 }
 
+namespace {
+
+// Copies between a token-major block and its head-major form: the block is `heads * hd` columns
+// from column `col` of [batch * t, row] rows; the head-major form is [batch, heads, t, hd].
+// `to_heads`: src is the block and dst the head-major form; else the other way.
+void MoveHeads(const float* src, float* dst, bool to_heads, int64_t batch, int64_t heads, int64_t t,
+               int64_t hd, int64_t row, int64_t col) {
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t s = 0; s < t; ++s)
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t token = (b * t + s) * row + col + h * hd, head = ((b * heads + h) * t + s) * hd;
+        std::memcpy(dst + (to_heads ? head : token), src + (to_heads ? token : head), hd * sizeof(float));
+      }
+}
+
+}  // namespace
+
 void SplitHeads(const Exec& ex, const Tensor& qkv, int64_t batch, int64_t heads, const Tensor& q,
                 const Tensor& k, const Tensor& v) {
   CheckF32(qkv, "split_heads qkv");
@@ -90,14 +107,8 @@ void SplitHeads(const Exec& ex, const Tensor& qkv, int64_t batch, int64_t heads,
   const Shape want{batch, heads, t, hd};
   STRATA_CHECK(q.shape() == want && k.shape() == want && v.shape() == want) << "split_heads out";
   STRATA_DISPATCH(qkv, SplitHeads(ex, qkv, batch, heads, q, k, v));
-  const float* src = F(qkv);
   float* dst[3] = {W(q), W(k), W(v)};
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t s = 0; s < t; ++s)
-      for (int w = 0; w < 3; ++w)
-        for (int64_t h = 0; h < heads; ++h)
-          std::memcpy(dst[w] + ((b * heads + h) * t + s) * hd,
-                      src + (b * t + s) * 3 * c + w * c + h * hd, hd * sizeof(float));
+  for (int w = 0; w < 3; ++w) MoveHeads(F(qkv), dst[w], true, batch, heads, t, hd, 3 * c, w * c);
 }
 
 void MergeHeadsGrad(const Exec& ex, const Tensor& dq, const Tensor& dk, const Tensor& dv,
@@ -110,13 +121,7 @@ void MergeHeadsGrad(const Exec& ex, const Tensor& dq, const Tensor& dk, const Te
   STRATA_CHECK(dqkv.shape() == (Shape{batch * t, 3 * c})) << "merge_heads_grad out";
   STRATA_DISPATCH(dq, MergeHeadsGrad(ex, dq, dk, dv, dqkv));
   const float* src[3] = {F(dq), F(dk), F(dv)};
-  float* dst = W(dqkv);
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t s = 0; s < t; ++s)
-      for (int w = 0; w < 3; ++w)
-        for (int64_t h = 0; h < heads; ++h)
-          std::memcpy(dst + (b * t + s) * 3 * c + w * c + h * hd,
-                      src[w] + ((b * heads + h) * t + s) * hd, hd * sizeof(float));
+  for (int w = 0; w < 3; ++w) MoveHeads(src[w], W(dqkv), false, batch, heads, t, hd, 3 * c, w * c);
 }
 
 void MergeHeads(const Exec& ex, const Tensor& y, const Tensor& out) {
@@ -124,11 +129,7 @@ void MergeHeads(const Exec& ex, const Tensor& y, const Tensor& out) {
   const int64_t batch = y.size(0), heads = y.size(1), t = y.size(2), hd = y.size(3);
   STRATA_CHECK(out.shape() == (Shape{batch * t, heads * hd})) << "merge_heads out";
   STRATA_DISPATCH(y, MergeHeads(ex, y, out));
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t s = 0; s < t; ++s)
-      for (int64_t h = 0; h < heads; ++h)
-        std::memcpy(W(out) + (b * t + s) * heads * hd + h * hd,
-                    F(y) + ((b * heads + h) * t + s) * hd, hd * sizeof(float));
+  MoveHeads(F(y), W(out), false, batch, heads, t, hd, heads * hd, 0);
 }
 
 void SplitHeadsGrad(const Exec& ex, const Tensor& dout, const Tensor& dy) {
@@ -136,11 +137,7 @@ void SplitHeadsGrad(const Exec& ex, const Tensor& dout, const Tensor& dy) {
   const int64_t batch = dy.size(0), heads = dy.size(1), t = dy.size(2), hd = dy.size(3);
   STRATA_CHECK(dout.shape() == (Shape{batch * t, heads * hd})) << "split_heads_grad in";
   STRATA_DISPATCH(dout, SplitHeadsGrad(ex, dout, dy));
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t s = 0; s < t; ++s)
-      for (int64_t h = 0; h < heads; ++h)
-        std::memcpy(W(dy) + ((b * heads + h) * t + s) * hd,
-                    F(dout) + (b * t + s) * heads * hd + h * hd, hd * sizeof(float));
+  MoveHeads(F(dout), W(dy), true, batch, heads, t, hd, heads * hd, 0);
 }
 
 }  // namespace strata::ops
