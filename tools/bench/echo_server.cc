@@ -60,8 +60,8 @@ void HandleEcho(std::atomic<uint64_t>& one_way, Request request) {
 
 // The raw sockets' request-reply peer of a parameter server (strata-bench ps): answers a request
 // of [R (u64), payload...] with R bytes. The replies' bytes are sent from memory without a copy,
-// as a server replies from a chunk's snapshot; buffers outgrown stay alive until the loop ends,
-// since ZeroMQ may still be writing from them.
+// as a server replies from a chunk's snapshot; buffers outgrown stay alive, and the owner keeps
+// this object until the socket is closed, since ZeroMQ may still be writing from them.
 class RpcReplies {
  public:
   // Answers the next request, if one is in; whether one was. Throws zmq::error_t.
@@ -84,10 +84,9 @@ class RpcReplies {
 
 // The raw ZeroMQ peer of HandleEcho, on one thread polling its four sockets.
 void ServeRaw(zmq::socket_t& pull, zmq::socket_t& rep, zmq::socket_t& ctl, zmq::socket_t& rpc,
-              const std::atomic<bool>& stop) {
+              RpcReplies& replies, const std::atomic<bool>& stop) {
   uint64_t received = 0;
   std::optional<uint64_t> awaited;
-  RpcReplies replies;
   zmq::pollitem_t items[] = {{pull.handle(), 0, ZMQ_POLLIN, 0},
                              {rep.handle(), 0, ZMQ_POLLIN, 0},
                              {ctl.handle(), 0, ZMQ_POLLIN, 0},
@@ -161,13 +160,14 @@ class SchemeServer {
     } catch (const zmq::error_t& e) {
       return Status::IOError(std::string("raw sockets: ") + e.what());
     }
-    raw_thread_ = std::thread([this] { ServeRaw(pull_, rep_, ctl_, rpc_raw_, stop_); });
+    raw_thread_ = std::thread([this] { ServeRaw(pull_, rep_, ctl_, rpc_raw_, rpc_replies_, stop_); });
     return a;
   }
 
  private:
   std::unique_ptr<RpcEndpoint> rpc_;
   std::atomic<uint64_t> one_way_{0};
+  RpcReplies rpc_replies_;  // declared before the sockets: outlives them
   zmq::socket_t pull_, rep_, ctl_, rpc_raw_;
   std::atomic<bool> stop_{false};
   std::thread raw_thread_;

@@ -97,12 +97,12 @@ Result<Timing> Measure(double seconds, const std::function<Status()>& op) {
 
 // Raw ZeroMQ: GB/s of a one-way stream of `bytes`-sized messages to the echo server's PULL,
 // over about `seconds`.
-Result<double> RawStream(zmq::context_t& ctx, const EchoServerAddresses& a, size_t bytes, double seconds) {
+Result<double> RawStream(zmq::context_t& ctx, const EchoServerAddresses& a, size_t bytes, double seconds) try {
+  std::vector<char> payload(bytes, 'x');  // before the sockets, which may send from it
   zmq::socket_t push(ctx, zmq::socket_type::push), ctl(ctx, zmq::socket_type::req);
   push.connect(a.pull);
   ctl.connect(a.ctl);
   ctl.set(zmq::sockopt::rcvtimeo, 60000);
-  std::vector<char> payload(bytes, 'x');
   auto run = [&](uint64_t n) -> Result<double> {
     Stopwatch w;
     for (uint64_t i = 0; i < n; ++i) push.send(zmq::message_t(payload.data(), payload.size(), nullptr), zmq::send_flags::none);
@@ -116,6 +116,8 @@ Result<double> RawStream(zmq::context_t& ctx, const EchoServerAddresses& a, size
   const uint64_t n = std::max<uint64_t>(3, static_cast<uint64_t>(seconds / std::max(first / 2, 1e-6)));
   STRATA_ASSIGN_OR_RETURN(double t, run(n));
   return n * bytes / t / 1e9;
+} catch (const zmq::error_t& e) {
+  return Status::IOError(std::string("raw stream to ") + a.pull + ": " + e.what());
 }
 
 // Raw ZeroMQ, one call in flight as a trainer makes it: a tensor of `bytes` as requests of at
@@ -124,12 +126,13 @@ Result<double> RawStream(zmq::context_t& ctx, const EchoServerAddresses& a, size
 // else the requests carry 8 and the replies the bytes. GB/s of the median call over `seconds`:
 // what the wire and libzmq allow one call, without an apply or a copy into a tensor.
 Result<double> RawCalls(zmq::context_t& ctx, const EchoServerAddresses& a, uint64_t bytes, uint64_t chunk,
-                        bool push, double seconds) {
+                        bool push, double seconds) try {
+  // Before the socket, so that it outlives any send still queued from it (a timeout).
+  std::vector<std::byte> payload(push ? chunk : 0, std::byte{2});
   zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
   dealer.set(zmq::sockopt::linger, 0);
   dealer.set(zmq::sockopt::rcvtimeo, 60000);
   dealer.connect(a.rpc);
-  std::vector<std::byte> payload(push ? chunk : 0, std::byte{2});
   auto call = [&]() -> Status {
     int requests = 0;
     for (uint64_t at = 0; at < bytes; at += chunk, ++requests) {
@@ -148,12 +151,10 @@ Result<double> RawCalls(zmq::context_t& ctx, const EchoServerAddresses& a, uint6
     }
     return Status::OK();
   };
-  try {
-    STRATA_ASSIGN_OR_RETURN(Timing t, Measure(seconds, call));
-    return bytes / t.median_s / 1e9;
-  } catch (const zmq::error_t& e) {
-    return Status::IOError(std::string("raw calls: ") + e.what());
-  }
+  STRATA_ASSIGN_OR_RETURN(Timing t, Measure(seconds, call));
+  return bytes / t.median_s / 1e9;
+} catch (const zmq::error_t& e) {
+  return Status::IOError(std::string("raw calls to ") + a.rpc + ": " + e.what());
 }
 
 constexpr int kDenseRounds = 3;
@@ -337,8 +338,10 @@ Result<Report> Run(const PsBenchOptions& o) {
                          "Every process here keeps freed large blocks for reuse (TuneHostMallocForLargeBuffers), the raw peer too.");
   report.notes.push_back("raw call: libzmq, one call in flight as ours: the tensor as chunk-sized requests from a DEALER, sent "
                          "together, then every reply awaited (push: the requests carry the bytes, 8-byte replies; pull: 8-byte "
-                         "requests, the replies carry the bytes, sent from memory without a copy). No apply and no copy into a "
-                         "tensor: the most one call can move through libzmq on this host, where the stream columns never wait.");
+                         "requests, the replies carry the bytes, sent from memory without a copy), to one process whose single thread "
+                         "answers them in turn. No apply and no copy into a tensor: what one call to one server can move through "
+                         "libzmq on this host, where the stream columns never wait. With more than one server ours spreads the "
+                         "chunks over them, so its ratio to this peer may exceed 1.");
   report.notes.push_back("sparse keys: Zipf(1.1) ranks over 1e6 hot ids hashed into a 1e7 key space; pull creates "
                          "rows on first touch; rows/s counts keys sent (duplicates included) per whole-batch round trip.");
   return report;
