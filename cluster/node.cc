@@ -132,7 +132,7 @@ void Node::Handle(Request request) {
     }
     case Op::ECHO: {
       Message reply = request.MakeReply();
-      reply.builder().getBody().setEcho();
+      reply.set_op(Op::ECHO);
       for (size_t i = 0; i < msg.num_payloads(); ++i) {
         auto info = msg.payload_info(i);
         reply.AddPayload(info.dtype, info.shape, *info.buffer);
@@ -227,8 +227,8 @@ void Node::Heartbeats() {
                    "declared this node dead; waiting for its answer", (sent - last) / 1e3);
     }
     Message hb;
-    hb.builder().getBody().setHeartbeat();
-    hb.builder().setIncarnation(incarnation);
+    hb.set_op(Op::HEARTBEAT);
+    hb.set_incarnation(incarnation);
     rpc_.CallAsync(
         scheduler_, std::move(hb),
         [this, known_epoch, generation, sent](Result<Message> r) {
@@ -295,7 +295,7 @@ void Node::Heartbeats() {
           if (r->reader().getBody().getHeartbeatReply().getViewEpoch() > known_epoch) {
             // A change we missed a notification for: fetch the view, off the I/O thread.
             Message get;
-            get.builder().getBody().setGetView();
+            get.set_op(Op::GET_VIEW);
             rpc_.CallAsync(scheduler_, std::move(get), [this](Result<Message> v) {
               if (!v.ok() || v->op() != Op::VIEW) return;
               ClusterView fresh = FromWire(v->reader().getBody().getView());
@@ -509,7 +509,7 @@ Result<ClusterView> Node::RefreshView() {
   STRATA_ASSIGN_OR_RETURN(Message reply, CallScheduler(
                                              [] {
                                                Message req;
-                                               req.builder().getBody().setGetView();
+                                               req.set_op(Op::GET_VIEW);
                                                return req;
                                              },
                                              Timeout()));
@@ -536,24 +536,12 @@ Result<SplitSchedule> Node::LeaseSplit(int64_t until, wire::SplitChange change) 
   return SplitSchedule::FromWire(reply.reader().getBody().getSplitSchedule());
 }
 
-namespace {
-
-// A request to the scheduler whose body is one Void field, set by `set`.
-Message VoidRequest(void (wire::Envelope::Body::Builder::*set)(::capnp::Void)) {
-  Message req;
-  auto body = req.builder().getBody();
-  (body.*set)(::capnp::VOID);
-  return req;
-}
-
-}  // namespace
-
 Status Node::RequestShutdown() {
-  return CallScheduler([] { return VoidRequest(&wire::Envelope::Body::Builder::setShutdown); }, Timeout()).status();
+  return CallScheduler([] { return Message(Op::SHUTDOWN); }, Timeout()).status();
 }
 
 Status Node::CommitJoin() {
-  return CallScheduler([] { return VoidRequest(&wire::Envelope::Body::Builder::setJoinCommit); }, Timeout()).status();
+  return CallScheduler([] { return Message(Op::JOIN_COMMIT); }, Timeout()).status();
 }
 
 void Node::StopWithoutLeaving() {
@@ -595,8 +583,8 @@ Status Node::Leave(std::optional<Millis> timeout) {
   auto r = CallScheduler(
       [incarnation] {
         Message req;
-        req.builder().getBody().setDeregister();
-        req.builder().setIncarnation(incarnation);
+        req.set_op(Op::DEREGISTER);
+        req.set_incarnation(incarnation);
         return req;
       },
       timeout.value_or(Timeout()));

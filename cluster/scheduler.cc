@@ -165,7 +165,7 @@ void Scheduler::HandleHeartbeat(Request request) {
 }
 
 Status Scheduler::Member::CheckSender(const Message& message, std::string_view what) const {
-  const uint32_t said = message.reader().getIncarnation();
+  const uint32_t said = message.incarnation();
   if (said == kIncarnationNotSaid || said >= info.incarnation) return Status::OK();
   return Status::FailedPrecondition(std::string(what) + " from " + std::string(RoleName(info.role)) + " " +
                                     std::to_string(info.rank) + " (node " + std::to_string(info.id) + ") incarnation " +
@@ -349,7 +349,7 @@ void Scheduler::HandleShutdown(Request request) {
 void Scheduler::EndJobLocked() {
   NotifyAllLocked([] {
     Message m;
-    m.builder().getBody().setShutdown();
+    m.set_op(Op::SHUTDOWN);
     return m;
   });
   done_ = true;

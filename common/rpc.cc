@@ -98,23 +98,20 @@ struct RpcCore {
 
   Message ErrorReply(uint64_t request_id, const Status& error) {
     Message reply;
-    auto b = reply.builder();
-    b.setRequestId(request_id);
-    b.setIsReply(true);
-    b.setSender(node_id.load());
-    b.setStatus(static_cast<wire::StatusCode>(error.code()));
-    b.setErrorMessage(error.message());
+    reply.set_request_id(request_id);
+    reply.set_reply(true);
+    reply.set_sender(node_id.load());
+    reply.set_status(error);
     return reply;
   }
 
   void OnReceive(std::shared_ptr<RpcCore> self, Source source, Frames frames) {
-    // The envelope frame outlives Decode (a shared owner, no copy), so that a request that
-    // fails validation can still be answered; valid ones are not parsed twice.
-    const Buffer envelope = frames.empty() ? Buffer() : frames[0];
+    // Read before Decode takes the frames (a few loads from the fixed header), so that a
+    // request that fails validation can still be answered.
+    std::optional<uint64_t> peeked;
+    if (!source.from_peer() && !frames.empty()) peeked = PeekRequestId(frames[0]);
     auto decoded = Decode(std::move(frames), options.limits);
     if (!decoded.ok()) {
-      std::optional<uint64_t> peeked;
-      if (!source.from_peer() && !envelope.empty()) peeked = PeekRequestId(envelope);
       // Anyone who can reach the port can send garbage: a sender's first rejection is logged,
       // then one line per 10 s for it with its count (log_limiter.h bounds the rest).
       const std::string from = SourceName(source);
@@ -263,10 +260,9 @@ uint32_t RpcEndpoint::node_id() const { return core_->node_id; }
 void RpcEndpoint::Start(PeerId peer, Message request, std::shared_ptr<CallState> state,
                         Millis timeout) {
   const uint64_t id = core_->next_request_id++;
-  auto b = request.builder();
-  b.setRequestId(id);
-  b.setIsReply(false);
-  b.setSender(core_->node_id.load());
+  request.set_request_id(id);
+  request.set_reply(false);
+  request.set_sender(core_->node_id.load());
   const Op op = request.op();
   {
     std::lock_guard lock(core_->mu);
@@ -307,10 +303,9 @@ Result<Message> RpcEndpoint::CallAndWait(PeerId peer, Message request,
 }
 
 Status RpcEndpoint::Notify(PeerId peer, Message message) {
-  auto b = message.builder();
-  b.setRequestId(0);
-  b.setIsReply(false);
-  b.setSender(core_->node_id.load());
+  message.set_request_id(0);
+  message.set_reply(false);
+  message.set_sender(core_->node_id.load());
   return core_->transport->Send(peer, Encode(std::move(message)));
 }
 

@@ -1,7 +1,9 @@
-# wire.capnp: the envelope of every strata message. A message on the wire is one frame holding
-# this envelope, followed by one raw frame per PayloadDesc (tensor bytes, sent zero-copy).
-# Big tensors never go through Cap'n Proto builders. Decoding validates every field
-# (common/message.cc); handlers may trust a decoded Message.
+# wire.capnp: the bodies of strata's messages. A message on the wire is one envelope frame
+# followed by one raw frame per payload (tensor bytes, sent zero-copy). The envelope frame is a
+# fixed binary header (op, request id, sender, status, ...) and the payloads' descriptors, laid
+# out in common/envelope.h, then, only for ops that carry one, the op's body: an Envelope below
+# as a Cap'n Proto message. Big tensors never go through Cap'n Proto builders. Decoding
+# validates every field (common/message_decode.cc); handlers may trust a decoded Message.
 @0xb6a1d3c2e4f50718;
 
 using Cxx = import "/capnp/c++.capnp";
@@ -320,24 +322,20 @@ struct GradNorm {
   chunks @2 :UInt64;             # reply: the chunks summed
 }
 
+# The body of a message whose op carries one (the header's op names the union's member, and
+# Decode requires the two to agree). The fields before the union are no longer written: the
+# header carries them since the envelope left Cap'n Proto (common/envelope.h). They keep their
+# numbers so that the union's ordinals, and the recorded fuzz inputs, stay valid.
 struct Envelope {
-  requestId @0 :UInt64;     # 0: one-way, no reply expected
-  isReply @1 :Bool;
-  sender @2 :UInt32 = 0xffffffff;   # node id; 0xffffffff before registration
-  status @3 :StatusCode;    # replies only
-  errorMessage @4 :Text;    # replies only, when status != ok
-  payloads @5 :List(PayloadDesc);
-  # Parameter-server requests: the shard (the key range of that server rank) addressed; -1: the
-  # receiver's own rank. With server.replication: backup a server also holds the backup of
-  # another rank's shard, and serves it once that rank's primary is dead.
-  shard @33 :Int32 = -1;
-  # A request a shard's primary forwards to the shard's backup: the node that sent it to the
-  # primary (push ids are remembered per origin); 0xffffffff: not forwarded.
-  origin @34 :UInt32 = 0xffffffff;
-  # What a node says of itself to the scheduler (heartbeat, deregister): its incarnation at its
-  # rank, so a process whose rank a newer one has taken is told so and changes nothing;
-  # 0xffffffff: not said.
-  incarnation @39 :UInt32 = 0xffffffff;
+  obsoleteRequestId @0 :UInt64;
+  obsoleteIsReply @1 :Bool;
+  obsoleteSender @2 :UInt32 = 0xffffffff;
+  obsoleteStatus @3 :StatusCode;
+  obsoleteErrorMessage @4 :Text;
+  obsoletePayloads @5 :List(PayloadDesc);
+  obsoleteShard @33 :Int32 = -1;
+  obsoleteOrigin @34 :UInt32 = 0xffffffff;
+  obsoleteIncarnation @39 :UInt32 = 0xffffffff;
 
   # The operation. Add new members at the end; never renumber.
   body :union {

@@ -122,7 +122,7 @@ Status PsClient::Route(uint32_t shard, bool refused) {
 void PsClient::Send(PsTicket::Part& part, Millis timeout) {
   part.sent_to = addresses_[part.server];
   Message m = part.make();
-  m.builder().setShard(static_cast<int32_t>(part.server));
+  m.set_shard(static_cast<int32_t>(part.server));
   part.ticket = node_.rpc().Call(servers_[part.server], std::move(m), timeout);
 }
 
@@ -541,7 +541,7 @@ Result<std::string> PsClient::ServerStats(uint32_t server) {
   if (!n) return Status::Internal("server rank " + std::to_string(server) + " is missing from the view");
   STRATA_ASSIGN_OR_RETURN(PeerId peer, node_.rpc().Connect(n->address));
   Message m;
-  m.builder().getBody().setGetStats();
+  m.set_op(Op::GET_STATS);
   STRATA_ASSIGN_OR_RETURN(Message reply, node_.rpc().CallAndWait(peer, std::move(m), timeout_));
   if (reply.op() != Op::STATS) return Status::Internal("getStats answered with " + std::string(OpName(reply.op())));
   return std::string(reply.reader().getBody().getStats().cStr());

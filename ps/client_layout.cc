@@ -133,7 +133,7 @@ Result<Message> PsClient::Resplit(PsTicket::Part& part, int depth) {
   // Answered as the part's own server would have: values in the part's key order, or empty.
   Message reply;
   if (q.return_values) {
-    reply.builder().getBody().setValues();
+    reply.set_op(Op::VALUES);
     reply.AddPayload(DType::kF32, {static_cast<int64_t>(n), static_cast<int64_t>(dim)}, View(values));
   }
   return reply;

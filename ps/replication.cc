@@ -36,9 +36,9 @@ uint32_t NextHolder(const ClusterView& view, const PsLayout& layout, uint32_t sh
 Message ForwardedCopy(const Message& request, uint32_t shard) {
   Message m;
   auto in = request.reader();
+  m.set_shard(static_cast<int32_t>(shard));
+  m.set_origin(request.sender());
   auto out = m.builder();
-  out.setShard(static_cast<int32_t>(shard));
-  out.setOrigin(request.sender());
   switch (request.op()) {
     case Op::PUSH: out.getBody().setPush(in.getBody().getPush()); break;
     case Op::CLOCK: out.getBody().setClock(in.getBody().getClock()); break;

@@ -169,12 +169,12 @@ class PsServer {
   };
   // The sender that counts for a request: the trainer a forwarded request came from.
   static uint32_t SenderOf(const Message& m) {
-    const uint32_t origin = m.reader().getOrigin();
+    const uint32_t origin = m.origin();
     return origin != kUnassignedNode ? origin : m.sender();
   }
   // Whether a request carries an origin: an update the shard's other holder forwarded (or, on a
   // replicaJoin, a fail-back's ask).
-  static bool HasOrigin(const Message& m) { return m.reader().getOrigin() != kUnassignedNode; }
+  static bool HasOrigin(const Message& m) { return m.origin() != kUnassignedNode; }
   struct Queued {
     Request request;
     uint32_t sender;  // as SenderLanes knows it

@@ -41,9 +41,9 @@ void PsServer::FailBack(const std::atomic<bool>& stop) {
     auto peer = holder && holder->alive ? node_.rpc().Connect(holder->address) : Result<PeerId>(Status::Unavailable("down"));
     if (peer.ok()) {
       Message m;
-      m.builder().setShard(static_cast<int32_t>(shard));
-      m.builder().setOrigin(node_.id());  // a hand-back: "to me"
-      m.builder().getBody().setReplicaJoin();
+      m.set_shard(static_cast<int32_t>(shard));
+      m.set_origin(node_.id());  // a hand-back: "to me"
+      m.set_op(Op::REPLICA_JOIN);
       auto r = node_.rpc().CallAndWait(*peer, std::move(m), timeout);
       if (r.ok()) {
         uint64_t sent = 0;

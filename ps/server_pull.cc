@@ -35,7 +35,7 @@ Result<Message> PsServer::PullReply(Table& t, const Request& request, const std:
   keys_pulled_ += keys.size();
   bytes_out_ += floats * sizeof(float);
   Message reply = request.MakeReply();
-  reply.builder().getBody().setValues();
+  reply.set_op(Op::VALUES);
   const int64_t n = static_cast<int64_t>(keys.size());
   reply.AddPayload(DType::kF32, {n, static_cast<int64_t>(dim)}, Buffer(values.get(), floats * sizeof(float), values));
   return reply;
@@ -78,7 +78,7 @@ Result<Message> PsServer::DensePullReply(Table& t, const Request& request, const
   const bool bf16 = body.isPull() && body.getPull().getBf16();  // a push-pull answers in f32
   bytes_out_ += floats * (bf16 ? sizeof(uint16_t) : sizeof(float));
   Message reply = request.MakeReply();
-  reply.builder().getBody().setValues();
+  reply.set_op(Op::VALUES);
   for (size_t i = 0; i < keys.size(); ++i) {
     const int64_t len = t.ValueFloats(keys[i]);
     if (bf16) {  // rounded into a buffer of its own

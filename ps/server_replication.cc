@@ -57,7 +57,7 @@ PsServer* PsServer::Copy() {
 
 bool PsServer::RouteToBackup(Request& request) {
   if (IsCopy()) return true;
-  const int32_t shard = request.message().reader().getShard();
+  const int32_t shard = request.message().shard();
   const int rank = node_.rank();
   if (shard < 0 || shard == rank) return true;
   PsServer* copy = Copy();

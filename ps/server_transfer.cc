@@ -84,8 +84,8 @@ void PsServer::AskForCopy(const std::atomic<bool>& stop) {
       auto peer = node_.rpc().Connect(holder->address);
       if (peer.ok()) {
         Message m;
-        m.builder().setShard(static_cast<int32_t>(shard));
-        m.builder().getBody().setReplicaJoin();
+        m.set_shard(static_cast<int32_t>(shard));
+        m.set_op(Op::REPLICA_JOIN);
         copy_failed_ = false;  // before the ask: the copy's first chunk may beat its answer here
         install_heard_ms_ = SteadyMillis();
         auto r = node_.rpc().CallAndWait(*peer, std::move(m), Millis(10000));
@@ -121,7 +121,7 @@ void PsServer::AskForCopy(const std::atomic<bool>& stop) {
 }
 
 void PsServer::HandleReplicaJoin(Request& request) {
-  if (request.message().reader().getOrigin() == request.message().sender()) return HandBack(request);
+  if (request.message().origin() == request.message().sender()) return HandBack(request);
   std::unique_lock lock(forward_mu_);
   const ClusterView view = node_.view();
   const uint32_t rank = OtherRank();
@@ -267,7 +267,7 @@ void PsServer::StreamCopy(PeerId peer, uint64_t copy, std::shared_ptr<CopyProgre
     Replica* replica = RoleNow() == ShardRole::kServing ? ReplicaLocked() : nullptr;
     if (!replica || replica->copy != copy) return;  // dropped, replaced by a newer copy, or its holder died
     Message m;
-    m.builder().setShard(static_cast<int32_t>(Shard()));
+    m.set_shard(static_cast<int32_t>(Shard()));
     auto info = BuildMigrationChunk(tail, *at, MigrateChunkBytes(), read, &m, /*state_transfer=*/true);
     if (!info.ok()) {
       failed_copy_ = copy;  // the next update drops the replica; its holder asks for a new copy
@@ -322,7 +322,7 @@ Result<std::vector<Message>> PsServer::CopyHeadLocked(MigrationPlan* tail, uint6
   std::optional<MigrationCursor> at = head.Start();
   while (at) {
     Message m;
-    m.builder().setShard(static_cast<int32_t>(Shard()));
+    m.set_shard(static_cast<int32_t>(Shard()));
     STRATA_ASSIGN_OR_RETURN(const ChunkInfo info, BuildMigrationChunk(head, *at, MigrateChunkBytes(), read, &m,
                                                                       /*state_transfer=*/true));
     chunks.push_back(std::move(m));

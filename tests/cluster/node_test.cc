@@ -71,7 +71,7 @@ TEST(NodeTcpTest, WildcardBindAdvertisesAReachableHost) {
   auto peer = trainer->rpc().Connect(server->address());
   ASSERT_TRUE(peer.ok());
   Message echo;
-  echo.builder().getBody().setEcho();
+  echo.set_op(Op::ECHO);
   EXPECT_TRUE(trainer->rpc().CallAndWait(*peer, std::move(echo), Millis(5000)).ok());
   ASSERT_TRUE(server->Leave().ok());
   ASSERT_TRUE(trainer->Leave().ok());

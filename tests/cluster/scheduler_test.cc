@@ -66,7 +66,7 @@ TEST_F(SchedulerTest, RequestsBeforeTheViewAreHeldUntilJoined) {
 
   RawClient peer = Raw();
   Message stats;
-  stats.builder().getBody().setGetStats();
+  stats.set_op(Op::GET_STATS);
   Ticket call = peer.rpc->Call(*peer.rpc->Connect("mem://a"), std::move(stats));
   auto handled = seen.get_future();
   // a is still waiting for the second trainer: the request is held.
@@ -160,7 +160,7 @@ TEST_F(SchedulerTest, BadAndDuplicateRegistrationsGetClearErrors) {
   EXPECT_NE(s.message().find("rank 5"), std::string::npos) << s.ToString();
   // Heartbeats and barriers from strangers are refused.
   Message hb;
-  hb.builder().getBody().setHeartbeat();
+  hb.set_op(Op::HEARTBEAT);
   EXPECT_EQ(call(std::move(hb)).code(), StatusCode::kFailedPrecondition);
 
   // A real server registers (and waits for the rest); a second process claims its address.
@@ -250,11 +250,11 @@ TEST_F(SchedulerTest, SilentNodeIsDeclaredDeadAndMayRejoin) {
   auto as_incarnation = [&](auto set_body, uint32_t incarnation) {
     Message m;
     set_body(m);
-    m.builder().setIncarnation(incarnation);
+    m.set_incarnation(incarnation);
     return silent.rpc->CallAndWait(silent.scheduler, std::move(m)).status();
   };
-  auto heartbeat = [](Message& m) { m.builder().getBody().setHeartbeat(); };
-  auto deregister = [](Message& m) { m.builder().getBody().setDeregister(); };
+  auto heartbeat = [](Message& m) { m.set_op(Op::HEARTBEAT); };
+  auto deregister = [](Message& m) { m.set_op(Op::DEREGISTER); };
   for (Status old : {as_incarnation(heartbeat, 0), as_incarnation(deregister, 0)}) {
     EXPECT_EQ(old.code(), StatusCode::kFailedPrecondition) << old.ToString();
     EXPECT_NE(old.message().find(std::string(kSuperseded) + " (incarnation 1 at mem://t1-again"), std::string::npos)

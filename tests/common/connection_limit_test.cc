@@ -49,7 +49,7 @@ TEST(ConnectionLimitTest, CountsOpenConnectionsPerHost) {
 
 Message Echo() {
   Message m;
-  m.builder().getBody().setEcho();
+  m.set_op(Op::ECHO);
   return m;
 }
 

@@ -73,7 +73,7 @@ TEST(FrameBatch, UnalignedBatchIsCopiedOnceAndStillAligned) {
 
 TEST(FrameBatch, EncodedEnvelopesAreNotBatches) {
   Message m;
-  m.builder().getBody().setEcho();
+  m.set_op(Op::ECHO);
   EXPECT_FALSE(IsBatch(Encode(m)[0]));
   EXPECT_FALSE(IsBatch(Buffer::Copy("short")));
   EXPECT_FALSE(IsBatch(Buffer()));

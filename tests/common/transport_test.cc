@@ -31,7 +31,7 @@ std::string BindEndpoint(const std::string& scheme) {
 
 Message EchoRequest(const std::string& bytes) {
   Message m;
-  m.builder().getBody().setEcho();
+  m.set_op(Op::ECHO);
   m.AddBytes(Buffer::Copy(bytes));
   return m;
 }
@@ -41,7 +41,7 @@ void EchoHandler(Request req) {
   const Message& msg = req.message();
   if (msg.num_payloads() == 1 && msg.payload(0).view() == "silence") return;
   Message reply = req.MakeReply();
-  reply.builder().getBody().setEcho();
+  reply.set_op(Op::ECHO);
   for (size_t i = 0; i < msg.num_payloads(); ++i) reply.AddBytes(msg.payload(i));
   req.Reply(std::move(reply));
 }
@@ -244,7 +244,7 @@ TEST_P(TransportTest, GarbageIsAnsweredOrDroppedAndServerKeepsServing) {
   ASSERT_TRUE(raw->Send(*peer, {Buffer::Copy(marker, sizeof(marker))}).ok());
   // A valid envelope whose payload frame is missing: answered with an error.
   Message m = EchoRequest("payload");
-  m.builder().setRequestId(99);
+  m.set_request_id(99);
   Frames frames = Encode(m);
   frames.pop_back();
   ASSERT_TRUE(raw->Send(*peer, std::move(frames)).ok());

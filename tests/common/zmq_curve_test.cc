@@ -17,7 +17,7 @@ namespace {
 
 Message Echo() {
   Message m;
-  m.builder().getBody().setEcho();
+  m.set_op(Op::ECHO);
   return m;
 }
 

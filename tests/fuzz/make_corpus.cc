@@ -68,8 +68,8 @@ void FillView(wire::ClusterView::Builder v) {
 
 Message Request(uint64_t id) {
   Message m;
-  m.builder().setRequestId(id);
-  m.builder().setSender(2);
+  m.set_request_id(id);
+  m.set_sender(2);
   return m;
 }
 
@@ -94,8 +94,8 @@ std::vector<Seed> Seeds() {
   }
   {
     Message m = Request(1);
-    m.builder().setIsReply(true);
-    m.builder().setSender(0);
+    m.set_reply(true);
+    m.set_sender(0);
     auto r = m.builder().getBody().initRegisterReply();
     r.setNodeId(2);
     r.setRank(0);
@@ -106,12 +106,12 @@ std::vector<Seed> Seeds() {
   }
   {
     Message m = Request(2);
-    m.builder().getBody().setGetView();
+    m.set_op(Op::GET_VIEW);
     add("getView", std::move(m));
   }
   {
     Message m = Request(2);
-    m.builder().setIsReply(true);
+    m.set_reply(true);
     FillView(m.builder().getBody().initView());
     add("view", std::move(m));
   }
@@ -124,13 +124,13 @@ std::vector<Seed> Seeds() {
   }
   {
     Message m = Request(4);
-    m.builder().getBody().setHeartbeat();
-    m.builder().setIncarnation(2);
+    m.set_op(Op::HEARTBEAT);
+    m.set_incarnation(2);
     add("heartbeat", std::move(m));
   }
   {
     Message m = Request(4);
-    m.builder().setIsReply(true);
+    m.set_reply(true);
     m.builder().getBody().initHeartbeatReply().setViewEpoch(3);
     add("heartbeatReply", std::move(m));
   }
@@ -152,7 +152,7 @@ std::vector<Seed> Seeds() {
   }
   {
     Message m = Request(6);
-    m.builder().setIsReply(true);
+    m.set_reply(true);
     const std::string value = "0123456789abcdef";
     m.builder().getBody().setKvValue(
         capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(value.data()), value.size()));
@@ -168,44 +168,44 @@ std::vector<Seed> Seeds() {
   }
   {
     Message m = Request(7);
-    m.builder().getBody().setDeregister();
+    m.set_op(Op::DEREGISTER);
     add("deregister", std::move(m));
   }
   {
     Message m = Request(0);
-    m.builder().getBody().setShutdown();
+    m.set_op(Op::SHUTDOWN);
     add("shutdown", std::move(m));
   }
   {
     Message m = Request(8);
-    m.builder().getBody().setEcho();
+    m.set_op(Op::ECHO);
     AddMixedPayloads(m);
     add("echo-payloads", std::move(m));
   }
   {
     Message m = Request(8);
-    m.builder().getBody().setEcho();
+    m.set_op(Op::ECHO);
     m.AddBytes(Buffer::Take(std::vector<uint8_t>(3000, 0xab)));
     add("echo-bytes", std::move(m));
   }
   {
     Message m = Request(9);
-    m.builder().getBody().setEcho();
+    m.set_op(Op::ECHO);
     Message reply = m.MakeReply(1);
-    reply.builder().getBody().setEcho();
+    reply.set_op(Op::ECHO);
     reply.AddPayload(DType::kF32, {4}, Values<float>({1, 2, 3, 4}));
     add("echo-reply", std::move(reply));
     add("error-reply", m.MakeErrorReply(1, Status::NotFound("no table 'emb'")));
   }
   {
     Message m = Request(10);
-    m.builder().getBody().setEmpty();
+    m.set_op(Op::EMPTY);
     add("empty", std::move(m));
   }
   {  // replication: a push a shard's primary forwards to its backup
     Message m = Request(11);
-    m.builder().setShard(1);
-    m.builder().setOrigin(3);
+    m.set_shard(1);
+    m.set_origin(3);
     auto p = m.builder().getBody().initPush();
     p.setTable(1);
     p.setPushId(7);
@@ -215,13 +215,13 @@ std::vector<Seed> Seeds() {
   }
   {
     Message m = Request(12);
-    m.builder().setShard(1);
-    m.builder().getBody().setReplicaJoin();
+    m.set_shard(1);
+    m.set_op(Op::REPLICA_JOIN);
     add("replicaJoin", std::move(m));
   }
   {  // elastic: a joined server that holds its keys tells the scheduler
     Message m = Request(16);
-    m.builder().getBody().setJoinCommit();
+    m.set_op(Op::JOIN_COMMIT);
     add("joinCommit", std::move(m));
   }
   {  // an elastic BSP clock: its step split by 3 trainers
@@ -236,7 +236,7 @@ std::vector<Seed> Seeds() {
   }
   {  // a chunk of a copy of a shard: one sparse table of one row, push ids, clocks, more to come
     Message m = Request(13);
-    m.builder().setShard(0);
+    m.set_shard(0);
     auto copy = m.builder().getBody().initStateTransfer();
     copy.setRows(9);
     copy.setCopy((uint64_t{1} << 32) | 2);  // the holder's incarnation 1, its second copy

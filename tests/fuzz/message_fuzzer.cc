@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "common/envelope.h"
 #include "common/frame_batch.h"
 #include "common/message.h"
 #include "ps/bsp_moves.h"
@@ -256,12 +257,47 @@ void TouchBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
       Consume(g.getChunks());
       return Consume(static_cast<uint64_t>(g.getSumSquares() > 0));
     }
+    case Op::CREATE_TABLE: {
+      auto t = body.getCreateTable();
+      STRATA_CHECK_LT(static_cast<int>(t.getKind()), 2);
+      TouchText(t.getName(), limits);
+      Consume(t.getNumel());
+      Consume(static_cast<uint64_t>(t.getOptimizer().getKind()));
+      for (int64_t g : t.getInit().getShardGlobal()) Consume(static_cast<uint64_t>(g));
+      return;
+    }
+    case Op::PUSH: {
+      auto p = body.getPush();
+      Consume(p.getTable());
+      Consume(static_cast<uint64_t>(p.getClock()));
+      return Consume(p.getPushId());
+    }
+    case Op::PULL: {
+      auto p = body.getPull();
+      Consume(p.getTable());
+      return Consume(static_cast<uint64_t>(p.getClock()));
+    }
+    case Op::STATS: return TouchText(body.getStats(), limits);
+    case Op::SAVE_TABLES: return TouchText(body.getSaveTables(), limits);
+    case Op::SPLIT_LEASE: {
+      auto l = body.getSplitLease();
+      STRATA_CHECK_LT(static_cast<int>(l.getChange()), 3);
+      return Consume(static_cast<uint64_t>(l.getUntil()));
+    }
+    case Op::SPLIT_SCHEDULE:
+      for (auto e : body.getSplitSchedule().getEntries()) {
+        for (int32_t t : e.getTrainers()) Consume(static_cast<uint64_t>(t));
+      }
+      return;
     case Op::EMPTY:
     case Op::GET_VIEW:
     case Op::HEARTBEAT:
     case Op::DEREGISTER:
     case Op::SHUTDOWN:
     case Op::ECHO:
+    case Op::VALUES:
+    case Op::GET_STATS:
+    case Op::REPLICA_JOIN:
     case Op::JOIN_COMMIT:
       return;
   }
@@ -274,12 +310,16 @@ void TouchMessage(const Message& m, const WireLimits& limits) {
   Consume(m.request_id());
   Consume(m.is_reply());
   Consume(m.sender());
-  Consume(static_cast<uint64_t>(m.reader().getShard()));
-  Consume(m.reader().getOrigin());
-  Consume(m.reader().getIncarnation());
+  Consume(static_cast<uint64_t>(m.shard()));
+  Consume(m.origin());
+  Consume(m.incarnation());
   Status s = m.status();
   Consume(s.ToString().size());
-  TouchText(m.reader().getErrorMessage(), limits);
+  STRATA_CHECK_LE(s.message().size(), limits.max_text_bytes);
+  // A body comes exactly with the ops that have one, and holds the header's op.
+  const Op body_op = m.reader().getBody().which();
+  STRATA_CHECK(body_op == m.op() || (!envelope::HasBody(m.op()) && body_op == Op::EMPTY))
+      << OpName(m.op()) << " with a body of " << static_cast<unsigned>(body_op);
   TouchBody(m.reader().getBody(), limits);
   STRATA_CHECK_LE(m.num_payloads(), limits.max_payloads);
   for (size_t i = 0; i < m.num_payloads(); ++i) {
@@ -302,7 +342,7 @@ void TouchMessage(const Message& m, const WireLimits& limits) {
 // AddPayload STRATA_CHECKs the shapes, so this also holds Decode to its word.
 void AnswerLikeEcho(const Message& m, const WireLimits& limits) {
   Message reply = m.MakeReply(1);
-  reply.builder().getBody().setEcho();
+  reply.set_op(Op::ECHO);
   for (size_t i = 0; i < m.num_payloads(); ++i) {
     PayloadInfo info = m.payload_info(i);
     reply.AddPayload(info.dtype, info.shape, *info.buffer);
@@ -333,11 +373,13 @@ void FuzzMessage(const Frames& frames, const WireLimits& limits) {
   TouchMessage(m, limits);
   TouchBspMoves(m);
   AnswerLikeEcho(m, limits);
-  // Forwarding a received message re-encodes its envelope (Encode copies it into a builder).
+  // Forwarding a received message sends its frames on as they came (the envelope aligned): a
+  // receiver with the default limits, no tighter than any here, must take it.
   Frames forwarded = Encode(*decoded);
   STRATA_CHECK_EQ(forwarded.size(), frames.size());
   auto again = Decode(forwarded, WireLimits{});
-  if (again.ok()) TouchMessage(*again, WireLimits{});
+  STRATA_CHECK(again.ok()) << "a forwarded message did not decode: " << again.status().ToString();
+  TouchMessage(*again, WireLimits{});
 }
 
 // A batch as ZmqTransport's receiver takes it: every message it unpacks lies inside it (ASan

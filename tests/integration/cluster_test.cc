@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <fstream>
+#include <future>
 
 #include "common/rpc.h"
 #include "common/transport.h"
@@ -123,11 +124,24 @@ TEST_F(ClusterTest, BadRegistrationsGetErrorsAndTheSchedulerKeepsServing) {
   auto jp = (*junk)->Connect(address);
   ASSERT_TRUE((*junk)->Send(*jp, {Buffer::Copy("\x00\x01garbage garbage garbage")}).ok());
   {
+    // A registration whose header describes a payload that no frame follows: the scheduler
+    // answers the request id it could read with the reason.
+    std::promise<Frames> answered;
+    (*junk)->SetReceiver([&](Source, Frames frames) { answered.set_value(std::move(frames)); });
     Message lie = Register(wire::Role::SERVER, "tcp://127.0.0.1:1", -1, 1);
-    auto descs = lie.builder().initPayloads(1);
-    descs[0].setByteSize(1 << 20);
-    auto r = raw.CallAndWait(*peer, std::move(lie));
-    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+    lie.set_request_id(77);
+    lie.AddBytes(Buffer::Copy("payload"));
+    Frames frames = Encode(std::move(lie));
+    frames.pop_back();
+    ASSERT_TRUE((*junk)->Send(*jp, std::move(frames)).ok());
+    auto reply = answered.get_future();
+    ASSERT_EQ(reply.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+    auto r = Decode(reply.get());
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->request_id(), 77u);
+    EXPECT_EQ(r->status().code(), StatusCode::kInvalidArgument) << r->status().ToString();
+    EXPECT_NE(r->status().message().find("describes 1 payloads but 0 frames"), std::string::npos)
+        << r->status().ToString();
   }
   auto status_of = [&](Message m) { return raw.CallAndWait(*peer, std::move(m)).status(); };
   Status s = status_of(Register(wire::Role::CLIENT, "tcp://127.0.0.1:1", -1, 1));

@@ -122,7 +122,7 @@ class ReplicationTest : public testing::ProcessClusterTest {
     STRATA_ASSIGN_OR_RETURN(ClusterView view, node.RefreshView());
     STRATA_ASSIGN_OR_RETURN(PeerId peer, node.rpc().Connect(view.Find(Role::kServer, to)->address));
     Message m;
-    m.builder().setShard(0);
+    m.set_shard(0);
     auto b = m.builder().getBody().initPush();
     b.setTable(1);
     b.setPushId(id);
@@ -138,7 +138,7 @@ class ReplicationTest : public testing::ProcessClusterTest {
     const ClusterView view = node.view();
     STRATA_ASSIGN_OR_RETURN(PeerId peer, node.rpc().Connect(view.Find(Role::kServer, to)->address));
     Message m;
-    m.builder().setShard(0);
+    m.set_shard(0);
     m.builder().getBody().initPull().setTable(1);
     const auto n = static_cast<int64_t>(keys.size());
     m.AddPayload(DType::kI64, {n}, Buffer::Take(std::vector<uint64_t>(keys)));

@@ -107,7 +107,7 @@ TEST_F(ReplicatedElasticTest, AfterALeaveTheRingClosesAndTheRowsThatCameBackAreB
     Node& trainer = *nodes_[2];
     const PeerId peer = *trainer.rpc().Connect("mem://server0");
     Message m;
-    m.builder().setShard(2);
+    m.set_shard(2);
     auto p = m.builder().getBody().initPush();
     p.setTable(kTable);
     const uint64_t key = keys[0];

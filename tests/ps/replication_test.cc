@@ -207,8 +207,8 @@ class ReplicationTest : public ::testing::Test {
     Node& node = *trainer_nodes_[0];
     const PeerId peer = *node.rpc().Connect("mem://server" + std::to_string(to));
     Message m;
-    m.builder().setShard(shard);
-    m.builder().setOrigin(origin);
+    m.set_shard(shard);
+    m.set_origin(origin);
     auto b = m.builder().getBody().initPush();
     b.setTable(1);
     b.setPushId(id);

@@ -167,7 +167,7 @@ class TieredReplicationTest : public ::testing::TestWithParam<Durability> {
     Node& node = *trainer_nodes_[0];
     const PeerId peer = *node.rpc().Connect("mem://server" + std::to_string(to));
     Message m;
-    m.builder().setShard(shard);
+    m.set_shard(shard);
     auto b = m.builder().getBody().initPush();
     b.setTable(1);
     b.setPushId(id);
@@ -422,7 +422,7 @@ TEST_P(TieredReplicationTest, BspChunksWithPushersSurviveAKillOfEachHolderAndACo
     Node& node = *trainer_nodes_[1];
     const PeerId peer = *node.rpc().Connect("mem://server" + std::to_string(to));
     Message m;
-    m.builder().setShard(static_cast<int32_t>(layout.DenseOwner(dense, chunk)));
+    m.set_shard(static_cast<int32_t>(layout.DenseOwner(dense, chunk)));
     auto b = m.builder().getBody().initPush();
     b.setTable(2);
     b.setClock(1);

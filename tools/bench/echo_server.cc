@@ -46,7 +46,7 @@ void HandleEcho(std::atomic<uint64_t>& one_way, Request request) {
     return;
   }
   Message reply = request.MakeReply();
-  reply.builder().getBody().setEcho();
+  reply.set_op(Op::ECHO);
   if (msg.num_payloads() == 0) {
     const auto count = static_cast<int64_t>(one_way.exchange(0));
     reply.AddPayload(DType::kI64, {1}, Buffer::Copy(&count, sizeof(count)));

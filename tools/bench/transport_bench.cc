@@ -54,7 +54,7 @@ class EchoClient {
 
 Message EchoMessage(const Buffer* payload) {
   Message m;
-  m.builder().getBody().setEcho();
+  m.set_op(Op::ECHO);
   if (payload) m.AddBytes(*payload);
   return m;
 }
