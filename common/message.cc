@@ -208,8 +208,9 @@ Buffer Message::EncodeEnvelope() const {
                        envelope::Words(error_.size()) + body_words;
   STRATA_CHECK_LE(body_words, size_t{UINT32_MAX}) << "message body";
   STRATA_CHECK_LE(error_.size(), size_t{UINT32_MAX}) << "error message";
-  // Zeroed: the reserved fields and the error text's padding are zeros.
-  auto storage = std::make_shared<uint64_t[]>(words);
+  // Every byte is written below: the header and descriptors whole (reserved fields zero), the
+  // error text's last word zeroed before the text goes in.
+  auto storage = std::make_shared_for_overwrite<uint64_t[]>(words);
   auto* out = reinterpret_cast<std::byte*>(storage.get());
 
   envelope::Header h{};
@@ -238,7 +239,10 @@ Buffer Message::EncodeEnvelope() const {
     first_dim += o.dims;
   }
   p = dim_out + dims * sizeof(uint64_t);
-  if (!error_.empty()) std::memcpy(p, error_.data(), error_.size());
+  if (!error_.empty()) {
+    std::memset(p + (envelope::Words(error_.size()) - 1) * envelope::kWord, 0, envelope::kWord);
+    std::memcpy(p, error_.data(), error_.size());
+  }
   p += envelope::Words(error_.size()) * envelope::kWord;
   if (body_words) {
     auto* table = reinterpret_cast<uint32_t*>(p);  // the storage is word-aligned

@@ -123,7 +123,7 @@ struct RpcCore {
       if (peeked) SendReply(source, ErrorReply(*peeked, decoded.status()));
       return;
     }
-    Message msg = std::move(decoded).value();
+    Message& msg = *decoded;  // moved from once, into the call state or the Request
     if (msg.is_reply()) {
       auto state = Take(msg.request_id());
       if (!state) {
@@ -187,7 +187,7 @@ using internal::RpcCore;
 // ---------------------------------------------------------------------------------------------
 // Request
 
-Request::Request(std::shared_ptr<RpcCore> core, Source source, Message message)
+Request::Request(std::shared_ptr<RpcCore> core, Source source, Message&& message)
     : core_(std::move(core)), source_(std::move(source)), message_(std::move(message)) {}
 Request::Request(Request&&) noexcept = default;
 Request& Request::operator=(Request&&) noexcept = default;

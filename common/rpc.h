@@ -36,7 +36,7 @@ struct CallState;
 // One-way messages (request id 0) need no answer and Reply() on them does nothing.
 class Request {
  public:
-  Request(std::shared_ptr<internal::RpcCore> core, Source source, Message message);
+  Request(std::shared_ptr<internal::RpcCore> core, Source source, Message&& message);
   Request(Request&&) noexcept;
   Request& operator=(Request&&) noexcept;
   ~Request();

@@ -144,7 +144,10 @@ TEST(Message, HeaderFieldsRoundTrip) {
   m.set_incarnation(2);
   m.set_status(Status::Unavailable("shard 3 moved"));
   m.builder().getBody().initKvGet().setKey("k");
-  auto d = Decode(Encode(m));
+  const Frames frames = Encode(m);
+  // The 13-byte error text follows the header, zero-padded to a word.
+  EXPECT_EQ(frames[0].view().substr(sizeof(envelope::Header), 16), std::string("shard 3 moved\0\0\0", 16));
+  auto d = Decode(frames);
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ(d->op(), Op::KV_GET);
   EXPECT_EQ(d->request_id(), 1ull << 40);
