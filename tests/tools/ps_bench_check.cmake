@@ -1,7 +1,7 @@
 # ps_bench_check.cmake: runs a short `strata-bench ps` (one server, two small dense tensors, one
 # sparse shape and one wide one) and `strata-bench transport` (64 B over tcp, few messages), and
 # checks that both exit 0 and that their JSON has every peer's figure positive (not their
-# size): ours, the raw stream and the raw one-call-in-flight peer.
+# size): ours, the raw stream and the raw one-call-in-flight peer, and the codec's own row.
 #   cmake -DBENCH=<strata-bench> -DJSON=<output file prefix> -P ps_bench_check.cmake
 include("${CMAKE_CURRENT_LIST_DIR}/run_bench.cmake")
 run_bench("${JSON}.ps.json" 240 ps --servers 1 --dense-sizes 64KiB,3MiB --dims 4 --batches 100
@@ -41,6 +41,12 @@ foreach(key our_kmsg_per_s raw_kmsg_per_s our_p50_us raw_p50_us ratio)
   string(JSON value ERROR_VARIABLE error GET "${doc}" tables 0 rows 0 ${key})
   if(error OR NOT value GREATER 0)
     message(FATAL_ERROR "transport row: ${key} is '${value}' ${error}\n${out}")
+  endif()
+endforeach()
+foreach(key encode_ns decode_ns copy_ns)
+  string(JSON value ERROR_VARIABLE error GET "${doc}" tables 1 rows 0 ${key})
+  if(error OR NOT value GREATER 0)
+    message(FATAL_ERROR "codec row: ${key} is '${value}' ${error}\n${out}")
   endif()
 endforeach()
 string(JSON row GET "${doc}" tables 0 rows 0)

@@ -1,6 +1,7 @@
 // transport_bench.cc: `strata-bench transport`: round-trip latency (p50, p99) and one-way
 // throughput of RpcEndpoint over ZmqTransport, beside raw ZeroMQ (REQ/REP ping-pong, PUSH/PULL
-// stream) measured in the same run, between this process and a forked server (echo_server.h).
+// stream) measured in the same run, between this process and a forked server (echo_server.h);
+// and the codec's own cost per message on one thread, beside a copy of the same bytes.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -217,6 +218,45 @@ nlohmann::json FiguresJson(const Figures& f) {
           {"msg_per_s_reps", f.msg_per_s}};
 }
 
+// The codec alone, on this thread: building and encoding the echo request of `payload` (a
+// Message, its envelope, its frames), and decoding it (then freeing it), ns per message, median
+// of `reps` passes over kCodecMessages; beside a memcpy of the same frames' bytes, the least a
+// batch append does with them.
+constexpr int kCodecMessages = 20000;
+
+struct CodecFigures {
+  std::vector<double> encode_ns, decode_ns, copy_ns;
+};
+
+Result<CodecFigures> MeasureCodec(const Buffer& payload, int reps) {
+  CodecFigures f;
+  std::vector<Frames> frames(kCodecMessages);
+  std::vector<std::byte> sink;
+  for (int rep = -1; rep < reps; ++rep) {  // rep -1 warms the allocator
+    Stopwatch encode;
+    for (Frames& m : frames) m = Encode(EchoMessage(&payload));
+    const double encode_ns = encode.Micros() * 1e3 / kCodecMessages;
+    sink.resize(frames[0][0].size() + payload.size());
+    Stopwatch copy;
+    for (const Frames& m : frames) {
+      std::memcpy(sink.data(), m[0].data(), m[0].size());
+      std::memcpy(sink.data() + m[0].size(), m[1].data(), m[1].size());
+    }
+    const double copy_ns = copy.Micros() * 1e3 / kCodecMessages;
+    Stopwatch decode;
+    for (Frames& m : frames) {
+      auto decoded = Decode(std::move(m));
+      if (!decoded.ok()) return decoded.status().WithContext("codec");
+    }
+    const double decode_ns = decode.Micros() * 1e3 / kCodecMessages;
+    if (rep < 0) continue;
+    f.encode_ns.push_back(encode_ns);
+    f.copy_ns.push_back(copy_ns);
+    f.decode_ns.push_back(decode_ns);
+  }
+  return f;
+}
+
 Result<Report> RunTransportBench(const Options& o) {
   STRATA_ASSIGN_OR_RETURN(std::vector<uint64_t> sizes, ParseByteSizes(o.sizes));
   std::vector<std::string> schemes = SplitList(o.transports);
@@ -250,6 +290,18 @@ Result<Report> RunTransportBench(const Options& o) {
                {"raw kmsg/s", "raw_kmsg_per_s", Table::Format::kFixed1}});
   nlohmann::json details = nlohmann::json::array();
   nlohmann::json stream_messages = nlohmann::json::object();
+  Table codec("the codec alone, one thread: ns per echo request",
+              {{"size", "size_bytes", Table::Format::kBytes},
+               {"build+encode ns", "encode_ns", Table::Format::kFixed1},
+               {"decode+free ns", "decode_ns", Table::Format::kFixed1},
+               {"memcpy of its bytes ns", "copy_ns", Table::Format::kFixed1}});
+  if (run_ours) {
+    for (uint64_t size : sizes) {
+      const Buffer payload = Buffer::Take(std::vector<uint8_t>(size, 0x5a));
+      STRATA_ASSIGN_OR_RETURN(CodecFigures c, MeasureCodec(payload, o.reps));
+      codec.AddRow({size, Median(c.encode_ns), Median(c.decode_ns), Median(c.copy_ns)});
+    }
+  }
 
   for (const EchoServerAddresses& a : server->addresses()) {
     Side ours, raw;
@@ -295,6 +347,7 @@ Result<Report> RunTransportBench(const Options& o) {
   }
 
   report.tables.push_back(std::move(table));
+  if (run_ours) report.tables.push_back(std::move(codec));
   report.details = {{"runs", std::move(details)}};
   report.config = {{"iters", o.iters},
                    {"reps", o.reps},
@@ -317,6 +370,9 @@ Result<Report> RunTransportBench(const Options& o) {
       "message; median of " +
           std::to_string(o.reps) +
           " repetitions. MB = 10^6 payload bytes. ratio = our MB/s / raw MB/s.",
+      "codec: this process alone, on one thread: building and encoding the echo request "
+      "(Message, envelope, frames) and decoding it (then freeing it), median of the repetitions "
+      "over " + std::to_string(kCodecMessages) + " messages; beside, a memcpy of its frames' bytes.",
       "host: " + std::to_string(std::thread::hardware_concurrency()) +
           " cpus, 1-min load average at the end " + load_text + "."};
   return report;
