@@ -21,7 +21,8 @@ enum DType { f32 @0; f16 @1; bf16 @2; i32 @3; i64 @4; u8 @5; }
 
 enum Role { scheduler @0; server @1; trainer @2; client @3; }
 
-# Describes one payload frame: the frame must hold exactly product(shape) * size(dtype) bytes.
+# Described one payload frame in the Cap'n Proto envelope (Envelope.obsoletePayloads); payload
+# descriptors are binary now (common/envelope.h). Kept for the ordinals of Envelope.
 struct PayloadDesc {
   dtype @0 :DType;
   shape @1 :List(UInt64);   # [] is a scalar (one element)
