@@ -178,8 +178,8 @@ Status CheckBody(wire::Envelope::Body::Reader body, const WireLimits& limits) {
 }
 
 // Checks the payload descriptors against their frames and the dims' place in the envelope;
-// sizes are computed with overflow checks. `at` is the envelope's first byte after the header;
-// returns through `end` the first byte after the dims.
+// sizes are computed with overflow checks. `at` is the envelope's first byte after the header,
+// `left` the bytes from there to its end; `used` is set to the bytes of descriptors and dims.
 Status CheckPayloads(const std::byte* at, size_t left, uint32_t n, const Frames& frames,
                      const WireLimits& limits, size_t* used) {
   if (n != frames.size() - 1) {
@@ -230,22 +230,17 @@ Status CheckPayloads(const std::byte* at, size_t left, uint32_t n, const Frames&
   return Status::OK();
 }
 
-// Opens a body as a Cap'n Proto reader with a traversal budget of a few times its size.
-void OpenBody(Message::Incoming* in, const capnp::word* words, size_t nwords) {
-  in->words = kj::arrayPtr(words, nwords);
-  capnp::ReaderOptions options;
-  // The budget of validation (Decode gives handlers a reader of their own): it stops
-  // amplification through overlapping pointers before Decode's size check sees it.
-  options.traversalLimitInWords = 4 * nwords + 1024;
-  options.nestingLimit = 16;
-  in->reader.emplace(in->words, options);
-}
-
 // Opens and validates a body of `op`, leaving `in` with a reader for handlers.
 Status CheckBodyMessage(Op op, const capnp::word* words, size_t nwords, Message::Incoming* in,
                         const WireLimits& limits) {
   try {
-    OpenBody(in, words, nwords);
+    in->words = kj::arrayPtr(words, nwords);
+    capnp::ReaderOptions budget;
+    // The budget of validation (handlers get a reader of their own, below): it stops
+    // amplification through overlapping pointers before the size check sees it.
+    budget.traversalLimitInWords = 4 * nwords + 1024;
+    budget.nestingLimit = 16;
+    in->reader.emplace(in->words, budget);
     auto env = in->reader->getRoot<wire::Envelope>();
     // Walks every pointer: malformed structure throws here, not in a handler. An encoder never
     // points two pointers at the same bytes or makes a cycle, so a body that reaches more
