@@ -68,6 +68,11 @@ void Message::CheckOutgoing(const char* what) const {
   STRATA_CHECK(is_outgoing()) << what << " on a received message";
 }
 
+Message::Head& Message::OutgoingHead(const char* what) {
+  CheckOutgoing(what);
+  return head_;
+}
+
 wire::Envelope::Builder Message::builder() {
   CheckOutgoing("builder()");
   if (!arena_) {
@@ -90,30 +95,6 @@ void Message::set_op(Op op) {
   head_.op = op;
 }
 
-void Message::set_request_id(uint64_t id) {
-  CheckOutgoing("set_request_id()");
-  head_.request_id = id;
-}
-void Message::set_reply(bool reply) {
-  CheckOutgoing("set_reply()");
-  head_.reply = reply;
-}
-void Message::set_sender(uint32_t sender) {
-  CheckOutgoing("set_sender()");
-  head_.sender = sender;
-}
-void Message::set_shard(int32_t shard) {
-  CheckOutgoing("set_shard()");
-  head_.shard = shard;
-}
-void Message::set_origin(uint32_t origin) {
-  CheckOutgoing("set_origin()");
-  head_.origin = origin;
-}
-void Message::set_incarnation(uint32_t incarnation) {
-  CheckOutgoing("set_incarnation()");
-  head_.incarnation = incarnation;
-}
 void Message::set_status(const Status& status) {
   CheckOutgoing("set_status()");
   head_.status = status.code();
@@ -247,7 +228,9 @@ Buffer Message::EncodeEnvelope() const {
   if (body_words) {
     auto* table = reinterpret_cast<uint32_t*>(p);  // the storage is word-aligned
     table[0] = static_cast<uint32_t>(segments.size() - 1);
-    for (size_t i = 0; i < segments.size(); ++i) table[i + 1] = static_cast<uint32_t>(segments[i].size());
+    for (size_t i = 0; i < segments.size(); ++i) {
+      table[i + 1] = static_cast<uint32_t>(segments[i].size());
+    }
     p += (segments.size() + 2) / 2 * envelope::kWord;
     for (const auto& segment : segments) {
       std::memcpy(p, segment.begin(), segment.size() * sizeof(capnp::word));

@@ -91,12 +91,14 @@ class Message {
   Status status() const;
 
   // Setters, outgoing only.
-  void set_request_id(uint64_t id);
-  void set_reply(bool reply);
-  void set_sender(uint32_t sender);
-  void set_shard(int32_t shard);
-  void set_origin(uint32_t origin);
-  void set_incarnation(uint32_t incarnation);
+  void set_request_id(uint64_t id) { OutgoingHead("set_request_id()").request_id = id; }
+  void set_reply(bool reply) { OutgoingHead("set_reply()").reply = reply; }
+  void set_sender(uint32_t sender) { OutgoingHead("set_sender()").sender = sender; }
+  void set_shard(int32_t shard) { OutgoingHead("set_shard()").shard = shard; }
+  void set_origin(uint32_t origin) { OutgoingHead("set_origin()").origin = origin; }
+  void set_incarnation(uint32_t incarnation) {
+    OutgoingHead("set_incarnation()").incarnation = incarnation;
+  }
   void set_status(const Status& status);
 
   // Appends a payload frame and its descriptor (outgoing only). STRATA_CHECKs that the
@@ -143,6 +145,7 @@ class Message {
   friend Result<Message> Decode(Frames frames, const WireLimits& limits);
   bool is_outgoing() const { return wire_ == nullptr; }
   void CheckOutgoing(const char* what) const;
+  Head& OutgoingHead(const char* what);  // CheckOutgoing, then the header to set
   const OutDesc& out_desc(size_t i) const { return i == 0 ? first_desc_ : more_descs_[i - 1]; }
   Buffer EncodeEnvelope() const;
 

@@ -201,7 +201,8 @@ Status CheckPayloads(const std::byte* at, size_t left, uint32_t n, const Frames&
     envelope::Desc d;
     std::memcpy(&d, at + size_t{i} * sizeof(d), sizeof(d));
     if (!IsValidDType(d.dtype)) {
-      return Status::InvalidArgument(where() + "dtype " + std::to_string(d.dtype) + " out of range");
+      return Status::InvalidArgument(where() + "dtype " + std::to_string(d.dtype) +
+                                     " out of range");
     }
     if (d.dims > limits.max_payload_dims) {
       return Status::InvalidArgument(where() + std::to_string(d.dims) + " dims exceed the limit");
@@ -210,7 +211,9 @@ Status CheckPayloads(const std::byte* at, size_t left, uint32_t n, const Frames&
       return Status::Corruption(where() + "descriptor out of order");
     }
     next_dim += d.dims;
-    if (next_dim * sizeof(uint64_t) > left) return Status::Corruption(where() + "dims past the envelope");
+    if (next_dim * sizeof(uint64_t) > left) {
+      return Status::Corruption(where() + "dims past the envelope");
+    }
     uint64_t bytes = DTypeSize(static_cast<DType>(d.dtype));
     for (uint32_t k = 0; k < d.dims; ++k) {
       uint64_t dim;
@@ -251,7 +254,8 @@ Status CheckBodyMessage(Op op, const capnp::word* words, size_t nwords, Message:
     if (size.wordCount > in->words.size()) return Status::Corruption("body pointers overlap");
     if (size.capCount != 0) return Status::Corruption("body holds capability pointers");
     if (env.getBody().which() != op) {
-      return Status::Corruption("the header says " + std::string(OpName(op)) + " but the body holds " +
+      return Status::Corruption("the header says " + std::string(OpName(op)) +
+                                " but the body holds " +
                                 std::to_string(static_cast<unsigned>(env.getBody().which())));
     }
     STRATA_RETURN_IF_ERROR(CheckBody(env.getBody(), limits));
@@ -321,7 +325,9 @@ Result<Message> Decode(Frames frames, const WireLimits& limits) {
                                    " bytes exceeds the limit");
   }
   const size_t error_words = envelope::Words(h->error_bytes);
-  if (error_words * envelope::kWord > size - at) return Status::Corruption("error text past the envelope");
+  if (error_words * envelope::kWord > size - at) {
+    return Status::Corruption("error text past the envelope");
+  }
   const size_t error_at = at;
   at += error_words * envelope::kWord;
   if (uint64_t{h->body_words} * envelope::kWord != size - at) {
@@ -331,7 +337,8 @@ Result<Message> Decode(Frames frames, const WireLimits& limits) {
   }
   if (envelope::HasBody(op) != (h->body_words > 0)) {
     return Status::Corruption(std::string(OpName(op)) +
-                              (h->body_words ? " carries no body, but one came" : " needs a body, none came"));
+                              (h->body_words ? " carries no body, but one came"
+                                             : " needs a body, none came"));
   }
   std::unique_ptr<Message::Incoming> incoming;
   if (h->body_words) {
@@ -348,7 +355,9 @@ Result<Message> Decode(Frames frames, const WireLimits& limits) {
   m.head_.origin = h->origin;
   m.head_.incarnation = h->incarnation;
   m.head_.status = static_cast<StatusCode>(h->status);
-  if (h->error_bytes) m.error_.assign(reinterpret_cast<const char*>(wire + error_at), h->error_bytes);
+  if (h->error_bytes) {
+    m.error_.assign(reinterpret_cast<const char*>(wire + error_at), h->error_bytes);
+  }
   m.incoming_ = std::move(incoming);
   m.wire_ = wire;
   m.frames_ = std::move(frames);
