@@ -58,6 +58,15 @@ class SenderLanes {
     return ready;
   }
 
+  // Whether `sender` has no request running or waiting: every request it sent before has
+  // finished. A request its sender's delivery thread handles itself while this holds (a pull
+  // answered on the receive thread) runs after all of them, as the lanes would order it, and
+  // before any later one (that thread admits nothing else meanwhile).
+  bool Idle(uint32_t sender) const {
+    std::lock_guard lock(mu_);
+    return !senders_.contains(sender);
+  }
+
   // The worker of a keyed request: the same for every request on that key.
   size_t WorkerOf(const LaneKey& k) const {
     uint64_t h = (uint64_t{k.table} << 40) ^ k.key;

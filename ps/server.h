@@ -424,6 +424,16 @@ class PsServer {
   Status AnswerPull(Table& t, Request& request, const std::vector<uint64_t>& keys, size_t floats);
   Result<Message> PullReply(Table& t, const Request& request, const std::vector<uint64_t>& keys, size_t floats);
   Result<Message> DensePullReply(Table& t, const Request& request, const std::vector<uint64_t>& keys, size_t floats);
+  // A dense pull's reply from its chunks' snapshots (`values`, by key: consistent versions).
+  Message DenseValuesReply(const Table& t, const Request& request, const std::vector<uint64_t>& keys,
+                           const std::vector<std::shared_ptr<const float>>& values, size_t floats);
+  // Answers, on the thread that received it, a pull of a dense table whose chunks all have
+  // fresh snapshots: no hand-off to a worker and back, and no copy. Only when nothing of its
+  // sender is running or waiting (SenderLanes::Idle, so it is ordered as the lanes would
+  // order it), no migration holds the layout, its clock allows it now, and it asks for f32 on a
+  // server without replication. Waits on no lock that is held long. False: it did nothing, and
+  // the request goes to the workers as any other.
+  bool TryPullOnReceive(Request& request);
   // After a pull of dense table t: the chunks this server holds of the next dense table (the
   // one the trainer pulls next in forward order) are read ahead into DRAM (ps/read_ahead.h).
   void ReadNextTableAhead(const Table& t);
@@ -575,6 +585,7 @@ class PsServer {
   // Statistics (rates: divide by uptime_s, or difference two snapshots).
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::atomic<uint64_t> requests_{0}, pushes_{0}, pulls_{0}, keys_pushed_{0}, keys_pulled_{0};
+  std::atomic<uint64_t> pulls_on_receive_{0};  // answered by TryPullOnReceive
   std::atomic<uint64_t> duplicates_{0};  // retried pushes answered without applying them again
   RecentIds push_ids_;
   std::atomic<uint64_t> bytes_in_{0}, bytes_out_{0}, apply_ns_{0}, errors_{0}, queued_{0};

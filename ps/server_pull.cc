@@ -1,7 +1,11 @@
 // server_pull.cc: PsServer's pulls: a pull parked until its clock (BSP, SSP) or answered, sparse
 // rows read from the store, dense chunks replied from their snapshots without a copy (stale
-// ones read into fresh buffers first), and the next dense table read ahead from the tier.
+// ones read into fresh buffers first; a pull of fresh ones answered on the receive thread),
+// and the next dense table read ahead from the tier.
+#include <chrono>
 #include <cstring>
+#include <mutex>
+#include <shared_mutex>
 #include <memory>
 #include <span>
 #include <string>
@@ -72,6 +76,14 @@ Result<Message> PsServer::DensePullReply(Table& t, const Request& request, const
       t.snapshots->Publish(keys[i], versions[i], values[i]);
     }
   }
+  Message reply = DenseValuesReply(t, request, keys, values, floats);
+  // The primary's own shard only: a backup copy (backup_of_) answers for another rank's chunks.
+  if (backup_of_ < 0) ReadNextTableAhead(t);
+  return reply;
+}
+
+Message PsServer::DenseValuesReply(const Table& t, const Request& request, const std::vector<uint64_t>& keys,
+                                   const std::vector<std::shared_ptr<const float>>& values, size_t floats) {
   ++pulls_;
   keys_pulled_ += keys.size();
   const auto body = request.message().reader().getBody();
@@ -90,9 +102,45 @@ Result<Message> PsServer::DensePullReply(Table& t, const Request& request, const
     // One frame per chunk, sent without a copy.
     reply.AddPayload(DType::kF32, {len}, Buffer(values[i].get(), len * sizeof(float), values[i]));
   }
-  // The primary's own shard only: a backup copy (backup_of_) answers for another rank's chunks.
-  if (backup_of_ < 0) ReadNextTableAhead(t);
   return reply;
+}
+
+bool PsServer::TryPullOnReceive(Request& request) {
+  const auto start = std::chrono::steady_clock::now();
+  const Message& msg = request.message();
+  if (IsCopy() || options_.replication != Replication::kNone || taking_over_ || HasOrigin(msg)) return false;
+  // Everything its sender sent before is done (and nothing else of it is admitted meanwhile:
+  // this thread delivers that sender's requests), so the pull sees its sender's earlier pushes.
+  if (!lanes_->Idle(msg.sender())) return false;
+  const auto pull = msg.reader().getBody().getPull();
+  if (pull.getBf16()) return false;  // rounding is a pass over every value: a worker's job
+  std::shared_lock layout_lock(migrate_mu_, std::try_to_lock);  // a migration may hold it long
+  if (!layout_lock.owns_lock()) return false;
+  auto table = FindTable(pull.getTable());
+  if (!table.ok() || !(*table)->snapshots) return false;
+  Table& t = **table;
+  std::vector<uint64_t> keys;
+  size_t floats = 0;
+  if (!ValidateKeys(t, msg, false, &keys, &floats).ok()) return false;  // the worker names what is wrong
+  if (serving_.empty() && t.spec.consistency != Consistency::kAsp) {
+    std::unique_lock clock_lock(clock_mu_, std::try_to_lock);
+    if (!clock_lock.owns_lock() || (trainer_clock_.empty() && lost_trainers_.empty())) return false;
+    Status error;
+    if (!PullReadyLocked(t, pull.getClock(), &error) || !error.ok()) return false;  // parked, or failed, there
+  }
+  // Readiness only grows: the clock allowed it and still does. A stale chunk is read from the
+  // store, which may be on disk: a worker's job too.
+  std::vector<std::shared_ptr<const float>> values(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    values[i] = t.snapshots->Get(keys[i]).values;
+    if (!values[i]) return false;
+  }
+  ++requests_;
+  ++pulls_on_receive_;
+  request.Reply(DenseValuesReply(t, request, keys, values, floats));
+  if (backup_of_ < 0) ReadNextTableAhead(t);
+  pull_seconds_.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return true;
 }
 
 void PsServer::ReadNextTableAhead(const Table& t) {

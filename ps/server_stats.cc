@@ -14,6 +14,7 @@ std::string PsServer::StatsJson() const {
   j["requests"] = requests_.load();
   j["pushes"] = pushes_.load();
   j["pulls"] = pulls_.load();
+  j["pulls_on_receive"] = pulls_on_receive_.load();
   j["keys_pushed"] = keys_pushed_.load();
   j["keys_pulled"] = keys_pulled_.load();
   j["bytes_in"] = bytes_in_.load();

@@ -1,5 +1,6 @@
 // server_workers.cc: PsServer's workers: which one handles each request (ps/sender_lanes.h),
-// their queues and their loop. The receive thread only queues; workers handle.
+// their queues and their loop. The receive thread queues, and answers only the pulls of fresh
+// dense snapshots itself (TryPullOnReceive); workers handle the rest.
 #include "ps/server.h"
 
 #include <algorithm>
@@ -40,6 +41,7 @@ void PsServer::Dispatch(Request request) {
   if (!RouteToBackup(request)) return;
   const uint32_t sender = request.message().sender();
   const Op op = request.message().op();
+  if (op == Op::PULL && TryPullOnReceive(request)) return;
   ++queued_;
   if (op == Op::MIGRATE || op == Op::MIGRATE_ROWS) {
     Worker& w = *workers_.back();

@@ -70,6 +70,19 @@ TEST(SenderLanes, SendersDoNotWaitForEachOther) {
   EXPECT_EQ(lanes.senders(), 2u);
 }
 
+TEST(SenderLanes, ASenderIsIdleOnlyWithNothingRunningOrWaiting) {
+  Lanes lanes(2);
+  EXPECT_TRUE(lanes.Idle(5));
+  EXPECT_EQ(Items(lanes.Admit(5, LaneKey{0, 0}, 1)), std::vector<int>{1});
+  EXPECT_FALSE(lanes.Idle(5)) << "a push still running";
+  EXPECT_TRUE(lanes.Idle(6)) << "another sender's requests do not count";
+  EXPECT_TRUE(lanes.Admit(5, std::nullopt, 2).empty());
+  EXPECT_EQ(Items(lanes.Done(5, true)), std::vector<int>{2});
+  EXPECT_FALSE(lanes.Idle(5)) << "the clock runs";
+  EXPECT_TRUE(lanes.Done(5, false).empty());
+  EXPECT_TRUE(lanes.Idle(5));
+}
+
 // Workers as threads: every request runs exactly once, per key in order, unkeyed ones alone
 // and after everything sent before them.
 TEST(SenderLanes, ThreadedRunKeepsTheOrderingGuarantees) {

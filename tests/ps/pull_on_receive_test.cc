@@ -1,0 +1,118 @@
+// pull_on_receive_test.cc: PsServer answers a pull of fresh dense snapshots on the thread that
+// received it (TryPullOnReceive), and that shortcut keeps the order a sender's requests run in:
+// a pull sent right behind its sender's push of the same chunk still sees the push, and pulls
+// the shortcut must not answer (stale chunks, bf16, a clock not reached) go to the workers.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "ps_fixture.h"
+#include "test_util.h"
+
+namespace strata {
+namespace {
+
+class PullOnReceiveTest : public PsTest {
+ protected:
+  // Pulls answered on the receive thread, over both servers.
+  uint64_t PullsOnReceive() {
+    uint64_t n = 0;
+    for (uint32_t s = 0; s < kServers; ++s) {
+      auto stats = clients_[0]->ServerStats(s);
+      EXPECT_TRUE(stats.ok()) << stats.status().ToString();
+      if (stats.ok()) n += nlohmann::json::parse(*stats).at("pulls_on_receive").get<uint64_t>();
+    }
+    return n;
+  }
+
+  Status PullAndWait(uint32_t table, std::vector<float>& out, bool bf16 = false) {
+    PsTicket tk = clients_[0]->PullDense(table, out.data(), bf16);
+    return clients_[0]->Wait(tk);
+  }
+};
+
+TEST_F(PullOnReceiveTest, FreshSnapshotsAreAnsweredOnTheReceiveThreadWithTheSameValues) {
+  Start();
+  OptimizerSpec sgd;
+  sgd.lr = 1.0f;
+  const TableSpec t = Dense(1, 1000, 128, Consistency::kAsp, sgd);  // 8 chunks on 2 servers
+  CreateEverywhere(t);
+  std::vector<float> first(t.numel), again(t.numel);
+  ASSERT_TRUE(PullAndWait(1, first).ok());  // the chunks' snapshots are made by the workers
+  for (uint64_t i = 0; i < t.numel; ++i) {
+    const uint64_t chunk = i / t.chunk_floats;
+    ASSERT_EQ(first[i], FreshRecord(t, chunk)[i % t.chunk_floats]) << i;
+  }
+  // A pull that reaches a server before the worker that answered the last one has let go of
+  // it goes to the workers again; some of these must not.
+  ASSERT_TRUE(testing::WaitFor([&] { return PullAndWait(1, again).ok() && PullsOnReceive() > 0; }, Millis(10000)));
+  EXPECT_EQ(again, first);
+
+  // A push makes its chunks stale: the next pull reads them on a worker, and sees the push.
+  std::vector<float> grads(t.numel, 0.5f);
+  PsTicket push = clients_[0]->PushDense(1, grads.data());
+  ASSERT_TRUE(clients_[0]->Wait(push).ok());
+  ASSERT_TRUE(PullAndWait(1, again).ok());
+  for (uint64_t i = 0; i < t.numel; ++i) ASSERT_EQ(again[i], first[i] - 0.5f) << i;
+
+  // bf16 is rounded on a worker, never on the receive thread.
+  const uint64_t before = PullsOnReceive();
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(PullAndWait(1, again, /*bf16=*/true).ok());
+  EXPECT_EQ(PullsOnReceive(), before);
+  for (uint64_t i = 0; i < t.numel; ++i) ASSERT_NEAR(again[i], first[i] - 0.5f, 1e-2f * std::abs(first[i] - 0.5f)) << i;
+}
+
+TEST_F(PullOnReceiveTest, APullRightBehindItsSendersPushSeesThePush) {
+  // One chunk of 4 Ki floats at zero; every push of -1 (SGD, lr 1) adds 1. Each round pulls
+  // first (so the chunk's snapshot is fresh), then sends a push and a pull without waiting in
+  // between: the pull must be ordered behind the push, though the snapshot it would find on
+  // arrival is still the old one until a worker applies the push.
+  Start();
+  OptimizerSpec sgd;
+  sgd.lr = 1.0f;
+  TableSpec t = Dense(1, 4096, 4096, Consistency::kAsp, sgd);
+  t.init = {};
+  CreateEverywhere(t);
+  std::vector<float> out(t.numel), grads(t.numel, -1.0f);
+  constexpr int kRounds = 100;
+  int wrong = 0;
+  for (int round = 1; round <= kRounds; ++round) {
+    ASSERT_TRUE(PullAndWait(1, out).ok());
+    PsTicket push = clients_[0]->PushDense(1, grads.data());
+    PsTicket pull = clients_[0]->PullDense(1, out.data());
+    ASSERT_TRUE(clients_[0]->Wait(push).ok());
+    ASSERT_TRUE(clients_[0]->Wait(pull).ok());
+    if (!std::all_of(out.begin(), out.end(), [&](float x) { return x == static_cast<float>(round); })) ++wrong;
+  }
+  EXPECT_EQ(wrong, 0) << "of " << kRounds << " pulls missed the push sent just before them";
+  EXPECT_GT(PullsOnReceive(), 0u) << "the rounds' first pulls should have taken the shortcut";
+}
+
+TEST_F(PullOnReceiveTest, APullBeforeItsBspClockStillWaitsForIt) {
+  Start();
+  OptimizerSpec sgd;
+  sgd.lr = 1.0f;
+  TableSpec t = Dense(1, 256, 256, Consistency::kBsp, sgd);
+  t.init = {};
+  CreateEverywhere(t);
+  std::vector<float> out(t.numel), grads(t.numel, -1.0f);
+  ASSERT_TRUE(PullAndWait(1, out).ok());  // clock 0: fresh snapshots from here on
+  ASSERT_TRUE(testing::WaitFor([&] { return PullAndWait(1, out).ok() && PullsOnReceive() > 0; }, Millis(10000)));
+  // Every trainer pushes 1 and clocks, except trainer 2, which only clocks late: trainer 0's
+  // pull at clock 1 must wait for the clock, though the chunk's snapshot of clock 0 is fresh.
+  for (int tr = 0; tr < 2; ++tr) {
+    PsTicket p = clients_[tr]->PushDense(1, grads.data());
+    ASSERT_TRUE(clients_[tr]->Wait(p).ok());
+    ASSERT_TRUE(clients_[tr]->Clock().ok());
+  }
+  PsTicket early = clients_[0]->PullDense(1, out.data());
+  PsTicket p = clients_[2]->PushDense(1, grads.data());
+  ASSERT_TRUE(clients_[2]->Wait(p).ok());
+  ASSERT_TRUE(clients_[2]->Clock().ok());
+  ASSERT_TRUE(clients_[0]->Wait(early).ok());
+  // The mean of three pushes of -1 at lr 1: every value 1.
+  EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return x == 1.0f; })) << out[0];
+}
+
+}  // namespace
+}  // namespace strata
