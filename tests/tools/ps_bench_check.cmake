@@ -1,7 +1,8 @@
 # ps_bench_check.cmake: runs a short `strata-bench ps` (one server, two small dense tensors, one
 # sparse shape and one wide one) and `strata-bench transport` (64 B over tcp, few messages), and
 # checks that both exit 0 and that their JSON has every peer's figure positive (not their
-# size): ours, the raw stream and the raw one-call-in-flight peer, and the codec's own row.
+# size): ours (one call in flight and several), the raw stream and the raw one-call-in-flight
+# peer, and the codec's own row.
 #   cmake -DBENCH=<strata-bench> -DJSON=<output file prefix> -P ps_bench_check.cmake
 include("${CMAKE_CURRENT_LIST_DIR}/run_bench.cmake")
 run_bench("${JSON}.ps.json" 240 ps --servers 1 --dense-sizes 64KiB,3MiB --dims 4 --batches 100
@@ -16,6 +17,14 @@ foreach(i 0 1)
     string(JSON value ERROR_VARIABLE error GET "${doc}" tables 0 rows ${i} ${key})
     if(error OR NOT value GREATER 0)
       message(FATAL_ERROR "dense row ${i}: ${key} is '${value}' ${error}\n${out}")
+    endif()
+  endforeach()
+endforeach()
+foreach(i 0 1)
+  foreach(key push_gb_per_s pull_gb_per_s push_ratio pull_ratio in_flight)
+    string(JSON value ERROR_VARIABLE error GET "${doc}" tables 2 rows ${i} ${key})
+    if(error OR NOT value GREATER 0)
+      message(FATAL_ERROR "dense row ${i} with calls in flight: ${key} is '${value}' ${error}\n${out}")
     endif()
   endforeach()
 endforeach()

@@ -1,7 +1,8 @@
 // ps_bench.cc: strata-bench ps. Starts a scheduler and S strata-server processes on loopback,
 // joins as one trainer, and measures dense push/pull GB/s (whole tensors, chunked over the
-// servers) and sparse pull/push rows/s with p50/p99 per batch (Zipf(1.1) keys), beside raw
-// ZeroMQ PUSH/PULL throughput of the same payload sizes measured in the same run.
+// servers), one call in flight and several, and sparse pull/push rows/s with p50/p99 per batch
+// (Zipf(1.1) keys), beside raw ZeroMQ PUSH/PULL throughput of the same payload sizes measured in
+// the same run.
 #include <CLI/CLI.hpp>
 #include <signal.h>
 #include <sys/wait.h>
@@ -31,6 +32,7 @@ struct PsBenchOptions {
   std::string wide_batches = "100000,1000000";
   std::string wide_dims = "1,8";
   double seconds = 0.5;  // time spent on each measurement (at least 3 repetitions)
+  int in_flight = 4;     // dense calls kept in flight by the pipelined measurement
   uint64_t key_space = 10000000;
 };
 
@@ -93,6 +95,30 @@ Result<Timing> Measure(double seconds, const std::function<Status()>& op) {
     samples.push_back(w.Seconds());
   }
   return Timing{Median(samples), Percentile(samples, 50) * 1e3, Percentile(samples, 99) * 1e3};
+}
+
+// GB/s of `bytes`-sized calls kept `depth` in flight for about `seconds`, as a trainer that
+// prefetches the next layers' parameters keeps them: `issue(slot)` starts a call whose output
+// (if any) goes to slot `slot`, whose last call is waited for first. The median over batches of
+// 4 x depth calls.
+Result<double> MeasureInFlight(double seconds, int depth, uint64_t bytes,
+                               const std::function<PsTicket(int slot)>& issue, PsClient& client) {
+  std::vector<PsTicket> slots(static_cast<size_t>(depth));
+  for (int i = 0; i < depth; ++i) slots[i] = issue(i);
+  std::vector<double> samples;
+  Stopwatch total;
+  const int batch = 4 * depth;
+  while (samples.size() < 3 || (total.Seconds() < seconds && samples.size() < 10000)) {
+    Stopwatch w;
+    for (int c = 0; c < batch; ++c) {
+      const int slot = c % depth;
+      STRATA_RETURN_IF_ERROR(client.Wait(slots[slot]));
+      slots[slot] = issue(slot);
+    }
+    samples.push_back(static_cast<double>(batch) * bytes / w.Seconds() / 1e9);
+  }
+  for (auto& t : slots) STRATA_RETURN_IF_ERROR(client.Wait(t));
+  return Median(samples);
 }
 
 // Raw ZeroMQ: GB/s of a one-way stream of `bytes`-sized messages to the echo server's PULL,
@@ -198,6 +224,19 @@ Result<Report> Run(const PsBenchOptions& o) {
                {"raw call pull GB/s", "raw_call_pull_gb_per_s", Table::Format::kFixed2},
                {"push/raw call", "push_call_ratio", Table::Format::kFixed2},
                {"pull/raw call", "pull_call_ratio", Table::Format::kFixed2}});
+  Table pipelined("dense tables, " + std::to_string(o.in_flight) +
+                      " calls in flight (a trainer prefetching layers), beside the same raw stream",
+                  {{"servers", "servers", Table::Format::kInteger},
+                   {"size", "bytes", Table::Format::kBytes},
+                   {"in flight", "in_flight", Table::Format::kInteger},
+                   {"push GB/s", "push_gb_per_s", Table::Format::kFixed2},
+                   {"pull GB/s", "pull_gb_per_s", Table::Format::kFixed2},
+                   {"raw GB/s", "raw_gb_per_s", Table::Format::kFixed2},
+                   {"push/raw", "push_ratio", Table::Format::kFixed2},
+                   {"pull/raw", "pull_ratio", Table::Format::kFixed2},
+                   {"raw@chunk GB/s", "raw_chunked_gb_per_s", Table::Format::kFixed2},
+                   {"push/raw@chunk", "push_chunked_ratio", Table::Format::kFixed2},
+                   {"pull/raw@chunk", "pull_chunked_ratio", Table::Format::kFixed2}});
   Table sparse("sparse tables: pull and push of Zipf(1.1) keys (rows/s over whole batches)",
                {{"servers", "servers", Table::Format::kInteger},
                 {"batch", "batch", Table::Format::kInteger},
@@ -258,6 +297,8 @@ Result<Report> Run(const PsBenchOptions& o) {
       const uint64_t chunk_bytes = std::min<uint64_t>(size, uint64_t{t.chunk_floats} * sizeof(float));
       std::vector<double> raw, chunked, push, pull, push_ratio, pull_ratio, push_cratio, pull_cratio;
       std::vector<double> call_push, call_pull, push_call_ratio, pull_call_ratio;
+      std::vector<double> push_n, pull_n, push_n_ratio, pull_n_ratio, push_n_cratio, pull_n_cratio;
+      std::vector<std::vector<float>> outs(static_cast<size_t>(o.in_flight), std::vector<float>(t.numel));
       for (int round = 0; round < kDenseRounds; ++round) {
         STRATA_ASSIGN_OR_RETURN(const double r, RawStream(raw_ctx, echo->addresses()[0], size, o.seconds));
         double rc = r;
@@ -276,6 +317,18 @@ Result<Report> Run(const PsBenchOptions& o) {
           PsTicket tk = client.PullDense(t.id, values.data());
           return client.Wait(tk);
         }));
+        STRATA_ASSIGN_OR_RETURN(const double pun, MeasureInFlight(o.seconds, o.in_flight, size, [&](int) {
+          return client.PushDense(t.id, grads.data());
+        }, client));
+        STRATA_ASSIGN_OR_RETURN(const double pln, MeasureInFlight(o.seconds, o.in_flight, size, [&](int slot) {
+          return client.PullDense(t.id, outs[slot].data());
+        }, client));
+        push_n.push_back(pun);
+        pull_n.push_back(pln);
+        push_n_ratio.push_back(pun / r);
+        pull_n_ratio.push_back(pln / r);
+        push_n_cratio.push_back(pun / rc);
+        pull_n_cratio.push_back(pln / rc);
         raw.push_back(r);
         chunked.push_back(rc);
         push.push_back(size / pu.median_s / 1e9);
@@ -292,6 +345,8 @@ Result<Report> Run(const PsBenchOptions& o) {
       dense.AddRow({servers, size, Median(push), Median(pull), Median(raw), Median(push_ratio),
                     Median(pull_ratio), Median(chunked), Median(push_cratio), Median(pull_cratio),
                     Median(call_push), Median(call_pull), Median(push_call_ratio), Median(pull_call_ratio)});
+      pipelined.AddRow({servers, size, o.in_flight, Median(push_n), Median(pull_n), Median(raw), Median(push_n_ratio),
+                        Median(pull_n_ratio), Median(chunked), Median(push_n_cratio), Median(pull_n_cratio)});
     }
     for (const auto& [dim, batches] : sweeps) {
       TableSpec t;
@@ -329,6 +384,7 @@ Result<Report> Run(const PsBenchOptions& o) {
   }
   report.tables.push_back(std::move(dense));
   report.tables.push_back(std::move(sparse));
+  report.tables.push_back(std::move(pipelined));
   report.notes.push_back("servers: strata-server processes on this host (ASP tables, SGD on push); the client is one "
                          "trainer in this process, one call in flight. Dense chunks are the tables' default (" +
                          std::to_string(TableSpec{}.chunk_floats * sizeof(float) >> 20) + " MiB), spread round-robin, one request each.");
@@ -342,6 +398,10 @@ Result<Report> Run(const PsBenchOptions& o) {
                          "answers them in turn. No apply and no copy into a tensor: what one call to one server can move through "
                          "libzmq on this host, where the stream columns never wait. With more than one server ours spreads the "
                          "chunks over them, so its ratio to this peer may exceed 1.");
+  report.notes.push_back("calls in flight: the same tensor pushed (or pulled, each call into its own output) again as "
+                         "each of the last --in-flight calls completes, oldest first, in the same rounds as the raw "
+                         "stream; the median of batches of 4 x in-flight calls. What a trainer that prefetches the next "
+                         "layers' parameters (offload) keeps going; the stream is the bound for it.");
   report.notes.push_back("sparse keys: Zipf(1.1) ranks over 1e6 hot ids hashed into a 1e7 key space; pull creates "
                          "rows on first touch; rows/s counts keys sent (duplicates included) per whole-batch round trip.");
   return report;
@@ -358,6 +418,8 @@ BenchFn SetupPsBench(CLI::App& app) {
   app.add_option("--wide-batches", o->wide_batches, "keys per call of the wide (narrow-row) sweep");
   app.add_option("--wide-dims", o->wide_dims, "row widths of the wide sweep (empty: skip it)");
   app.add_option("--seconds", o->seconds, "time per measurement")->check(CLI::Range(0.01, 60.0));
+  app.add_option("--in-flight", o->in_flight, "dense calls kept in flight by the pipelined measurement")
+      ->check(CLI::Range(1, 64));
   return [o] { return Run(*o); };
 }
 
