@@ -33,6 +33,7 @@ struct PsBenchOptions {
   std::string wide_dims = "1,8";
   double seconds = 0.5;  // time spent on each measurement (at least 3 repetitions)
   int in_flight = 4;     // dense calls kept in flight by the pipelined measurement
+  uint64_t chunk_bytes = 0;  // dense tables' chunk (0: TableSpec's default)
   uint64_t key_space = 10000000;
 };
 
@@ -188,6 +189,9 @@ constexpr int kDenseRounds = 3;
 Result<Report> Run(const PsBenchOptions& o) {
   const std::string bin = std::filesystem::canonical("/proc/self/exe").parent_path().string();
   STRATA_ASSIGN_OR_RETURN(auto dense_sizes, ParseByteSizes(o.dense_sizes));
+  if (o.chunk_bytes % sizeof(float) != 0) {
+    return Status::InvalidArgument("--chunk " + std::to_string(o.chunk_bytes) + " is not a whole number of floats");
+  }
   std::vector<int> server_counts;
   for (auto& s : SplitList(o.servers)) server_counts.push_back(std::stoi(s));
   // (dim, batches) sweeps: the usual rows, then the wide part's.
@@ -208,7 +212,7 @@ Result<Report> Run(const PsBenchOptions& o) {
   report.benchmark = "ps";
   report.config = {{"servers", o.servers}, {"dense_sizes", o.dense_sizes}, {"batches", o.batches},
                    {"dims", o.dims}, {"wide_batches", o.wide_batches}, {"wide_dims", o.wide_dims},
-                   {"seconds", o.seconds}};
+                   {"seconds", o.seconds}, {"in_flight", o.in_flight}, {"chunk_bytes", o.chunk_bytes}};
   Table dense("dense tables: whole-tensor push and pull through the servers, beside raw ZeroMQ",
               {{"servers", "servers", Table::Format::kInteger},
                {"size", "bytes", Table::Format::kBytes},
@@ -288,6 +292,7 @@ Result<Report> Run(const PsBenchOptions& o) {
       t.kind = TableKind::kDense;
       t.numel = size / sizeof(float);
       t.consistency = Consistency::kAsp;
+      if (o.chunk_bytes) t.chunk_floats = static_cast<uint32_t>(o.chunk_bytes / sizeof(float));
       STRATA_RETURN_IF_ERROR(client.CreateTable(t));
       std::vector<float> grads(t.numel, 1e-6f), values(t.numel);
       // Rounds of raw, push, pull back to back, so a ratio compares figures taken under the same
@@ -385,9 +390,11 @@ Result<Report> Run(const PsBenchOptions& o) {
   report.tables.push_back(std::move(dense));
   report.tables.push_back(std::move(sparse));
   report.tables.push_back(std::move(pipelined));
+  const uint64_t chunk = o.chunk_bytes ? o.chunk_bytes : uint64_t{TableSpec{}.chunk_floats} * sizeof(float);
   report.notes.push_back("servers: strata-server processes on this host (ASP tables, SGD on push); the client is one "
-                         "trainer in this process, one call in flight. Dense chunks are the tables' default (" +
-                         std::to_string(TableSpec{}.chunk_floats * sizeof(float) >> 20) + " MiB), spread round-robin, one request each.");
+                         "trainer in this process, one call in flight. Dense chunks of " + std::to_string(chunk >> 10) +
+                         " KiB (" + (o.chunk_bytes ? "--chunk" : "the tables' default") +
+                         "), spread round-robin, one request each.");
   report.notes.push_back("raw: libzmq PUSH/PULL one-way stream of messages of the same size (raw@chunk: of chunk-sized messages) to another process. "
                          "Raw, push and pull are measured back to back in 3 rounds; each column is the median over the rounds, "
                          "the ratios medians of the rounds' ratios. Our dense figure also includes the server applying SGD to every float. "
@@ -418,6 +425,8 @@ BenchFn SetupPsBench(CLI::App& app) {
   app.add_option("--wide-batches", o->wide_batches, "keys per call of the wide (narrow-row) sweep");
   app.add_option("--wide-dims", o->wide_dims, "row widths of the wide sweep (empty: skip it)");
   app.add_option("--seconds", o->seconds, "time per measurement")->check(CLI::Range(0.01, 60.0));
+  app.add_option("--chunk", o->chunk_bytes, "dense tables' chunk in bytes, a multiple of 4 (0: the tables' default)")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 30));
   app.add_option("--in-flight", o->in_flight, "dense calls kept in flight by the pipelined measurement")
       ->check(CLI::Range(1, 64));
   return [o] { return Run(*o); };
