@@ -18,22 +18,35 @@ DenseSnapshots::DenseSnapshots(uint32_t chunk_floats, size_t pool_max)
 
 DenseSnapshots::Lookup DenseSnapshots::Get(uint64_t chunk) {
   std::lock_guard lock(mu_);
-  const Entry& e = entries_[chunk];
+  Entry& e = entries_[chunk];
+  if (e.values) e.read = true;
   return {e.values, e.version};
 }
 
-void DenseSnapshots::Publish(uint64_t chunk, uint64_t version, std::shared_ptr<const float> values) {
+void DenseSnapshots::Publish(uint64_t chunk, uint64_t version, std::shared_ptr<const float> values, bool read) {
+  std::shared_ptr<const float> old;  // released after the lock: it may go back to the pool
   std::lock_guard lock(mu_);
   Entry& e = entries_[chunk];
-  if (e.version == version) e.values = std::move(values);
+  if (e.version != version) return;
+  old.swap(e.values);
+  e.values = std::move(values);
+  e.read = read;
 }
 
-void DenseSnapshots::Invalidate(uint64_t chunk) {
+uint64_t DenseSnapshots::Invalidate(uint64_t chunk) {
   std::shared_ptr<const float> old;  // released after the lock: it may go back to the pool
   std::lock_guard lock(mu_);
   Entry& e = entries_[chunk];
   ++e.version;
   old.swap(e.values);
+  e.read = false;
+  return e.version;
+}
+
+bool DenseSnapshots::WasRead(uint64_t chunk) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(chunk);
+  return it != entries_.end() && it->second.values && it->second.read;
 }
 
 std::shared_ptr<float> DenseSnapshots::Acquire() {

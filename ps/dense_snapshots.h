@@ -4,6 +4,10 @@
 // published: an update makes the chunk's snapshot stale, and the next pull reads the store into
 // a fresh buffer from the pool (copy-on-write, done lazily), so a reply in flight keeps the
 // version it was given, and pulls of a chunk that was not updated since cost no copy at all.
+// A chunk that pulls read (WasRead) gets its next snapshot from the update itself instead: the
+// writer copies the record into a fresh buffer while it holds it, invalidates there, and
+// publishes with the version Invalidate returned, so the pull after a push (the offload step)
+// finds it fresh.
 #pragma once
 
 #include <cstdint>
@@ -26,12 +30,19 @@ class DenseSnapshots {
     std::shared_ptr<const float> values;  // null: stale, read the store and Publish
     uint64_t version = 0;                 // pass to Publish
   };
-  Lookup Get(uint64_t chunk);
+  Lookup Get(uint64_t chunk);  // a snapshot it returns counts as read (WasRead)
   // Installs `values`, read from the store after Get returned `version`, unless the chunk was
   // updated since (then the next pull reads again; `values` is still a consistent version).
-  void Publish(uint64_t chunk, uint64_t version, std::shared_ptr<const float> values);
+  // `read`: a pull is sending them (it read the store for them), so they count as read.
+  void Publish(uint64_t chunk, uint64_t version, std::shared_ptr<const float> values, bool read);
   // The chunk's values changed in the store: drops its snapshot (replies holding it keep it).
-  void Invalidate(uint64_t chunk);
+  // Returns the chunk's version from now on. A writer that calls it while it still holds the
+  // record it changed (so that no read or other write of the record comes between) may Publish
+  // its copy of the record with that version.
+  uint64_t Invalidate(uint64_t chunk);
+  // Whether the chunk's snapshot was handed to a pull since it was published: worth making the
+  // next one as the chunk is updated.
+  bool WasRead(uint64_t chunk);
 
   // A buffer of chunk_floats floats, uninitialised; recycled into the pool when released.
   std::shared_ptr<float> Acquire();
@@ -44,6 +55,7 @@ class DenseSnapshots {
   struct Entry {
     std::shared_ptr<const float> values;
     uint64_t version = 0;
+    bool read = false;  // `values` was handed to a pull
   };
 
   const uint32_t chunk_floats_;

@@ -506,11 +506,8 @@ Result<Message> PsServer::Push(const Request& request) {
     auto apply = [&](size_t i, std::span<float> record) {
       ApplyUpdate(o, t.slots, record, static_cast<int>(t.ValueFloats(keys[i])), grad[i], 1.0f);
     };
-    Status s = push_id != 0 ? t.store->UpdateWithId(keys, t.init, apply, UpdateId{sender, push_id})
-                            : t.store->Update(keys, t.init, apply);
-    if (t.snapshots) {
-      for (uint64_t key : keys) t.snapshots->Invalidate(key);
-    }
+    const UpdateId id{sender, push_id};
+    Status s = t.UpdateRecords(keys, apply, push_id != 0 ? &id : nullptr);
     if (!s.ok()) return s.WithContext("push to table \"" + t.spec.name + "\"");
   }
   apply_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();

@@ -73,7 +73,7 @@ Result<Message> PsServer::DensePullReply(Table& t, const Request& request, const
     for (size_t j = 0; j < stale_keys.size(); ++j) {
       const size_t i = stale_index[j];
       values[i] = std::move(fresh[j]);
-      t.snapshots->Publish(keys[i], versions[i], values[i]);
+      t.snapshots->Publish(keys[i], versions[i], values[i], /*read=*/true);
     }
   }
   Message reply = DenseValuesReply(t, request, keys, values, floats);

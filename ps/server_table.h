@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -71,6 +72,34 @@ struct PsServer::Table {
   uint32_t ValueFloats(uint64_t key) const {
     return spec.kind == TableKind::kSparse ? spec.dim : spec.ChunkLength(key);
   }
+  // Runs `apply` over the records of `keys` (UpdateWithId when `id` is set), and brings the dense
+  // snapshots along: a chunk whose snapshot pulls read gets its next one from this update (its
+  // values copied into a fresh buffer inside the visit, while the store still holds the record,
+  // and published with the version Invalidate returned there: DenseSnapshots), so the next pull
+  // finds it fresh; the others are only invalidated. After an error every key is invalidated
+  // and nothing published.
+  Status UpdateRecords(std::span<const uint64_t> keys, const RowStore::Visit& apply, const UpdateId* id = nullptr) {
+    if (!snapshots) return id ? store->UpdateWithId(keys, init, apply, *id) : store->Update(keys, init, apply);
+    std::vector<std::shared_ptr<float>> fresh(keys.size());
+    std::vector<uint64_t> versions(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (snapshots->WasRead(keys[i])) fresh[i] = snapshots->Acquire();
+    }
+    auto visit = [&](size_t i, std::span<float> record) {
+      apply(i, record);
+      if (fresh[i]) std::memcpy(fresh[i].get(), record.data(), ValueFloats(keys[i]) * sizeof(float));
+      versions[i] = snapshots->Invalidate(keys[i]);
+    };
+    Status s = id ? store->UpdateWithId(keys, init, visit, *id) : store->Update(keys, init, visit);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (!s.ok()) {
+        snapshots->Invalidate(keys[i]);
+      } else if (fresh[i]) {
+        snapshots->Publish(keys[i], versions[i], std::move(fresh[i]), /*read=*/false);
+      }
+    }
+    return s;
+  }
   // The clock a push of `key` must be for, at the earliest. Expects bsp_mu held.
   int64_t NextClockLocked(uint64_t key) const {
     if (chunk_clock.empty()) return applied_clock;
@@ -136,15 +165,12 @@ struct PsServer::Table {
   }
   // keys[j] takes *of[j], each with its lr (negative: the table's), times `scale`.
   void ApplyKeys(std::span<const uint64_t> keys, std::span<const Acc* const> of, float scale, int64_t clock) {
-    Status s = store->Update(keys, init, [&](size_t j, std::span<float> record) {
+    Status s = UpdateRecords(keys, [&](size_t j, std::span<float> record) {
       OptimizerSpec o = spec.optimizer;
       if (of[j]->lr >= 0) o.lr = of[j]->lr;
       ApplyUpdate(o, slots, record, static_cast<int>(ValueFloats(keys[j])), of[j]->sum.data(), scale);
     });
     if (!s.ok()) spdlog::error("server: applying clock {} of table \"{}\": {}", clock, spec.name, s.ToString());
-    if (snapshots) {
-      for (uint64_t key : keys) snapshots->Invalidate(key);
-    }
   }
   // pushers > 0: the factor a chunk's sum is applied with (before clipping).
   float MeanScale() const {

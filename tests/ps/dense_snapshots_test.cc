@@ -1,5 +1,6 @@
 // dense_snapshots_test.cc: DenseSnapshots: a published snapshot is served until the chunk is
-// invalidated, a read that raced an update is not installed, buffers held by a reply survive
+// invalidated, a read that raced an update is not installed, a writer's copy is installed with the
+// version its invalidation returned (and only then), buffers held by a reply survive
 // invalidation and the object itself, and released buffers are recycled.
 #include "ps/dense_snapshots.h"
 
@@ -18,7 +19,7 @@ TEST(DenseSnapshots, ServesThePublishedSnapshotUntilInvalidated) {
   DenseSnapshots s(4, 2);
   DenseSnapshots::Lookup l = s.Get(7);
   EXPECT_EQ(l.values, nullptr);
-  s.Publish(7, l.version, Filled(s, 1.0f));
+  s.Publish(7, l.version, Filled(s, 1.0f), /*read=*/false);
   DenseSnapshots::Lookup again = s.Get(7);
   ASSERT_NE(again.values, nullptr);
   EXPECT_EQ(again.values.get()[3], 1.0f);
@@ -33,12 +34,35 @@ TEST(DenseSnapshots, AReadThatRacedAnUpdateIsNotInstalled) {
   DenseSnapshots s(4, 2);
   DenseSnapshots::Lookup l = s.Get(1);
   s.Invalidate(1);  // an update landed between the lookup and the publish
-  s.Publish(1, l.version, Filled(s, 2.0f));
+  s.Publish(1, l.version, Filled(s, 2.0f), /*read=*/false);
   EXPECT_EQ(s.Get(1).values, nullptr);
   DenseSnapshots::Lookup now = s.Get(1);
-  s.Publish(1, now.version, Filled(s, 3.0f));
+  s.Publish(1, now.version, Filled(s, 3.0f), /*read=*/false);
   ASSERT_NE(s.Get(1).values, nullptr);
   EXPECT_EQ(s.Get(1).values.get()[0], 3.0f);
+}
+
+TEST(DenseSnapshots, AWriterPublishesWithTheVersionItsInvalidateReturned) {
+  DenseSnapshots s(4, 2);
+  DenseSnapshots::Lookup l = s.Get(3);
+  s.Publish(3, l.version, Filled(s, 1.0f), /*read=*/false);
+  EXPECT_FALSE(s.WasRead(3)) << "published, not yet handed to a pull";
+  EXPECT_NE(s.Get(3).values, nullptr);
+  EXPECT_TRUE(s.WasRead(3));
+  EXPECT_FALSE(s.WasRead(4));
+  s.Publish(4, s.Get(4).version, Filled(s, 1.0f), /*read=*/true);  // what a pull read and sends
+  EXPECT_TRUE(s.WasRead(4));
+  // A writer holding the record: invalidates, then publishes its copy with that version.
+  const uint64_t v = s.Invalidate(3);
+  EXPECT_FALSE(s.WasRead(3));
+  s.Publish(3, v, Filled(s, 2.0f), /*read=*/false);
+  ASSERT_NE(s.Get(3).values, nullptr);
+  EXPECT_EQ(s.Get(3).values.get()[1], 2.0f);
+  // A later writer's invalidation wins over an earlier writer's publish.
+  const uint64_t first = s.Invalidate(3);
+  s.Invalidate(3);
+  s.Publish(3, first, Filled(s, 3.0f), /*read=*/false);
+  EXPECT_EQ(s.Get(3).values, nullptr);
 }
 
 TEST(DenseSnapshots, ReleasedBuffersAreRecycledAndMayOutliveTheSnapshots) {
