@@ -227,7 +227,9 @@ Result<Report> Run(const PsBenchOptions& o) {
                {"raw call push GB/s", "raw_call_push_gb_per_s", Table::Format::kFixed2},
                {"raw call pull GB/s", "raw_call_pull_gb_per_s", Table::Format::kFixed2},
                {"push/raw call", "push_call_ratio", Table::Format::kFixed2},
-               {"pull/raw call", "pull_call_ratio", Table::Format::kFixed2}});
+               {"pull/raw call", "pull_call_ratio", Table::Format::kFixed2},
+               {"push+pull GB/s", "push_pull_gb_per_s", Table::Format::kFixed2},
+               {"push+pull/raw calls", "push_pull_call_ratio", Table::Format::kFixed2}});
   Table pipelined("dense tables, " + std::to_string(o.in_flight) +
                       " calls in flight (a trainer prefetching layers), beside the same raw stream",
                   {{"servers", "servers", Table::Format::kInteger},
@@ -301,7 +303,7 @@ Result<Report> Run(const PsBenchOptions& o) {
       // is what we send (a stricter peer where smaller messages move faster).
       const uint64_t chunk_bytes = std::min<uint64_t>(size, uint64_t{t.chunk_floats} * sizeof(float));
       std::vector<double> raw, chunked, push, pull, push_ratio, pull_ratio, push_cratio, pull_cratio;
-      std::vector<double> call_push, call_pull, push_call_ratio, pull_call_ratio;
+      std::vector<double> call_push, call_pull, push_call_ratio, pull_call_ratio, push_pull, push_pull_ratio;
       std::vector<double> push_n, pull_n, push_n_ratio, pull_n_ratio, push_n_cratio, pull_n_cratio;
       std::vector<std::vector<float>> outs(static_cast<size_t>(o.in_flight), std::vector<float>(t.numel));
       for (int round = 0; round < kDenseRounds; ++round) {
@@ -322,6 +324,15 @@ Result<Report> Run(const PsBenchOptions& o) {
           PsTicket tk = client.PullDense(t.id, values.data());
           return client.Wait(tk);
         }));
+        // An offload step's shape: the gradients pushed, then the updated values pulled back.
+        STRATA_ASSIGN_OR_RETURN(Timing pp, Measure(o.seconds, [&] {
+          PsTicket push = client.PushDense(t.id, grads.data());
+          STRATA_RETURN_IF_ERROR(client.Wait(push));
+          PsTicket pull = client.PullDense(t.id, values.data());
+          return client.Wait(pull);
+        }));
+        push_pull.push_back(2.0 * size / pp.median_s / 1e9);
+        push_pull_ratio.push_back(push_pull.back() / (2.0 / (1.0 / raw_push + 1.0 / raw_pull)));
         STRATA_ASSIGN_OR_RETURN(const double pun, MeasureInFlight(o.seconds, o.in_flight, size, [&](int) {
           return client.PushDense(t.id, grads.data());
         }, client));
@@ -349,7 +360,8 @@ Result<Report> Run(const PsBenchOptions& o) {
       }
       dense.AddRow({servers, size, Median(push), Median(pull), Median(raw), Median(push_ratio),
                     Median(pull_ratio), Median(chunked), Median(push_cratio), Median(pull_cratio),
-                    Median(call_push), Median(call_pull), Median(push_call_ratio), Median(pull_call_ratio)});
+                    Median(call_push), Median(call_pull), Median(push_call_ratio), Median(pull_call_ratio),
+                    Median(push_pull), Median(push_pull_ratio)});
       pipelined.AddRow({servers, size, o.in_flight, Median(push_n), Median(pull_n), Median(raw), Median(push_n_ratio),
                         Median(pull_n_ratio), Median(chunked), Median(push_n_cratio), Median(pull_n_cratio)});
     }
@@ -405,6 +417,9 @@ Result<Report> Run(const PsBenchOptions& o) {
                          "answers them in turn. No apply and no copy into a tensor: what one call to one server can move through "
                          "libzmq on this host, where the stream columns never wait. With more than one server ours spreads the "
                          "chunks over them, so its ratio to this peer may exceed 1.");
+  report.notes.push_back("push+pull: an offload step's shape, the tensor pushed and then pulled back (each awaited), both "
+                         "tensors' bytes over the pair's median time; beside, the raw push call then the raw pull call "
+                         "(the harmonic mean of their rates).");
   report.notes.push_back("calls in flight: the same tensor pushed (or pulled, each call into its own output) again as "
                          "each of the last --in-flight calls completes, oldest first, in the same rounds as the raw "
                          "stream; the median of batches of 4 x in-flight calls. What a trainer that prefetches the next "
