@@ -13,7 +13,10 @@
 //           applied at the clock), then applied once: the same floats whichever path applies it.
 //   Dense pulls are answered with reference-counted snapshots of the chunks
 //           (dense_snapshots.h): no copy for a chunk not updated since its last pull, and never a
-//           half-applied update.
+//           half-applied update. A chunk pulls read gets its next snapshot from the update that
+//           changes it (Table::UpdateRecords), and a pull whose chunks are all fresh is answered
+//           on the receive thread (TryPullOnReceive): the pull after a push costs no hop and no
+//           copy on the server.
 // Requests from one sender are handled in order where it matters (ps/sender_lanes.h): its
 // pushes and pulls of one key (a dense chunk) run on several workers at once, key by key in
 // order, so the chunks of one dense push are applied in parallel while the next ones arrive;
