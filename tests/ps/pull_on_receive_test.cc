@@ -30,6 +30,26 @@ class PullOnReceiveTest : public PsTest {
     PsTicket tk = clients_[0]->PullDense(table, out.data(), bf16);
     return clients_[0]->Wait(tk);
   }
+
+  // Trainer 0 pulls until one of its pulls is answered on the receive thread (one that reaches
+  // a server before the worker that answered the last one has let go of it goes to a worker).
+  bool PullUntilOneIsAnsweredOnReceive(uint32_t table, std::vector<float>& out) {
+    return testing::WaitFor([&] {
+      const uint64_t before = PullsOnReceive();
+      return PullAndWait(table, out).ok() && PullsOnReceive() > before;
+    }, Millis(10000));
+  }
+
+  // A dense table of one chunk of `floats` zeros, SGD at lr 1 (a push of -1 adds 1), on every
+  // trainer's client.
+  TableSpec CreateZeros(uint32_t id, uint32_t floats, Consistency c) {
+    OptimizerSpec sgd;
+    sgd.lr = 1.0f;
+    TableSpec t = Dense(id, floats, floats, c, sgd);
+    t.init = {};
+    CreateEverywhere(t);
+    return t;
+  }
 };
 
 TEST_F(PullOnReceiveTest, FreshSnapshotsAreAnsweredOnTheReceiveThreadWithTheSameValues) {
@@ -44,9 +64,7 @@ TEST_F(PullOnReceiveTest, FreshSnapshotsAreAnsweredOnTheReceiveThreadWithTheSame
     const uint64_t chunk = i / t.chunk_floats;
     ASSERT_EQ(first[i], FreshRecord(t, chunk)[i % t.chunk_floats]) << i;
   }
-  // A pull that reaches a server before the worker that answered the last one has let go of
-  // it goes to the workers again; some of these must not.
-  ASSERT_TRUE(testing::WaitFor([&] { return PullAndWait(1, again).ok() && PullsOnReceive() > 0; }, Millis(10000)));
+  ASSERT_TRUE(PullUntilOneIsAnsweredOnReceive(1, again));
   EXPECT_EQ(again, first);
 
   // A push makes its chunks stale: the next pull reads them on a worker, and sees the push.
@@ -69,11 +87,7 @@ TEST_F(PullOnReceiveTest, APullRightBehindItsSendersPushSeesThePush) {
   // between: the pull must be ordered behind the push, though the snapshot it would find on
   // arrival is still the old one until a worker applies the push.
   Start();
-  OptimizerSpec sgd;
-  sgd.lr = 1.0f;
-  TableSpec t = Dense(1, 4096, 4096, Consistency::kAsp, sgd);
-  t.init = {};
-  CreateEverywhere(t);
+  const TableSpec t = CreateZeros(1, 4096, Consistency::kAsp);
   std::vector<float> out(t.numel), grads(t.numel, -1.0f);
   constexpr int kRounds = 100;
   int wrong = 0;
@@ -93,18 +107,11 @@ TEST_F(PullOnReceiveTest, APullRightBehindItsSendersPushSeesThePush) {
 // snapshot from the update itself, so the pull after the push finds it fresh.
 TEST_F(PullOnReceiveTest, ThePullAfterAPushOfAChunkPullsReadIsAnsweredOnTheReceiveThread) {
   Start();
-  OptimizerSpec sgd;
-  sgd.lr = 1.0f;
   for (Consistency c : {Consistency::kAsp, Consistency::kBsp}) {
     const uint32_t id = c == Consistency::kAsp ? 1 : 2;
-    TableSpec t = Dense(id, 4096, 4096, c, sgd);
-    t.init = {};
-    CreateEverywhere(t);
+    const TableSpec t = CreateZeros(id, 4096, c);
     std::vector<float> out(t.numel), grads(t.numel, -1.0f);
-    ASSERT_TRUE(testing::WaitFor([&] {
-      const uint64_t before = PullsOnReceive();
-      return PullAndWait(id, out).ok() && PullsOnReceive() > before;
-    }, Millis(10000)));
+    ASSERT_TRUE(PullUntilOneIsAnsweredOnReceive(id, out));
     int answered_on_receive = 0;
     for (int round = 1; round <= 30; ++round) {
       // BSP: every trainer pushes -1 and clocks (the mean is -1); ASP: trainer 0 alone.
@@ -129,14 +136,9 @@ TEST_F(PullOnReceiveTest, ThePullAfterAPushOfAChunkPullsReadIsAnsweredOnTheRecei
 
 TEST_F(PullOnReceiveTest, APullBeforeItsBspClockStillWaitsForIt) {
   Start();
-  OptimizerSpec sgd;
-  sgd.lr = 1.0f;
-  TableSpec t = Dense(1, 256, 256, Consistency::kBsp, sgd);
-  t.init = {};
-  CreateEverywhere(t);
+  const TableSpec t = CreateZeros(1, 256, Consistency::kBsp);
   std::vector<float> out(t.numel), grads(t.numel, -1.0f);
-  ASSERT_TRUE(PullAndWait(1, out).ok());  // clock 0: fresh snapshots from here on
-  ASSERT_TRUE(testing::WaitFor([&] { return PullAndWait(1, out).ok() && PullsOnReceive() > 0; }, Millis(10000)));
+  ASSERT_TRUE(PullUntilOneIsAnsweredOnReceive(1, out));  // clock 0: fresh snapshots from here on
   // Every trainer pushes 1 and clocks, except trainer 2, which only clocks late: trainer 0's
   // pull at clock 1 must wait for the clock, though the chunk's snapshot of clock 0 is fresh.
   for (int tr = 0; tr < 2; ++tr) {

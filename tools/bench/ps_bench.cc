@@ -213,36 +213,35 @@ Result<Report> Run(const PsBenchOptions& o) {
   report.config = {{"servers", o.servers}, {"dense_sizes", o.dense_sizes}, {"batches", o.batches},
                    {"dims", o.dims}, {"wide_batches", o.wide_batches}, {"wide_dims", o.wide_dims},
                    {"seconds", o.seconds}, {"in_flight", o.in_flight}, {"chunk_bytes", o.chunk_bytes}};
+  // The columns both dense tables have after their first: ours beside the raw streams.
+  auto dense_columns = [](std::vector<Table::Column> first, std::vector<Table::Column> last) {
+    const std::vector<Table::Column> streams = {
+        {"push GB/s", "push_gb_per_s", Table::Format::kFixed2},
+        {"pull GB/s", "pull_gb_per_s", Table::Format::kFixed2},
+        {"raw GB/s", "raw_gb_per_s", Table::Format::kFixed2},
+        {"push/raw", "push_ratio", Table::Format::kFixed2},
+        {"pull/raw", "pull_ratio", Table::Format::kFixed2},
+        {"raw@chunk GB/s", "raw_chunked_gb_per_s", Table::Format::kFixed2},
+        {"push/raw@chunk", "push_chunked_ratio", Table::Format::kFixed2},
+        {"pull/raw@chunk", "pull_chunked_ratio", Table::Format::kFixed2}};
+    first.insert(first.end(), streams.begin(), streams.end());
+    first.insert(first.end(), last.begin(), last.end());
+    return first;
+  };
   Table dense("dense tables: whole-tensor push and pull through the servers, beside raw ZeroMQ",
-              {{"servers", "servers", Table::Format::kInteger},
-               {"size", "bytes", Table::Format::kBytes},
-               {"push GB/s", "push_gb_per_s", Table::Format::kFixed2},
-               {"pull GB/s", "pull_gb_per_s", Table::Format::kFixed2},
-               {"raw GB/s", "raw_gb_per_s", Table::Format::kFixed2},
-               {"push/raw", "push_ratio", Table::Format::kFixed2},
-               {"pull/raw", "pull_ratio", Table::Format::kFixed2},
-               {"raw@chunk GB/s", "raw_chunked_gb_per_s", Table::Format::kFixed2},
-               {"push/raw@chunk", "push_chunked_ratio", Table::Format::kFixed2},
-               {"pull/raw@chunk", "pull_chunked_ratio", Table::Format::kFixed2},
-               {"raw call push GB/s", "raw_call_push_gb_per_s", Table::Format::kFixed2},
-               {"raw call pull GB/s", "raw_call_pull_gb_per_s", Table::Format::kFixed2},
-               {"push/raw call", "push_call_ratio", Table::Format::kFixed2},
-               {"pull/raw call", "pull_call_ratio", Table::Format::kFixed2},
-               {"push+pull GB/s", "push_pull_gb_per_s", Table::Format::kFixed2},
-               {"push+pull/raw calls", "push_pull_call_ratio", Table::Format::kFixed2}});
+              dense_columns({{"servers", "servers", Table::Format::kInteger}, {"size", "bytes", Table::Format::kBytes}},
+                            {{"raw call push GB/s", "raw_call_push_gb_per_s", Table::Format::kFixed2},
+                             {"raw call pull GB/s", "raw_call_pull_gb_per_s", Table::Format::kFixed2},
+                             {"push/raw call", "push_call_ratio", Table::Format::kFixed2},
+                             {"pull/raw call", "pull_call_ratio", Table::Format::kFixed2},
+                             {"push+pull GB/s", "push_pull_gb_per_s", Table::Format::kFixed2},
+                             {"push+pull/raw calls", "push_pull_call_ratio", Table::Format::kFixed2}}));
   Table pipelined("dense tables, " + std::to_string(o.in_flight) +
                       " calls in flight (a trainer prefetching layers), beside the same raw stream",
-                  {{"servers", "servers", Table::Format::kInteger},
-                   {"size", "bytes", Table::Format::kBytes},
-                   {"in flight", "in_flight", Table::Format::kInteger},
-                   {"push GB/s", "push_gb_per_s", Table::Format::kFixed2},
-                   {"pull GB/s", "pull_gb_per_s", Table::Format::kFixed2},
-                   {"raw GB/s", "raw_gb_per_s", Table::Format::kFixed2},
-                   {"push/raw", "push_ratio", Table::Format::kFixed2},
-                   {"pull/raw", "pull_ratio", Table::Format::kFixed2},
-                   {"raw@chunk GB/s", "raw_chunked_gb_per_s", Table::Format::kFixed2},
-                   {"push/raw@chunk", "push_chunked_ratio", Table::Format::kFixed2},
-                   {"pull/raw@chunk", "pull_chunked_ratio", Table::Format::kFixed2}});
+                  dense_columns({{"servers", "servers", Table::Format::kInteger},
+                                 {"size", "bytes", Table::Format::kBytes},
+                                 {"in flight", "in_flight", Table::Format::kInteger}},
+                                {}));
   Table sparse("sparse tables: pull and push of Zipf(1.1) keys (rows/s over whole batches)",
                {{"servers", "servers", Table::Format::kInteger},
                 {"batch", "batch", Table::Format::kInteger},
