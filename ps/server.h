@@ -430,16 +430,17 @@ class PsServer {
   // A dense pull's reply from its chunks' snapshots (`values`, by key: consistent versions).
   Message DenseValuesReply(const Table& t, const Request& request, const std::vector<uint64_t>& keys,
                            const std::vector<std::shared_ptr<const float>>& values, size_t floats);
-  // Answers, on the thread that received it, a pull of a dense table whose chunks all have
-  // fresh snapshots: no hand-off to a worker and back, and no copy. Only when nothing of its
-  // sender is running or waiting (SenderLanes::Idle, so it is ordered as the lanes would
-  // order it), no migration holds the layout, its clock allows it now, and it asks for f32 on a
-  // server without replication. Waits on no lock that is held long. False: it did nothing, and
-  // the request goes to the workers as any other.
+  // Answers on the receive thread a dense f32 pull whose chunks all have fresh snapshots (no
+  // hop to a worker, no copy), when nothing of its sender is running or waiting (so the lanes'
+  // order holds), its clock allows it and there is no replication; the layout, tables and
+  // clock locks are only tried. False: it did nothing; the workers take the request.
   bool TryPullOnReceive(Request& request);
   // After a pull of dense table t: the chunks this server holds of the next dense table (the
   // one the trainer pulls next in forward order) are read ahead into DRAM (ps/read_ahead.h).
+  // NextDenseTableLocked (tables_mu_ held) finds it, ReadTableAhead (null: nothing) reads it.
   void ReadNextTableAhead(const Table& t);
+  Table* NextDenseTableLocked(const Table& t) const;
+  void ReadTableAhead(Table* next);
   // Is a pull of `t` at `clock` allowed now? Expects clock_mu_ held. Sets *error if it never will.
   bool PullReadyLocked(const Table& t, int64_t clock, Status* error) const;
   int64_t MinClockLocked() const;

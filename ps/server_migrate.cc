@@ -330,8 +330,9 @@ Status PsServer::ImportRows(const Message& reply, uint32_t from, const PsLayout*
     std::vector<float> records(n * static_cast<size_t>(spec.RecordWidth()));
     if (!records.empty()) std::memcpy(records.data(), r.buffer->data(), records.size() * sizeof(float));
     const size_t width = static_cast<size_t>(spec.RecordWidth());
-    // Through UpdateRecords: a dense chunk this server held before (a join rolled back, a
-    // leave undone) must not be pulled from its old snapshot.
+    // Through UpdateRecords, the one path that changes records, so that a dense record never
+    // changes without its snapshot following (today only sparse rows arrive here: dense chunks
+    // do not migrate).
     STRATA_RETURN_IF_ERROR(t->UpdateRecords(keys, [&](size_t j, std::span<float> record) {
       std::memcpy(record.data(), records.data() + j * width, width * sizeof(float));
     }).WithContext(where));

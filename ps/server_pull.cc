@@ -4,9 +4,9 @@
 // and the next dense table read ahead from the tier.
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <shared_mutex>
-#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -116,9 +116,14 @@ bool PsServer::TryPullOnReceive(Request& request) {
   if (pull.getBf16()) return false;  // rounding is a pass over every value: a worker's job
   std::shared_lock layout_lock(migrate_mu_, std::try_to_lock);  // a migration may hold it long
   if (!layout_lock.owns_lock()) return false;
-  auto table = FindTable(pull.getTable());
-  if (!table.ok() || !(*table)->snapshots) return false;
-  Table& t = **table;
+  // Tried too: createTable holds it while it opens a store and syncs the tables file.
+  std::shared_lock tables_lock(tables_mu_, std::try_to_lock);
+  if (!tables_lock.owns_lock()) return false;
+  auto it = tables_.find(pull.getTable());
+  if (it == tables_.end() || !it->second->snapshots) return false;
+  Table& t = *it->second;  // tables are not destroyed while the server serves
+  Table* const next = backup_of_ < 0 ? NextDenseTableLocked(t) : nullptr;
+  tables_lock.unlock();
   std::vector<uint64_t> keys;
   size_t floats = 0;
   if (!ValidateKeys(t, msg, false, &keys, &floats).ok()) return false;  // the worker names what is wrong
@@ -138,7 +143,7 @@ bool PsServer::TryPullOnReceive(Request& request) {
   ++requests_;
   ++pulls_on_receive_;
   request.Reply(DenseValuesReply(t, request, keys, values, floats));
-  if (backup_of_ < 0) ReadNextTableAhead(t);
+  ReadTableAhead(next);
   pull_seconds_.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return true;
 }
@@ -147,10 +152,18 @@ void PsServer::ReadNextTableAhead(const Table& t) {
   Table* next = nullptr;
   {
     std::shared_lock lock(tables_mu_);
-    auto it = tables_.upper_bound(t.spec.id);
-    if (it == tables_.end() || !it->second->snapshots) return;
-    next = it->second.get();
+    next = NextDenseTableLocked(t);
   }
+  ReadTableAhead(next);
+}
+
+PsServer::Table* PsServer::NextDenseTableLocked(const Table& t) const {
+  auto it = tables_.upper_bound(t.spec.id);
+  return it == tables_.end() || !it->second->snapshots ? nullptr : it->second.get();
+}
+
+void PsServer::ReadTableAhead(Table* next) {
+  if (!next) return;
   const uint32_t servers = KeyLayout().base, me = static_cast<uint32_t>(node_.rank());
   if (servers == 0 || me >= servers) return;  // a joined server holds no dense chunks
   std::vector<uint64_t> keys;

@@ -82,6 +82,7 @@ struct PsServer::Table {
     if (!snapshots) return id ? store->UpdateWithId(keys, init, apply, *id) : store->Update(keys, init, apply);
     std::vector<std::shared_ptr<float>> fresh(keys.size());
     std::vector<uint64_t> versions(keys.size());
+    std::vector<char> visited(keys.size(), 0);  // a copy is published only if it was made
     for (size_t i = 0; i < keys.size(); ++i) {
       if (snapshots->WasRead(keys[i])) fresh[i] = snapshots->Acquire();
     }
@@ -89,10 +90,11 @@ struct PsServer::Table {
       apply(i, record);
       if (fresh[i]) std::memcpy(fresh[i].get(), record.data(), ValueFloats(keys[i]) * sizeof(float));
       versions[i] = snapshots->Invalidate(keys[i]);
+      visited[i] = 1;
     };
     Status s = id ? store->UpdateWithId(keys, init, visit, *id) : store->Update(keys, init, visit);
     for (size_t i = 0; i < keys.size(); ++i) {
-      if (!s.ok()) {
+      if (!s.ok() || !visited[i]) {
         snapshots->Invalidate(keys[i]);
       } else if (fresh[i]) {
         snapshots->Publish(keys[i], versions[i], std::move(fresh[i]), /*read=*/false);
