@@ -23,6 +23,22 @@ DenseSnapshots::Lookup DenseSnapshots::Get(uint64_t chunk) {
   return {e.values, e.version};
 }
 
+bool DenseSnapshots::GetFresh(std::span<const uint64_t> chunks, std::vector<std::shared_ptr<const float>>* values) {
+  values->clear();
+  values->reserve(chunks.size());
+  std::lock_guard lock(mu_);
+  for (uint64_t chunk : chunks) {
+    auto it = entries_.find(chunk);
+    if (it == entries_.end() || !it->second.values) {
+      values->clear();
+      return false;
+    }
+    values->push_back(it->second.values);
+  }
+  for (uint64_t chunk : chunks) entries_[chunk].read = true;
+  return true;
+}
+
 void DenseSnapshots::Publish(uint64_t chunk, uint64_t version, std::shared_ptr<const float> values, bool read) {
   std::shared_ptr<const float> old;  // released after the lock: it may go back to the pool
   std::lock_guard lock(mu_);

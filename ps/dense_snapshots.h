@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -31,6 +32,8 @@ class DenseSnapshots {
     uint64_t version = 0;                 // pass to Publish
   };
   Lookup Get(uint64_t chunk);  // a snapshot it returns counts as read (WasRead)
+  // The snapshots of every chunk (counted as read), or false, counting none, if any is stale.
+  bool GetFresh(std::span<const uint64_t> chunks, std::vector<std::shared_ptr<const float>>* values);
   // Installs `values`, read from the store after Get returned `version`, unless the chunk was
   // updated since (then the next pull reads again; `values` is still a consistent version).
   // `read`: a pull is sending them (it read the store for them), so they count as read.

@@ -135,11 +135,8 @@ bool PsServer::TryPullOnReceive(Request& request) {
   }
   // Readiness only grows: the clock allowed it and still does. A stale chunk is read from the
   // store, which may be on disk: a worker's job too.
-  std::vector<std::shared_ptr<const float>> values(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    values[i] = t.snapshots->Get(keys[i]).values;
-    if (!values[i]) return false;
-  }
+  std::vector<std::shared_ptr<const float>> values;
+  if (!t.snapshots->GetFresh(keys, &values)) return false;
   ++requests_;
   ++pulls_on_receive_;
   request.Reply(DenseValuesReply(t, request, keys, values, floats));

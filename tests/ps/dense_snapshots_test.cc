@@ -1,7 +1,8 @@
 // dense_snapshots_test.cc: DenseSnapshots: a published snapshot is served until the chunk is
 // invalidated, a read that raced an update is not installed, a writer's copy is installed with the
-// version its invalidation returned (and only then), buffers held by a reply survive
-// invalidation and the object itself, and released buffers are recycled.
+// version its invalidation returned (and only then), a lookup of several chunks takes all or
+// none, buffers held by a reply survive invalidation and the object itself, and released buffers
+// are recycled.
 #include "ps/dense_snapshots.h"
 
 #include <gtest/gtest.h>
@@ -63,6 +64,24 @@ TEST(DenseSnapshots, AWriterPublishesWithTheVersionItsInvalidateReturned) {
   s.Invalidate(3);
   s.Publish(3, first, Filled(s, 3.0f), /*read=*/false);
   EXPECT_EQ(s.Get(3).values, nullptr);
+}
+
+TEST(DenseSnapshots, GetFreshTakesEveryChunkOrNoneAndCountsOnlyWhatItTakes) {
+  DenseSnapshots s(4, 4);
+  s.Publish(1, s.Get(1).version, Filled(s, 1.0f), /*read=*/false);
+  s.Publish(2, s.Get(2).version, Filled(s, 2.0f), /*read=*/false);
+  std::vector<std::shared_ptr<const float>> values;
+  const std::vector<uint64_t> with_stale = {1, 3, 2};
+  EXPECT_FALSE(s.GetFresh(with_stale, &values));
+  EXPECT_TRUE(values.empty());
+  EXPECT_FALSE(s.WasRead(1)) << "a lookup that found a stale chunk counts nothing as read";
+  const std::vector<uint64_t> fresh = {2, 1};
+  ASSERT_TRUE(s.GetFresh(fresh, &values));
+  ASSERT_EQ(values.size(), 2u);
+  EXPECT_EQ(values[0].get()[0], 2.0f);
+  EXPECT_EQ(values[1].get()[0], 1.0f);
+  EXPECT_TRUE(s.WasRead(1));
+  EXPECT_TRUE(s.WasRead(2));
 }
 
 TEST(DenseSnapshots, ReleasedBuffersAreRecycledAndMayOutliveTheSnapshots) {
