@@ -402,9 +402,10 @@ Result<Report> Run(const PsBenchOptions& o) {
   report.tables.push_back(std::move(sparse));
   report.tables.push_back(std::move(pipelined));
   const uint64_t chunk = o.chunk_bytes ? o.chunk_bytes : uint64_t{TableSpec{}.chunk_floats} * sizeof(float);
-  report.notes.push_back("servers: strata-server processes on this host (ASP tables, SGD on push); the client is one "
-                         "trainer in this process, one call in flight (the third table: --in-flight). Dense chunks of " + std::to_string(chunk >> 10) +
-                         " KiB (" + (o.chunk_bytes ? "--chunk" : "the tables' default") +
+  report.notes.push_back("servers: strata-server processes on this host (ASP tables, SGD on push); the client "
+                         "is one trainer in this process, one call in flight (the third table: --in-flight). "
+                         "Dense chunks of " + std::to_string(chunk >> 10) + " KiB (" +
+                         (o.chunk_bytes ? "--chunk" : "the tables' default") +
                          "), spread round-robin, one request each.");
   report.notes.push_back("raw: libzmq PUSH/PULL one-way stream of messages of the same size (raw@chunk: of chunk-sized messages) to another process. "
                          "Raw, push and pull are measured back to back in 3 rounds; each column is the median over the rounds, "
