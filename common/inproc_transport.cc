@@ -148,7 +148,7 @@ void InprocTransport::Run() {
     inbox_.pop_front();
     Receiver receiver = receiver_;
     lock.unlock();
-    if (receiver) receiver(std::move(source), std::move(frames));
+    if (receiver) receiver(source, std::move(frames));
     lock.lock();
   }
 }

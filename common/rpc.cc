@@ -105,7 +105,7 @@ struct RpcCore {
     return reply;
   }
 
-  void OnReceive(std::shared_ptr<RpcCore> self, Source source, Frames frames) {
+  void OnReceive(std::shared_ptr<RpcCore> self, const Source& source, Frames frames) {
     // Read before Decode takes the frames (a few loads from the fixed header), so that a
     // request that fails validation can still be answered.
     std::optional<uint64_t> peeked;
@@ -144,7 +144,7 @@ struct RpcCore {
       return;
     }
     try {
-      handler(Request(std::move(self), std::move(source), std::move(msg)));
+      handler(Request(std::move(self), source, std::move(msg)));
     } catch (const kj::Exception& e) {
       spdlog::error("rpc: handler threw on request {}: {}", id, e.getDescription().cStr());
     } catch (const std::exception& e) {
@@ -243,8 +243,11 @@ RpcEndpoint::RpcEndpoint(std::unique_ptr<Transport> transport, RpcOptions option
   core_->transport = std::move(transport);
   core_->options = options;
   std::weak_ptr<RpcCore> weak = core_;
-  core_->transport->SetReceiver([weak](Source source, Frames frames) {
-    if (auto core = weak.lock()) core->OnReceive(core, std::move(source), std::move(frames));
+  core_->transport->SetReceiver([weak](const Source& source, Frames frames) {
+    std::shared_ptr<RpcCore> core = weak.lock();
+    if (!core) return;
+    RpcCore* c = core.get();  // the reference moves into the call (one count taken, not two)
+    c->OnReceive(std::move(core), source, std::move(frames));
   });
   core_->timer = std::thread([core = core_.get()] { core->RunTimer(); });
 }

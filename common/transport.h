@@ -32,7 +32,7 @@ struct Source {
 // transport's own I/O thread, one message at a time, and must not block.
 class Transport {
  public:
-  using Receiver = std::function<void(Source source, Frames frames)>;
+  using Receiver = std::function<void(const Source& source, Frames frames)>;
 
   virtual ~Transport() = default;
   Transport(const Transport&) = delete;

@@ -408,7 +408,7 @@ void ZmqTransport::Drain(zmq::socket_t& socket, PeerId peer) {
     Frames frames;
     frames.reserve(parts.size() - first);
     for (size_t i = first; i < parts.size(); ++i) frames.push_back(FromZmq(std::move(parts[i])));
-    if (receiver_) receiver_(std::move(source), std::move(frames));
+    if (receiver_) receiver_(source, std::move(frames));
   }
 }
 

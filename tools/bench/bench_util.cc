@@ -1,12 +1,17 @@
 // bench_util.cc: timing helpers, byte sizes, Table and Report.
 #include "tools/bench/bench_util.h"
 
+#include <time.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <cerrno>
 #include <fstream>
 #include <iomanip>
 #include <sstream>
@@ -199,6 +204,21 @@ Status WriteJson(const std::string& path, const nlohmann::json& doc) {
   out.close();
   if (!out) return Status::IOError("writing " + path + " failed");
   return Status::OK();
+}
+
+Result<double> ProcessCpuSeconds(pid_t pid) {
+  clockid_t clock = CLOCK_PROCESS_CPUTIME_ID;
+  if (pid != 0) {
+    if (const int e = clock_getcpuclockid(pid, &clock); e != 0) {
+      return Status::IOError("no CPU clock for process " + std::to_string(pid) + ": " + std::strerror(e));
+    }
+  }
+  timespec t{};
+  if (clock_gettime(clock, &t) != 0) {
+    return Status::IOError("cannot read the CPU clock of process " + std::to_string(pid == 0 ? getpid() : pid) +
+                           ": " + std::strerror(errno));
+  }
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
 }
 
 std::string HostLoadNote(unsigned cpus, double run_seconds) {

@@ -2,6 +2,8 @@
 // and Report (tables printed for people and written as JSON for tools).
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -27,6 +29,11 @@ class Stopwatch {
  private:
   Clock::time_point start_;
 };
+
+// CPU seconds used so far by every thread of process `pid` (0: this process), user and system:
+// its CPU-time clock (clock_getcpuclockid). IOError naming the pid when it cannot be read (the
+// process is gone, or is not ours to look at).
+Result<double> ProcessCpuSeconds(pid_t pid = 0);
 
 // The p-th percentile (0 <= p <= 100) by nearest rank; 0 for no samples.
 double Percentile(std::vector<double> samples, double p);

@@ -38,6 +38,7 @@ class EchoServerProcess {
   EchoServerProcess& operator=(const EchoServerProcess&) = delete;
 
   const std::vector<EchoServerAddresses>& addresses() const { return addresses_; }
+  pid_t pid() const { return pid_; }
 
  private:
   EchoServerProcess(pid_t pid, int stop_fd) : pid_(pid), stop_fd_(stop_fd) {}

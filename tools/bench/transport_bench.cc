@@ -187,6 +187,7 @@ struct Figures {
   std::vector<double> rtt_us;    // every timed round trip, all repetitions
   std::vector<double> mb_per_s;  // one per repetition
   std::vector<double> msg_per_s;
+  std::vector<double> cpu_ns;    // per one-way message, both processes, one per repetition
 };
 
 // One side of the comparison: its client (null when not measured) and what it measured.
@@ -198,16 +199,27 @@ struct Side {
   nlohmann::json P99() const { return Figure(Percentile(figures.rtt_us, 99)); }
   nlohmann::json MBps() const { return Figure(Median(figures.mb_per_s)); }
   nlohmann::json KMsgps() const { return Figure(Median(figures.msg_per_s) / 1e3); }
+  nlohmann::json CpuNs() const { return Figure(Median(figures.cpu_ns)); }
   nlohmann::json Figure(double v) const { return client ? nlohmann::json(v) : nlohmann::json(); }
 };
 
-// Runs one repetition of both measurements for one client.
+// CPU seconds used so far by this process and the server's, together.
+Result<double> BothProcessesCpuSeconds(pid_t server) {
+  STRATA_ASSIGN_OR_RETURN(const double ours, ProcessCpuSeconds());
+  STRATA_ASSIGN_OR_RETURN(const double its, ProcessCpuSeconds(server));
+  return ours + its;
+}
+
+// Runs one repetition of both measurements for one client; `server` is the server's pid.
 Status Measure(EchoClient& client, const Buffer& payload, int iters, uint64_t messages,
-               Figures* f) {
+               pid_t server, Figures* f) {
   STRATA_RETURN_IF_ERROR(client.RoundTrips(payload, iters, &f->rtt_us));
+  STRATA_ASSIGN_OR_RETURN(const double cpu_before, BothProcessesCpuSeconds(server));
   STRATA_ASSIGN_OR_RETURN(double seconds, client.Stream(payload, messages));
+  STRATA_ASSIGN_OR_RETURN(const double cpu_after, BothProcessesCpuSeconds(server));
   f->mb_per_s.push_back(static_cast<double>(messages * payload.size()) / seconds / 1e6);
   f->msg_per_s.push_back(static_cast<double>(messages) / seconds);
+  f->cpu_ns.push_back((cpu_after - cpu_before) / static_cast<double>(messages) * 1e9);
   return Status::OK();
 }
 
@@ -215,7 +227,8 @@ nlohmann::json FiguresJson(const Figures& f) {
   return {{"p50_us", Percentile(f.rtt_us, 50)},
           {"p99_us", Percentile(f.rtt_us, 99)},
           {"mb_per_s_reps", f.mb_per_s},
-          {"msg_per_s_reps", f.msg_per_s}};
+          {"msg_per_s_reps", f.msg_per_s},
+          {"cpu_ns_per_msg_reps", f.cpu_ns}};
 }
 
 // The codec alone, on this thread: building and encoding the echo request of `payload` (a
@@ -287,7 +300,10 @@ Result<Report> RunTransportBench(const Options& o) {
                {"raw MB/s", "raw_mb_per_s", Table::Format::kFixed1},
                {"ratio", "ratio", Table::Format::kFixed2},
                {"our kmsg/s", "our_kmsg_per_s", Table::Format::kFixed1},
-               {"raw kmsg/s", "raw_kmsg_per_s", Table::Format::kFixed1}});
+               {"raw kmsg/s", "raw_kmsg_per_s", Table::Format::kFixed1},
+               {"our CPU ns/msg", "our_cpu_ns_per_msg", Table::Format::kFixed1},
+               {"raw CPU ns/msg", "raw_cpu_ns_per_msg", Table::Format::kFixed1},
+               {"CPU ratio", "cpu_ratio", Table::Format::kFixed2}});
   nlohmann::json details = nlohmann::json::array();
   nlohmann::json stream_messages = nlohmann::json::object();
   Table codec("the codec alone, one thread: ns per echo request",
@@ -328,16 +344,19 @@ Result<Report> RunTransportBench(const Options& o) {
           Figures warm;
           const bool warming = rep < 0;
           Status s = warming ? Measure(*side->client, payload, std::max(10, o.iters / 10),
-                                       std::max<uint64_t>(1, messages / 10), &warm)
-                             : Measure(*side->client, payload, o.iters, messages, &side->figures);
+                                       std::max<uint64_t>(1, messages / 10), server->pid(), &warm)
+                             : Measure(*side->client, payload, o.iters, messages, server->pid(),
+                                       &side->figures);
           STRATA_RETURN_IF_ERROR(s.WithContext(name));
         }
       }
       const bool both = ours.client && raw.client;
       const double ratio = Median(ours.figures.mb_per_s) / Median(raw.figures.mb_per_s);
+      const double cpu_ratio = Median(raw.figures.cpu_ns) / Median(ours.figures.cpu_ns);
+      auto if_both = [both](double v) { return both ? nlohmann::json(v) : nlohmann::json(); };
       table.AddRow({a.scheme, size, ours.P50(), ours.P99(), raw.P50(), raw.P99(), ours.MBps(),
-                    raw.MBps(), both ? nlohmann::json(ratio) : nlohmann::json(), ours.KMsgps(),
-                    raw.KMsgps()});
+                    raw.MBps(), if_both(ratio), ours.KMsgps(), raw.KMsgps(), ours.CpuNs(),
+                    raw.CpuNs(), if_both(cpu_ratio)});
       details.push_back({{"transport", a.scheme},
                          {"size_bytes", size},
                          {"messages", messages},
@@ -370,6 +389,10 @@ Result<Report> RunTransportBench(const Options& o) {
       "message; median of " +
           std::to_string(o.reps) +
           " repetitions. MB = 10^6 payload bytes. ratio = our MB/s / raw MB/s.",
+      "CPU ns/msg: the CPU time both processes (every thread, user and system) used during a "
+      "stream, per message, median of the repetitions; CPU ratio = raw's / ours (above 1: ours "
+      "costs less). Steadier than the rates: on a machine with few cores the rate is set by the "
+      "CPU a message costs, and libzmq's own rate moves with how its threads happen to batch.",
       "codec: this process alone, on one thread: building and encoding the echo request "
       "(Message, envelope, frames) and decoding it (then freeing it), median of the repetitions "
       "over " + std::to_string(kCodecMessages) + " messages; beside, a memcpy of its frames' bytes.",
