@@ -95,6 +95,10 @@ void Bind(config::Binder& b, TransportOptions& o) {
   b.Field("io_threads", o.io_threads, "ZeroMQ I/O threads (one moves about 1 GB/s)").Range(1, 64);
   b.Field("linger_ms", o.linger_ms, "on shutdown, how long queued messages may take to leave")
       .Range(0, 60000);
+  b.Field("coalesce_us", o.coalesce_us,
+          "under a stream of small messages, the I/O thread takes the queue at most once per this many "
+          "microseconds, so they leave in larger batches (0: at once; a lone message never waits)")
+      .Range(0, 10000);
   b.Field("max_message_mb", o.max_message_mb,
           "largest frame (message part) a socket accepts, MiB: a peer sending more is disconnected before "
           "it is buffered, sending more fails at once; above a dense chunk and a sparse push's gradients")

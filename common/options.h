@@ -75,6 +75,14 @@ struct TransportOptions {
   // On shutdown, how long queued messages (a last reply, say) may take to leave before they
   // are dropped. Bounds how long a shutdown can wait on a dead peer.
   int linger_ms = 500;
+  // Small messages under load leave in larger batches (interrupt moderation): once a wake-up
+  // of a transport's I/O thread found a stream queued (more than one small message for one
+  // peer), it takes the queue at most once per this many microseconds until the stream ends,
+  // so the per-batch costs (wake-ups, polls, ZeroMQ's signals between its threads) are paid
+  // per hundreds of messages instead of tens. A message with nothing queued before it, a call
+  // and its reply, leaves at once. Adds at most this much to a message's time in a stream;
+  // 0: every wake-up takes the queue at once.
+  int coalesce_us = 50;
   // The largest frame (one part of a message) any socket accepts, in MiB: a peer sending a
   // larger one is disconnected by ZeroMQ (ZMQ_MAXMSGSIZE) as soon as its header arrives, before
   // anything is buffered, so a hostile peer cannot make a process allocate more than this per

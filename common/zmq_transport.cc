@@ -1,6 +1,7 @@
 // zmq_transport.cc: ZmqTransport.
 #include "common/zmq_transport.h"
 
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
@@ -312,7 +313,7 @@ void ZmqTransport::Shutdown() {
   if (!ipc_file_.empty()) ::unlink(ipc_file_.c_str());
 }
 
-void ZmqTransport::TakeCommands() {
+size_t ZmqTransport::TakeCommands() {
   {
     std::lock_guard lock(mu_);
     taken_.swap(outbox_);
@@ -325,9 +326,11 @@ void ZmqTransport::TakeCommands() {
     }
     new_links_.clear();
   }
-  if (taken_.empty()) return;
+  if (taken_.empty()) return 0;
+  size_t largest = 0;
   for (Outgoing& out : taken_) {
     if (out.batch) {
+      largest = std::max(largest, out.batch->messages());
       out.frames.push_back(out.batch->Finish());
       out.batch.reset();
     }
@@ -343,6 +346,13 @@ void ZmqTransport::TakeCommands() {
   for (Link& link : links_) {
     if (link.socket) Flush(link);
   }
+  return largest;
+}
+
+void ZmqTransport::WaitToCoalesce() {
+  if (!streaming_ || options_.coalesce_us <= 0) return;
+  const auto due = last_take_ + std::chrono::microseconds(options_.coalesce_us);
+  if (std::chrono::steady_clock::now() < due) std::this_thread::sleep_until(due);
 }
 
 bool ZmqTransport::TrySend(zmq::socket_t& socket, Outgoing& out) {
@@ -413,6 +423,9 @@ void ZmqTransport::Drain(zmq::socket_t& socket, PeerId peer) {
 }
 
 void ZmqTransport::Run() {
+  // WaitToCoalesce sleeps for tens of microseconds: without this, Linux may let such a sleep
+  // run 50 us late (the default timer slack).
+  if (options_.coalesce_us > 0) prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
   std::vector<zmq::pollitem_t> items;
   std::vector<PeerId> item_peer;
   while (!stop_) {
@@ -446,7 +459,9 @@ void ZmqTransport::Run() {
     if (items[0].revents & ZMQ_POLLIN) {
       wakeup_.Clear();  // before taking the outbox: a later signal is for later work
       if (stop_) break;
-      TakeCommands();
+      WaitToCoalesce();
+      last_take_ = std::chrono::steady_clock::now();
+      streaming_ = TakeCommands() >= kStreamMessages;
     }
     if (monitor_ && (items[monitor_item].revents & ZMQ_POLLIN)) DrainMonitor();
     if (zap_ && (items[1].revents & ZMQ_POLLIN)) AnswerZap();

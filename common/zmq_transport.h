@@ -53,6 +53,9 @@ class ZmqTransport final : public Transport {
   // in one batch, whose frames take at most this many bytes (bounded by max_message_mb, too).
   static constexpr size_t kMaxBatchMessages = 1024;
   static constexpr size_t kMaxBatchBytes = 256 * 1024;
+  // A wake-up that finds this many messages queued for one peer has met a stream: they came
+  // faster than the I/O thread's round of wake-up, send and poll. options.coalesce_us applies.
+  static constexpr size_t kStreamMessages = 2;
 
   explicit ZmqTransport(const TransportOptions& options);
   ~ZmqTransport() override;
@@ -78,7 +81,11 @@ class ZmqTransport final : public Transport {
 
   Status Enqueue(Outgoing out);
   void Run();
-  void TakeCommands();
+  // Takes the outbox and sends what it can; returns the most messages one batch held.
+  size_t TakeCommands();
+  // After a wake-up during a stream (options_.coalesce_us): sleeps until coalesce_us after the
+  // previous take, so that the stream's next messages join this batch.
+  void WaitToCoalesce();
   // Tries to send; false if the socket's queue is full (then the caller keeps it for later).
   bool TrySend(zmq::socket_t& socket, Outgoing& out);
   void Flush(Link& link);
@@ -114,6 +121,8 @@ class ZmqTransport final : public Transport {
 
   // I/O thread only.
   std::vector<Outgoing> taken_;
+  bool streaming_ = false;  // the last wake-up's take held a batch of kStreamMessages or more
+  std::chrono::steady_clock::time_point last_take_{};
   Link router_;
   std::vector<Link> links_;  // indexed by PeerId
   std::vector<zmq::message_t> parts_;  // Drain's scratch

@@ -135,11 +135,11 @@ class SchemeServer {
   }
 
   Result<EchoServerAddresses> Start(zmq::context_t& context, const std::string& scheme,
-                                    const std::string& tag) {
+                                    const std::string& tag, const TransportOptions& options) {
     EchoServerAddresses a;
     a.scheme = scheme;
     STRATA_ASSIGN_OR_RETURN(auto transport,
-                            MakeTransport(ListenAddress(scheme, tag, "ours", false), {}));
+                            MakeTransport(ListenAddress(scheme, tag, "ours", false), options));
     rpc_ = std::make_unique<RpcEndpoint>(std::move(transport));
     rpc_->SetHandler([counter = &one_way_](Request r) { HandleEcho(*counter, std::move(r)); });
     STRATA_ASSIGN_OR_RETURN(a.ours, rpc_->Bind(ListenAddress(scheme, tag, "ours", false)));
@@ -186,14 +186,14 @@ bool WriteAll(int fd, const std::string& text) {
 
 // The server process: reports one line of addresses per scheme, then "ready", and serves
 // until the parent closes `stop_fd` (or dies).
-Status Serve(const std::vector<std::string>& schemes, const std::string& tag, int report_fd,
-             int stop_fd) {
+Status Serve(const std::vector<std::string>& schemes, const TransportOptions& options,
+             const std::string& tag, int report_fd, int stop_fd) {
   zmq::context_t context(1);  // outlives the servers' raw sockets
   std::vector<std::unique_ptr<SchemeServer>> servers;
   std::string lines;
   for (const std::string& scheme : schemes) {
     auto& server = servers.emplace_back(std::make_unique<SchemeServer>());
-    STRATA_ASSIGN_OR_RETURN(EchoServerAddresses a, server->Start(context, scheme, tag));
+    STRATA_ASSIGN_OR_RETURN(EchoServerAddresses a, server->Start(context, scheme, tag, options));
     lines += a.scheme + " " + a.ours + " " + a.pull + " " + a.rep + " " + a.ctl + " " + a.rpc + "\n";
   }
   if (!WriteAll(report_fd, lines + "ready\n")) return Status::IOError("report pipe closed");
@@ -204,9 +204,10 @@ Status Serve(const std::vector<std::string>& schemes, const std::string& tag, in
   }
 }
 
-[[noreturn]] void RunServerProcess(const std::vector<std::string>& schemes, const std::string& tag,
+[[noreturn]] void RunServerProcess(const std::vector<std::string>& schemes,
+                                   const TransportOptions& options, const std::string& tag,
                                    int report_fd, int stop_fd) {
-  Status s = Serve(schemes, tag, report_fd, stop_fd);
+  Status s = Serve(schemes, options, tag, report_fd, stop_fd);
   if (!s.ok()) (void)WriteAll(report_fd, "error " + s.ToString() + "\n");
   _exit(s.ok() ? 0 : 1);  // skips the parent's atexit handlers and static destructors
 }
@@ -214,7 +215,7 @@ Status Serve(const std::vector<std::string>& schemes, const std::string& tag, in
 }  // namespace
 
 Result<std::unique_ptr<EchoServerProcess>> EchoServerProcess::Fork(
-    const std::vector<std::string>& schemes, Millis timeout) {
+    const std::vector<std::string>& schemes, Millis timeout, const TransportOptions& options) {
   int report[2], stop[2];
   if (pipe(report) != 0) return Status::IOError(std::string("pipe: ") + std::strerror(errno));
   if (pipe(stop) != 0) {
@@ -228,7 +229,7 @@ Result<std::unique_ptr<EchoServerProcess>> EchoServerProcess::Fork(
   if (pid == 0) {
     close(report[0]);
     close(stop[1]);
-    RunServerProcess(schemes, tag, report[1], stop[0]);
+    RunServerProcess(schemes, options, tag, report[1], stop[0]);
   }
   close(report[1]);
   close(stop[0]);

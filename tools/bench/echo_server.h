@@ -29,10 +29,12 @@ struct EchoServerAddresses {
 // ipc socket files. Not thread-safe (one owner).
 class EchoServerProcess {
  public:
-  // Forks the server for `schemes` and waits up to `timeout` for its addresses. Call this before
-  // the calling process starts any thread: the child inherits only the forking one.
+  // Forks the server for `schemes` and waits up to `timeout` for its addresses; its RpcEndpoints'
+  // transports take `options`. Call this before the calling process starts any thread: the
+  // child inherits only the forking one.
   static Result<std::unique_ptr<EchoServerProcess>> Fork(const std::vector<std::string>& schemes,
-                                                         Millis timeout);
+                                                         Millis timeout,
+                                                         const TransportOptions& options = {});
   ~EchoServerProcess();
   EchoServerProcess(const EchoServerProcess&) = delete;
   EchoServerProcess& operator=(const EchoServerProcess&) = delete;

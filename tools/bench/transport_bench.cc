@@ -28,6 +28,7 @@ struct Options {
   std::string transports = "tcp,ipc";
   std::string peers = "ours,raw";  // one alone is for profiling
   int timeout_ms = 30000;          // for every wait on the server
+  int coalesce_us = TransportOptions{}.coalesce_us;  // ours, both processes
 };
 
 constexpr uint64_t kStreamBytes = 2ull << 30;
@@ -62,8 +63,9 @@ Message EchoMessage(const Buffer* payload) {
 
 class OurClient final : public EchoClient {
  public:
-  static Result<std::unique_ptr<OurClient>> Connect(const EchoServerAddresses& a, Millis timeout) {
-    STRATA_ASSIGN_OR_RETURN(auto transport, MakeTransport(a.ours, {}));
+  static Result<std::unique_ptr<OurClient>> Connect(const EchoServerAddresses& a,
+                                                    const TransportOptions& options, Millis timeout) {
+    STRATA_ASSIGN_OR_RETURN(auto transport, MakeTransport(a.ours, options));
     auto client = std::unique_ptr<OurClient>(new OurClient(std::move(transport), timeout));
     STRATA_ASSIGN_OR_RETURN(client->peer_, client->rpc_.Connect(a.ours));
     return client;
@@ -285,7 +287,10 @@ Result<Report> RunTransportBench(const Options& o) {
   const Millis timeout(o.timeout_ms);
 
   // Fork first: the server must not inherit a process with threads.
-  STRATA_ASSIGN_OR_RETURN(auto server, EchoServerProcess::Fork(schemes, timeout));
+  if (o.coalesce_us < 0) return Status::InvalidArgument("--coalesce-us must be >= 0");
+  TransportOptions transport;
+  transport.coalesce_us = o.coalesce_us;
+  STRATA_ASSIGN_OR_RETURN(auto server, EchoServerProcess::Fork(schemes, timeout, transport));
   zmq::context_t raw_context(1);
 
   Report report;
@@ -322,7 +327,7 @@ Result<Report> RunTransportBench(const Options& o) {
   for (const EchoServerAddresses& a : server->addresses()) {
     Side ours, raw;
     if (run_ours) {
-      STRATA_ASSIGN_OR_RETURN(ours.client, OurClient::Connect(a, timeout));
+      STRATA_ASSIGN_OR_RETURN(ours.client, OurClient::Connect(a, transport, timeout));
     }
     try {
       if (run_raw) raw.client = std::make_unique<RawClient>(raw_context, a, timeout);
@@ -374,6 +379,7 @@ Result<Report> RunTransportBench(const Options& o) {
                    {"transports", schemes},
                    {"stream_messages", stream_messages},
                    {"server", "forked child process"},
+                   {"coalesce_us", o.coalesce_us},
                    {"cpus", std::thread::hardware_concurrency()}};
   double load[3] = {0, 0, 0};
   getloadavg(load, 3);
@@ -418,6 +424,9 @@ BenchFn SetupTransportBench(CLI::App& app) {
   app.add_option("--peers", o->peers, "ours, raw or both (one alone is for profiling)")
       ->capture_default_str();
   app.add_option("--timeout-ms", o->timeout_ms, "limit on every wait for the server")
+      ->capture_default_str();
+  app.add_option("--coalesce-us", o->coalesce_us,
+                 "ours: transport.coalesce_us of both processes (0: every batch leaves at once)")
       ->capture_default_str();
   return [o] { return RunTransportBench(*o); };
 }
