@@ -407,6 +407,15 @@ TEST(ConfigOverrideTest, OverridesANullSection) {
   EXPECT_EQ(r->transport.io_threads, 4);
 }
 
+TEST(ConfigOverrideTest, CoalesceIntervalIsBounded) {
+  auto r = ParseText<CommonJob>("", {"transport.coalesce_us=0"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->transport.coalesce_us, 0);
+  EXPECT_EQ(ErrorOf(ParseText<CommonJob>("", {"transport.coalesce_us=20000"})),
+            "--set transport.coalesce_us=20000: transport.coalesce_us: expected an integer in [0, 10000], "
+            "got 20000");
+}
+
 TEST(ConfigOverrideTest, UnknownKeyFromOverrideNamesTheOverride) {
   auto r = ParseText<CommonJob>("cluster:\n  servers: 2\n", {"cluster.sevrers=2"});
   EXPECT_EQ(ErrorOf(r),
@@ -472,7 +481,7 @@ TEST(ConfigDescribeTest, ListsEveryField) {
   std::string text = "\n" + config::Describe<CommonJob>();
   std::vector<std::string> paths;
   LeafPaths(config::ToYaml(CommonJob{}), "", &paths);
-  EXPECT_EQ(paths.size(), 26u);  // update when a field is added
+  EXPECT_EQ(paths.size(), 27u);  // update when a field is added
   for (const std::string& path : paths) {
     EXPECT_THAT(text, HasSubstr("  " + path + " ")) << "Describe misses " << path;
   }
