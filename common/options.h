@@ -76,7 +76,7 @@ struct TransportOptions {
   // are dropped. Bounds how long a shutdown can wait on a dead peer.
   int linger_ms = 500;
   // Small messages under load leave in larger batches (interrupt moderation): once a wake-up
-  // of a transport's I/O thread found a stream queued (more than one small message for one
+  // of a transport's I/O thread found a stream queued (16 or more small messages for one
   // peer), it takes the queue at most once per this many microseconds until the stream ends,
   // so the per-batch costs (wake-ups, polls, ZeroMQ's signals between its threads) are paid
   // per hundreds of messages instead of tens. A message with nothing queued before it, a call

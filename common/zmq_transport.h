@@ -54,8 +54,9 @@ class ZmqTransport final : public Transport {
   static constexpr size_t kMaxBatchMessages = 1024;
   static constexpr size_t kMaxBatchBytes = 256 * 1024;
   // A wake-up that finds this many messages queued for one peer has met a stream: they came
-  // faster than the I/O thread's round of wake-up, send and poll. options.coalesce_us applies.
-  static constexpr size_t kStreamMessages = 2;
+  // much faster than the I/O thread's round of wake-up, send and poll. options.coalesce_us
+  // applies. Fewer, a burst (a trainer's requests for one layer's tensors, say), leave at once.
+  static constexpr size_t kStreamMessages = 16;
 
   explicit ZmqTransport(const TransportOptions& options);
   ~ZmqTransport() override;
