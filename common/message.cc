@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <string>
 
 #include "common/check.h"
@@ -194,28 +195,29 @@ Buffer Message::EncodeEnvelope() const {
   auto storage = std::make_shared_for_overwrite<uint64_t[]>(words);
   auto* out = reinterpret_cast<std::byte*>(storage.get());
 
-  envelope::Header h{};
-  h.magic = envelope::kMagic;
-  h.op = static_cast<uint16_t>(op);
-  h.flags = head_.reply ? envelope::kReplyFlag : 0;
-  h.request_id = head_.request_id;
-  h.sender = head_.sender;
-  h.shard = head_.shard;
-  h.origin = head_.origin;
-  h.incarnation = head_.incarnation;
-  h.status = static_cast<uint16_t>(head_.status);
-  h.payloads = static_cast<uint32_t>(n);
-  h.error_bytes = static_cast<uint32_t>(error_.size());
-  h.body_words = static_cast<uint32_t>(body_words);
-  std::memcpy(out, &h, sizeof(h));
-  std::byte* p = out + sizeof(h);
+  // The header and descriptors are written in place (the storage is word-aligned): built on
+  // the stack and copied, their field-by-field stores would be read back by the copy's wider
+  // loads before they had landed, a store-forwarding stall that was most of this function.
+  auto* h = new (out) envelope::Header{};
+  h->magic = envelope::kMagic;
+  h->op = static_cast<uint16_t>(op);
+  h->flags = head_.reply ? envelope::kReplyFlag : 0;
+  h->request_id = head_.request_id;
+  h->sender = head_.sender;
+  h->shard = head_.shard;
+  h->origin = head_.origin;
+  h->incarnation = head_.incarnation;
+  h->status = static_cast<uint16_t>(head_.status);
+  h->payloads = static_cast<uint32_t>(n);
+  h->error_bytes = static_cast<uint32_t>(error_.size());
+  h->body_words = static_cast<uint32_t>(body_words);
+  std::byte* p = out + sizeof(envelope::Header);
   std::byte* dim_out = p + n * sizeof(envelope::Desc);
   uint32_t first_dim = 0;
   for (size_t i = 0; i < n; ++i) {
     const OutDesc& o = out_desc(i);
-    const envelope::Desc d{static_cast<uint8_t>(o.dtype), o.dims, 0, first_dim,
-                           frames_[i + 1].size()};
-    std::memcpy(p + i * sizeof(d), &d, sizeof(d));
+    new (p + i * sizeof(envelope::Desc)) envelope::Desc{
+        static_cast<uint8_t>(o.dtype), o.dims, 0, first_dim, frames_[i + 1].size()};
     std::memcpy(dim_out + size_t{first_dim} * sizeof(uint64_t), o.shape, o.dims * sizeof(uint64_t));
     first_dim += o.dims;
   }
