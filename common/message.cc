@@ -196,8 +196,9 @@ Buffer Message::EncodeEnvelope() const {
   auto* out = reinterpret_cast<std::byte*>(storage.get());
 
   // The header and descriptors are written in place (the storage is word-aligned): built on
-  // the stack and copied, their field-by-field stores would be read back by the copy's wider
-  // loads before they had landed, a store-forwarding stall that was most of this function.
+  // the stack and copied, their field-by-field stores were read back by the copy's wider loads
+  // before they had landed (a store-forwarding stall; build+encode of a 64-byte echo took
+  // 60-61 ns that way, 57-58 this way).
   auto* h = new (out) envelope::Header{};
   h->magic = envelope::kMagic;
   h->op = static_cast<uint16_t>(op);
