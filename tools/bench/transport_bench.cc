@@ -286,10 +286,10 @@ Result<Report> RunTransportBench(const Options& o) {
   if (!run_ours && !run_raw) return Status::InvalidArgument("--peers: expected ours, raw or both");
   const Millis timeout(o.timeout_ms);
 
-  // Fork first: the server must not inherit a process with threads.
   if (o.coalesce_us < 0) return Status::InvalidArgument("--coalesce-us must be >= 0");
   TransportOptions transport;
   transport.coalesce_us = o.coalesce_us;
+  // Fork first: the server must not inherit a process with threads.
   STRATA_ASSIGN_OR_RETURN(auto server, EchoServerProcess::Fork(schemes, timeout, transport));
   zmq::context_t raw_context(1);
 
