@@ -68,15 +68,16 @@ bool IsBatch(const Buffer& frame) {
   return marker == kMarker && version == kBatchVersion;
 }
 
-Result<std::vector<Frames>> UnpackBatch(const Buffer& batch_in, size_t max_messages) {
+Result<BatchReader> BatchReader::Open(const Buffer& batch_in, size_t max_messages) {
   if (!IsBatch(batch_in)) return Status::Corruption("frame batch: no batch marker");
-  Buffer batch = batch_in;
-  if (reinterpret_cast<uintptr_t>(batch.data()) % kWord != 0) {
+  BatchReader r;
+  r.batch_ = batch_in;
+  if (reinterpret_cast<uintptr_t>(r.batch_.data()) % kWord != 0) {
     // Buffer::Copy's storage comes from operator new: aligned for any scalar type.
-    batch = Buffer::Copy(batch.data(), batch.size());
+    r.batch_ = Buffer::Copy(batch_in.data(), batch_in.size());
   }
-  const std::byte* const base = batch.data();
-  const size_t size = batch.size();
+  const std::byte* const base = r.batch_.data();
+  const size_t size = r.batch_.size();
   size_t at = kWord;
   auto read_u32 = [&](const char* what) -> Result<uint32_t> {
     if (size - at < kWord) {
@@ -94,13 +95,13 @@ Result<std::vector<Frames>> UnpackBatch(const Buffer& batch_in, size_t max_messa
     return Status::InvalidArgument("frame batch: " + std::to_string(count) + " messages exceed the limit of " +
                                    std::to_string(max_messages));
   }
-  // Every message takes at least two words, so a count the size cannot hold is caught here,
-  // before anything is reserved for it.
+  // Every message takes at least two words, so a count the size cannot hold is caught here.
   if (count > (size - at) / (2 * kWord)) {
     return Status::Corruption("frame batch: " + std::to_string(count) + " messages cannot fit in " +
                               std::to_string(size) + " bytes");
   }
-  std::vector<Frames> messages(count);
+  r.at_ = at;
+  // The walk Next() repeats, checking every bound it will rely on.
   for (uint32_t m = 0; m < count; ++m) {
     STRATA_ASSIGN_OR_RETURN(const uint32_t frames, read_u32("a frame count"));
     if (frames == 0) return Status::Corruption("frame batch: message " + std::to_string(m) + " has no frames");
@@ -108,7 +109,6 @@ Result<std::vector<Frames>> UnpackBatch(const Buffer& batch_in, size_t max_messa
       return Status::Corruption("frame batch: message " + std::to_string(m) + " announces " +
                                 std::to_string(frames) + " frames past the end");
     }
-    messages[m].reserve(frames);
     for (uint32_t f = 0; f < frames; ++f) {
       if (size - at < kWord) return Status::Corruption("frame batch: truncated in message " + std::to_string(m));
       uint64_t n;
@@ -119,13 +119,39 @@ Result<std::vector<Frames>> UnpackBatch(const Buffer& batch_in, size_t max_messa
                                   " claims " + std::to_string(n) + " bytes, " + std::to_string(size - at) +
                                   " are left");
       }
-      messages[m].emplace_back(base + at, n, batch.owner());
       at += Padded(n);
     }
   }
   if (at != size) {
     return Status::Corruption("frame batch: " + std::to_string(size - at) + " bytes after the last message");
   }
+  r.count_ = count;
+  return r;
+}
+
+bool BatchReader::Next(Frames* frames) {
+  frames->clear();
+  if (taken_ == count_) return false;
+  ++taken_;
+  const std::byte* const base = batch_.data();
+  uint32_t n_frames;
+  std::memcpy(&n_frames, base + at_, 4);
+  at_ += kWord;
+  frames->reserve(n_frames);
+  for (uint32_t f = 0; f < n_frames; ++f) {
+    uint64_t n;
+    std::memcpy(&n, base + at_, kWord);
+    at_ += kWord;
+    frames->emplace_back(base + at_, n, batch_.owner());
+    at_ += Padded(n);
+  }
+  return true;
+}
+
+Result<std::vector<Frames>> UnpackBatch(const Buffer& batch, size_t max_messages) {
+  STRATA_ASSIGN_OR_RETURN(BatchReader reader, BatchReader::Open(batch, max_messages));
+  std::vector<Frames> messages(reader.messages());
+  for (Frames& frames : messages) reader.Next(&frames);
   return messages;
 }
 

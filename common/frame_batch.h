@@ -45,10 +45,32 @@ class BatchWriter {
 // be garbage: Decode judges it.
 bool IsBatch(const Buffer& frame);
 
-// The messages of a batch, each frame a view sharing `batch`'s owner (no copy, unless `batch`
-// is not 8-byte aligned: then it is copied once, so that envelopes can be read in place).
-// Checks the whole batch before returning anything: Corruption naming what is wrong for a
-// truncated or inconsistent one, InvalidArgument for more than `max_messages` messages.
+// Reads a batch a message at a time. Open() checks the whole batch first, so that a truncated
+// or inconsistent one yields nothing at all (Corruption naming what is wrong; InvalidArgument
+// for more than `max_messages` messages); Next() then gives each message's frames, views
+// sharing the batch's owner (no copy, unless the batch is not 8-byte aligned: then it is copied
+// once, so that envelopes can be read in place). A message at a time, so that a receiver that
+// frees each message before taking the next reuses the same memory for every message's frame
+// list: a batch unpacked whole allocated hundreds of lists before freeing any, which the
+// allocator's per-thread cache cannot hold.
+class BatchReader {
+ public:
+  static Result<BatchReader> Open(const Buffer& batch, size_t max_messages);
+
+  size_t messages() const { return count_; }
+  // The next message's frames, into `frames` (cleared first); false after the last.
+  bool Next(Frames* frames);
+
+ private:
+  BatchReader() = default;
+
+  Buffer batch_;
+  size_t count_ = 0;
+  size_t taken_ = 0;
+  size_t at_ = 0;  // the next message's first byte
+};
+
+// The messages of a batch at once (BatchReader's checks and views).
 Result<std::vector<Frames>> UnpackBatch(const Buffer& batch, size_t max_messages);
 
 }  // namespace strata

@@ -33,7 +33,8 @@ struct CallState;
 
 // An incoming request. Answer it with Reply() or ReplyError(), from any thread, at most once;
 // it may be kept and answered later (a barrier answers when the last member arrives).
-// One-way messages (request id 0) need no answer and Reply() on them does nothing.
+// One-way messages (request id 0) need no answer and Reply() on them does nothing; they hold no
+// reference to the endpoint, so their MakeReply() stamps no sender (kUnassignedNode).
 class Request {
  public:
   Request(std::shared_ptr<internal::RpcCore> core, Source source, Message&& message);

@@ -382,18 +382,19 @@ void ZmqTransport::Flush(Link& link) {
 }
 
 void ZmqTransport::DeliverBatch(const Source& source, zmq::message_t&& batch) {
-  auto messages = UnpackBatch(FromZmq(std::move(batch)), kMaxBatchMessages);
-  if (!messages.ok()) {
+  auto reader = BatchReader::Open(FromZmq(std::move(batch)), kMaxBatchMessages);
+  if (!reader.ok()) {
     const std::string from = SourceName(source);
     if (const LogLimiter::Tick tick = bad_batches_.Count(from); tick.log) {
       spdlog::warn("transport: dropped a malformed batch from {}: {}; {} dropped from it, {} since its last "
                    "warning ({} from {} senders in all)",
-                   from, messages.status().ToString(), tick.total, tick.since, tick.all, tick.peers);
+                   from, reader.status().ToString(), tick.total, tick.since, tick.all, tick.peers);
     }
     return;
   }
   if (!receiver_) return;
-  for (Frames& frames : *messages) receiver_(source, std::move(frames));
+  Frames frames;
+  while (reader->Next(&frames)) receiver_(source, std::move(frames));
 }
 
 void ZmqTransport::Drain(zmq::socket_t& socket, PeerId peer) {

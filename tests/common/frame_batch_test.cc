@@ -1,4 +1,4 @@
-// frame_batch_test.cc: BatchWriter/UnpackBatch round trips (frame sizes around the 8-byte padding,
+// frame_batch_test.cc: BatchWriter/BatchReader/UnpackBatch round trips (frame sizes around the 8-byte padding,
 // unaligned batches) and hostile batches (every truncation, lying counts and lengths).
 #include "common/frame_batch.h"
 
@@ -39,6 +39,29 @@ void ExpectSame(const std::vector<Frames>& want, const std::vector<Frames>& got)
     ASSERT_EQ(want[m].size(), got[m].size()) << "message " << m;
     for (size_t f = 0; f < want[m].size(); ++f) EXPECT_EQ(want[m][f].view(), got[m][f].view()) << m << "/" << f;
   }
+}
+
+TEST(FrameBatch, ReaderGivesOneMessageAtATimeIntoTheSameList) {
+  const auto messages = SampleMessages();
+  const Buffer batch = Pack(messages);
+  auto reader = BatchReader::Open(batch, 16);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  EXPECT_EQ(reader->messages(), messages.size());
+  Frames frames{Buffer::Copy("left over")};  // cleared by Next
+  std::vector<Frames> got;
+  while (reader->Next(&frames)) got.push_back(frames);
+  ExpectSame(messages, got);
+  EXPECT_TRUE(frames.empty());
+  EXPECT_FALSE(reader->Next(&frames));  // stays at the end
+}
+
+TEST(FrameBatch, ReaderOfABadBatchGivesNothing) {
+  // The last message's last frame is cut short: Open refuses the batch, so the two whole
+  // messages before it are not delivered either.
+  const Buffer batch = Pack(SampleMessages());
+  auto reader = BatchReader::Open(Buffer(batch.data(), batch.size() - 8, batch.owner()), 16);
+  ASSERT_FALSE(reader.ok());
+  EXPECT_EQ(reader.status().code(), StatusCode::kCorruption) << reader.status().ToString();
 }
 
 TEST(FrameBatch, RoundTripSharesTheBatchWithoutCopies) {

@@ -50,7 +50,7 @@ foreach(key our_kmsg_per_s raw_kmsg_per_s our_p50_us raw_p50_us ratio our_cpu_ns
     message(FATAL_ERROR "transport row: ${key} is '${value}' ${error}\n${out}")
   endif()
 endforeach()
-foreach(key encode_ns decode_ns copy_ns)
+foreach(key encode_ns decode_ns copy_ns send_path_ns receive_path_ns)
   string(JSON value ERROR_VARIABLE error GET "${doc}" tables 1 rows 0 ${key})
   if(error OR NOT value GREATER 0)
     message(FATAL_ERROR "codec row: ${key} is '${value}' ${error}\n${out}")

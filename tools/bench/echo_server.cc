@@ -14,6 +14,7 @@
 #include <iostream>
 #include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 #include <zmq.hpp>
 
@@ -36,19 +37,21 @@ std::string ListenAddress(const std::string& scheme, const std::string& tag, con
 // Answers echo requests with the same payloads and counts one-way echoes. An echo request
 // without payloads ends a stream: it comes after every one-way message sent before it (one
 // link delivers in order), so it is answered with the complete count, which restarts from 0.
-void HandleEcho(std::atomic<uint64_t>& one_way, Request request) {
+// Handlers run on the transport's I/O thread, one at a time: the count is a plain one, as the raw
+// peer's is.
+void HandleEcho(uint64_t& one_way, Request request) {
   const Message& msg = request.message();
   if (msg.op() != Op::ECHO) {
     return request.ReplyError(Status::Unimplemented("the bench server only answers echo"));
   }
   if (request.one_way()) {
-    one_way.fetch_add(1, std::memory_order_relaxed);
+    ++one_way;
     return;
   }
   Message reply = request.MakeReply();
   reply.set_op(Op::ECHO);
   if (msg.num_payloads() == 0) {
-    const auto count = static_cast<int64_t>(one_way.exchange(0));
+    const auto count = static_cast<int64_t>(std::exchange(one_way, 0));
     reply.AddPayload(DType::kI64, {1}, Buffer::Copy(&count, sizeof(count)));
   }
   for (size_t i = 0; i < msg.num_payloads(); ++i) {
@@ -166,7 +169,7 @@ class SchemeServer {
 
  private:
   std::unique_ptr<RpcEndpoint> rpc_;
-  std::atomic<uint64_t> one_way_{0};
+  uint64_t one_way_ = 0;  // HandleEcho's
   RpcReplies rpc_replies_;  // declared before the sockets: outlives them
   zmq::socket_t pull_, rep_, ctl_, rpc_raw_;
   std::atomic<bool> stop_{false};

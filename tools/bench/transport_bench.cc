@@ -14,8 +14,10 @@
 
 #include "common/rpc.h"
 #include "common/transport.h"
+#include "common/zmq_transport.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/echo_server.h"
+#include "tools/bench/message_path.h"
 
 namespace strata::bench {
 namespace {
@@ -311,16 +313,25 @@ Result<Report> RunTransportBench(const Options& o) {
                {"CPU ratio", "cpu_ratio", Table::Format::kFixed2}});
   nlohmann::json details = nlohmann::json::array();
   nlohmann::json stream_messages = nlohmann::json::object();
-  Table codec("the codec alone, one thread: ns per echo request",
+  Table codec("the codec and the message path alone, one thread: ns per one-way echo",
               {{"size", "size_bytes", Table::Format::kBytes},
                {"build+encode ns", "encode_ns", Table::Format::kFixed1},
                {"decode+free ns", "decode_ns", Table::Format::kFixed1},
-               {"memcpy of its bytes ns", "copy_ns", Table::Format::kFixed1}});
+               {"memcpy of its bytes ns", "copy_ns", Table::Format::kFixed1},
+               {"send path ns", "send_path_ns", Table::Format::kFixed1},
+               {"receive path ns", "receive_path_ns", Table::Format::kFixed1}});
   if (run_ours) {
     for (uint64_t size : sizes) {
       const Buffer payload = Buffer::Take(std::vector<uint8_t>(size, 0x5a));
       STRATA_ASSIGN_OR_RETURN(CodecFigures c, MeasureCodec(payload, o.reps));
-      codec.AddRow({size, Median(c.encode_ns), Median(c.decode_ns), Median(c.copy_ns)});
+      nlohmann::json send_path, receive_path;  // null for a payload too large to batch
+      if (size < ZmqTransport::kZeroCopyMinBytes) {
+        STRATA_ASSIGN_OR_RETURN(MessagePathFigures m, MeasureMessagePath(payload, o.reps, kCodecMessages));
+        send_path = Median(m.send_ns);
+        receive_path = Median(m.receive_ns);
+      }
+      codec.AddRow({size, Median(c.encode_ns), Median(c.decode_ns), Median(c.copy_ns), send_path,
+                    receive_path});
     }
   }
 
@@ -401,7 +412,12 @@ Result<Report> RunTransportBench(const Options& o) {
       "CPU a message costs, and libzmq's own rate moves with how its threads happen to batch.",
       "codec: this process alone, on one thread: building and encoding the echo request "
       "(Message, envelope, frames) and decoding it (then freeing it), median of the repetitions "
-      "over " + std::to_string(kCodecMessages) + " messages; beside, a memcpy of its frames' bytes.",
+      "over " + std::to_string(kCodecMessages) + " messages; beside, a memcpy of its frames' bytes. "
+      "send path: RpcEndpoint::Notify of the same message through the codec into frame batches, "
+      "as a sender's thread does; receive path: those batches unpacked, decoded and handed to a "
+      "handler as Requests, then freed, as the receiver's I/O thread does (no sockets: the part "
+      "of the stream's CPU per message that is above ZeroMQ; payloads under " +
+          std::to_string(ZmqTransport::kZeroCopyMinBytes) + " bytes, which are batched).",
       "host: " + std::to_string(std::thread::hardware_concurrency()) +
           " cpus, 1-min load average at the end " + load_text + "."};
   return report;
