@@ -142,7 +142,7 @@ class Message {
  private:
   friend Frames Encode(Message& message);
   friend Frames Encode(Message&& message);
-  friend Result<Message> Decode(Frames frames, const WireLimits& limits);
+  friend Status DecodeInto(Frames& frames, const WireLimits& limits, Message* out);
   bool is_outgoing() const { return wire_ == nullptr; }
   void CheckOutgoing(const char* what) const;
   Head& OutgoingHead(const char* what);  // CheckOutgoing, then the header to set
@@ -169,6 +169,10 @@ Frames Encode(Message&& message);
 
 // Parses and validates frames. Never throws, never crashes on any input.
 Result<Message> Decode(Frames frames, const WireLimits& limits = {});
+// Decode into `out`, a Message just constructed (what a receiver that keeps the message in a
+// place of its own uses: no move of the Message on the way). The frames move into `out` on
+// success and are left as they came on failure (their envelope perhaps copied to align it).
+Status DecodeInto(Frames& frames, const WireLimits& limits, Message* out);
 
 // Best effort: the request id of an envelope that failed validation, so the error can still be
 // answered. nullopt if even that cannot be read, or if it was a reply or one-way message.

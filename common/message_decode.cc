@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "common/check.h"
 #include "common/envelope.h"
 #include "common/message.h"
 #include "common/message_parts.h"
@@ -291,7 +292,9 @@ Buffer AlignedCopy(const Buffer& frame) {
 
 }  // namespace
 
-Result<Message> Decode(Frames frames, const WireLimits& limits) {
+Status DecodeInto(Frames& frames, const WireLimits& limits, Message* out) {
+  STRATA_CHECK(out->is_outgoing() && out->frames_.empty() && !out->arena_)
+      << "DecodeInto a message that is not empty";
   if (frames.empty()) return Status::Corruption("empty message: no envelope frame");
   if (frames[0].size() > limits.max_envelope_bytes) {
     return Status::InvalidArgument("envelope of " + std::to_string(frames[0].size()) +
@@ -346,7 +349,7 @@ Result<Message> Decode(Frames frames, const WireLimits& limits) {
     STRATA_RETURN_IF_ERROR(CheckBodyMessage(op, reinterpret_cast<const capnp::word*>(wire + at),
                                             h->body_words, incoming.get(), limits));
   }
-  Message m;
+  Message& m = *out;
   m.head_.op = op;
   m.head_.reply = (h->flags & envelope::kReplyFlag) != 0;
   m.head_.request_id = h->request_id;
@@ -361,6 +364,12 @@ Result<Message> Decode(Frames frames, const WireLimits& limits) {
   m.incoming_ = std::move(incoming);
   m.wire_ = wire;
   m.frames_ = std::move(frames);
+  return Status::OK();
+}
+
+Result<Message> Decode(Frames frames, const WireLimits& limits) {
+  Message m;
+  STRATA_RETURN_IF_ERROR(DecodeInto(frames, limits, &m));
   return m;
 }
 

@@ -106,24 +106,24 @@ struct RpcCore : std::enable_shared_from_this<RpcCore> {
   }
 
   void OnReceive(const Source& source, Frames frames) {
-    // Read before Decode takes the frames (a few loads from the fixed header), so that a
-    // request that fails validation can still be answered.
-    std::optional<uint64_t> peeked;
-    if (!source.from_peer() && !frames.empty()) peeked = PeekRequestId(frames[0]);
-    auto decoded = Decode(std::move(frames), options.limits);
-    if (!decoded.ok()) {
+    Request request(source);  // decoded in place: the message is not moved on its way
+    Message& msg = request.message_;
+    if (Status s = DecodeInto(frames, options.limits, &msg); !s.ok()) {
       // Anyone who can reach the port can send garbage: a sender's first rejection is logged,
       // then one line per 10 s for it with its count (log_limiter.h bounds the rest).
       const std::string from = SourceName(source);
       if (const LogLimiter::Tick tick = rejected.Count(from); tick.log) {
         spdlog::warn("rpc: rejected a message from {}: {}; {} rejected from it, {} since its last warning "
                      "({} from {} senders in all)",
-                     from, decoded.status().ToString(), tick.total, tick.since, tick.all, tick.peers);
+                     from, s.ToString(), tick.total, tick.since, tick.all, tick.peers);
       }
-      if (peeked) SendReply(source, ErrorReply(*peeked, decoded.status()));
+      // A request that fails validation is still answered, if its header names it (a few
+      // loads from the fixed header, which DecodeInto left in place).
+      if (!source.from_peer() && !frames.empty()) {
+        if (std::optional<uint64_t> id = PeekRequestId(frames[0])) SendReply(source, ErrorReply(*id, s));
+      }
       return;
     }
-    Message& msg = *decoded;  // moved from once, into the call state or the Request
     if (msg.is_reply()) {
       auto state = Take(msg.request_id());
       if (!state) {
@@ -143,10 +143,11 @@ struct RpcCore : std::enable_shared_from_this<RpcCore> {
       if (id) SendReply(source, ErrorReply(id, Status::Unimplemented("this node serves no requests")));
       return;
     }
+    // A one-way request is never answered: it holds no reference to the endpoint (two atomic
+    // operations fewer per message of a stream).
+    if (id) request.core_ = shared_from_this();
     try {
-      // A one-way request is never answered: it holds no reference to the endpoint (two atomic
-      // operations fewer per message of a stream).
-      handler(Request(id ? shared_from_this() : nullptr, source, std::move(msg)));
+      handler(std::move(request));
     } catch (const kj::Exception& e) {
       spdlog::error("rpc: handler threw on request {}: {}", id, e.getDescription().cStr());
     } catch (const std::exception& e) {
@@ -189,8 +190,6 @@ using internal::RpcCore;
 // ---------------------------------------------------------------------------------------------
 // Request
 
-Request::Request(std::shared_ptr<RpcCore> core, Source source, Message&& message)
-    : core_(std::move(core)), source_(std::move(source)), message_(std::move(message)) {}
 Request::Request(Request&&) noexcept = default;
 Request& Request::operator=(Request&&) noexcept = default;
 Request::~Request() = default;

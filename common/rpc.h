@@ -37,7 +37,6 @@ struct CallState;
 // reference to the endpoint, so their MakeReply() stamps no sender (kUnassignedNode).
 class Request {
  public:
-  Request(std::shared_ptr<internal::RpcCore> core, Source source, Message&& message);
   Request(Request&&) noexcept;
   Request& operator=(Request&&) noexcept;
   ~Request();
@@ -51,7 +50,10 @@ class Request {
   void ReplyError(const Status& error);
 
  private:
-  std::shared_ptr<internal::RpcCore> core_;
+  friend struct internal::RpcCore;  // receives into a Request in place
+  explicit Request(const Source& source) : source_(source) {}
+
+  std::shared_ptr<internal::RpcCore> core_;  // null for a one-way request
   Source source_;
   Message message_;
   bool answered_ = false;
@@ -78,7 +80,8 @@ class Ticket {
 // not block: hand long work to a pool and Reply() from there.
 class RpcEndpoint {
  public:
-  using Handler = std::function<void(Request)>;
+  // Takes the request by rvalue reference: a handler that keeps it moves it once, itself.
+  using Handler = std::function<void(Request&&)>;
   using Callback = std::function<void(Result<Message>)>;
 
   RpcEndpoint(std::unique_ptr<Transport> transport, RpcOptions options = {});
