@@ -1,4 +1,4 @@
-// frame_batch.cc: BatchWriter and UnpackBatch.
+// frame_batch.cc: BatchWriter, BatchReader and UnpackBatch.
 #include "common/frame_batch.h"
 
 #include <cstring>

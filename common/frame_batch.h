@@ -1,4 +1,4 @@
-// frame_batch.h: BatchWriter and UnpackBatch, several small messages (Frames) in one transport
+// frame_batch.h: BatchWriter, and BatchReader and UnpackBatch, several small messages (Frames) in one transport
 // frame and back, so that a link with many small messages queued pays ZeroMQ's per-message cost
 // (a zmq message per frame, its allocation, its trip through ZeroMQ's pipes and I/O thread)
 // once per batch instead of once per frame.

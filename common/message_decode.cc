@@ -293,7 +293,7 @@ Buffer AlignedCopy(const Buffer& frame) {
 }  // namespace
 
 Status DecodeInto(Frames& frames, const WireLimits& limits, Message* out) {
-  STRATA_CHECK(out->is_outgoing() && out->frames_.empty() && !out->arena_)
+  STRATA_CHECK(out->is_outgoing() && out->frames_.empty() && !out->arena_ && out->error_.empty())
       << "DecodeInto a message that is not empty";
   if (frames.empty()) return Status::Corruption("empty message: no envelope frame");
   if (frames[0].size() > limits.max_envelope_bytes) {

@@ -106,7 +106,9 @@ struct RpcCore : std::enable_shared_from_this<RpcCore> {
   }
 
   void OnReceive(const Source& source, Frames frames) {
-    Request request(source);  // decoded in place: the message is not moved on its way
+    // Decoded in place: a request is not moved on its way to the handler (a reply moves once,
+    // into its call's state).
+    Request request(source);
     Message& msg = request.message_;
     if (Status s = DecodeInto(frames, options.limits, &msg); !s.ok()) {
       // Anyone who can reach the port can send garbage: a sender's first rejection is logged,
@@ -245,9 +247,9 @@ RpcEndpoint::RpcEndpoint(std::unique_ptr<Transport> transport, RpcOptions option
     : options_(options), core_(std::make_shared<RpcCore>()) {
   core_->transport = std::move(transport);
   core_->options = options;
-  // The core owns the transport, and the transport runs its receiver only on its I/O thread,
-  // which Shutdown() joins before the endpoint lets go of the core: the plain pointer cannot
-  // outlive what it points to (and a reference here would be a cycle).
+  // The core owns the transport, no receiver runs during or after Transport::Shutdown(), and
+  // Shutdown() shuts the transport down before the endpoint lets go of the core: the plain
+  // pointer cannot outlive what it points to (and a reference here would be a cycle).
   core_->transport->SetReceiver([core = core_.get()](const Source& source, Frames frames) {
     core->OnReceive(source, std::move(frames));
   });

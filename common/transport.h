@@ -50,7 +50,8 @@ class Transport {
   virtual Status Send(PeerId peer, Frames frames) = 0;
   // Queues frames back along the route a request came in on.
   virtual Status Reply(const Source& to, Frames frames) = 0;
-  // Stops the I/O thread and closes every socket; queued frames are dropped. Idempotent.
+  // Stops the I/O thread and closes every socket; queued frames are dropped. Idempotent. Once
+  // it has returned, the receiver is not running and never runs again (RpcEndpoint relies on it).
   virtual void Shutdown() = 0;
 
  protected:

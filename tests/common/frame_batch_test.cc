@@ -1,5 +1,6 @@
-// frame_batch_test.cc: BatchWriter/BatchReader/UnpackBatch round trips (frame sizes around the 8-byte padding,
-// unaligned batches) and hostile batches (every truncation, lying counts and lengths).
+// frame_batch_test.cc: BatchWriter/BatchReader/UnpackBatch round trips (frame sizes around the
+// 8-byte padding, unaligned batches) and hostile batches (every truncation, lying counts and
+// lengths).
 #include "common/frame_batch.h"
 
 #include <gtest/gtest.h>

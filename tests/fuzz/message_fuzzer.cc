@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -355,27 +356,33 @@ void AnswerLikeEcho(const Message& m, const WireLimits& limits) {
   Consume(Encode(error)[0].size());
 }
 
-// What a receiver does with one message's frames: peek its request id, decode it, and on
+// What a receiver (RpcCore::OnReceive) does with one message's frames: decode it in place; on
+// failure peek its request id in the frames DecodeInto left, which must be those that came; on
 // success read it all, answer it and forward it.
 void FuzzMessage(const Frames& frames, const WireLimits& limits) {
+  std::optional<uint64_t> peeked;
   if (!frames.empty()) {
-    if (auto id = PeekRequestId(frames[0])) {
-      STRATA_CHECK_NE(*id, 0u);
-    }
+    peeked = PeekRequestId(frames[0]);
+    if (peeked) STRATA_CHECK_NE(*peeked, 0u);
   }
-  auto decoded = Decode(frames, limits);
-  if (!decoded.ok()) {
-    STRATA_CHECK(!decoded.status().ok());
-    Consume(decoded.status().ToString().size());
+  Frames in = frames;
+  Message decoded;
+  if (Status s = DecodeInto(in, limits, &decoded); !s.ok()) {
+    STRATA_CHECK_EQ(in.size(), frames.size()) << "a failed decode took frames";
+    for (size_t i = 0; i < in.size(); ++i) {
+      STRATA_CHECK(in[i].view() == frames[i].view()) << "a failed decode changed frame " << i;
+    }
+    STRATA_CHECK(in.empty() || PeekRequestId(in[0]) == peeked) << "the peek after a failed decode differs";
+    Consume(s.ToString().size());
     return;
   }
-  const Message& m = *decoded;
+  const Message& m = decoded;
   TouchMessage(m, limits);
   TouchBspMoves(m);
   AnswerLikeEcho(m, limits);
   // Forwarding a received message sends its frames on as they came (the envelope aligned): a
   // receiver with the default limits, no tighter than any here, must take it.
-  Frames forwarded = Encode(*decoded);
+  Frames forwarded = Encode(decoded);
   STRATA_CHECK_EQ(forwarded.size(), frames.size());
   auto again = Decode(forwarded, WireLimits{});
   STRATA_CHECK(again.ok()) << "a forwarded message did not decode: " << again.status().ToString();

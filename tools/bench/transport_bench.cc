@@ -1,7 +1,8 @@
 // transport_bench.cc: `strata-bench transport`: round-trip latency (p50, p99) and one-way
 // throughput of RpcEndpoint over ZmqTransport, beside raw ZeroMQ (REQ/REP ping-pong, PUSH/PULL
 // stream) measured in the same run, between this process and a forked server (echo_server.h);
-// and the codec's own cost per message on one thread, beside a copy of the same bytes.
+// and, on one thread, the codec's own cost per message and a small message's send and receive
+// paths above ZeroMQ (message_path.h), beside a copy of the same bytes.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
