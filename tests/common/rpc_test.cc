@@ -1,5 +1,6 @@
 // rpc_test.cc: RpcEndpoint details that do not depend on the transport: deferred replies,
-// replies after the endpoint is gone, failing calls to a dead peer, handlers without replies.
+// replies after the endpoint is gone (and one-way requests kept past it), failing calls to a
+// dead peer, handlers without replies.
 #include "common/rpc.h"
 
 #include <gtest/gtest.h>
@@ -104,6 +105,28 @@ TEST(Rpc, ReplyAfterServerShutdownIsHarmless) {
   server.reset();
   r.Reply(r.MakeReply());  // must not crash
   EXPECT_EQ(t.Wait(Millis(5000)).status().code(), StatusCode::kDeadlineExceeded);
+}
+
+TEST(Rpc, AOneWayRequestKeptPastItsEndpointIsHarmless) {
+  // A one-way request holds no reference to its endpoint: kept after the endpoint is gone, every
+  // answer is still a no-op, and its reply skeleton names no sender.
+  InprocHub hub;
+  auto server = Endpoint(hub);
+  server->set_node_id(5);
+  std::promise<Request> held;
+  server->SetHandler([&](Request&& r) { held.set_value(std::move(r)); });
+  ASSERT_TRUE(server->Bind("mem://s").ok());
+  auto client = Endpoint(hub);
+  auto peer = client->Connect("mem://s");
+  ASSERT_TRUE(client->Notify(*peer, Echo()).ok());
+  Request r = held.get_future().get();
+  EXPECT_TRUE(r.one_way());
+  server.reset();
+  client.reset();
+  EXPECT_EQ(r.MakeReply().sender(), kUnassignedNode);
+  EXPECT_EQ(r.message().op(), Op::ECHO);
+  r.Reply(r.MakeReply());
+  r.ReplyError(Status::Internal("nobody asked"));
 }
 
 TEST(Rpc, AnsweringTwiceSendsOnce) {
