@@ -1,7 +1,7 @@
-// frame_batch.h: BatchWriter, and BatchReader and UnpackBatch, several small messages (Frames) in one transport
-// frame and back, so that a link with many small messages queued pays ZeroMQ's per-message cost
-// (a zmq message per frame, its allocation, its trip through ZeroMQ's pipes and I/O thread)
-// once per batch instead of once per frame.
+// frame_batch.h: BatchWriter, and BatchReader and UnpackBatch: several small messages (Frames)
+// in one transport frame and back, so that a link with many small messages queued pays ZeroMQ's
+// per-message cost (a zmq message per frame, its allocation, its trip through ZeroMQ's pipes and
+// I/O thread) once per batch instead of once per frame.
 // Layout, little-endian; every field and every frame starts 8-byte aligned from the batch's
 // start, so an envelope unpacked from an aligned batch is read in place by Cap'n Proto:
 //   u32 0xffffffff, u32 kBatchVersion   the marker: no Cap'n Proto envelope starts with it

@@ -122,7 +122,8 @@ struct RpcCore : std::enable_shared_from_this<RpcCore> {
       // A request that fails validation is still answered, if its header names it (a few
       // loads from the fixed header, which DecodeInto left in place).
       if (!source.from_peer() && !frames.empty()) {
-        if (std::optional<uint64_t> id = PeekRequestId(frames[0])) SendReply(source, ErrorReply(*id, s));
+        std::optional<uint64_t> id = PeekRequestId(frames[0]);
+        if (id) SendReply(source, ErrorReply(*id, s));
       }
       return;
     }
