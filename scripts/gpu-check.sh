@@ -25,7 +25,8 @@
 #      at each matmul precision (fp32, tf32, bf16);
 #   4. ctr on a cluster (2 servers, 2 trainers sharing the GPU): sync ps on cpu and cuda, hybrid on
 #      cuda (one trainer where there is one GPU: NCCL takes one rank per device): the AUCs;
-#      strata-bench ops --device cuda, and at GPT-2 small's block shapes with bf16 matmuls.
+#      strata-bench ops --device cuda, and at GPT-2 small's block shapes with bf16 matmuls;
+#   5. strata-bench ps (dense 1 and 16 MiB, sparse 1M keys of dim 1) on the machine's cores.
 # Environment: STRATA_BUILD_DIR (bundle; default build/), STRATA_GPU_BUDGET_S (540),
 # STRATA_GPU_PEAK_TFLOPS (989), STRATA_GPU_STEP_ARGS (the step bench's shape flags; default GPT-2
 # small's).
@@ -187,6 +188,10 @@ run() {
   # One block's ops at the step bench's shapes, bf16 matmuls: where a step's time goes.
   step bench-ops-gpt2 120 "$b/strata-bench" ops --device cuda --gemm-sizes 1024 --batch 8 --context 1024 \
     --vocab 50304 --matmul-precision bf16 --json "$logs/bench-ops-gpt2.json"
+  # 5. The parameter server's data path on this machine's many cores (issue #22's goals, which a
+  # 2-core host cannot settle: there the receiver's SGD or copy has no core to itself).
+  step bench-ps 90 "$b/strata-bench" ps --servers 1 --dense-sizes 1MiB,16MiB --batches 1000 --dims 1 \
+    --wide-batches 1000000 --wide-dims 1 --json "$logs/bench-ps.json"
 
   "$python" "$repo/scripts/gpu_check_summary.py" "$logs" >>"$out/summary.txt" 2>&1 ||
     echo "the summary script failed (logs.tar.gz has the logs)" >>"$out/summary.txt"

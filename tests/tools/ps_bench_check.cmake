@@ -1,8 +1,8 @@
 # ps_bench_check.cmake: runs a short `strata-bench ps` (one server, two small dense tensors, one
 # sparse shape and one wide one) and `strata-bench transport` (64 B over tcp, few messages), and
 # checks that both exit 0 and that their JSON has every peer's figure positive (not their
-# size): ours (one call in flight and several), the raw stream and the raw one-call-in-flight
-# peer, and the codec's own row.
+# size): ours (one call in flight and several), the raw stream (plain, and with the receiver's
+# SGD or copy), the raw one-call-in-flight peer, and the codec's own row.
 #   cmake -DBENCH=<strata-bench> -DJSON=<output file prefix> -P ps_bench_check.cmake
 include("${CMAKE_CURRENT_LIST_DIR}/run_bench.cmake")
 run_bench("${JSON}.ps.json" 240 ps --servers 1 --dense-sizes 64KiB,3MiB --dims 4 --batches 100
@@ -25,6 +25,9 @@ endfunction()
 expect_positive(0 "dense" push_gb_per_s pull_gb_per_s raw_gb_per_s raw_chunked_gb_per_s raw_call_push_gb_per_s
                 raw_call_pull_gb_per_s push_call_ratio pull_call_ratio push_pull_gb_per_s push_pull_call_ratio)
 expect_positive(2 "dense with calls in flight" push_gb_per_s pull_gb_per_s push_ratio pull_ratio in_flight)
+expect_positive(3 "dense beside raw doing the receiver's pass" raw_chunked_gb_per_s raw_sgd_ratio raw_call_sgd_gb_per_s
+                raw_call_sgd_ratio push_sgd_ratio raw_copy_ratio raw_call_copy_gb_per_s raw_call_copy_ratio
+                pull_copy_ratio)
 string(JSON rows LENGTH "${doc}" tables 1 rows)
 if(NOT rows EQUAL 2)
   message(FATAL_ERROR "expected 2 sparse rows (dim 4 and the wide dim 1), got ${rows}\n${out}")

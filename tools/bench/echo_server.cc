@@ -18,6 +18,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "common/optim/kernels.h"
 #include "common/transport.h"
 #include "tools/bench/bench_util.h"
 
@@ -61,19 +62,58 @@ void HandleEcho(uint64_t& one_way, Request request) {
   request.Reply(std::move(reply));
 }
 
+// What the raw peer's thread does with each message it receives on the PULL, or each request's
+// payload on the rpc socket, as a parameter server's receiving side must
+// (EchoServerAddresses::ctl): nothing, a copy into a tensor (a client's pull), or an SGD step
+// with the message as the gradient (a server's push). Either pass walks
+// through a destination of `span` bytes, a message's worth at a time, as a tensor's chunks
+// arrive in turn.
+class ReceiverPass {
+ public:
+  void Configure(uint64_t kind, uint64_t span) {
+    kind_ = kind <= static_cast<uint64_t>(RawPass::kSgd) ? static_cast<RawPass>(kind) : RawPass::kNone;
+    dest_.assign(std::min<uint64_t>(span, kMaxSpan) / sizeof(float), 0.0f);
+    at_ = 0;
+  }
+
+  void Apply(const zmq::message_t& msg) {
+    const size_t n = msg.size() / sizeof(float);
+    if (kind_ == RawPass::kNone || n == 0) return;
+    if (dest_.size() < n) dest_.resize(n);
+    if (at_ + n > dest_.size()) at_ = 0;
+    float* to = dest_.data() + at_;
+    at_ += n;
+    if (kind_ == RawPass::kCopy) {
+      std::memcpy(to, msg.data(), n * sizeof(float));
+    } else {
+      optim::SgdStep({.lr = 1e-3f}, {.w = to, .m = nullptr, .grad = static_cast<const float*>(msg.data()),
+                                     .n = static_cast<int64_t>(n)});
+    }
+  }
+
+ private:
+  static constexpr uint64_t kMaxSpan = uint64_t{1} << 32;
+  RawPass kind_ = RawPass::kNone;
+  std::vector<float> dest_;
+  size_t at_ = 0;  // in floats
+};
+
 // The raw sockets' request-reply peer of a parameter server (strata-bench ps): answers a request
-// of [R (u64), payload...] with R bytes. The replies' bytes are sent from memory without a copy,
+// of [R (u64), payload...] with R bytes, after its pass over the payload. The replies' bytes are sent from memory without a copy,
 // as a server replies from a chunk's snapshot; buffers outgrown stay alive, and the owner keeps
 // this object until the socket is closed, since ZeroMQ may still be writing from them.
 class RpcReplies {
  public:
   // Answers the next request, if one is in; whether one was. Throws zmq::error_t.
-  bool Answer(zmq::socket_t& rpc) {
+  bool Answer(zmq::socket_t& rpc, ReceiverPass& pass) {
     zmq::message_t part;
     if (!rpc.recv(part, zmq::recv_flags::dontwait)) return false;
     uint64_t bytes = 0;
     std::memcpy(&bytes, part.data(), std::min(part.size(), sizeof(bytes)));
-    while (part.more()) (void)rpc.recv(part, zmq::recv_flags::none);  // the rest is in already
+    while (part.more()) {
+      (void)rpc.recv(part, zmq::recv_flags::none);  // the rest is in already
+      pass.Apply(part);
+    }
     bytes = std::min<uint64_t>(bytes, kMaxReplyBytes);
     if (buffers_.empty() || buffers_.back().size() < bytes) buffers_.emplace_back(bytes, std::byte{1});
     rpc.send(zmq::message_t(buffers_.back().data(), bytes, nullptr), zmq::send_flags::none);
@@ -89,6 +129,7 @@ class RpcReplies {
 void ServeRaw(zmq::socket_t& pull, zmq::socket_t& rep, zmq::socket_t& ctl, zmq::socket_t& rpc,
               RpcReplies& replies, const std::atomic<bool>& stop) {
   uint64_t received = 0;
+  ReceiverPass pass, rpc_pass;
   std::optional<uint64_t> awaited;
   zmq::pollitem_t items[] = {{pull.handle(), 0, ZMQ_POLLIN, 0},
                              {rep.handle(), 0, ZMQ_POLLIN, 0},
@@ -99,19 +140,26 @@ void ServeRaw(zmq::socket_t& pull, zmq::socket_t& rep, zmq::socket_t& ctl, zmq::
     while (!stop.load()) {
       zmq::poll(items, 4, std::chrono::milliseconds(100));
       if (items[3].revents & ZMQ_POLLIN) {
-        while (replies.Answer(rpc)) {
+        while (replies.Answer(rpc, rpc_pass)) {
         }
       }
       if (items[0].revents & ZMQ_POLLIN) {
-        while (pull.recv(msg, zmq::recv_flags::dontwait)) ++received;
+        while (pull.recv(msg, zmq::recv_flags::dontwait)) {
+          pass.Apply(msg);
+          ++received;
+        }
       }
       if ((items[1].revents & ZMQ_POLLIN) && rep.recv(msg, zmq::recv_flags::dontwait)) {
         rep.send(msg, zmq::send_flags::none);
       }
       if (!awaited && (items[2].revents & ZMQ_POLLIN) && ctl.recv(msg, zmq::recv_flags::dontwait)) {
-        uint64_t n = 0;
-        std::memcpy(&n, msg.data(), std::min(msg.size(), sizeof(n)));
-        awaited = n;
+        uint64_t n[3] = {0, 0, 0};
+        std::memcpy(n, msg.data(), std::min(msg.size(), sizeof(n)));
+        if (msg.size() >= sizeof(n)) {
+          pass.Configure(n[1], n[2]);
+          rpc_pass.Configure(n[1], n[2]);
+        }
+        awaited = n[0];
       }
       if (awaited && received >= *awaited) {
         uint64_t got = received;

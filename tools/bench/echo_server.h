@@ -12,6 +12,9 @@
 
 namespace strata::bench {
 
+// What the raw PULL's thread does with each message (EchoServerAddresses::ctl).
+enum class RawPass : uint64_t { kNone = 0, kCopy = 1, kSgd = 2 };
+
 // Where the server process listens for one scheme.
 struct EchoServerAddresses {
   std::string scheme;  // "tcp" or "ipc"
@@ -21,8 +24,13 @@ struct EchoServerAddresses {
   std::string pull;    // raw PULL: counts one-way messages
   std::string rep;     // raw REP: echoes each request
   std::string ctl;     // raw REP: a request holding N (u64) is answered once the PULL has N
+                       // messages more; one holding [N, RawPass, span] (u64s) also sets what
+                       // the raw thread does with each later PULL message and rpc request
+                       // payload: nothing, copy it into, or an SGD step on (its floats the
+                       // gradient), the next part of a span-byte tensor
   std::string rpc;     // raw REP: a request's first frame holds R (u64), its other frames are
-                       // read and dropped; the reply is R bytes from memory, sent without a copy
+                       // read (and given the pass, see ctl) and dropped; the reply is R bytes
+                       // from memory, sent without a copy
 };
 
 // The parent's handle on the server process: closing it stops the process and removes its

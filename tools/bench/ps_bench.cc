@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -122,14 +123,35 @@ Result<double> MeasureInFlight(double seconds, int depth, uint64_t bytes,
   return Median(samples);
 }
 
+// Sets what the raw peer does with each message it receives from now on (EchoServerAddresses::ctl).
+Status SetRawPass(zmq::context_t& ctx, const EchoServerAddresses& a, RawPass pass, uint64_t span) try {
+  zmq::socket_t ctl(ctx, zmq::socket_type::req);
+  ctl.set(zmq::sockopt::linger, 0);
+  ctl.set(zmq::sockopt::rcvtimeo, 60000);
+  ctl.connect(a.ctl);
+  const uint64_t setup[3] = {0, static_cast<uint64_t>(pass), span};
+  zmq::message_t answer;
+  ctl.send(zmq::buffer(setup, sizeof(setup)), zmq::send_flags::none);
+  if (!ctl.recv(answer, zmq::recv_flags::none)) return Status::DeadlineExceeded("raw peer: pass not confirmed");
+  return Status::OK();
+} catch (const zmq::error_t& e) {
+  return Status::IOError(std::string("raw peer's control socket ") + a.ctl + ": " + e.what());
+}
+
 // Raw ZeroMQ: GB/s of a one-way stream of `bytes`-sized messages to the echo server's PULL,
-// over about `seconds`.
-Result<double> RawStream(zmq::context_t& ctx, const EchoServerAddresses& a, size_t bytes, double seconds) try {
-  std::vector<char> payload(bytes, 'x');  // before the sockets, which may send from it
+// over about `seconds`; the receiver does `pass` with each message, into a tensor of `span`
+// bytes.
+Result<double> RawStream(zmq::context_t& ctx, const EchoServerAddresses& a, size_t bytes, double seconds,
+                         RawPass pass = RawPass::kNone, uint64_t span = 0) try {
+  // Before the sockets, which may send from it. Gradient-like floats, for the SGD pass.
+  std::vector<char> payload(bytes, 0);
+  const float g = 1e-6f;
+  for (size_t at = 0; at + sizeof(g) <= bytes; at += sizeof(g)) std::memcpy(payload.data() + at, &g, sizeof(g));
   zmq::socket_t push(ctx, zmq::socket_type::push), ctl(ctx, zmq::socket_type::req);
   push.connect(a.pull);
   ctl.connect(a.ctl);
   ctl.set(zmq::sockopt::rcvtimeo, 60000);
+  STRATA_RETURN_IF_ERROR(SetRawPass(ctx, a, pass, span));
   auto run = [&](uint64_t n) -> Result<double> {
     Stopwatch w;
     for (uint64_t i = 0; i < n; ++i) push.send(zmq::message_t(payload.data(), payload.size(), nullptr), zmq::send_flags::none);
@@ -151,11 +173,15 @@ Result<double> RawStream(zmq::context_t& ctx, const EchoServerAddresses& a, size
 // most `chunk` bytes sent together from a DEALER, then every reply awaited; the echo server's
 // rpc socket answers each from memory. `push`: the requests carry the bytes and the replies 8;
 // else the requests carry 8 and the replies the bytes. GB/s of the median call over `seconds`:
-// what the wire and libzmq allow one call, without an apply or a copy into a tensor.
+// what the wire and libzmq allow one call, without an apply or a copy into a tensor. With
+// `with_pass`, what they allow one call that does what ours must: the peer applies SGD to each
+// pushed chunk, or this side copies each pulled chunk into a tensor.
 Result<double> RawCalls(zmq::context_t& ctx, const EchoServerAddresses& a, uint64_t bytes, uint64_t chunk,
-                        bool push, double seconds) try {
+                        bool push, double seconds, bool with_pass = false) try {
+  STRATA_RETURN_IF_ERROR(SetRawPass(ctx, a, push && with_pass ? RawPass::kSgd : RawPass::kNone, bytes));
   // Before the socket, so that it outlives any send still queued from it (a timeout).
-  std::vector<std::byte> payload(push ? chunk : 0, std::byte{2});
+  std::vector<float> payload(push ? chunk / sizeof(float) : 0, 1e-6f);
+  std::vector<float> tensor(!push && with_pass ? bytes / sizeof(float) : 0);
   zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
   dealer.set(zmq::sockopt::linger, 0);
   dealer.set(zmq::sockopt::rcvtimeo, 60000);
@@ -175,6 +201,9 @@ Result<double> RawCalls(zmq::context_t& ctx, const EchoServerAddresses& a, uint6
       do {
         if (!dealer.recv(part, zmq::recv_flags::none)) return Status::DeadlineExceeded("raw calls: no reply");
       } while (part.more());
+      // REP answers in order: reply r is chunk r.
+      const uint64_t at = static_cast<uint64_t>(r) * chunk;
+      if (!tensor.empty() && at + part.size() <= bytes) std::memcpy(tensor.data() + at / sizeof(float), part.data(), part.size());
     }
     return Status::OK();
   };
@@ -242,6 +271,19 @@ Result<Report> Run(const PsBenchOptions& o) {
                                  {"size", "bytes", Table::Format::kBytes},
                                  {"in flight", "in_flight", Table::Format::kInteger}},
                                 {}));
+  Table passes("dense tables, one call, beside raw ZeroMQ doing the receiver's pass that ours does: SGD on each "
+               "pushed chunk (the server's), a copy of each pulled chunk into the tensor (the client's)",
+               {{"servers", "servers", Table::Format::kInteger},
+                {"size", "bytes", Table::Format::kBytes},
+                {"raw@chunk GB/s", "raw_chunked_gb_per_s", Table::Format::kFixed2},
+                {"+sgd stream/raw@chunk", "raw_sgd_ratio", Table::Format::kFixed2},
+                {"raw call+sgd GB/s", "raw_call_sgd_gb_per_s", Table::Format::kFixed2},
+                {"raw call+sgd/raw@chunk", "raw_call_sgd_ratio", Table::Format::kFixed2},
+                {"push/raw call+sgd", "push_sgd_ratio", Table::Format::kFixed2},
+                {"+copy stream/raw@chunk", "raw_copy_ratio", Table::Format::kFixed2},
+                {"raw call+copy GB/s", "raw_call_copy_gb_per_s", Table::Format::kFixed2},
+                {"raw call+copy/raw@chunk", "raw_call_copy_ratio", Table::Format::kFixed2},
+                {"pull/raw call+copy", "pull_copy_ratio", Table::Format::kFixed2}});
   Table sparse("sparse tables: pull and push of Zipf(1.1) keys (rows/s over whole batches)",
                {{"servers", "servers", Table::Format::kInteger},
                 {"batch", "batch", Table::Format::kInteger},
@@ -304,6 +346,8 @@ Result<Report> Run(const PsBenchOptions& o) {
       std::vector<double> raw, chunked, push, pull, push_ratio, pull_ratio, push_cratio, pull_cratio;
       std::vector<double> call_push, call_pull, push_call_ratio, pull_call_ratio, push_pull, push_pull_ratio;
       std::vector<double> push_n, pull_n, push_n_ratio, pull_n_ratio, push_n_cratio, pull_n_cratio;
+      std::vector<double> raw_sgd_ratio, raw_copy_ratio, call_sgd, call_copy, call_sgd_ratio, call_copy_ratio;
+      std::vector<double> push_sgd_ratio, pull_copy_ratio;
       std::vector<std::vector<float>> outs(static_cast<size_t>(o.in_flight), std::vector<float>(t.numel));
       for (int round = 0; round < kDenseRounds; ++round) {
         STRATA_ASSIGN_OR_RETURN(const double r, RawStream(raw_ctx, echo->addresses()[0], size, o.seconds));
@@ -311,6 +355,14 @@ Result<Report> Run(const PsBenchOptions& o) {
         if (chunk_bytes < size) {
           STRATA_ASSIGN_OR_RETURN(rc, RawStream(raw_ctx, echo->addresses()[0], chunk_bytes, o.seconds));
         }
+        STRATA_ASSIGN_OR_RETURN(const double rs, RawStream(raw_ctx, echo->addresses()[0], chunk_bytes, o.seconds,
+                                                           RawPass::kSgd, size));
+        STRATA_ASSIGN_OR_RETURN(const double rcp, RawStream(raw_ctx, echo->addresses()[0], chunk_bytes, o.seconds,
+                                                            RawPass::kCopy, size));
+        STRATA_ASSIGN_OR_RETURN(const double raw_push_sgd, RawCalls(raw_ctx, echo->addresses()[0], size, chunk_bytes,
+                                                                    true, o.seconds, /*with_pass=*/true));
+        STRATA_ASSIGN_OR_RETURN(const double raw_pull_copy, RawCalls(raw_ctx, echo->addresses()[0], size,
+                                                                     chunk_bytes, false, o.seconds, /*with_pass=*/true));
         STRATA_ASSIGN_OR_RETURN(const double raw_push,
                                 RawCalls(raw_ctx, echo->addresses()[0], size, chunk_bytes, true, o.seconds));
         STRATA_ASSIGN_OR_RETURN(const double raw_pull,
@@ -352,6 +404,14 @@ Result<Report> Run(const PsBenchOptions& o) {
         pull_ratio.push_back(pull.back() / r);
         push_cratio.push_back(push.back() / rc);
         pull_cratio.push_back(pull.back() / rc);
+        raw_sgd_ratio.push_back(rs / rc);
+        raw_copy_ratio.push_back(rcp / rc);
+        call_sgd.push_back(raw_push_sgd);
+        call_copy.push_back(raw_pull_copy);
+        call_sgd_ratio.push_back(raw_push_sgd / rc);
+        call_copy_ratio.push_back(raw_pull_copy / rc);
+        push_sgd_ratio.push_back(push.back() / raw_push_sgd);
+        pull_copy_ratio.push_back(pull.back() / raw_pull_copy);
         call_push.push_back(raw_push);
         call_pull.push_back(raw_pull);
         push_call_ratio.push_back(push.back() / raw_push);
@@ -361,6 +421,9 @@ Result<Report> Run(const PsBenchOptions& o) {
                     Median(pull_ratio), Median(chunked), Median(push_cratio), Median(pull_cratio),
                     Median(call_push), Median(call_pull), Median(push_call_ratio), Median(pull_call_ratio),
                     Median(push_pull), Median(push_pull_ratio)});
+      passes.AddRow({servers, size, Median(chunked), Median(raw_sgd_ratio), Median(call_sgd), Median(call_sgd_ratio),
+                     Median(push_sgd_ratio), Median(raw_copy_ratio), Median(call_copy), Median(call_copy_ratio),
+                     Median(pull_copy_ratio)});
       pipelined.AddRow({servers, size, o.in_flight, Median(push_n), Median(pull_n), Median(raw), Median(push_n_ratio),
                         Median(pull_n_ratio), Median(chunked), Median(push_n_cratio), Median(pull_n_cratio)});
     }
@@ -401,6 +464,7 @@ Result<Report> Run(const PsBenchOptions& o) {
   report.tables.push_back(std::move(dense));
   report.tables.push_back(std::move(sparse));
   report.tables.push_back(std::move(pipelined));
+  report.tables.push_back(std::move(passes));
   const uint64_t chunk = o.chunk_bytes ? o.chunk_bytes : uint64_t{TableSpec{}.chunk_floats} * sizeof(float);
   report.notes.push_back("servers: strata-server processes on this host (ASP tables, SGD on push); the client "
                          "is one trainer in this process, one call in flight (the third table: --in-flight). "
@@ -417,6 +481,12 @@ Result<Report> Run(const PsBenchOptions& o) {
                          "answers them in turn. No apply and no copy into a tensor: what one call to one server can move through "
                          "libzmq on this host, where the stream columns never wait. With more than one server ours spreads the "
                          "chunks over them, so its ratio to this peer may exceed 1.");
+  report.notes.push_back("receiver's pass (the last table): the raw stream at chunk size, and the raw call, with the "
+                         "receiving side doing what ours must. +sgd: the raw peer's thread runs the servers' SGD kernel "
+                         "on each message (or pushed chunk) into its own copy of the tensor; +copy: the raw stream's "
+                         "receiver, or the raw call's caller, copies each message into a tensor. Their ratios to "
+                         "raw@chunk are what that pass leaves of the plain stream on this host; ours to the raw call "
+                         "with the pass is what our code costs beyond it.");
   report.notes.push_back("push+pull: an offload step's shape, the tensor pushed and then pulled back (each awaited), both "
                          "tensors' bytes over the pair's median time; beside, the raw push call then the raw pull call "
                          "(the harmonic mean of their rates).");
