@@ -2,7 +2,8 @@
 # sparse shape and one wide one) and `strata-bench transport` (64 B over tcp, few messages), and
 # checks that both exit 0 and that their JSON has every peer's figure positive (not their
 # size): ours (one call in flight and several), the raw stream (plain, and with the receiver's
-# SGD or copy), the raw one-call-in-flight peer, and the codec's own row.
+# SGD or copy), the raw one-call-in-flight peer, and the codec's own row; and the ps run again
+# with --pin.
 #   cmake -DBENCH=<strata-bench> -DJSON=<output file prefix> -P ps_bench_check.cmake
 include("${CMAKE_CURRENT_LIST_DIR}/run_bench.cmake")
 run_bench("${JSON}.ps.json" 240 ps --servers 1 --dense-sizes 64KiB,3MiB --dims 4 --batches 100
@@ -39,6 +40,19 @@ foreach(i 0 1)
     message(FATAL_ERROR "sparse row ${i}: pull ${pulled}, push ${pushed} M rows/s\n${out}")
   endif()
 endforeach()
+
+# --pin (where there are 2 CPUs to split): every peer measured with this process on one CPU.
+cmake_host_system_information(RESULT cpus QUERY NUMBER_OF_LOGICAL_CORES)
+if(cpus GREATER_EQUAL 2)
+  run_bench("${JSON}.ps-pin.json" 240 ps --pin --servers 1 --dense-sizes 64KiB --dims 4 --batches 100
+            --wide-dims 1 --wide-batches 100 --seconds 0.02)
+  string(JSON pinned GET "${doc}" config pin)
+  string(JSON pushed GET "${doc}" tables 0 rows 0 push_gb_per_s)
+  string(JSON raw_sgd GET "${doc}" tables 3 rows 0 raw_call_sgd_gb_per_s)
+  if(NOT pinned OR NOT pushed GREATER 0 OR NOT raw_sgd GREATER 0 OR NOT out MATCHES "--pin: this process")
+    message(FATAL_ERROR "ps --pin: pin '${pinned}', push ${pushed} GB/s, raw call+sgd ${raw_sgd} GB/s\n${out}")
+  endif()
+endif()
 
 run_bench("${JSON}.transport.json" 120 transport --sizes 64 --transports tcp --iters 20 --reps 2
           --messages 2000)

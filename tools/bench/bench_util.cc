@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -219,6 +219,36 @@ Result<double> ProcessCpuSeconds(pid_t pid) {
                            ": " + std::strerror(errno));
   }
   return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+Result<CpuSplit> SplitCpus() {
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  if (sched_getaffinity(0, sizeof(all), &all) != 0) {
+    return Status::IOError(std::string("sched_getaffinity: ") + std::strerror(errno));
+  }
+  if (CPU_COUNT(&all) < 2) {
+    return Status::InvalidArgument("--pin needs at least 2 CPUs; this process may run on " +
+                                   std::to_string(CPU_COUNT(&all)));
+  }
+  CpuSplit split;
+  CPU_ZERO(&split.mine);
+  split.others = all;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &all)) {
+      CPU_SET(c, &split.mine);
+      CPU_CLR(c, &split.others);
+      break;
+    }
+  }
+  return split;
+}
+
+Status PinTo(const cpu_set_t& cpus) {
+  if (sched_setaffinity(0, sizeof(cpus), &cpus) != 0) {
+    return Status::IOError(std::string("sched_setaffinity: ") + std::strerror(errno));
+  }
+  return Status::OK();
 }
 
 std::string HostLoadNote(unsigned cpus, double run_seconds) {

@@ -2,6 +2,7 @@
 // and Report (tables printed for people and written as JSON for tools).
 #pragma once
 
+#include <sched.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -34,6 +35,17 @@ class Stopwatch {
 // its CPU-time clock (clock_getcpuclockid). IOError naming the pid when it cannot be read (the
 // process is gone, or is not ours to look at).
 Result<double> ProcessCpuSeconds(pid_t pid = 0);
+
+// A bench's placement on the CPUs this process may use (--pin): the first for this process,
+// the rest for the processes it starts.
+struct CpuSplit {
+  cpu_set_t mine;
+  cpu_set_t others;
+};
+// InvalidArgument when this process may run on fewer than 2 CPUs.
+Result<CpuSplit> SplitCpus();
+// Keeps the calling thread, and the threads and processes it starts from now on, to `cpus`.
+Status PinTo(const cpu_set_t& cpus);
 
 // The p-th percentile (0 <= p <= 100) by nearest rank; 0 for no samples.
 double Percentile(std::vector<double> samples, double p);

@@ -266,7 +266,8 @@ Status Serve(const std::vector<std::string>& schemes, const TransportOptions& op
 }  // namespace
 
 Result<std::unique_ptr<EchoServerProcess>> EchoServerProcess::Fork(
-    const std::vector<std::string>& schemes, Millis timeout, const TransportOptions& options) {
+    const std::vector<std::string>& schemes, Millis timeout, const TransportOptions& options,
+    const cpu_set_t* cpus) {
   int report[2], stop[2];
   if (pipe(report) != 0) return Status::IOError(std::string("pipe: ") + std::strerror(errno));
   if (pipe(stop) != 0) {
@@ -280,6 +281,10 @@ Result<std::unique_ptr<EchoServerProcess>> EchoServerProcess::Fork(
   if (pid == 0) {
     close(report[0]);
     close(stop[1]);
+    if (cpus && sched_setaffinity(0, sizeof(*cpus), cpus) != 0) {
+      (void)WriteAll(report[1], std::string("error sched_setaffinity: ") + std::strerror(errno) + "\n");
+      _exit(1);
+    }
     RunServerProcess(schemes, options, tag, report[1], stop[0]);
   }
   close(report[1]);

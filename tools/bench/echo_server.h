@@ -2,6 +2,7 @@
 // (tcp, ipc) it serves echo on an RpcEndpoint (ours) and on raw ZeroMQ sockets (the peer).
 #pragma once
 
+#include <sched.h>
 #include <sys/types.h>
 
 #include <memory>
@@ -38,11 +39,12 @@ struct EchoServerAddresses {
 class EchoServerProcess {
  public:
   // Forks the server for `schemes` and waits up to `timeout` for its addresses; its RpcEndpoints'
-  // transports take `options`. Call this before the calling process starts any thread: the
-  // child inherits only the forking one.
+  // transports take `options`, and it runs on `cpus` if given. Call this before the calling
+  // process starts any thread: the child inherits only the forking one.
   static Result<std::unique_ptr<EchoServerProcess>> Fork(const std::vector<std::string>& schemes,
                                                          Millis timeout,
-                                                         const TransportOptions& options = {});
+                                                         const TransportOptions& options = {},
+                                                         const cpu_set_t* cpus = nullptr);
   ~EchoServerProcess();
   EchoServerProcess(const EchoServerProcess&) = delete;
   EchoServerProcess& operator=(const EchoServerProcess&) = delete;

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <thread>
 #include <zmq.hpp>
@@ -36,14 +37,17 @@ struct PsBenchOptions {
   int in_flight = 4;     // dense calls kept in flight by the pipelined measurement
   uint64_t chunk_bytes = 0;  // dense tables' chunk (0: TableSpec's default)
   uint64_t key_space = 10000000;
+  bool pin = false;  // this process on one CPU, the processes it starts on the others
 };
 
 // A child running a strata binary; SIGTERM then reaped on destruction.
 class Child {
  public:
-  explicit Child(std::vector<std::string> argv) {
+  // Runs on `cpus` if given.
+  explicit Child(std::vector<std::string> argv, const cpu_set_t* cpus = nullptr) {
     pid_ = fork();
     if (pid_ == 0) {
+      if (cpus && sched_setaffinity(0, sizeof(*cpus), cpus) != 0) _exit(126);
       std::vector<char*> args;
       for (auto& a : argv) args.push_back(a.data());
       args.push_back(nullptr);
@@ -233,15 +237,22 @@ Result<Report> Run(const PsBenchOptions& o) {
   add_sweep(o.dims, o.batches);
   if (!o.wide_dims.empty()) add_sweep(o.wide_dims, o.wide_batches);
 
+  std::optional<CpuSplit> cpus;
+  if (o.pin) {
+    STRATA_ASSIGN_OR_RETURN(cpus, SplitCpus());
+  }
+  const cpu_set_t* others = cpus ? &cpus->others : nullptr;
   // The raw peer first: forking is only safe before this process starts threads.
-  STRATA_ASSIGN_OR_RETURN(auto echo, EchoServerProcess::Fork({"tcp"}, Millis(20000)));
+  STRATA_ASSIGN_OR_RETURN(auto echo, EchoServerProcess::Fork({"tcp"}, Millis(20000), {}, others));
+  if (cpus) STRATA_RETURN_IF_ERROR(PinTo(cpus->mine));  // before any thread of ours starts
   zmq::context_t raw_ctx(1);
 
   Report report;
   report.benchmark = "ps";
   report.config = {{"servers", o.servers}, {"dense_sizes", o.dense_sizes}, {"batches", o.batches},
                    {"dims", o.dims}, {"wide_batches", o.wide_batches}, {"wide_dims", o.wide_dims},
-                   {"seconds", o.seconds}, {"in_flight", o.in_flight}, {"chunk_bytes", o.chunk_bytes}};
+                   {"seconds", o.seconds}, {"in_flight", o.in_flight}, {"chunk_bytes", o.chunk_bytes},
+                   {"pin", o.pin}};
   // The columns both dense tables have after their first: ours beside the raw streams.
   auto dense_columns = [](std::vector<Table::Column> first, std::vector<Table::Column> last) {
     const std::vector<Table::Column> streams = {
@@ -305,7 +316,7 @@ Result<Report> Run(const PsBenchOptions& o) {
                                       "--address-file", dir + "/addr"};
     sched.insert(sched.end(), common.begin(), common.end());
     std::vector<std::unique_ptr<Child>> children;
-    children.push_back(std::make_unique<Child>(sched));
+    children.push_back(std::make_unique<Child>(sched, others));
     std::string address;
     for (int i = 0; i < 2000 && !(std::ifstream(dir + "/addr") >> address); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -315,7 +326,7 @@ Result<Report> Run(const PsBenchOptions& o) {
       std::vector<std::string> argv = {bin + "/strata-server", "--rank", std::to_string(s),
                                        "--stats-interval-ms", "0", "--set", "cluster.scheduler=" + address};
       argv.insert(argv.end(), common.begin(), common.end());
-      children.push_back(std::make_unique<Child>(argv));
+      children.push_back(std::make_unique<Child>(argv, others));
     }
     NodeOptions no;
     no.cluster.scheduler = address;
@@ -471,6 +482,10 @@ Result<Report> Run(const PsBenchOptions& o) {
                          "Dense chunks of " + std::to_string(chunk >> 10) + " KiB (" +
                          (o.chunk_bytes ? "--chunk" : "the tables' default") +
                          "), spread round-robin, one request each.");
+  if (o.pin) {
+    report.notes.push_back("--pin: this process (the client, and the raw peers' sending side) on one CPU; the "
+                           "scheduler, the servers and the raw peers' receiving process on the others.");
+  }
   report.notes.push_back("raw: libzmq PUSH/PULL one-way stream of messages of the same size (raw@chunk: of chunk-sized messages) to another process. "
                          "Raw, push and pull are measured back to back in 3 rounds; each column is the median over the rounds, "
                          "the ratios medians of the rounds' ratios. Our dense figure also includes the server applying SGD to every float. "
@@ -514,6 +529,9 @@ BenchFn SetupPsBench(CLI::App& app) {
       ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 30));
   app.add_option("--in-flight", o->in_flight, "dense calls kept in flight by the pipelined measurement")
       ->check(CLI::Range(1, 64));
+  app.add_flag("--pin", o->pin,
+               "this process (the client) on the first CPU it may use, the servers, scheduler and raw peer on the "
+               "others (ours and raw placed alike)");
   return [o] { return Run(*o); };
 }
 
