@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <thread>
 #include <zmq.hpp>
 
@@ -32,6 +33,7 @@ struct Options {
   std::string peers = "ours,raw";  // one alone is for profiling
   int timeout_ms = 30000;          // for every wait on the server
   int coalesce_us = TransportOptions{}.coalesce_us;  // ours, both processes
+  bool pin = false;  // this process on one CPU, the server on the others
 };
 
 constexpr uint64_t kStreamBytes = 2ull << 30;
@@ -292,8 +294,14 @@ Result<Report> RunTransportBench(const Options& o) {
   if (o.coalesce_us < 0) return Status::InvalidArgument("--coalesce-us must be >= 0");
   TransportOptions transport;
   transport.coalesce_us = o.coalesce_us;
+  std::optional<CpuSplit> cpus;
+  if (o.pin) {
+    STRATA_ASSIGN_OR_RETURN(cpus, SplitCpus());
+  }
   // Fork first: the server must not inherit a process with threads.
-  STRATA_ASSIGN_OR_RETURN(auto server, EchoServerProcess::Fork(schemes, timeout, transport));
+  STRATA_ASSIGN_OR_RETURN(auto server, EchoServerProcess::Fork(schemes, timeout, transport,
+                                                               cpus ? &cpus->others : nullptr));
+  if (cpus) STRATA_RETURN_IF_ERROR(PinTo(cpus->mine));  // before any thread of ours starts
   zmq::context_t raw_context(1);
 
   Report report;
@@ -392,6 +400,7 @@ Result<Report> RunTransportBench(const Options& o) {
                    {"stream_messages", stream_messages},
                    {"server", "forked child process"},
                    {"coalesce_us", o.coalesce_us},
+                   {"pin", o.pin},
                    {"cpus", std::thread::hardware_concurrency()}};
   double load[3] = {0, 0, 0};
   getloadavg(load, 3);
@@ -421,6 +430,7 @@ Result<Report> RunTransportBench(const Options& o) {
           std::to_string(ZmqTransport::kZeroCopyMinBytes) + " bytes, which are batched).",
       "host: " + std::to_string(std::thread::hardware_concurrency()) +
           " cpus, 1-min load average at the end " + load_text + "."};
+  if (o.pin) report.notes.push_back("--pin: this process on one CPU, the server process on the others.");
   return report;
 }
 
@@ -445,6 +455,7 @@ BenchFn SetupTransportBench(CLI::App& app) {
   app.add_option("--coalesce-us", o->coalesce_us,
                  "ours: transport.coalesce_us of both processes (0: every batch leaves at once)")
       ->capture_default_str();
+  app.add_flag("--pin", o->pin, "this process on the first CPU it may use, the server on the others");
   return [o] { return RunTransportBench(*o); };
 }
 
