@@ -65,9 +65,8 @@ void HandleEcho(uint64_t& one_way, Request request) {
 // What the raw peer's thread does with each message it receives on the PULL, or each request's
 // payload on the rpc socket, as a parameter server's receiving side must
 // (EchoServerAddresses::ctl): nothing, a copy into a tensor (a client's pull), or an SGD step
-// with the message as the gradient (a server's push). Either pass walks
-// through a destination of `span` bytes, a message's worth at a time, as a tensor's chunks
-// arrive in turn.
+// with the message as the gradient (a server's push). Either pass walks through a destination
+// of `span` bytes, a message's worth at a time, as a tensor's chunks arrive in turn.
 class ReceiverPass {
  public:
   void Configure(uint64_t kind, uint64_t span) {
@@ -99,9 +98,10 @@ class ReceiverPass {
 };
 
 // The raw sockets' request-reply peer of a parameter server (strata-bench ps): answers a request
-// of [R (u64), payload...] with R bytes, after its pass over the payload. The replies' bytes are sent from memory without a copy,
-// as a server replies from a chunk's snapshot; buffers outgrown stay alive, and the owner keeps
-// this object until the socket is closed, since ZeroMQ may still be writing from them.
+// of [R (u64), payload...] with R bytes, after its pass over the payload. The replies' bytes are
+// sent from memory without a copy, as a server replies from a chunk's snapshot; buffers
+// outgrown stay alive, and the owner keeps this object until the socket is closed, since
+// ZeroMQ may still be writing from them.
 class RpcReplies {
  public:
   // Answers the next request, if one is in; whether one was. Throws zmq::error_t.

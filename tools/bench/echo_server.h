@@ -13,7 +13,8 @@
 
 namespace strata::bench {
 
-// What the raw PULL's thread does with each message (EchoServerAddresses::ctl).
+// What the raw peer's thread does with each PULL message and rpc request payload
+// (EchoServerAddresses::ctl).
 enum class RawPass : uint64_t { kNone = 0, kCopy = 1, kSgd = 2 };
 
 // Where the server process listens for one scheme.
