@@ -403,8 +403,10 @@ TEST_F(PsBoundsTest, AFrameOverTheLimitIsDroppedWithoutTheServersMemoryGrowing) 
     ASSERT_TRUE(peer.ok()) << peer.status().ToString();
     for (int i = 0; i < 4; ++i) ASSERT_TRUE((*hostile)->Send(*peer, {junk}).ok());
   }
-  // The control server without the bound buffers each whole frame before it can reject it.
-  EXPECT_TRUE(WaitFor([&] { return PeakMiB(1) - peak1 >= 64; }, Millis(60000)))
+  // The control server without the bound buffers each whole frame before it can reject it. Its
+  // peak grows by a frame less whatever it had freed since `peak1` was read (a 64 MiB frame was
+  // seen to add 63.9), so the check asks for three quarters of one.
+  EXPECT_TRUE(WaitFor([&] { return PeakMiB(1) - peak1 >= 48; }, Millis(60000)))
       << "server 1 (no bound) did not receive the frames: peak " << peak1 << " -> " << PeakMiB(1) << " MiB";
   // Server 0 dropped the connection at each frame's header: its peak did not move by a frame.
   EXPECT_LT(PeakMiB(0) - peak0, 16) << "peak " << peak0 << " -> " << PeakMiB(0) << " MiB";
