@@ -124,10 +124,21 @@ int ChaosCluster::CountInLog(const std::string& name, const std::string& needle)
 }
 
 Result<double> ChaosCluster::KillAndRestartServer(int rank, Millis timeout) {
+  const std::string name = "server-" + std::to_string(rank), joined = "joined as server " + std::to_string(rank) + " ";
+  const int joined_before = CountInLog(name, joined);
   const auto start = std::chrono::steady_clock::now();
   STRATA_RETURN_IF_ERROR(KillServer(rank, timeout));
   STRATA_RETURN_IF_ERROR(StartServer(rank));
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double restarted = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // The next fault must find it back in the cluster: a server stalled while it still restores its
+  // store, before it registers, is no member, and the scheduler never declares it dead. (One that
+  // exits instead is left to Crashes.)
+  ChildProcess& server = *servers_.at(static_cast<size_t>(rank));
+  if (!PollFor([&] { return CountInLog(name, joined) > joined_before || !server.Running(); }, timeout)) {
+    return Status::DeadlineExceeded("the restarted server " + std::to_string(rank) + " did not join within " +
+                                    std::to_string(timeout.count()) + " ms; its log:\n" + Log(name));
+  }
+  return restarted;
 }
 
 Status ChaosCluster::KillServer(int rank, Millis timeout) {

@@ -36,7 +36,8 @@ class ChaosCluster {
   Status WaitUntilJoined(std::chrono::milliseconds timeout);
 
   // kill -9 of server `rank`, then (once the scheduler declared it dead, so that its rank may
-  // register again) the same command again. Returns the seconds from the kill to the restart.
+  // register again) the same command again; returns once the new process has joined the cluster
+  // (or exited), with the seconds from the kill to the restart.
   Result<double> KillAndRestartServer(int rank, std::chrono::milliseconds timeout);
   // kill -9 of server `rank`, not restarted (a replicated cluster's backup takes its shard over);
   // returns once the scheduler declared it dead.
