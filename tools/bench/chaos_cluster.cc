@@ -22,6 +22,9 @@ std::string ReadText(const std::string& path) {
   return s.str();
 }
 
+// The line Node::Join logs in server `rank`'s log once it has joined the cluster.
+std::string JoinedLine(int rank) { return "joined as server " + std::to_string(rank) + " "; }
+
 // Polls `done` every 50 ms until it holds or `timeout` passes.
 template <typename Fn>
 bool PollFor(Fn done, Millis timeout) {
@@ -60,7 +63,7 @@ Status ChaosCluster::WaitUntilJoined(Millis timeout) {
                   Log("server-" + std::to_string(r));
         return true;
       }
-      if (CountInLog("server-" + std::to_string(r), "joined as server " + std::to_string(r) + " ") == 0) {
+      if (CountInLog("server-" + std::to_string(r), JoinedLine(r)) == 0) {
         missing = "server " + std::to_string(r);
         return false;
       }
@@ -124,7 +127,7 @@ int ChaosCluster::CountInLog(const std::string& name, const std::string& needle)
 }
 
 Result<double> ChaosCluster::KillAndRestartServer(int rank, Millis timeout) {
-  const std::string name = "server-" + std::to_string(rank), joined = "joined as server " + std::to_string(rank) + " ";
+  const std::string name = "server-" + std::to_string(rank), joined = JoinedLine(rank);
   const int joined_before = CountInLog(name, joined);
   const auto start = std::chrono::steady_clock::now();
   STRATA_RETURN_IF_ERROR(KillServer(rank, timeout));
@@ -206,7 +209,7 @@ Result<double> ChaosCluster::Stall(ChildProcess& process, const std::string& nam
 }
 
 Result<double> ChaosCluster::ReplaceStalledServer(int rank, Millis timeout) {
-  const std::string name = "server-" + std::to_string(rank), joined = "joined as server " + std::to_string(rank) + " ";
+  const std::string name = "server-" + std::to_string(rank), joined = JoinedLine(rank);
   const auto start = std::chrono::steady_clock::now();
   const int joined_before = CountInLog(name, joined);
   std::unique_ptr<ChildProcess>& slot = servers_.at(static_cast<size_t>(rank));
@@ -298,7 +301,7 @@ std::vector<std::string> ChaosCluster::ServerAddresses() const {
   std::vector<std::string> out;
   for (int r = 0; r < options_.servers; ++r) {
     const std::string text = Log("server-" + std::to_string(r));
-    const std::string key = "joined as server " + std::to_string(r) + " ";
+    const std::string key = JoinedLine(r);
     const size_t at = text.rfind(key);
     if (at == std::string::npos) continue;
     const size_t tcp = text.find(" at ", at);
