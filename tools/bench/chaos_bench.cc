@@ -14,7 +14,7 @@
 //  3. ledger: one server (durability wal, its replies dropped at --drop-rate so that pushes are
 //     retried) and two in-process trainers pushing counted increments through --ledger-cycles
 //     kill -9s of the server: every acknowledged increment must be applied once (lost and
-//     duplicated updates, the goal 0 for both).
+//     duplicated updates, the goal 0 for both; chaos_ledger.h).
 // --replication: the servers keep their shards in memory with server.replication: backup; a
 // killed server's backup takes its shards over at once, the server started again copies them
 // back (state transfer) and the next kill waits for those copies (docs/reliability.md). The
@@ -31,17 +31,15 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <future>
 #include <random>
 #include <sstream>
 #include <thread>
 
 #include <zmq.hpp>
 
-#include "cluster/node.h"
-#include "ps/client.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/chaos_cluster.h"
+#include "tools/bench/chaos_ledger.h"
 
 namespace strata::bench {
 namespace {
@@ -305,139 +303,6 @@ RunFigures RunTraining(const Options& o, const std::string& bin, const fs::path&
   return f;
 }
 
-struct LedgerFigures {
-  uint64_t acknowledged = 0, applied = 0, lost = 0, duplicated = 0, retries = 0, failed = 0;
-  int kills = 0;
-  std::string error;
-};
-
-// One server and two in-process trainers pushing +1 per key per push (SGD, lr 1: a key's value
-// is minus the pushes applied to it).
-LedgerFigures RunLedger(const Options& o, const std::string& bin, const fs::path& work) {
-  LedgerFigures f;
-  constexpr uint32_t kDim = 4;
-  constexpr uint64_t kKeys = 64;
-  const fs::path dir = work / "ledger";
-  fs::create_directories(dir);
-  const fs::path job = dir / "job.yaml";
-  const int servers = o.replication ? 2 : 1;
-  std::ofstream out(job);
-  out << "cluster: {heartbeat_interval_ms: 100, heartbeat_timeout_ms: 1500}\n";
-  if (o.replication) {
-    out << "server: {stats_interval_ms: 0, replication: backup}\n";
-  } else {
-    out << "server: {stats_interval_ms: 0, store: {kind: tiered, path: " << (dir / "store").string()
-        << ", dram_budget_mb: 1, durability: wal}}\n";
-  }
-  out.close();
-  ChaosClusterOptions c;
-  c.bin_dir = bin;
-  c.job = job.string();
-  c.work = dir.string();
-  c.servers = servers;
-  c.trainers = 0;  // in this process
-  c.sets = {"cluster.servers=" + std::to_string(servers), "cluster.trainers=2"};
-  if (!o.replication) {
-    c.server_sets = {"transport.fault.drop_rate=" + std::to_string(o.drop_rate), "transport.fault.seed=11"};
-  }
-  auto cluster = ChaosCluster::Start(c);
-  if (!cluster.ok()) {
-    f.error = cluster.status().ToString();
-    return f;
-  }
-  ChaosCluster& cl = **cluster;
-  std::vector<std::unique_ptr<Node>> nodes;
-  std::vector<std::unique_ptr<PsClient>> clients;
-  for (int t = 0; t < 2; ++t) {
-    NodeOptions n;
-    n.cluster.scheduler = cl.scheduler_address();
-    n.cluster.servers = servers;
-    n.cluster.trainers = 2;
-    n.cluster.heartbeat_interval_ms = 100;
-    n.cluster.heartbeat_timeout_ms = 1500;
-    n.role = Role::kTrainer;
-    n.requested_rank = t;
-    nodes.push_back(std::make_unique<Node>(n));
-  }
-  std::vector<std::future<Status>> joins;
-  for (auto& n : nodes) joins.push_back(std::async(std::launch::async, [&n] { return n->Join(); }));
-  for (auto& j : joins) {
-    if (Status s = j.get(); !s.ok()) f.error = s.ToString();
-  }
-  if (!f.error.empty()) return f;
-  for (auto& n : nodes) {
-    clients.push_back(std::make_unique<PsClient>(*n, Millis(30000),
-                                                 o.replication ? Replication::kBackup : Replication::kNone));
-  }
-  TableSpec spec;
-  spec.id = 1;
-  spec.name = "ledger";
-  spec.kind = TableKind::kSparse;
-  spec.dim = kDim;
-  spec.optimizer.lr = 1.0f;
-  spec.consistency = Consistency::kAsp;
-  for (auto& client : clients) {
-    if (Status s = client->CreateTable(spec); !s.ok()) f.error = s.ToString();
-  }
-  if (!f.error.empty()) return f;
-  std::vector<std::vector<uint64_t>> acked(2, std::vector<uint64_t>(kKeys, 0));
-  std::atomic<bool> stop{false};
-  std::atomic<uint64_t> failed{0};
-  std::vector<std::thread> pushers;
-  for (int t = 0; t < 2; ++t) {
-    pushers.emplace_back([&, t] {
-      const std::vector<float> ones(8 * kDim, 1.0f);
-      for (uint64_t i = 0; !stop; ++i) {
-        std::vector<uint64_t> keys;
-        for (uint64_t j = 0; j < 8; ++j) keys.push_back((i * 5 + t + 7 * j) % kKeys);
-        std::sort(keys.begin(), keys.end());
-        keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
-        PsTicket tk = clients[t]->Push(1, keys, ones.data());
-        if (!clients[t]->Wait(tk).ok()) {
-          ++failed;
-          continue;
-        }
-        for (uint64_t k : keys) ++acked[t][k];
-      }
-    });
-  }
-  for (int k = 0; k < o.ledger_cycles; ++k) {
-    std::this_thread::sleep_for(Millis(static_cast<int>(o.fault_interval_s * 1000)));
-    const int rank = o.replication ? k % servers : 0;
-    Status s = KillAndRestart(o, cl, rank, Millis(30000)).status();
-    if (!s.ok()) {
-      f.error = s.ToString();
-      break;
-    }
-    ++f.kills;
-  }
-  std::this_thread::sleep_for(Millis(static_cast<int>(o.fault_interval_s * 1000)));
-  stop = true;
-  for (auto& p : pushers) p.join();
-  std::vector<uint64_t> keys(kKeys);
-  for (uint64_t k = 0; k < kKeys; ++k) keys[k] = k;
-  std::vector<float> values(kKeys * kDim);
-  PsTicket p = clients[0]->Pull(1, keys, values.data());
-  if (Status s = clients[0]->Wait(p); !s.ok()) {
-    f.error = s.ToString();
-  } else {
-    for (uint64_t k = 0; k < kKeys; ++k) {
-      const uint64_t want = acked[0][k] + acked[1][k];
-      const auto got = static_cast<uint64_t>(std::llround(-values[k * kDim]));
-      f.acknowledged += want;
-      f.applied += got;
-      if (got < want) f.lost += want - got;
-      if (got > want) f.duplicated += got - want;
-    }
-  }
-  f.retries = clients[0]->retries() + clients[1]->retries();
-  f.failed = failed;
-  clients.clear();
-  for (auto& n : nodes) (void)n->Leave(Millis(2000));
-  (void)cl.Stop(Millis(20000));
-  return f;
-}
-
 Result<Report> RunChaosBench(const Options& o) {
   if (o.consistency == "bsp" && !o.replication && (o.server_cycles > 0 || o.stall_cycles > 0)) {
     // A BSP server sums a clock's pushes in memory until the clock completes: a kill -9 of the
@@ -462,7 +327,15 @@ Result<Report> RunChaosBench(const Options& o) {
     return Status::Aborted("the undisturbed run failed (" + base.error + "); logs in " + work.string());
   }
   const RunFigures hit = RunTraining(o, bin, work, "disturbed", /*disturb=*/true);
-  const LedgerFigures ledger = RunLedger(o, bin, work);
+  LedgerOptions lo;
+  lo.bin_dir = bin;
+  lo.work = work;
+  lo.cycles = o.ledger_cycles;
+  lo.fault_interval_s = o.fault_interval_s;
+  lo.drop_rate = o.drop_rate;
+  lo.replication = o.replication;
+  lo.kill_and_restart = [&o](ChaosCluster& cl, int rank) { return KillAndRestart(o, cl, rank, Millis(30000)).status(); };
+  const LedgerFigures ledger = RunLedger(lo);
 
   Report report;
   report.benchmark = "chaos";
@@ -509,9 +382,10 @@ Result<Report> RunChaosBench(const Options& o) {
             {{"server kills", "kills", Table::Format::kInteger}, {"acknowledged", "acknowledged", Table::Format::kInteger},
              {"applied", "applied", Table::Format::kInteger}, {"lost", "lost", Table::Format::kInteger},
              {"duplicated", "duplicated", Table::Format::kInteger}, {"retried requests", "retries", Table::Format::kInteger},
-             {"failed pushes", "failed", Table::Format::kInteger}});
+             {"failed pushes", "failed", Table::Format::kInteger},
+             {"of their increments applied", "failed_applied", Table::Format::kInteger}});
   led.AddRow({ledger.kills, ledger.acknowledged, ledger.applied, ledger.lost, ledger.duplicated, ledger.retries,
-              ledger.failed});
+              ledger.failed, ledger.failed_applied});
   report.tables.push_back(std::move(led));
   report.notes = {
       "every process is started by this program on loopback (strata-scheduler, strata-server --rank r, "
@@ -538,6 +412,10 @@ Result<Report> RunChaosBench(const Options& o) {
   for (const std::string& c : hit.crashes) report.notes.push_back("crash: " + c);
   if (!hit.error.empty()) report.notes.push_back("disturbed run stopped early: " + hit.error);
   if (!ledger.error.empty()) report.notes.push_back("ledger: " + ledger.error);
+  report.notes.push_back("ledger: a push whose wait failed may or may not have been applied (the process that applied "
+                         "it was killed before its reply left, say): its increments count as neither lost nor "
+                         "duplicated unless a key ends above its acknowledged plus those increments.");
+  if (ledger.failed > 0) report.notes.push_back("ledger: the first failed push: " + ledger.first_failure);
   const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
   report.notes.push_back(HostLoadNote(cpus, total.Seconds()));
   if (static_cast<unsigned>(o.servers + o.trainers + 1) > cpus) {
