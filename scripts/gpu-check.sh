@@ -19,7 +19,8 @@
 #   1. every gpu-labelled test (gpu_tests, trainer_gpu_tests), JSON reports;
 #   2. 20 steps of mlp and gpt on one process, train.device cpu and cuda: the largest relative
 #      difference of the losses (fp32 on both sides, so within fp32 tolerance, not bit-equal);
-#      and cuda with train.matmul_precision tf32 and bf16;
+#      and cuda with train.matmul_precision tf32 and bf16; and train.precision bf16 on cpu and
+#      cuda, against each other;
 #   3. strata-bench step on GPT-2 small's shapes beside PyTorch eager on the same GPU (MFU against
 #      --peak-tflops, 989: an H100/H200's bf16 dense), PyTorch with the machine's own libraries,
 #      at each matmul precision (fp32, tf32, bf16);
@@ -154,11 +155,16 @@ run() {
   for model in mlp gpt; do
     local data=()
     [ "$model" = gpt ] && data=(--set "data.path=$text")
-    for dev in cpu cuda cuda-tf32 cuda-bf16; do
-      local precision=fp32
-      [ "$dev" != "${dev#cuda-}" ] && precision="${dev#cuda-}"
+    # cpu-precision_bf16 and cuda-precision_bf16: train.precision bf16 (bf16 matmuls, activations
+    # saved in bf16) on both, compared with each other.
+    for dev in cpu cuda cuda-tf32 cuda-bf16 cpu-precision_bf16 cuda-precision_bf16; do
+      local precision=fp32 whole=fp32
+      case "$dev" in
+        *-precision_bf16) whole=bf16 ;;
+        cuda-*) precision="${dev#cuda-}" ;;
+      esac
       step "$model-$dev" 90 "$b/strata-trainer" -c "$repo/examples/$model.yaml" "${equal[@]}" "${data[@]}" \
-        --set "train.device=${dev%-*}" --set "train.matmul_precision=$precision" \
+        --set "train.device=${dev%%-*}" --set "train.matmul_precision=$precision" --set "train.precision=$whole" \
         --set "train.metrics_path=$logs/$model-$dev.jsonl"
     done
   done

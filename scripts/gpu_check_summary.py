@@ -56,14 +56,20 @@ def main():
         for path in runs or [os.path.join(logs, f"{model}-cuda.jsonl")]:
             run = os.path.basename(path)[len(model) + 1:-len(".jsonl")]
             name = model if run == "cuda" else f"{model} {run[len('cuda-'):]} matmuls"
+            ref = cpu
+            if run.startswith("cuda-precision_"):
+                # train.precision bf16: against the cpu's run at the same precision.
+                name = f"{model} train.precision {run[len('cuda-precision_'):]} (against the cpu's)"
+                ref = records(os.path.join(logs, f"{model}-cpu-{run[len('cuda-'):]}.jsonl"), "loss")
             cuda = records(path, "loss")
-            steps = sorted(set(cpu) & set(cuda))
+            cpu_ref = ref
+            steps = sorted(set(cpu_ref) & set(cuda))
             if not steps:
-                print(f"{name}: no losses to compare ({len(cpu)} on cpu, {len(cuda)} on cuda)")
+                print(f"{name}: no losses to compare ({len(cpu_ref)} on cpu, {len(cuda)} on cuda)")
                 continue
-            worst = max(abs(cuda[s] - cpu[s]) / max(abs(cpu[s]), 1e-12) for s in steps)
+            worst = max(abs(cuda[s] - cpu_ref[s]) / max(abs(cpu_ref[s]), 1e-12) for s in steps)
             print(f"{name}: {len(steps)} steps, largest relative difference {worst:.3g}; "
-                  f"last loss cpu {cpu[steps[-1]]:.6f} cuda {cuda[steps[-1]]:.6f}")
+                  f"last loss cpu {cpu_ref[steps[-1]]:.6f} cuda {cuda[steps[-1]]:.6f}")
     print("\n== ctr through 2 servers, 2 trainers (evaluation AUC of trainer 0)")
     for run in ("ps-cpu", "ps-cuda", "hybrid-cuda"):
         auc = records(os.path.join(logs, f"ctr-{run}-0.jsonl"), "auc")

@@ -42,14 +42,15 @@ Result<int> ChooseCudaDevice(const std::string& spec, int visible, bool cluster,
 
 Result<std::unique_ptr<ComputeDevice>> ComputeDevice::Open(const std::string& spec, bool cluster, int rank,
                                                            int64_t memory_limit_mb, int local_task,
-                                                           ops::MatmulPrecision matmul) {
+                                                           ops::MatmulPrecision matmul, DType saved) {
   STRATA_ASSIGN_OR_RETURN(Device where, ParseDevice(spec));
+  if (saved != DType::kF32 && saved != DType::kBF16) {
+    return Status::InvalidArgument("saved activations in " + std::string(DTypeName(saved)) + ": f32 or bf16 only");
+  }
   auto d = std::unique_ptr<ComputeDevice>(new ComputeDevice());
   if (!where.is_cuda()) {
-    if (matmul != ops::MatmulPrecision::kFp32) {
-      return Status::InvalidArgument(std::string("train.matmul_precision ") + ops::MatmulPrecisionName(matmul) +
-                                     " needs a CUDA device, not " + spec + " (the CPU multiplies in fp32)");
-    }
+    d->exec_.matmul = matmul;
+    d->exec_.saved = saved;
     Limit(&d->limited_, &d->exec_, memory_limit_mb);
     return d;
   }
@@ -60,6 +61,7 @@ Result<std::unique_ptr<ComputeDevice>> ComputeDevice::Open(const std::string& sp
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<ops::CudaExec> cuda, ops::CudaExec::Create(where.index));
   d->exec_ = cuda->exec();
   d->exec_.matmul = matmul;
+  d->exec_.saved = saved;
   d->owner_ = std::shared_ptr<ops::CudaExec>(std::move(cuda));
   Limit(&d->limited_, &d->exec_, memory_limit_mb);
   return d;

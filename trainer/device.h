@@ -28,10 +28,12 @@ class ComputeDevice {
   // `spec`: "cpu", "cuda" or "cuda:N"; the device is ChooseCudaDevice's (`local_task`: see
   // TrainOptions::local_task). `memory_limit_mb` > 0 holds every tensor made through exec() to
   // that many MiB (train.memory_limit_mb: a LimitedAllocator over the device's allocator).
-  // `matmul` is how its matmuls multiply (train.matmul_precision); the CPU takes kFp32 only.
+  // `matmul` is how its matmuls multiply and `saved` the type layers keep saved activations in
+  // (TrainOptions::Matmul and Saved: train.precision, train.matmul_precision).
   static Result<std::unique_ptr<ComputeDevice>> Open(const std::string& spec, bool cluster, int rank,
                                                      int64_t memory_limit_mb = 0, int local_task = -1,
-                                                     ops::MatmulPrecision matmul = ops::MatmulPrecision::kFp32);
+                                                     ops::MatmulPrecision matmul = ops::MatmulPrecision::kFp32,
+                                                     DType saved = DType::kF32);
   ComputeDevice(const ComputeDevice&) = delete;
   ComputeDevice& operator=(const ComputeDevice&) = delete;
 

@@ -75,10 +75,13 @@ void Bind(config::Binder& b, TrainOptions& o) {
   b.Field("progress", o.progress, "print the progress line");
   using P = ops::MatmulPrecision;
   b.Enum("matmul_precision", o.matmul_precision, {{"fp32", P::kFp32}, {"tf32", P::kTf32}, {"bf16", P::kBf16}},
-         "cuda: matmuls in fp32 (as the CPU), or with their inputs rounded to tf32 or bf16 for the "
-         "tensor cores, accumulating in fp32 (tensors stay fp32)");
-  b.Require(o.matmul_precision == P::kFp32 || o.device.starts_with("cuda"), "matmul_precision",
-            "tf32 and bf16 need train.device cuda (the CPU multiplies in fp32)");
+         "matmuls in fp32, or with their inputs rounded to tf32 or bf16, accumulating in fp32 (the tensor "
+         "cores on cuda; the CPU rounds copies of the inputs), tensors staying fp32");
+  b.Enum("precision", o.precision, {{"fp32", DType::kF32}, {"bf16", DType::kBF16}},
+         "fp32, or bf16: matmuls in bf16 with fp32 accumulation and the activations saved for backward "
+         "kept in bf16 (half their memory); parameters, gradients and the other ops stay fp32");
+  b.Require(o.precision == DType::kF32 || o.matmul_precision != P::kTf32, "precision",
+            "bf16 multiplies in bf16: leave train.matmul_precision at fp32 or set it to bf16, not tf32");
   b.Require(o.checkpoint_every == 0 || !o.checkpoint_dir.empty(), "checkpoint_every",
             "needs checkpoint_dir");
 }

@@ -88,10 +88,20 @@ struct TrainOptions {
   // hold on its device; past it an allocation fails with ResourceExhausted naming this field.
   // 0: whatever the device has.
   int64_t memory_limit_mb = 0;
-  // How a CUDA trainer's matmuls multiply (ops::MatmulPrecision, trainer/ops/exec.h): fp32
-  // (exact, as the CPU), or tf32 / bf16 on the tensor cores with fp32 accumulation, tensors
-  // staying fp32. Not the bf16 storage of parameters and activations.
+  // How matmuls multiply (ops::MatmulPrecision, trainer/ops/exec.h): fp32, or with their inputs
+  // rounded to tf32 / bf16 and fp32 accumulation (the tensor cores on CUDA; the CPU rounds and
+  // uses sgemm), tensors staying fp32.
   ops::MatmulPrecision matmul_precision = ops::MatmulPrecision::kFp32;
+  // kF32, or kBF16: matmuls in bf16 (as matmul_precision bf16) and the activations saved for
+  // backward kept in bf16 (nn::Context::SaveActivation), widened when backward reads them;
+  // parameters, gradients and every other op stay fp32. PyTorch's autocast to bf16 does the
+  // same. No loss scaling: bf16 has fp32's exponent range.
+  DType precision = DType::kF32;
+  // What precision and matmul_precision make of the matmuls, and the saved activations' type.
+  ops::MatmulPrecision Matmul() const {
+    return precision == DType::kBF16 ? ops::MatmulPrecision::kBf16 : matmul_precision;
+  }
+  DType Saved() const { return precision; }
   // Not in the job file: this process's index among the tasks on its machine (SLURM_LOCALID,
   // LOCAL_RANK, STRATA_LOCAL_TASK), which strata-trainer's main() reads from the environment;
   // -1: none. Picks the GPU of a plain `device: cuda` (ChooseCudaDevice, trainer/device.h).

@@ -151,7 +151,8 @@ Result<std::unique_ptr<Trainer>> Trainer::Build(const TrainJob& job, Node* node,
                                    std::to_string(t->plan_.dp) + " data-parallel replicas");
   }
   STRATA_ASSIGN_OR_RETURN(t->device_, ComputeDevice::Open(job.train.device, cluster, t->rank_, job.train.memory_limit_mb,
-                                                               job.train.local_task, job.train.matmul_precision));
+                                                               job.train.local_task, job.train.Matmul(),
+                                                               job.train.Saved()));
   const ops::Exec& exec = t->device_->exec();
   if (job.parallel.partition == "cost" && t->plan_.stages.size() > 1) {
     STRATA_ASSIGN_OR_RETURN(std::vector<double> costs, t->SharedUnitCosts());

@@ -80,8 +80,9 @@ void Trainer::LogMemory(int64_t step_peak) {
   // The allocator serves everything of the process on this device (activations, data, the
   // model), not only the three kinds above.
   spdlog::info("{}peak during a step {:.3f} MiB ({:.2f} psi), allocator's high-water mark, activations included; "
-               "activations saved for backward at most {:.3f} MiB",
-               who, mib(step_peak), step_peak / per, mib(pipeline_.peak_saved_bytes));
+               "activations saved for backward at most {:.3f} MiB (in {}; matmuls in {})",
+               who, mib(step_peak), step_peak / per, mib(pipeline_.peak_saved_bytes),
+               DTypeName(job_.train.Saved()), ops::MatmulPrecisionName(job_.train.Matmul()));
   progress_->Metrics(nlohmann::json{{"step", step_},
                                     {"memory", {{"rank", rank_}, {"zero", zero}, {"dp", plan_.dp}, {"psi", psi},
                                                 {"param_bytes", params}, {"grad_bytes_step", grads_step},
@@ -89,7 +90,9 @@ void Trainer::LogMemory(int64_t step_peak) {
                                                 {"offload", offload}, {"staging_bytes", staging},
                                                 {"formula_bytes_per_param", formula},
                                                 {"step_peak_bytes", step_peak}, {"cp", plan_.cp},
-                                                {"saved_activation_bytes", pipeline_.peak_saved_bytes}}}}
+                                                {"saved_activation_bytes", pipeline_.peak_saved_bytes},
+                                                {"saved_dtype", DTypeName(job_.train.Saved())},
+                                                {"matmul_precision", ops::MatmulPrecisionName(job_.train.Matmul())}}}}
                          .dump());
 }
 

@@ -208,6 +208,31 @@ TEST_F(OffloadTest, Bf16OnTheWireHalvesTheBytesWithinBf16Tolerance) {
   EXPECT_NEAR(bf16_out / f32_out, 0.5, 0.05) << bf16_out << " MiB against " << f32_out;
 }
 
+// Mixed precision through the servers: train.precision bf16 (bf16 matmuls, activations saved in
+// bf16) with sync.wire bf16 (gradients and weights in bf16 on the wire, fp32 masters and state on
+// the servers). The same bound as the wire's alone, widened to 5e-3: each step's loss moves with
+// the roundings of every matmul input as well; the saved activations in about half the bytes.
+TEST_F(OffloadTest, Bf16PrecisionAndWireTrackFp32) {
+  const std::string job = GptJob();
+  std::string f32_log, bf16_log;
+  ASSERT_EQ(Launch(job, 2, 2, {"sync.mode=offload", "train.metrics_path=" + Metrics("p32")}, &f32_log), 0) << f32_log;
+  ASSERT_EQ(Launch(job, 2, 2,
+                   {"sync.mode=offload", "sync.wire=bf16", "train.precision=bf16", "train.metrics_path=" + Metrics("p16")},
+                   &bf16_log),
+            0)
+      << bf16_log;
+  const std::vector<double> f = Losses(Rank("p32", 0)), b = Losses(Rank("p16", 0));
+  ASSERT_EQ(f.size(), 20u);
+  ASSERT_EQ(b.size(), 20u);
+  EXPECT_LT(MaxRelativeDifference(f, b), 5e-3) << MaxRelativeDifference(f, b);
+  EXPECT_GT(MaxRelativeDifference(f, b), 0);
+  const std::string saved = "activations saved for backward at most ([0-9.]+) MiB";
+  const double f32_saved = Number(f32_log, saved), bf16_saved = Number(bf16_log, saved);
+  ASSERT_GT(f32_saved, 0) << f32_log;
+  EXPECT_NEAR(bf16_saved / f32_saved, 0.5, 0.05) << bf16_saved << " MiB against " << f32_saved;
+  EXPECT_NE(bf16_log.find("(in bf16; matmuls in bf16)"), std::string::npos) << bf16_log;
+}
+
 // The delayed update: the same steps as undelayed through its warm-up (and the one after, which
 // runs on the weights of the last undelayed pull), different from then on, and still learning.
 // With the weights predicted (the default), the first two delayed steps equal DPU's (nothing to

@@ -1,6 +1,6 @@
 """gpu_check_summary_test.py: scripts/gpu_check_summary.py on a logs folder written here the way
 scripts/gpu-check.sh run writes it: gtest JSON reports with a pass, a skip and a failure, losses
-of both devices (and cuda with bf16 matmuls), ctr's AUC on one device only, and a bench report.
+of both devices (and cuda with bf16 matmuls, and train.precision bf16 on both), ctr's AUC on one device only, and a bench report.
 
     python3 gpu_check_summary_test.py SCRIPT
 """
@@ -21,7 +21,8 @@ def main():
         with open(os.path.join(logs, "trainer_gpu_tests.json"), "w") as f:
             json.dump(suites, f)
         for dev, losses in (("cpu", [2.0, 1.5]), ("cuda", [2.0, 1.5 * (1 + 3e-6)]),
-                            ("cuda-bf16", [2.0 * (1 + 2e-3), 1.5])):
+                            ("cuda-bf16", [2.0 * (1 + 2e-3), 1.5]), ("cpu-precision_bf16", [2.5, 1.8]),
+                            ("cuda-precision_bf16", [2.5 * (1 + 4e-3), 1.8])):
             with open(os.path.join(logs, f"gpt-{dev}.jsonl"), "w") as f:
                 f.write(json.dumps({"memory": {}, "step": 1}) + "\n")
                 for step, loss in enumerate(losses, 1):
@@ -37,6 +38,7 @@ def main():
         "mlp: no losses to compare (0 on cpu, 0 on cuda)",
         "gpt: 2 steps, largest relative difference 3e-06",
         "gpt bf16 matmuls: 2 steps, largest relative difference 0.002",
+        "gpt train.precision bf16 (against the cpu's): 2 steps, largest relative difference 0.004",
         "ps-cpu: auc 0.8000 (oracle 0.8400) at step 1000",
         "ps-cuda: no AUC recorded",
         "hybrid-cuda: no AUC recorded",

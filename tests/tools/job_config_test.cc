@@ -250,20 +250,36 @@ TEST(ConfigJobTest, TrainingExamplesLoadAndTrainerFieldsAreChecked) {
   EXPECT_NE(staleness.status().message().find("staleness"), std::string::npos);
 }
 
-TEST(ConfigJobTest, MatmulPrecisionIsFp32UnlessACudaTrainerAsks) {
+TEST(ConfigJobTest, MatmulPrecisionIsFp32UnlessAsked) {
   auto plain = LoadJobConfig("", {});
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ(plain->trainer.train.matmul_precision, ops::MatmulPrecision::kFp32);
+  EXPECT_EQ(plain->trainer.train.Matmul(), ops::MatmulPrecision::kFp32);
+  EXPECT_EQ(plain->trainer.train.Saved(), DType::kF32);
   auto bf16 = LoadJobConfig("", {"train.device=cuda", "train.matmul_precision=bf16"});
   ASSERT_TRUE(bf16.ok()) << bf16.status().ToString();
   EXPECT_EQ(bf16->trainer.train.matmul_precision, ops::MatmulPrecision::kBf16);
-  auto cpu = LoadJobConfig("", {"train.matmul_precision=tf32"});
-  ASSERT_FALSE(cpu.ok());
-  EXPECT_THAT(cpu.status().message(), HasSubstr("matmul_precision"));
-  EXPECT_THAT(cpu.status().message(), HasSubstr("cuda"));
+  EXPECT_EQ(bf16->trainer.train.Saved(), DType::kF32);  // the matmuls only
+  auto cpu = LoadJobConfig("", {"train.matmul_precision=tf32"});  // the CPU rounds the inputs
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  EXPECT_EQ(cpu->trainer.train.Matmul(), ops::MatmulPrecision::kTf32);
   auto typo = LoadJobConfig("", {"train.device=cuda", "train.matmul_precision=fp16"});
   ASSERT_FALSE(typo.ok());
   EXPECT_THAT(typo.status().message(), HasSubstr("matmul_precision"));
+}
+
+TEST(ConfigJobTest, PrecisionBf16MultipliesAndSavesInBf16) {
+  auto bf16 = LoadJobConfig("", {"train.precision=bf16"});
+  ASSERT_TRUE(bf16.ok()) << bf16.status().ToString();
+  EXPECT_EQ(bf16->trainer.train.Matmul(), ops::MatmulPrecision::kBf16);
+  EXPECT_EQ(bf16->trainer.train.Saved(), DType::kBF16);
+  auto tf32 = LoadJobConfig("", {"train.precision=bf16", "train.matmul_precision=tf32"});
+  ASSERT_FALSE(tf32.ok());
+  EXPECT_THAT(tf32.status().message(), HasSubstr("train.precision"));
+  EXPECT_THAT(tf32.status().message(), HasSubstr("tf32"));
+  auto fp16 = LoadJobConfig("", {"train.precision=fp16"});
+  ASSERT_FALSE(fp16.ok());
+  EXPECT_THAT(fp16.status().message(), HasSubstr("precision"));
 }
 
 // The tensor-parallel examples plan on the trainers their headers name, with the rank layout

@@ -40,12 +40,17 @@ TEST(ChooseCudaDeviceTest, AnExplicitIndexWins) {
   EXPECT_NE(r.status().message().find("only 4 CUDA device(s) are visible"), std::string::npos) << r.status().ToString();
 }
 
-TEST(ComputeDeviceTest, TheCpuMultipliesInFp32Only) {
-  ASSERT_TRUE(ComputeDevice::Open("cpu", false, 0, 0, -1, ops::MatmulPrecision::kFp32).ok());
-  Result<std::unique_ptr<ComputeDevice>> d = ComputeDevice::Open("cpu", false, 0, 0, -1, ops::MatmulPrecision::kBf16);
-  ASSERT_FALSE(d.ok());
-  EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(d.status().message().find("train.matmul_precision bf16"), std::string::npos) << d.status().ToString();
+TEST(ComputeDeviceTest, TheCpuTakesEveryPrecision) {
+  Result<std::unique_ptr<ComputeDevice>> d =
+      ComputeDevice::Open("cpu", false, 0, 0, -1, ops::MatmulPrecision::kBf16, DType::kBF16);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ((*d)->exec().matmul, ops::MatmulPrecision::kBf16);
+  EXPECT_EQ((*d)->exec().saved, DType::kBF16);
+  Result<std::unique_ptr<ComputeDevice>> f16 =
+      ComputeDevice::Open("cpu", false, 0, 0, -1, ops::MatmulPrecision::kFp32, DType::kF16);
+  ASSERT_FALSE(f16.ok());
+  EXPECT_EQ(f16.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(f16.status().message().find("f16"), std::string::npos) << f16.status().ToString();
 }
 
 TEST(ChooseCudaDeviceTest, NoVisibleGpuOrABadSpecIsAnError) {

@@ -1,9 +1,13 @@
 // The split backward (Layer::BackwardInput, then BackwardWeight on the same context) against the
 // fused Backward, for every layer: bit for bit on the CPU, with micro-batches interleaved as the
 // zero-bubble schedules run them, and each parameter reported ready exactly once per context.
-// (Gradient checks of each half against finite differences are in gradcheck_test.cc.)
+// The same under train.precision bf16 (bf16 matmuls, activations saved in bf16), and bf16 within
+// its tolerance of fp32. (Gradient checks of each half against finite differences are in
+// gradcheck_test.cc.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -12,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/dtype.h"
 #include "trainer/nn/layers.h"
 #include "trainer/ops/ops.h"
 #include "trainer/ops/rng.h"
@@ -21,6 +26,14 @@ namespace strata::nn {
 namespace {
 
 const ops::Exec kCpu = ops::Exec::Cpu();
+
+// train.precision bf16 on the CPU.
+ops::Exec Bf16() {
+  ops::Exec ex = ops::Exec::Cpu();
+  ex.matmul = ops::MatmulPrecision::kBf16;
+  ex.saved = DType::kBF16;
+  return ex;
+}
 
 Tensor Random(Shape shape, uint64_t seed, float scale = 1.0f) {
   return testing::RandomTensor(std::move(shape), seed, scale);
@@ -118,7 +131,7 @@ struct Outcome {
   bool grads_zero_before_weight = true;
 };
 
-Outcome RunLayer(const Case& c, Order order, int micro_batches) {
+Outcome RunLayer(const Case& c, Order order, int micro_batches, const ops::Exec& ex = kCpu) {
   ParameterRegistry reg(kCpu, 17);
   std::unique_ptr<Layer> layer = c.make(reg);
   uint64_t seed = 300;
@@ -129,7 +142,7 @@ Outcome RunLayer(const Case& c, Order order, int micro_batches) {
   std::vector<std::unique_ptr<Context>> ctx;
   std::vector<Tensor> dy(micro_batches);
   for (int k = 0; k < micro_batches; ++k) {
-    ctx.push_back(std::make_unique<Context>(kCpu, true, 100 + k));  // dropout masks differ per k
+    ctx.push_back(std::make_unique<Context>(ex, true, 100 + k));  // dropout masks differ per k
     ctx[k]->set_grad_ready([&out](Parameter& p) { ++out.ready[p.name]; });
   }
   auto forward = [&](int k) {
@@ -172,6 +185,44 @@ TEST_P(EveryLayerSplitTest, SplitEqualsFusedBitForBit) {
     for (size_t i = 0; i < fused.grads.size(); ++i) {
       EXPECT_TRUE(SameBits(fused.grads[i], split.grads[i])) << names.params()[i]->name;
     }
+  }
+}
+
+TEST_P(EveryLayerSplitTest, SplitEqualsFusedBitForBitInBf16) {
+  Outcome fused = RunLayer(GetParam(), Order::kFused, 3, Bf16());
+  Outcome split = RunLayer(GetParam(), Order::kSplitInterleaved, 3, Bf16());
+  for (int k = 0; k < 3; ++k) EXPECT_TRUE(SameBits(fused.dx[k], split.dx[k])) << "dx of " << k;
+  ASSERT_EQ(fused.grads.size(), split.grads.size());
+  for (size_t i = 0; i < fused.grads.size(); ++i) EXPECT_TRUE(SameBits(fused.grads[i], split.grads[i])) << i;
+}
+
+// ||a - b|| / ||b||, in double.
+double RelativeError(const Tensor& a, const Tensor& b) {
+  double diff = 0, norm = 0;
+  for (int64_t i = 0; i < b.numel(); ++i) {
+    const double x = a.data_as<float>()[i], y = b.data_as<float>()[i];
+    diff += (x - y) * (x - y);
+    norm += y * y;
+  }
+  return norm == 0 ? std::sqrt(diff) : std::sqrt(diff / norm);
+}
+
+// bf16 keeps 8 significant bits: a rounding is off by at most 2^-9 of its value, and sums of
+// such errors over a dot product stay near that in relative terms. Every dx and gradient must
+// be within 2^-5 (3%) of fp32's, and not equal to it where a matmul or a saved activation
+// played a part (the bf16 path must be the one that ran).
+TEST_P(EveryLayerSplitTest, Bf16IsWithinItsToleranceOfFp32) {
+  Outcome fp32 = RunLayer(GetParam(), Order::kFused, 2);
+  Outcome bf16 = RunLayer(GetParam(), Order::kFused, 2, Bf16());
+  double worst = 0;
+  for (int k = 0; k < 2; ++k) {
+    if (fp32.dx[k].defined()) worst = std::max(worst, RelativeError(bf16.dx[k], fp32.dx[k]));
+  }
+  for (size_t i = 0; i < fp32.grads.size(); ++i) worst = std::max(worst, RelativeError(bf16.grads[i], fp32.grads[i]));
+  EXPECT_LE(worst, 0x1p-5);
+  const std::string name = GetParam().name;
+  if (name != "Dropout" && name != "Embedding" && name != "Relu") {
+    EXPECT_GT(worst, 0.0) << "bf16 gave fp32's results exactly";
   }
 }
 
@@ -231,6 +282,40 @@ TEST(LayerSplitTest, RecomputeKeepsScratchUntilWeightHalf) {
   EXPECT_EQ(plain_between, plain_forward - 5 + 6);
   EXPECT_EQ(re_between, plain_between + 1);
   EXPECT_EQ(re_after, 1u);  // the scratch context is gone
+}
+
+// Under bf16 a block keeps its activations in half the bytes; only the norms' statistics (mean
+// and rstd, one float per row each, two norms) stay f32. Not training, nothing is narrowed.
+TEST(LayerSplitTest, Bf16KeepsTheActivationsInHalfTheBytes) {
+  auto saved = [](const ops::Exec& ex, bool training) {
+    ParameterRegistry reg(kCpu, 3);
+    TransformerBlock block(reg, "block", 8, 2, 1, 0.1f);
+    Context ctx(ex, training, 5);
+    block.Forward(Random({2, 4, 8}, 9), ctx);
+    return ctx.saved_bytes();
+  };
+  const int64_t fp32 = saved(kCpu, true), bf16 = saved(Bf16(), true);
+  const int64_t stats = 2 * 2 * 8 * static_cast<int64_t>(sizeof(float));  // 2 norms x (mean, rstd) x 8 rows
+  EXPECT_EQ(bf16, (fp32 - stats) / 2 + stats);
+  EXPECT_EQ(saved(Bf16(), false), saved(kCpu, false));
+}
+
+TEST(LayerSplitTest, SavedActivationsComeBackAsTheirBf16Rounding) {
+  Context ctx(Bf16(), true, 0);
+  Tensor x = Random({3, 5}, 4);
+  int owner = 0;
+  ctx.SaveActivation(&owner, "x", x);
+  ctx.Save(&owner, "exact", x);
+  EXPECT_EQ(ctx.saved_bytes(), 15 * 2 + 15 * 4);
+  Tensor back = ctx.Get(&owner, "x");
+  ASSERT_EQ(back.dtype(), DType::kF32);
+  ASSERT_EQ(back.shape(), x.shape());
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const float v = x.data_as<float>()[i];
+    EXPECT_EQ(back.data_as<float>()[i], BF16ToFloat(FloatToBF16(v))) << i;
+  }
+  EXPECT_TRUE(SameBits(ctx.Get(&owner, "exact"), x));
+  EXPECT_EQ(ctx.Get(&owner, "exact").data(), x.data());  // kept, not copied
 }
 
 }  // namespace

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <iterator>
 #include <cmath>
 #include <cstring>
 #include <thread>
@@ -103,6 +105,71 @@ TEST(OpsTest, MatmulAllTransposesAndBatched) {
       Matmul(kCpu, a, bm, c, ta, tb, 2.0f, 0.5f);
       ExpectNear(c, want, 1e-5);
     }
+  }
+}
+
+// ex.matmul tf32 / bf16 on the CPU: the inputs rounded to nearest (ties to even) with 10 / 7
+// mantissa bits, the products summed in fp32 (the same cases as CudaOpsTest's tensor cores).
+TEST(OpsTest, MatmulRoundsItsInputsAtTf32AndBf16) {
+  struct Case {
+    MatmulPrecision p;
+    double fine, coarse;  // C's entries for a = 1 + 2^-12 and a = 1 + 2^-9 (k = 64 of each)
+    float tie, above_tie, odd_tie;  // 1 + half an ulp, a little more, and 1 + 3 half-ulps
+    float tie_to, above_to, odd_to;  // what they round to
+  };
+  const Case cases[] = {
+      {MatmulPrecision::kFp32, 64.015625, 64.125, 0, 0, 0, 0, 0, 0},
+      {MatmulPrecision::kTf32, 64.0, 64.125, 1 + 0x1p-11f, 1 + 0x1p-11f + 0x1p-20f, 1 + 0x3p-11f, 1.0f,
+       1 + 0x1p-10f, 1 + 0x1p-9f},
+      {MatmulPrecision::kBf16, 64.0, 64.0, 1 + 0x1p-8f, 1 + 0x1p-8f + 0x1p-20f, 1 + 0x3p-8f, 1.0f, 1 + 0x1p-7f,
+       1 + 0x1p-6f}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(MatmulPrecisionName(c.p));
+    Exec ex = kCpu;
+    ex.matmul = c.p;
+    constexpr int64_t n = 128;
+    Tensor a = NewZeros(kCpu, {n, n}), b = NewTensor(kCpu, {n, n}), out = NewTensor(kCpu, {n, n});
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < 64; ++j) a.data_as<float>()[i * n + j] = i < 64 ? 1.0f + 0x1p-12f : 1.0f + 0x1p-9f;
+    }
+    Fill(kCpu, b, 1.0f);
+    Matmul(ex, a, b, out, false, false);
+    EXPECT_EQ(out.data_as<float>()[0], c.fine);
+    EXPECT_EQ(out.data_as<float>()[n * n - 1], c.coarse);
+    if (c.p == MatmulPrecision::kFp32) continue;
+    // 1x1 products with 1: the rounding itself. Infinity stays; the largest float rounds past
+    // the largest bf16 / tf32 value to infinity.
+    const float in[] = {c.tie, c.above_tie, c.odd_tie, -c.odd_tie, INFINITY, 3.4028235e38f};
+    const float want[] = {c.tie_to, c.above_to, c.odd_to, -c.odd_to, INFINITY, INFINITY};
+    for (size_t i = 0; i < std::size(in); ++i) {
+      Tensor x = NewTensor(kCpu, {1, 1}), one = NewTensor(kCpu, {1, 1}), y = NewTensor(kCpu, {1, 1});
+      x.data_as<float>()[0] = in[i];
+      one.data_as<float>()[0] = 1.0f;
+      Matmul(ex, x, one, y, false, false);
+      EXPECT_EQ(y.data_as<float>()[0], want[i]) << "input " << in[i];
+    }
+    // Random inputs: each rounded input is off by at most half an ulp (2^-8 for bf16, 2^-11 for
+    // tf32, relative), so each entry is within 2.01 u sum|x||w| (plus fp32's own sums) of the exact
+    // product, and the inputs themselves are left as they were.
+    const double u = c.p == MatmulPrecision::kBf16 ? 0x1p-8 : 0x1p-11;
+    Tensor x = Random({33, 40}, 11), w = Random({40, 17}, 12), y = NewTensor(kCpu, {33, 17});
+    const std::vector<double> xs = D(x), ws = D(w);
+    Matmul(ex, x, w, y, false, false);
+    EXPECT_EQ(D(x), xs);
+    double worst = 0;
+    for (int64_t i = 0; i < 33; ++i) {
+      for (int64_t j = 0; j < 17; ++j) {
+        double exact = 0, magnitude = 0;
+        for (int64_t k = 0; k < 40; ++k) {
+          exact += xs[i * 40 + k] * ws[k * 17 + j];
+          magnitude += std::abs(xs[i * 40 + k] * ws[k * 17 + j]);
+        }
+        const double err = std::abs(y.data_as<float>()[i * 17 + j] - exact);
+        worst = std::max(worst, err / ((2.01 * u + 40 * 0x1p-24) * magnitude));
+      }
+    }
+    EXPECT_LE(worst, 1.0);
+    EXPECT_GT(worst, 0.01);  // rounded: an fp32 product would sit far below the bound
   }
 }
 

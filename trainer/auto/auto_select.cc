@@ -228,7 +228,7 @@ Result<TrainJob> SelectAutoPlan(const TrainJob& job, Node* node, const AutoSelec
     req.log = [why](const std::string& s) { why->push_back("parallel.auto: " + s); };
     STRATA_ASSIGN_OR_RETURN(std::unique_ptr<ComputeDevice> device,
                             ComputeDevice::Open(job.train.device, node != nullptr, 0, 0, job.train.local_task,
-                                                job.train.matmul_precision));
+                                                job.train.Matmul(), job.train.Saved()));
     STRATA_ASSIGN_OR_RETURN(RankedPlans ranked, PlanJob(job, device->exec(), req));
     if (ranked.plans.empty()) {
       return Status::ResourceExhausted("parallel.auto: none of the " + std::to_string(ranked.enumerated) +

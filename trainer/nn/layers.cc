@@ -68,7 +68,7 @@ Tensor Linear::DoForward(const Tensor& x, Context& ctx) {
     }
   }
   if (bias_) ops::AddBias(ex, y, bias_->value);
-  ctx.Save(this, "x", x2);
+  ctx.SaveActivation(this, "x", x2);
   return Reshaped(y, shape);
 }
 
@@ -163,7 +163,7 @@ Tensor LayerNorm::DoForward(const Tensor& x, Context& ctx) {
   Tensor y = ops::NewTensor(ex, x2.shape());
   Tensor mean = ops::NewTensor(ex, {x2.size(0)}), rstd = ops::NewTensor(ex, {x2.size(0)});
   ops::LayerNorm(ex, x2, gamma_->value, beta_->value, eps_, y, mean, rstd);
-  ctx.Save(this, "x", x2);
+  ctx.SaveActivation(this, "x", x2);
   ctx.Save(this, "mean", mean);
   ctx.Save(this, "rstd", rstd);
   return Reshaped(y, x.shape());
@@ -202,7 +202,7 @@ Tensor Activation::DoForward(const Tensor& x, Context& ctx) {
   } else {
     ops::Gelu(ctx.exec(), x, y);
   }
-  ctx.Save(this, "x", x);
+  ctx.SaveActivation(this, "x", x);
   return y;
 }
 
@@ -326,18 +326,18 @@ Tensor CausalSelfAttention::DoForward(const Tensor& x, Context& ctx) {
     return proj_.Forward(Reshaped(merged, {b, t, local_}), ctx);
   }
   Tensor y = ops::NewTensor(ex, hs);
-  ctx.Save(this, "q", q);
-  ctx.Save(this, "k", k);
-  ctx.Save(this, "v", v);
+  ctx.SaveActivation(this, "q", q);
+  ctx.SaveActivation(this, "k", k);
+  ctx.SaveActivation(this, "v", v);
   if (cp_.split()) {
     Tensor lse = ops::NewTensor(ex, {b, heads_, t});
     RingAttentionForward(cp_, ex, q, k, v, y, lse, name());
-    ctx.Save(this, "out", y);
+    ctx.SaveActivation(this, "out", y);
     ctx.Save(this, "lse", lse);
   } else {
     Tensor att = ops::NewTensor(ex, {b, heads_, t, t});
     ops::CausalAttention(ex, q, k, v, att, y);
-    if (!recompute_core_) ctx.Save(this, "att", att);
+    if (!recompute_core_) ctx.SaveActivation(this, "att", att);
   }
   Tensor merged = ops::NewTensor(ex, {b * t, local_});
   ops::MergeHeads(ex, y, merged);

@@ -28,7 +28,7 @@ double LossHead::Forward(const Tensor& input, const Tensor& target, Context& ctx
       loss = ops::BceWithLogits(ex, input, target, grad, grad_scale);
       break;
   }
-  ctx.Save(this, "grad", grad);
+  ctx.SaveActivation(this, "grad", grad);
   return loss;
 }
 

@@ -75,14 +75,28 @@ int64_t ParameterRegistry::NumElements() const {
 }
 
 void Context::Save(const void* owner, std::string_view key, Tensor t) {
-  saved_[{owner, std::string(key)}] = std::move(t);
+  saved_[{owner, std::string(key)}] = Saved{std::move(t), false};
+}
+
+void Context::SaveActivation(const void* owner, std::string_view key, const Tensor& t) {
+  const DType to = exec_.saved;
+  if (!training_ || to == DType::kF32 || t.dtype() != DType::kF32 || !t.is_contiguous()) {
+    return Save(owner, key, t);
+  }
+  Tensor narrow = ops::NewTensor(exec_, t.shape(), to);
+  ops::Cast(exec_, t, narrow);
+  saved_[{owner, std::string(key)}] = Saved{std::move(narrow), true};
 }
 
 Tensor Context::Get(const void* owner, std::string_view key) const {
   auto it = saved_.find({owner, std::string(key)});
   STRATA_CHECK(it != saved_.end()) << "nothing saved under '" << key
                                    << "' (backward without forward on this context?)";
-  return it->second;
+  const Tensor& t = it->second.t;
+  if (!it->second.narrowed) return t;
+  Tensor wide = ops::NewTensor(exec_, t.shape());
+  ops::Cast(exec_, t, wide);
+  return wide;
 }
 
 void Context::Drop(const void* owner, std::string_view key) {
@@ -102,7 +116,7 @@ size_t Context::num_saved() const {
 
 int64_t Context::saved_bytes() const {
   int64_t n = 0;
-  for (const auto& [key, t] : saved_) n += static_cast<int64_t>(t.nbytes());
+  for (const auto& [key, s] : saved_) n += static_cast<int64_t>(s.t.nbytes());
   for (const auto& [owner, scratch] : scratch_) n += scratch->saved_bytes();
   return n;
 }

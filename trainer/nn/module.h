@@ -98,8 +98,16 @@ class Context {
   Context(ops::Exec exec, bool training, uint64_t seed)
       : exec_(exec), training_(training), seed_(seed) {}
 
+  // Keeps t as it is: statistics, indices, a recomputed layer's input (its forward must run
+  // again on exactly what it saw), a gradient held between the two halves of a split backward.
   void Save(const void* owner, std::string_view key, Tensor t);
-  Tensor Get(const void* owner, std::string_view key) const;  // aborts if missing
+  // Keeps an activation backward reads as an operand (a Linear's input, attention's q, k, v and
+  // probabilities): in exec().saved (train.precision bf16: a bf16 copy, half the bytes) while
+  // training; as it is when not training (nothing reads it) or when it is not contiguous f32.
+  void SaveActivation(const void* owner, std::string_view key, const Tensor& t);
+  // What was saved under key: as saved, or an f32 tensor widened from SaveActivation's copy.
+  // Aborts if nothing was.
+  Tensor Get(const void* owner, std::string_view key) const;
   // Forgets a saved tensor early: BackwardInput drops what only it needed, so that the window
   // until BackwardWeight holds only what the weight gradients need.
   void Drop(const void* owner, std::string_view key);
@@ -140,7 +148,11 @@ class Context {
   uint64_t seed_;
   GradReadyFn grad_ready_;
   DecodeState* decode_ = nullptr;
-  std::map<std::pair<const void*, std::string>, Tensor> saved_;
+  struct Saved {
+    Tensor t;
+    bool narrowed = false;  // SaveActivation's copy in exec_.saved: Get widens it
+  };
+  std::map<std::pair<const void*, std::string>, Saved> saved_;
   std::map<const void*, std::unique_ptr<Context>> scratch_;
 };
 

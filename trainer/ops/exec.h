@@ -14,11 +14,13 @@ namespace strata::ops {
 
 struct CublasApi;  // cublas_api.h (CUDA builds)
 
-// How CUDA matmuls multiply fp32 tensors (train.matmul_precision). kFp32: in fp32, exactly as
-// the CPU. kTf32 and kBf16: cuBLAS rounds the inputs to TF32 (10-bit mantissa) or bf16 (7-bit)
-// for the tensor cores and accumulates in fp32 (CUBLAS_COMPUTE_32F_FAST_TF32 / _FAST_16BF;
-// PyTorch's set_float32_matmul_precision "high" / "medium"). Tensors stay fp32 either way. The
-// CPU multiplies in fp32 only.
+// How matmuls multiply fp32 tensors (train.matmul_precision). kFp32: in fp32. kTf32 and kBf16:
+// the inputs are rounded to TF32 (10-bit mantissa) or bf16 (7-bit) and the products accumulate
+// in fp32. On CUDA cuBLAS does it on the tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32 / _FAST_16BF;
+// PyTorch's set_float32_matmul_precision "high" / "medium"); the CPU rounds copies of the
+// operands to nearest (even) and multiplies them with sgemm, whose products of such values are
+// exact, so it computes what a bf16 GEMM with fp32 accumulation computes (OpenBLAS's sbgemm,
+// say) up to the order of the sums. Tensors stay fp32 either way.
 enum class MatmulPrecision : uint8_t { kFp32, kTf32, kBf16 };
 const char* MatmulPrecisionName(MatmulPrecision p);  // "fp32", "tf32", "bf16"
 // The precision MatmulPrecisionName names; InvalidArgument listing the names otherwise.
@@ -34,7 +36,10 @@ struct Exec {
   void* cublas = nullptr;
   const CublasApi* cublas_api = nullptr;
   Allocator* allocator = nullptr;  // null: HostAllocator() (CPU only)
-  MatmulPrecision matmul = MatmulPrecision::kFp32;  // CUDA only
+  MatmulPrecision matmul = MatmulPrecision::kFp32;
+  // The type nn::Context keeps the activations a layer saves for backward in (SaveActivation):
+  // kF32, or kBF16 under train.precision bf16 (half the bytes; widened again when read).
+  DType saved = DType::kF32;
 
   static Exec Cpu() { return Exec{}; }
   bool is_cuda() const { return device.is_cuda(); }

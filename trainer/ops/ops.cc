@@ -2,8 +2,6 @@
 // the dispatch to cuda_ops.cu for CUDA tensors.
 #include "trainer/ops/ops.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -61,41 +59,6 @@ Tensor NewZeros(const Exec& ex, Shape shape, DType dtype) {
     std::memset(t.data(), 0, t.nbytes());
   }
   return t;
-}
-
-// --- GEMM
-
-void Matmul(const Exec& ex, const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a,
-            bool trans_b, float alpha, float beta) {
-  CheckF32(a, "matmul a");
-  CheckF32(b, "matmul b");
-  CheckF32(c, "matmul c");
-  STRATA_CHECK(a.dim() == b.dim() && a.dim() == c.dim() && (a.dim() == 2 || a.dim() == 3))
-      << "matmul wants 2-D or 3-D operands";
-  const int o = a.dim() - 2;
-  const int64_t batch = a.dim() == 3 ? a.size(0) : 1;
-  if (a.dim() == 3) {
-    STRATA_CHECK(b.size(0) == batch && c.size(0) == batch) << "batch mismatch";
-  }
-  const int64_t m = trans_a ? a.size(o + 1) : a.size(o);
-  const int64_t k = trans_a ? a.size(o) : a.size(o + 1);
-  const int64_t kb = trans_b ? b.size(o + 1) : b.size(o);
-  const int64_t n = trans_b ? b.size(o) : b.size(o + 1);
-  STRATA_CHECK(k == kb) << "matmul inner dims " << ShapeToString(a.shape()) << " "
-                        << ShapeToString(b.shape());
-  STRATA_CHECK(c.size(o) == m && c.size(o + 1) == n) << "matmul output " << ShapeToString(c.shape());
-  STRATA_DISPATCH(a, Matmul(ex, a, b, c, trans_a, trans_b, alpha, beta));
-  if (m * n * batch == 0) return;  // nothing to write (BLAS rejects a zero leading dimension)
-  if (k == 0) {                    // an empty sum: C = beta * C
-    Scale(ex, c, beta);
-    return;
-  }
-  const int64_t lda = a.size(o + 1), ldb = b.size(o + 1), ldc = n;
-  for (int64_t i = 0; i < batch; ++i) {
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, F(a) + i * m * k, lda,
-                F(b) + i * k * n, ldb, beta, W(c) + i * m * n, ldc);
-  }
 }
 
 // --- Elementwise and reductions

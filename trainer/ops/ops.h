@@ -1,5 +1,5 @@
 // ops.h: the trainer's tensor ops. Each op checks its shapes (a mismatch is a bug: it aborts),
-// then runs the CPU implementation (ops.cc, norm_ops.cc: OpenBLAS GEMM with its threads; elementwise loops
+// then runs the CPU implementation (ops.cc, matmul_ops.cc, norm_ops.cc: OpenBLAS GEMM with its threads; elementwise loops
 // and reductions on ParallelFor's sleeping pool, parallel.h, not OpenMP, whose spin-waiting
 // regions starved OpenBLAS's threads: steps were 25x slower on a 2-core host; the loops are
 // written to vectorise, GELU's tanh and softmax's exp as branch-free polynomials) or the CUDA
@@ -16,8 +16,10 @@
 
 namespace strata::ops {
 
-// --- GEMM: c = alpha * op(a) @ op(b) + beta * c, op = transpose when the flag is set.
-// 2-D ([M,K] @ [K,N]) or batched 3-D ([B,M,K] @ [B,K,N]); shapes are given before transposition.
+// --- GEMM (matmul_ops.cc): c = alpha * op(a) @ op(b) + beta * c, op = transpose when the flag
+// is set. 2-D ([M,K] @ [K,N]) or batched 3-D ([B,M,K] @ [B,K,N]); shapes are given before
+// transposition. ex.matmul tf32 / bf16: the inputs rounded to that precision (exec.h). The CPU
+// attention ops multiply in fp32 whatever ex.matmul says.
 void Matmul(const Exec& ex, const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a,
             bool trans_b, float alpha = 1.0f, float beta = 0.0f);
 
