@@ -252,36 +252,40 @@ TEST(LayerSplitTest, EmbeddingInputHalfReturnsNoGradient) {
 }
 
 // A recomputing layer keeps its scratch context from BackwardInput to BackwardWeight (the weight
-// half needs the recomputed inputs), frees it after, and gives what the plain layer gives.
+// half needs the recomputed inputs), frees it after, and gives what the plain layer gives, in
+// fp32 and under bf16.
 TEST(LayerSplitTest, RecomputeKeepsScratchUntilWeightHalf) {
-  auto run = [](bool recompute, size_t* saved_after_forward, size_t* saved_between,
-                size_t* saved_after) {
-    ParameterRegistry reg(kCpu, 3);
-    TransformerBlock block(reg, "block", 8, 2, 1, 0.1f);
-    block.set_recompute(recompute);
-    Context ctx(kCpu, true, 5);
-    Tensor y = block.Forward(Random({2, 4, 8}, 9), ctx);
-    *saved_after_forward = ctx.num_saved();
-    Tensor dx = Clone(block.BackwardInput(Random(y.shape(), 10), ctx));
-    *saved_between = ctx.num_saved();
-    block.BackwardWeight(ctx);
-    *saved_after = ctx.num_saved();
-    std::vector<Tensor> all{dx};
-    for (auto& p : reg.params()) all.push_back(Clone(p->grad));
-    return all;
-  };
-  size_t plain_forward, plain_between, plain_after, re_forward, re_between, re_after;
-  std::vector<Tensor> plain = run(false, &plain_forward, &plain_between, &plain_after);
-  std::vector<Tensor> recomputed = run(true, &re_forward, &re_between, &re_after);
-  ASSERT_EQ(plain.size(), recomputed.size());
-  for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(SameBits(plain[i], recomputed[i])) << i;
-  EXPECT_EQ(re_forward, 1u);  // only the input
-  // Between the halves both hold what the weight half needs (the recomputing one, its input
-  // too): the input half dropped what only it needed (attention's q, k, v and probabilities,
-  // the activation's input: 5 tensors) and kept dy for each Linear and LayerNorm (6).
-  EXPECT_EQ(plain_between, plain_forward - 5 + 6);
-  EXPECT_EQ(re_between, plain_between + 1);
-  EXPECT_EQ(re_after, 1u);  // the scratch context is gone
+  for (const ops::Exec& ex : {kCpu, Bf16()}) {
+    SCOPED_TRACE(ex.saved == DType::kBF16 ? "bf16" : "fp32");
+    auto run = [&ex](bool recompute, size_t* saved_after_forward, size_t* saved_between,
+                     size_t* saved_after) {
+      ParameterRegistry reg(kCpu, 3);
+      TransformerBlock block(reg, "block", 8, 2, 1, 0.1f);
+      block.set_recompute(recompute);
+      Context ctx(ex, true, 5);
+      Tensor y = block.Forward(Random({2, 4, 8}, 9), ctx);
+      *saved_after_forward = ctx.num_saved();
+      Tensor dx = Clone(block.BackwardInput(Random(y.shape(), 10), ctx));
+      *saved_between = ctx.num_saved();
+      block.BackwardWeight(ctx);
+      *saved_after = ctx.num_saved();
+      std::vector<Tensor> all{dx};
+      for (auto& p : reg.params()) all.push_back(Clone(p->grad));
+      return all;
+    };
+    size_t plain_forward, plain_between, plain_after, re_forward, re_between, re_after;
+    std::vector<Tensor> plain = run(false, &plain_forward, &plain_between, &plain_after);
+    std::vector<Tensor> recomputed = run(true, &re_forward, &re_between, &re_after);
+    ASSERT_EQ(plain.size(), recomputed.size());
+    for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(SameBits(plain[i], recomputed[i])) << i;
+    EXPECT_EQ(re_forward, 1u);  // only the input
+    // Between the halves both hold what the weight half needs (the recomputing one, its input
+    // too): the input half dropped what only it needed (attention's q, k, v and probabilities,
+    // the activation's input: 5 tensors) and kept dy for each Linear and LayerNorm (6).
+    EXPECT_EQ(plain_between, plain_forward - 5 + 6);
+    EXPECT_EQ(re_between, plain_between + 1);
+    EXPECT_EQ(re_after, 1u);  // the scratch context is gone
+  }
 }
 
 // Under bf16 a block keeps its activations in half the bytes; only the norms' statistics (mean

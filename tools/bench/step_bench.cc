@@ -44,7 +44,9 @@ std::string JobYaml(const Options& o, const std::string& data) {
     << "data: {kind: text, path: " << data << ", eval_samples: " << o.gpt.context + 1 << "}\n"
     << "optimizer: {kind: adamw, lr: 0.0001, beta2: 0.95, weight_decay: 0.01}\n"
     << "train: {steps: " << o.steps << ", batch_size: " << o.batch << ", log_every: 1, progress: false, device: \""
-    << o.device << "\", matmul_precision: " << o.matmul_precision << "}\n"
+    << o.device << "\", matmul_precision: " << o.matmul_precision
+    // bf16: as the peer's autocast, the activations saved for backward in bf16 too.
+    << ", precision: " << (o.matmul_precision == "bf16" ? "bf16" : "fp32") << "}\n"
     << "sync: {mode: local}\n";
   return y.str();
 }
@@ -189,6 +191,7 @@ Result<Report> RunStepBench(const Options& o) {
   report.notes = {
       "strata: one strata-trainer (sync.mode local, train.device " + o.device +
           ", fp32 tensors, train.matmul_precision " + o.matmul_precision +
+          (o.matmul_precision == "bf16" ? " and train.precision bf16 (the activations saved for backward in bf16)" : "") +
           ", OPENBLAS_NUM_THREADS=1) on a byte-level text; step ms: the median over steps " +
           std::to_string(o.warmup + 1) + ".." + std::to_string(o.steps) +
           " of the wall time between consecutive metrics lines (data, forward, backward, AdamW, the line).",

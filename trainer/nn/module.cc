@@ -139,7 +139,11 @@ std::unique_ptr<Context> Context::TakeScratch(const void* owner) {
 
 Tensor Layer::Forward(const Tensor& x, Context& ctx) {
   if (!recompute_) return DoForward(x, ctx);
-  Context scratch(ctx.exec(), ctx.training(), ctx.seed());
+  // What this forward saves is dropped on return: kept as it is, not cast to exec.saved for
+  // nothing (the forward backward runs again saves as ctx does).
+  ops::Exec ex = ctx.exec();
+  ex.saved = DType::kF32;
+  Context scratch(ex, ctx.training(), ctx.seed());
   Tensor y = DoForward(x, scratch);
   ctx.Save(this, "recompute.input", x);
   return y;
