@@ -1,7 +1,9 @@
 // attention_ops.cc: causal self-attention over whole sequences on the CPU (ops.h, "Attention"):
 // per head, the scores as one GEMM, a row softmax over the visible keys and the output as a
-// second GEMM; the backward as GEMMs around the softmax's backward. And the moves of heads
-// between the [tokens, 3 x width] projection layout and [batch, heads, tokens, head dim].
+// second GEMM; the backward as GEMMs around the softmax's backward. At ex.matmul tf32 / bf16 each
+// GEMM multiplies rounded copies of its inputs, as the CUDA ops' cuBLAS GEMMs do (the stored
+// probabilities stay f32, the softmax's backward reads them so). And the moves of heads between
+// the [tokens, 3 x width] projection layout and [batch, heads, tokens, head dim].
 #include <cblas.h>
 
 #include <algorithm>
@@ -17,6 +19,8 @@ namespace strata::ops {
 using internal::CheckF32;
 using internal::CheckSame;
 using internal::F;
+using internal::RoundedForMatmul;
+using internal::RoundForMatmul;
 using internal::SoftmaxBackwardRow;
 using internal::SoftmaxRow;
 using internal::W;
@@ -32,10 +36,13 @@ void CausalAttention(const Exec& ex, const Tensor& q, const Tensor& k, const Ten
   STRATA_CHECK(att.shape() == (Shape{q.size(0), q.size(1), t, t})) << "attention probs shape";
   STRATA_DISPATCH(q, CausalAttention(ex, q, k, v, att, out));
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const Tensor rq = RoundedForMatmul(ex, q), rk = RoundedForMatmul(ex, k), rv = RoundedForMatmul(ex, v);
+  const bool round = ex.matmul != MatmulPrecision::kFp32;
+  std::vector<float> rounded_p(round ? t * t : 0);  // one head's P, rounded for P V
   // Per head: scores = Q K^T (one GEMM; the upper triangle is computed and then masked, which
   // costs less than skipping it element by element), row softmax over c <= r, out = P V.
   for (int64_t i = 0; i < bh; ++i) {
-    const float *pq = F(q) + i * t * hd, *pk = F(k) + i * t * hd, *pv = F(v) + i * t * hd;
+    const float *pq = F(rq) + i * t * hd, *pk = F(rk) + i * t * hd, *pv = F(rv) + i * t * hd;
     float* pa = W(att) + i * t * t;
     float* po = W(out) + i * t * hd;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t, t, hd, scale, pq, hd, pk, hd, 0.0f, pa, t);
@@ -44,7 +51,13 @@ void CausalAttention(const Exec& ex, const Tensor& q, const Tensor& k, const Ten
       SoftmaxRow(row, row, r + 1);
       std::fill(row + r + 1, row + t, 0.0f);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t, hd, t, 1.0f, pa, t, pv, hd, 0.0f, po, hd);
+    const float* pp = pa;
+    if (round) {
+      std::copy(pa, pa + t * t, rounded_p.begin());
+      RoundForMatmul(ex.matmul, rounded_p.data(), t * t);
+      pp = rounded_p.data();
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t, hd, t, 1.0f, pp, t, pv, hd, 0.0f, po, hd);
   }
 }
 
@@ -64,18 +77,29 @@ void CausalAttentionBackward(const Exec& ex, const Tensor& q, const Tensor& k, c
   // Per head, as GEMMs: dV = P^T dO; dP = dO V^T; dS = softmax backward of each row over
   // c <= r (zero above the diagonal); dQ = scale dS K; dK = scale dS^T Q.
   std::vector<float> ds(t * t);
+  const Tensor rq = RoundedForMatmul(ex, q), rk = RoundedForMatmul(ex, k), rv = RoundedForMatmul(ex, v);
+  const Tensor rdo = RoundedForMatmul(ex, dout);
+  const bool round = ex.matmul != MatmulPrecision::kFp32;
+  std::vector<float> rounded_p(round ? t * t : 0);  // one head's P, rounded for P^T dO
   for (int64_t i = 0; i < bh; ++i) {
     const int64_t o = i * t * hd;
-    const float *pq = F(q) + o, *pk = F(k) + o, *pv = F(v) + o, *pdo = F(dout) + o;
+    const float *pq = F(rq) + o, *pk = F(rk) + o, *pv = F(rv) + o, *pdo = F(rdo) + o;
     const float* pa = F(att) + i * t * t;
     float *pdq = W(dq) + o, *pdk = W(dk) + o, *pdv = W(dv) + o;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t, hd, t, 1.0f, pa, t, pdo, hd, 0.0f, pdv, hd);
+    const float* pp = pa;
+    if (round) {
+      std::copy(pa, pa + t * t, rounded_p.begin());
+      RoundForMatmul(ex.matmul, rounded_p.data(), t * t);
+      pp = rounded_p.data();
+    }
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t, hd, t, 1.0f, pp, t, pdo, hd, 0.0f, pdv, hd);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t, t, hd, 1.0f, pdo, hd, pv, hd, 0.0f, ds.data(), t);
     for (int64_t r = 0; r < t; ++r) {
       float* row = ds.data() + r * t;
       SoftmaxBackwardRow(pa + r * t, row, row, r + 1);
       std::fill(row + r + 1, row + t, 0.0f);
     }
+    RoundForMatmul(ex.matmul, ds.data(), t * t);  // (CUDA rounds dS scaled: the same for hd 4^n)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t, hd, t, scale, ds.data(), t, pk, hd, 0.0f, pdq, hd);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t, hd, t, scale, ds.data(), t, pq, hd, 0.0f, pdk, hd);
   }

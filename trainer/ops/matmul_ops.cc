@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <cstring>
 
 #include "common/dtype.h"
 #include "trainer/ops/op_helpers.h"
@@ -29,19 +30,27 @@ float RoundMantissa(float x, int keep) {
   return std::bit_cast<float>(bits & ~((1u << drop) - 1u));
 }
 
-// A copy of t with every element rounded as a tf32 or bf16 tensor core rounds its inputs.
-Tensor Rounded(const Exec& ex, const Tensor& t, MatmulPrecision p) {
+}  // namespace
+
+namespace internal {
+
+void RoundForMatmul(MatmulPrecision p, float* x, int64_t n) {
+  if (p == MatmulPrecision::kFp32) return;
   const int keep = p == MatmulPrecision::kBf16 ? 7 : 10;
-  Tensor r = NewTensor(ex, t.shape());
-  const float* in = F(t);
-  float* out = W(r);
-  ParallelFor(t.numel(), kParallelGrain, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) out[i] = RoundMantissa(in[i], keep);
+  ParallelFor(n, kParallelGrain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) x[i] = RoundMantissa(x[i], keep);
   });
+}
+
+Tensor RoundedForMatmul(const Exec& ex, const Tensor& t) {
+  if (ex.matmul == MatmulPrecision::kFp32) return t;
+  Tensor r = NewTensor(ex, t.shape());
+  std::memcpy(r.data(), t.data(), t.nbytes());
+  RoundForMatmul(ex.matmul, W(r), r.numel());
   return r;
 }
 
-}  // namespace
+}  // namespace internal
 
 void Matmul(const Exec& ex, const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a,
             bool trans_b, float alpha, float beta) {
@@ -70,9 +79,7 @@ void Matmul(const Exec& ex, const Tensor& a, const Tensor& b, const Tensor& c, b
   }
   // tf32 / bf16: the products of the rounded values are exact in fp32 (at most 11 x 11 or 8 x 8
   // significant bits), so sgemm on them accumulates those products in fp32.
-  const bool round = ex.matmul != MatmulPrecision::kFp32;
-  const Tensor ra = round ? Rounded(ex, a, ex.matmul) : a;
-  const Tensor rb = round ? Rounded(ex, b, ex.matmul) : b;
+  const Tensor ra = internal::RoundedForMatmul(ex, a), rb = internal::RoundedForMatmul(ex, b);
   const int64_t lda = a.size(o + 1), ldb = b.size(o + 1), ldc = n;
   for (int64_t i = 0; i < batch; ++i) {
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,

@@ -7,6 +7,7 @@
 
 #include "common/tensor.h"
 #include "trainer/ops/cuda_ops.h"
+#include "trainer/ops/exec.h"
 
 #if STRATA_HAVE_CUDA
 // A CUDA tensor runs on ex's stream and cuBLAS handle, which must be on the tensor's device (a
@@ -43,6 +44,11 @@ inline int64_t Cols(const Tensor& t) { return t.dim() == 0 ? 1 : t.size(t.dim() 
 inline int64_t IdAt(const Tensor& ids, int64_t i) {
   return ids.dtype() == DType::kI64 ? ids.data_as<int64_t>()[i] : ids.data_as<int32_t>()[i];
 }
+// x[0..n) rounded in place as ex.matmul's tensor cores round their inputs: to nearest (ties to
+// even) with 7 (bf16) or 10 (tf32) mantissa bits; nothing at fp32 (matmul_ops.cc).
+void RoundForMatmul(MatmulPrecision p, float* x, int64_t n);
+// A rounded copy of contiguous f32 t, or t itself at fp32.
+Tensor RoundedForMatmul(const Exec& ex, const Tensor& t);
 // y = softmax(x) over n entries (a fast exp, summed in double, as every CPU softmax here);
 // returns log(sum(exp(x))).
 double SoftmaxRow(const float* x, float* y, int64_t n);

@@ -18,8 +18,8 @@ namespace strata::ops {
 
 // --- GEMM (matmul_ops.cc): c = alpha * op(a) @ op(b) + beta * c, op = transpose when the flag
 // is set. 2-D ([M,K] @ [K,N]) or batched 3-D ([B,M,K] @ [B,K,N]); shapes are given before
-// transposition. ex.matmul tf32 / bf16: the inputs rounded to that precision (exec.h). The CPU
-// attention ops multiply in fp32 whatever ex.matmul says.
+// transposition. ex.matmul tf32 / bf16: the inputs rounded to that precision (exec.h), here and
+// in CausalAttention's GEMMs; the CPU's blockwise and cached attention multiply in fp32.
 void Matmul(const Exec& ex, const Tensor& a, const Tensor& b, const Tensor& c, bool trans_a,
             bool trans_b, float alpha = 1.0f, float beta = 0.0f);
 
