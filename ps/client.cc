@@ -334,6 +334,15 @@ PsTicket PsClient::PushPull(uint32_t table, std::span<const uint64_t> keys, cons
 }
 
 PsTicket PsClient::PullDense(uint32_t table, float* out, bool bf16) {
+  return PullDenseAs(table, out, bf16 ? DType::kBF16 : DType::kF32, DType::kF32);
+}
+
+PsTicket PsClient::PullDenseBf16(uint32_t table, uint16_t* out) {
+  return PullDenseAs(table, out, DType::kBF16, DType::kBF16);
+}
+
+PsTicket PsClient::PullDenseAs(uint32_t table, void* out, DType wire, DType into) {
+  const bool bf16 = wire == DType::kBF16;
   PsTicket ticket;
   auto spec_or = Spec(table, TableKind::kDense);
   if (!spec_or.ok()) {
@@ -356,10 +365,15 @@ PsTicket PsClient::PullDense(uint32_t table, float* out, bool bf16) {
                           m.AddPayload(DType::kI64, {n}, View(chunks));
                           return m;
                         });
-    part.on_reply = [spec, chunks, floats, out, bf16](const Message& reply) {
+    part.on_reply = [spec, chunks, floats, out, bf16, into](const Message& reply) {
       STRATA_RETURN_IF_ERROR(CheckValues(reply, floats, bf16 ? DType::kBF16 : DType::kF32));
       for (size_t i = 0; i < chunks->size(); ++i) {
-        float* to = out + (*chunks)[i] * spec.chunk_floats;
+        const size_t at = (*chunks)[i] * spec.chunk_floats;
+        if (into == DType::kBF16) {  // bf16 kept as it came
+          std::memcpy(static_cast<uint16_t*>(out) + at, reply.payload(i).data(), floats[i] * sizeof(uint16_t));
+          continue;
+        }
+        float* to = static_cast<float*>(out) + at;
         if (!bf16) {
           std::memcpy(to, reply.payload(i).data(), floats[i] * sizeof(float));
           continue;

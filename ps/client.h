@@ -94,6 +94,8 @@ class PsClient {
   // Dense tables, the whole tensor (numel floats).
   // `bf16`: the servers send the values rounded to bf16 (half the bytes), widened into `out`.
   PsTicket PullDense(uint32_t table, float* out, bool bf16 = false);
+  // The values rounded to bf16, kept so in `out` (numel of them).
+  PsTicket PullDenseBf16(uint32_t table, uint16_t* out);
   PsTicket PushDense(uint32_t table, const float* grads);
   // The same gradients rounded to bf16 (half the bytes); the servers widen them to fp32.
   PsTicket PushDenseBf16(uint32_t table, const uint16_t* grads);
@@ -143,6 +145,9 @@ class PsClient {
   Result<const TableSpec*> Spec(uint32_t table, TableKind kind) const;
   Status Connect();
   PsTicket PushDenseAs(uint32_t table, const void* grads, DType dtype);
+  // The values sent as `wire` (f32, or bf16) and written into `out` as `into` (f32; bf16 with a
+  // bf16 wire only).
+  PsTicket PullDenseAs(uint32_t table, void* out, DType wire, DType into);
   PsTicket Sparse(uint32_t table, std::span<const uint64_t> keys, const float* grads, float* out,
                   bool push);
   // Sends part.make() to server part.server and stores its ticket.

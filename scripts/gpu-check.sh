@@ -25,7 +25,8 @@
 #      --peak-tflops, 989: an H100/H200's bf16 dense), PyTorch with the machine's own libraries,
 #      at each matmul precision (fp32, tf32, bf16);
 #   4. ctr on a cluster (2 servers, 2 trainers sharing the GPU): sync ps on cpu and cuda, hybrid on
-#      cuda (one trainer where there is one GPU: NCCL takes one rank per device): the AUCs;
+#      cuda (one trainer where there is one GPU: NCCL takes one rank per device): the AUCs; gpt
+#      offloaded to 2 servers with bf16 wire and precision, on cpu and cuda: the losses;
 #      strata-bench ops --device cuda, and at GPT-2 small's block shapes with bf16 matmuls;
 #   5. strata-bench ps (dense 1 and 16 MiB, sparse 1M keys of dim 1) on the machine's cores.
 # Environment: STRATA_BUILD_DIR (bundle; default build/), STRATA_GPU_BUDGET_S (540),
@@ -189,6 +190,13 @@ run() {
     step "ctr-$run" 120 "$b/strata-launch" --servers 2 --trainers "$trainers" --timeout 110 "$repo/examples/ctr.yaml" \
       --set train.steps=1000 --set "sync.mode=${run%-*}" --set "train.device=${run#*-}" \
       --set "train.metrics_path=$logs/ctr-$run-{rank}.jsonl"
+  done
+  # gpt through the servers (offload, one trainer) with bf16 on the wire and train.precision bf16:
+  # the weights held in bf16 on the device between uses; cpu and cuda, compared in the summary.
+  for dev in cpu cuda; do
+    step "gpt_offload-$dev" 120 "$b/strata-launch" --servers 2 --trainers 1 --timeout 110 "$repo/examples/gpt_offload.yaml" \
+      --set train.steps=20 --set train.log_every=1 --set "data.path=$text" --set sync.wire=bf16 --set train.precision=bf16 \
+      --set "train.device=$dev" --set "sync.trace_path=''" --set "train.metrics_path=$logs/gpt_offload-$dev-{rank}.jsonl"
   done
   step bench-ops 120 "$b/strata-bench" ops --device cuda --json "$logs/bench-ops.json"
   # One block's ops at the step bench's shapes, bf16 matmuls: where a step's time goes.

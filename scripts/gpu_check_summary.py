@@ -70,6 +70,16 @@ def main():
             worst = max(abs(cuda[s] - cpu_ref[s]) / max(abs(cpu_ref[s]), 1e-12) for s in steps)
             print(f"{name}: {len(steps)} steps, largest relative difference {worst:.3g}; "
                   f"last loss cpu {cpu_ref[steps[-1]]:.6f} cuda {cuda[steps[-1]]:.6f}")
+    print("\n== gpt offloaded to 2 servers, sync.wire and train.precision bf16: cuda against cpu")
+    cpu = records(os.path.join(logs, "gpt_offload-cpu-0.jsonl"), "loss")
+    cuda = records(os.path.join(logs, "gpt_offload-cuda-0.jsonl"), "loss")
+    steps = sorted(set(cpu) & set(cuda))
+    if steps:
+        worst = max(abs(cuda[s] - cpu[s]) / max(abs(cpu[s]), 1e-12) for s in steps)
+        print(f"gpt_offload: {len(steps)} steps, largest relative difference {worst:.3g}; "
+              f"last loss cpu {cpu[steps[-1]]:.6f} cuda {cuda[steps[-1]]:.6f}")
+    else:
+        print(f"gpt_offload: no losses to compare ({len(cpu)} on cpu, {len(cuda)} on cuda)")
     print("\n== ctr through 2 servers, 2 trainers (evaluation AUC of trainer 0)")
     for run in ("ps-cpu", "ps-cuda", "hybrid-cuda"):
         auc = records(os.path.join(logs, f"ctr-{run}-0.jsonl"), "auc")

@@ -318,8 +318,11 @@ void PsSync::SetUnits(const Model& model, int64_t delayed_from, bool predict) {
   pushed_.assign(dense_.size(), false);
   // The previous pulls' buffers, allocated now so that the memory line counts them.
   last_pull_.assign(predict && delayed_from >= 0 ? dense_.size() : 0, {});
-  for (size_t i = 0; i < last_pull_.size(); ++i) last_pull_[i].resize(static_cast<size_t>(dense_[i].param->value.numel()));
+  for (size_t i = 0; i < last_pull_.size(); ++i) last_pull_[i].resize(Floats(i));
   last_valid_.assign(last_pull_.size(), false);
+  // The wire brings bf16 values: held so, they take half the bytes and lose nothing. The
+  // prediction's weights are extrapolated in fp32, which bf16 would round.
+  if (wire_bf16_ && last_pull_.empty()) HoldWeightsInBf16();
 }
 
 void PsSync::IssueUnitPulls(std::vector<UnitPull>& into, bool staged) {
@@ -328,13 +331,15 @@ void PsSync::IssueUnitPulls(std::vector<UnitPull>& into, bool staged) {
   for (size_t u = 0; u < units_.size(); ++u) {
     UnitPull& up = into[u];
     for (size_t i : units_[u]) {
-      Tensor& v = dense_[i].param->value;
-      float* out = v.data_as<float>();
+      const uint32_t table = dense_[i].table;
       if (staged) {
-        up.staged.emplace_back(static_cast<size_t>(v.numel()));
-        out = up.staged.back().data();
+        up.staged.emplace_back(Floats(i));
+        up.pulls.push_back({client_.PullDense(table, up.staged.back().data(), wire_bf16_), now});
+      } else if (!bf16_weights_.empty()) {  // host bf16 weights (staged on CUDA)
+        up.pulls.push_back({client_.PullDenseBf16(table, bf16_weights_[i].data_as<uint16_t>()), now});
+      } else {
+        up.pulls.push_back({client_.PullDense(table, dense_[i].param->value.data_as<float>(), wire_bf16_), now});
       }
-      up.pulls.push_back({client_.PullDense(dense_[i].table, out, wire_bf16_), now});
     }
     up.pending = !units_[u].empty();
   }
@@ -365,8 +370,7 @@ Status PsSync::WaitUnit(int unit) {
   }
   const std::vector<size_t>& idx = units_[static_cast<size_t>(unit)];
   for (size_t k = 0; k < up.staged.size() && status.ok(); ++k) {
-    Tensor& v = dense_[idx[k]].param->value;
-    status = up.predict ? Predict(idx[k], up.staged[k]) : v.CopyFrom(HostView(up.staged[k].data(), v));
+    status = up.predict ? Predict(idx[k], up.staged[k]) : StoreWeights(idx[k], up.staged[k].data());
   }
   up.pulls.clear();
   up.staged.clear();
@@ -382,15 +386,14 @@ Status PsSync::WaitUnit(int unit) {
 // copy); at the first delayed step it is the parameter itself, pulled undelayed, and nothing
 // moves.
 Status PsSync::Predict(size_t index, std::vector<float>& pulled) {
-  Tensor& v = dense_[index].param->value;
   std::vector<float>& last = last_pull_[index];
   if (last.size() != pulled.size()) return Status::Internal("sync.delayed_predict: parameter " + dense_[index].param->name + " changed size");
   if (!last_valid_[index]) {
-    STRATA_RETURN_IF_ERROR(HostView(last.data(), v).CopyFrom(v));
+    STRATA_RETURN_IF_ERROR(LoadWeights(index, last.data()));
     last_valid_[index] = true;
   }
   for (size_t i = 0; i < pulled.size(); ++i) last[i] = 2.0f * pulled[i] - last[i];
-  STRATA_RETURN_IF_ERROR(v.CopyFrom(HostView(last.data(), v)));
+  STRATA_RETURN_IF_ERROR(StoreWeights(index, last.data()));
   last.swap(pulled);  // the next prediction starts from this pull
   return Status::OK();
 }
@@ -401,8 +404,14 @@ Status PsSync::WaitAllUnits() {
 }
 
 void PsSync::BeforeUnit(int unit, Pass pass, UnitRange /*walk*/, const nn::Context& /*ctx*/) {
-  if (pass != Pass::kForward) return;
-  if (Status s = WaitUnit(unit); !s.ok()) throw nn::CollectiveFailed(s);
+  if (pass == Pass::kForward) {
+    if (Status s = WaitUnit(unit); !s.ok()) throw nn::CollectiveFailed(s);
+  }
+  if (!bf16_weights_.empty()) MakeValues(unit);
+}
+
+void PsSync::AfterUnit(int unit, Pass /*pass*/, const nn::Context& /*ctx*/) {
+  if (!bf16_weights_.empty()) FreeValues(unit);
 }
 
 void PsSync::PushDense(const Remote& r) {

@@ -14,7 +14,11 @@
 //  - with the delayed update (DeepSpeed's DPU) the pull for step n + 1 is issued at the start of
 //    step n, before this trainer's step-n clock, so it returns the weights after step n - 1's
 //    update (the server cannot apply step n before this trainer's clock): deterministic, one
-//    step stale, and the servers' apply of step n - 1 runs behind step n's compute.
+//    step stale, and the servers' apply of step n - 1 runs behind step n's compute;
+//  - with sync.wire bf16 the working weights are held in bf16 between uses (the values the wire
+//    brings, nothing rounded further): a unit's fp32 values exist only while it computes, made
+//    before its forward and its backward and freed after (ps_sync_weights.cc). Not with the
+//    delayed update's prediction, whose extrapolated weights are fp32.
 #pragma once
 
 #include <chrono>
@@ -94,7 +98,7 @@ class PsSync final : public GradSync, public UnitHooks {
   Status WaitAllUnits();
   // offload: a unit's forward waits for its parameters' pull.
   void BeforeUnit(int unit, Pass pass, UnitRange walk, const nn::Context& ctx) override;
-  void AfterUnit(int /*unit*/, Pass /*pass*/, const nn::Context& /*ctx*/) override {}
+  void AfterUnit(int unit, Pass pass, const nn::Context& ctx) override;
 
   // Whether a pull issued before this step's push may be used for the next step: ASP, or SSP
   // with staleness >= 1. (BSP must pull after the clock.)
@@ -108,6 +112,8 @@ class PsSync final : public GradSync, public UnitHooks {
   bool offload() const { return !units_.empty(); }
   // Host floats held to receive delayed pulls (the second copy of the weights DPU needs).
   int64_t staging_bytes() const;
+  // offload with sync.wire bf16: the weights' floats held in bf16 between uses (0 otherwise).
+  int64_t bf16_weight_floats() const;
   // Totals since construction.
   PsOverlap overlap() const;
 
@@ -147,6 +153,16 @@ class PsSync final : public GradSync, public UnitHooks {
   void IssueUnitPulls(std::vector<UnitPull>& into, bool staged);
   Status WaitUnit(int unit);
   Status Predict(size_t index, std::vector<float>& pulled);  // index: into dense_
+  // The working weights of dense_[index] from / into host floats: the parameter's value, or its
+  // bf16 copy (rounded to nearest on the way in) when the weights are held in bf16.
+  Status StoreWeights(size_t index, const float* host);
+  Status LoadWeights(size_t index, float* host);
+  size_t Floats(size_t index) const;  // of dense_[index]
+  // bf16 weights: a unit's fp32 values made from the bf16 copies, and freed.
+  void MakeValues(int unit);
+  void FreeValues(int unit);
+  // SetUnits, with sync.wire bf16 and no prediction: the values become bf16 copies.
+  void HoldWeightsInBf16();
   // Waits for `f` and records its interval (for overlap()) and its trace event.
   Status WaitRecorded(InFlight& f, bool pull, const char* name);
   void PushDense(const Remote& r);
@@ -183,6 +199,9 @@ class PsSync final : public GradSync, public UnitHooks {
   std::vector<std::vector<float>> push_staged_;  // host copies of device gradients in flight
   std::vector<std::vector<uint16_t>> push_bf16_;  // bf16 gradients in flight (sync.wire bf16)
   bool wire_bf16_ = false;
+  // offload, sync.wire bf16: by dense_ index, the weights in bf16 on the parameters' device
+  // (empty otherwise); the parameters' values exist only while their unit computes.
+  std::vector<Tensor> bf16_weights_;
   // Overlap accounting: every push's and pull's [issue, reply) and the waits.
   std::vector<std::pair<Clock::time_point, Clock::time_point>> push_spans_, pull_spans_;
   double push_exposed_ = 0, pull_exposed_ = 0;

@@ -563,7 +563,7 @@ CommLayout Trainer::Layout() const {
   l.cp_averages_loss = groups_.cp && !groups_.dp;
   for (const auto& p : model_->params().params()) {
     if (p->remote) {
-      l.server_floats += p->value.numel();
+      l.server_floats += *ShapeNumel(p->shard.LocalShape());  // its value may be released
     } else {
       ++l.all_reduced_tensors;
     }

@@ -55,6 +55,10 @@ void Trainer::LogMemory(int64_t step_peak) {
   const bool offload = job_.sync.mode == SyncOptions::Mode::kOffload;
   const int64_t staging = offload && ps_ ? ps_->staging_bytes() : 0;
   params += staging;
+  // sync.wire bf16: the working weights held in bf16 between uses (a unit's fp32 values only
+  // while it computes: the peak line counts them).
+  const int64_t bf16_floats = offload && ps_ ? ps_->bf16_weight_floats() : 0;
+  params -= bf16_floats * static_cast<int64_t>(sizeof(float) - sizeof(uint16_t));
   const int zero = sharded_ ? job_.parallel.zero : 0;
   // ZeRO shards over the dp x cp ranks averaging each gradient.
   const double n = plan_.dp * plan_.cp, per = psi > 0 ? static_cast<double>(psi) : 1.0;
@@ -63,6 +67,7 @@ void Trainer::LogMemory(int64_t step_peak) {
   const double k = adam ? 8 : 4;
   double formula = zero == 0 ? 8 + k : zero == 1 ? 8 + k / n : zero == 2 ? 4 + (4 + k) / n : (8 + k) / n;
   if (offload) formula = job_.sync.delayed_update ? (job_.sync.delayed_predict ? 16 : 12) : 8;
+  if (offload && bf16_floats > 0) formula -= 2;  // the weights in 2 bytes, not 4
   const auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
   const std::string who = "rank " + std::to_string(rank_) + " memory (" +
                           (offload ? std::string("offload") : "ZeRO-" + std::to_string(zero)) + ", dp " +
@@ -72,6 +77,10 @@ void Trainer::LogMemory(int64_t step_peak) {
                mib(grads_step), grads_step / per, mib(grads_between), grads_between / per);
   spdlog::info("{}optimizer state {:.3f} MiB ({:.2f} psi){}", who, mib(state), state / per,
                offload ? ", the masters and the optimizer state on the servers" : "");
+  if (bf16_floats > 0) {
+    spdlog::info("{}of the parameters, {:.3f} MiB are the working weights held in bf16 (sync.wire bf16)", who,
+                 mib(bf16_floats * static_cast<int64_t>(sizeof(uint16_t))));
+  }
   if (staging > 0) spdlog::info("{}of the parameters, {:.3f} MiB receive the delayed update's pulls{}", who, mib(staging),
                                 job_.sync.delayed_update && job_.sync.delayed_predict ? " or keep the last one (the prediction)" : "");
   spdlog::info("{}total {:.2f} psi between steps, {:.2f} psi during a step; the seeds' fp32 {} arithmetic: {:.2f} psi",
@@ -88,6 +97,7 @@ void Trainer::LogMemory(int64_t step_peak) {
                                                 {"param_bytes", params}, {"grad_bytes_step", grads_step},
                                                 {"grad_bytes_between", grads_between}, {"state_bytes", state},
                                                 {"offload", offload}, {"staging_bytes", staging},
+                                                {"bf16_weight_bytes", bf16_floats * 2},
                                                 {"formula_bytes_per_param", formula},
                                                 {"step_peak_bytes", step_peak}, {"cp", plan_.cp},
                                                 {"saved_activation_bytes", pipeline_.peak_saved_bytes},

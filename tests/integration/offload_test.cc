@@ -172,7 +172,8 @@ TEST_F(OffloadTest, GptDp2Pp2ClipsLikeAllReduce) {
 // bf16 on the wire: gradients pushed and weights pulled in bf16, half the bytes each way; the
 // servers widen the gradients and keep fp32 masters and state. The bound: a value rounded to
 // bf16 is off by at most 2^-9 relative; the loss, a smooth function of the weights, moves by
-// about that much or less. Held to 1e-3 relative at every one of 20 steps.
+// about that much or less. Held to 1e-3 relative at every one of 20 steps. The trainers hold
+// the weights in bf16 between uses: 2 bytes a parameter, not 4 (6 in all with the gradients).
 TEST_F(OffloadTest, Bf16OnTheWireHalvesTheBytesWithinBf16Tolerance) {
   const std::string job = GptJob();
   std::string f32_log, bf16_log;
@@ -206,6 +207,13 @@ TEST_F(OffloadTest, Bf16OnTheWireHalvesTheBytesWithinBf16Tolerance) {
   const double f32_out = mib_out(f32_log), bf16_out = mib_out(bf16_log);
   ASSERT_GT(f32_out, 0) << f32_log;
   EXPECT_NEAR(bf16_out / f32_out, 0.5, 0.05) << bf16_out << " MiB against " << f32_out;
+  const std::string weights = "psi [0-9]+ parameters\\): parameters [0-9.]+ MiB \\(([0-9.]+) psi\\)";
+  const std::string total = "total ([0-9.]+) psi between steps";
+  EXPECT_EQ(Number(f32_log, weights), 4.0) << f32_log;
+  EXPECT_EQ(Number(bf16_log, weights), 2.0) << bf16_log;
+  EXPECT_EQ(Number(f32_log, total), 8.0) << f32_log;
+  EXPECT_EQ(Number(bf16_log, total), 6.0) << bf16_log;
+  EXPECT_NE(bf16_log.find("are the working weights held in bf16"), std::string::npos) << bf16_log;
 }
 
 // Mixed precision through the servers: train.precision bf16 (bf16 matmuls, activations saved in

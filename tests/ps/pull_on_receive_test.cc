@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/dtype.h"
 #include "ps_fixture.h"
 #include "test_util.h"
 
@@ -79,6 +80,12 @@ TEST_F(PullOnReceiveTest, FreshSnapshotsAreAnsweredOnTheReceiveThreadWithTheSame
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(PullAndWait(1, again, /*bf16=*/true).ok());
   EXPECT_EQ(PullsOnReceive(), before);
   for (uint64_t i = 0; i < t.numel; ++i) ASSERT_NEAR(again[i], first[i] - 0.5f, 1e-2f * std::abs(first[i] - 0.5f)) << i;
+  // Kept in bf16 (PullDenseBf16): the same values, unwidened.
+  std::vector<uint16_t> narrow(t.numel);
+  PsTicket tk = clients_[0]->PullDenseBf16(1, narrow.data());
+  ASSERT_TRUE(clients_[0]->Wait(tk).ok());
+  for (uint64_t i = 0; i < t.numel; ++i) ASSERT_EQ(BF16ToFloat(narrow[i]), again[i]) << i;
+  EXPECT_EQ(PullsOnReceive(), before);
 }
 
 TEST_F(PullOnReceiveTest, APullRightBehindItsSendersPushSeesThePush) {

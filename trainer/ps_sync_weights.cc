@@ -1,0 +1,80 @@
+// ps_sync_weights.cc: where PsSync keeps an offload trainer's working weights: in the
+// parameters' fp32 values, or (sync.wire bf16) in bf16 copies from which a unit's fp32 values
+// are made for as long as the unit computes (ps_sync.h).
+#include <vector>
+
+#include "common/dtype.h"
+#include "trainer/ops/ops.h"
+#include "trainer/ps_sync.h"
+
+namespace strata {
+namespace {
+
+Tensor HostView(void* data, const Tensor& like, DType dtype) {
+  return Tensor::FromBlob(data, like.shape(), dtype, Device::CPU(), nullptr);
+}
+
+}  // namespace
+
+size_t PsSync::Floats(size_t index) const {
+  return static_cast<size_t>(*ShapeNumel(dense_[index].param->shard.LocalShape()));
+}
+
+void PsSync::HoldWeightsInBf16() {
+  bf16_weights_.clear();
+  for (const Remote& r : dense_) {
+    Tensor& v = r.param->value;
+    Tensor w = ops::NewTensor(exec_, v.shape(), DType::kBF16);
+    ops::Cast(exec_, v, w);  // the initial values, rounded (the first pull replaces them)
+    bf16_weights_.push_back(std::move(w));
+    v = Tensor();
+  }
+}
+
+Status PsSync::StoreWeights(size_t index, const float* host) {
+  const size_t n = Floats(index);
+  if (bf16_weights_.empty()) {
+    Tensor& v = dense_[index].param->value;
+    return v.CopyFrom(HostView(const_cast<float*>(host), v, DType::kF32));
+  }
+  std::vector<uint16_t> narrow(n);
+  ConvertF32ToBF16(host, narrow.data(), n);
+  Tensor& w = bf16_weights_[index];
+  return w.CopyFrom(HostView(narrow.data(), w, DType::kBF16));
+}
+
+Status PsSync::LoadWeights(size_t index, float* host) {
+  const size_t n = Floats(index);
+  if (bf16_weights_.empty()) {
+    const Tensor& v = dense_[index].param->value;
+    return HostView(host, v, DType::kF32).CopyFrom(v);
+  }
+  std::vector<uint16_t> narrow(n);
+  const Tensor& w = bf16_weights_[index];
+  STRATA_RETURN_IF_ERROR(HostView(narrow.data(), w, DType::kBF16).CopyFrom(w));
+  ConvertBF16ToF32(narrow.data(), host, n);
+  return Status::OK();
+}
+
+void PsSync::MakeValues(int unit) {
+  if (unit < 0 || static_cast<size_t>(unit) >= units_.size()) return;
+  for (size_t i : units_[static_cast<size_t>(unit)]) {
+    Tensor& v = dense_[i].param->value;
+    if (v.defined()) continue;  // made for an earlier pass not yet freed
+    v = ops::NewTensor(exec_, bf16_weights_[i].shape());
+    ops::Cast(exec_, bf16_weights_[i], v);
+  }
+}
+
+void PsSync::FreeValues(int unit) {
+  if (unit < 0 || static_cast<size_t>(unit) >= units_.size()) return;
+  for (size_t i : units_[static_cast<size_t>(unit)]) dense_[i].param->value = Tensor();
+}
+
+int64_t PsSync::bf16_weight_floats() const {
+  int64_t n = 0;
+  for (const Tensor& w : bf16_weights_) n += w.numel();
+  return n;
+}
+
+}  // namespace strata
