@@ -29,16 +29,7 @@ ops::Exec Bf16(ops::Exec ex) {
   return ex;
 }
 
-// ||a - b|| / ||b||, in double.
-double RelativeError(const Tensor& a, const Tensor& b) {
-  double diff = 0, norm = 0;
-  for (int64_t i = 0; i < b.numel(); ++i) {
-    const double x = a.data_as<float>()[i], y = b.data_as<float>()[i];
-    diff += (x - y) * (x - y);
-    norm += y * y;
-  }
-  return norm == 0 ? std::sqrt(diff) : std::sqrt(diff / norm);
-}
+using testing::RelativeError;
 
 // One forward and backward of the block on `ex` (sync: the CUDA stream to wait for, or null).
 Outcome RunBlock(const ops::Exec& ex, ops::CudaExec* sync) {

@@ -196,16 +196,7 @@ TEST_P(EveryLayerSplitTest, SplitEqualsFusedBitForBitInBf16) {
   for (size_t i = 0; i < fused.grads.size(); ++i) EXPECT_TRUE(SameBits(fused.grads[i], split.grads[i])) << i;
 }
 
-// ||a - b|| / ||b||, in double.
-double RelativeError(const Tensor& a, const Tensor& b) {
-  double diff = 0, norm = 0;
-  for (int64_t i = 0; i < b.numel(); ++i) {
-    const double x = a.data_as<float>()[i], y = b.data_as<float>()[i];
-    diff += (x - y) * (x - y);
-    norm += y * y;
-  }
-  return norm == 0 ? std::sqrt(diff) : std::sqrt(diff / norm);
-}
+using testing::RelativeError;
 
 // bf16 keeps 8 significant bits: a rounding is off by at most 2^-9 of its value, and sums of
 // such errors over a dot product stay near that in relative terms. Every dx and gradient must

@@ -25,6 +25,18 @@ using internal::SoftmaxBackwardRow;
 using internal::SoftmaxRow;
 using internal::W;
 
+namespace {
+
+// x[0..n) as a GEMM at ex.matmul multiplies it: x itself at fp32, else a rounded copy in `scratch`.
+const float* RoundedCopy(const Exec& ex, const float* x, int64_t n, std::vector<float>& scratch) {
+  if (ex.matmul == MatmulPrecision::kFp32) return x;
+  scratch.assign(x, x + n);
+  RoundForMatmul(ex.matmul, scratch.data(), n);
+  return scratch.data();
+}
+
+}  // namespace
+
 void CausalAttention(const Exec& ex, const Tensor& q, const Tensor& k, const Tensor& v,
                      const Tensor& att, const Tensor& out) {
   CheckF32(q, "attention q");
@@ -37,8 +49,7 @@ void CausalAttention(const Exec& ex, const Tensor& q, const Tensor& k, const Ten
   STRATA_DISPATCH(q, CausalAttention(ex, q, k, v, att, out));
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const Tensor rq = RoundedForMatmul(ex, q), rk = RoundedForMatmul(ex, k), rv = RoundedForMatmul(ex, v);
-  const bool round = ex.matmul != MatmulPrecision::kFp32;
-  std::vector<float> rounded_p(round ? t * t : 0);  // one head's P, rounded for P V
+  std::vector<float> rounded_p;  // one head's P, rounded for P V
   // Per head: scores = Q K^T (one GEMM; the upper triangle is computed and then masked, which
   // costs less than skipping it element by element), row softmax over c <= r, out = P V.
   for (int64_t i = 0; i < bh; ++i) {
@@ -51,12 +62,7 @@ void CausalAttention(const Exec& ex, const Tensor& q, const Tensor& k, const Ten
       SoftmaxRow(row, row, r + 1);
       std::fill(row + r + 1, row + t, 0.0f);
     }
-    const float* pp = pa;
-    if (round) {
-      std::copy(pa, pa + t * t, rounded_p.begin());
-      RoundForMatmul(ex.matmul, rounded_p.data(), t * t);
-      pp = rounded_p.data();
-    }
+    const float* pp = RoundedCopy(ex, pa, t * t, rounded_p);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t, hd, t, 1.0f, pp, t, pv, hd, 0.0f, po, hd);
   }
 }
@@ -79,19 +85,13 @@ void CausalAttentionBackward(const Exec& ex, const Tensor& q, const Tensor& k, c
   std::vector<float> ds(t * t);
   const Tensor rq = RoundedForMatmul(ex, q), rk = RoundedForMatmul(ex, k), rv = RoundedForMatmul(ex, v);
   const Tensor rdo = RoundedForMatmul(ex, dout);
-  const bool round = ex.matmul != MatmulPrecision::kFp32;
-  std::vector<float> rounded_p(round ? t * t : 0);  // one head's P, rounded for P^T dO
+  std::vector<float> rounded_p;  // one head's P, rounded for P^T dO
   for (int64_t i = 0; i < bh; ++i) {
     const int64_t o = i * t * hd;
     const float *pq = F(rq) + o, *pk = F(rk) + o, *pv = F(rv) + o, *pdo = F(rdo) + o;
     const float* pa = F(att) + i * t * t;
     float *pdq = W(dq) + o, *pdk = W(dk) + o, *pdv = W(dv) + o;
-    const float* pp = pa;
-    if (round) {
-      std::copy(pa, pa + t * t, rounded_p.begin());
-      RoundForMatmul(ex.matmul, rounded_p.data(), t * t);
-      pp = rounded_p.data();
-    }
+    const float* pp = RoundedCopy(ex, pa, t * t, rounded_p);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t, hd, t, 1.0f, pp, t, pdo, hd, 0.0f, pdv, hd);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t, t, hd, 1.0f, pdo, hd, pv, hd, 0.0f, ds.data(), t);
     for (int64_t r = 0; r < t; ++r) {
