@@ -416,6 +416,11 @@ Result<Report> RunChaosBench(const Options& o) {
                          "it was killed before its reply left, say): its increments count as neither lost nor "
                          "duplicated unless a key ends above its acknowledged plus those increments.");
   if (ledger.failed > 0) report.notes.push_back("ledger: the first failed push: " + ledger.first_failure);
+  if (ledger.trainer_rejoins > 0) {
+    report.notes.push_back("ledger: an in-process trainer was declared dead while it ran (a heartbeat gap past "
+                           "cluster.heartbeat_timeout_ms) and registered again, " +
+                           std::to_string(ledger.trainer_rejoins) + " time(s)");
+  }
   const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
   report.notes.push_back(HostLoadNote(cpus, total.Seconds()));
   if (static_cast<unsigned>(o.servers + o.trainers + 1) > cpus) {

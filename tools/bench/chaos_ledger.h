@@ -37,6 +37,7 @@ struct LedgerFigures {
   uint64_t failed_applied = 0;     // of those, found applied
   uint64_t retries = 0, failed = 0;  // retried requests; pushes whose wait failed
   int kills = 0;
+  int trainer_rejoins = 0;  // times an in-process trainer declared dead came back
   std::string error;
   std::string first_failure;  // why the first failed push failed
 };
