@@ -96,6 +96,10 @@ class PsSync final : public GradSync, public UnitHooks {
   // offload: waits for every unit's pull the next forward would wait for (the values become
   // the ones the next step computes on).
   Status WaitAllUnits();
+  // offload with the weights in bf16: every parameter's fp32 values made (a checkpoint reads
+  // them), and freed again. No-ops otherwise.
+  void MakeAllValues();
+  void FreeAllValues();
   // offload: a unit's forward waits for its parameters' pull.
   void BeforeUnit(int unit, Pass pass, UnitRange walk, const nn::Context& ctx) override;
   void AfterUnit(int unit, Pass pass, const nn::Context& ctx) override;

@@ -71,6 +71,16 @@ void PsSync::FreeValues(int unit) {
   for (size_t i : units_[static_cast<size_t>(unit)]) dense_[i].param->value = Tensor();
 }
 
+void PsSync::MakeAllValues() {
+  if (bf16_weights_.empty()) return;
+  for (int u = 0; u < static_cast<int>(units_.size()); ++u) MakeValues(u);
+}
+
+void PsSync::FreeAllValues() {
+  if (bf16_weights_.empty()) return;
+  for (int u = 0; u < static_cast<int>(units_.size()); ++u) FreeValues(u);
+}
+
 int64_t PsSync::bf16_weight_floats() const {
   int64_t n = 0;
   for (const Tensor& w : bf16_weights_) n += w.numel();

@@ -41,7 +41,16 @@ Status Trainer::SaveCheckpoint() {
   STRATA_RETURN_IF_ERROR(optimizer_->GatherState().WithContext("gathering the optimizer state for checkpoint " + step_dir));
   // offload: the weights are the servers'; the pulls in flight bring the latest (the optimizer
   // state stays on the servers: the checkpoint holds the weights only).
-  if (ps_ && ps_->offload()) STRATA_RETURN_IF_ERROR(ps_->WaitAllUnits().WithContext("checkpoint " + step_dir));
+  if (ps_ && ps_->offload()) {
+    STRATA_RETURN_IF_ERROR(ps_->WaitAllUnits().WithContext("checkpoint " + step_dir));
+    ps_->MakeAllValues();  // weights held in bf16: the fp32 values the file takes, freed on return
+  }
+  struct FreeValues {
+    PsSync* ps;
+    ~FreeValues() {
+      if (ps) ps->FreeAllValues();
+    }
+  } free_values{ps_ && ps_->offload() ? ps_.get() : nullptr};
   // ZeRO-3: the parameters too (every replica gathers; the first writes; all free them after).
   if (zero3_) STRATA_RETURN_IF_ERROR(zero3_->GatherAll().WithContext("checkpoint " + step_dir));
   if (groups_.dp_rank == 0 && groups_.cp_rank == 0) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <regex>
 #include <string>
 #include <vector>
@@ -178,8 +179,14 @@ TEST_F(OffloadTest, Bf16OnTheWireHalvesTheBytesWithinBf16Tolerance) {
   const std::string job = GptJob();
   std::string f32_log, bf16_log;
   ASSERT_EQ(Launch(job, 2, 2, {"sync.mode=offload", "train.metrics_path=" + Metrics("f32")}, &f32_log), 0) << f32_log;
-  ASSERT_EQ(Launch(job, 2, 2, {"sync.mode=offload", "sync.wire=bf16", "train.metrics_path=" + Metrics("bf16")}, &bf16_log),
+  // With a checkpoint at the end, which writes the weights the trainers hold in bf16, widened.
+  const std::string ckpt = dir_.File("ckpt-bf16");
+  ASSERT_EQ(Launch(job, 2, 2,
+                   {"sync.mode=offload", "sync.wire=bf16", "train.metrics_path=" + Metrics("bf16"),
+                    "train.checkpoint_every=20", "train.checkpoint_dir=" + ckpt},
+                   &bf16_log),
             0) << bf16_log;
+  EXPECT_TRUE(std::filesystem::exists(ckpt + "/latest")) << bf16_log;
   const std::vector<double> f = Losses(Rank("f32", 0)), b = Losses(Rank("bf16", 0));
   ASSERT_EQ(f.size(), 20u);
   ASSERT_EQ(b.size(), 20u);
