@@ -1,7 +1,7 @@
 # offload_bench_check.cmake: runs a tiny `strata-bench offload` and checks that it exits 0 and
-# that its JSON has the five modes with a positive step time, no optimizer state on the
-# trainers in the offload modes (allreduce's is there), and push/pull hidden figures for the
-# pipelined ones.
+# that its JSON has the six modes with a positive step time, no optimizer state on the
+# trainers in the offload modes (allreduce's is there), push/pull hidden figures for the
+# pipelined ones, and the bf16 mode's weights in 2 bytes a parameter.
 #   cmake -DBENCH=<strata-bench> -DJSON=<output file> -P offload_bench_check.cmake
 include("${CMAKE_CURRENT_LIST_DIR}/run_bench.cmake")
 run_bench("${JSON}" 240 offload --steps 6 --warmup 2 --tail 2 --layers 1 --width 32)
@@ -10,10 +10,14 @@ if(NOT benchmark STREQUAL "offload")
   message(FATAL_ERROR "benchmark is \"${benchmark}\", not \"offload\"")
 endif()
 string(JSON rows LENGTH "${doc}" tables 0 rows)
-if(NOT rows EQUAL 5)
-  message(FATAL_ERROR "expected 5 rows (allreduce, offload serial, offload, delayed, predicted), got ${rows}\n${out}")
+if(NOT rows EQUAL 6)
+  message(FATAL_ERROR "expected 6 rows (allreduce, offload serial, offload, delayed, predicted, bf16), got ${rows}\n${out}")
 endif()
-foreach(i 0 1 2 3 4)
+string(JSON params GET "${doc}" tables 0 rows 5 param_bytes_per_param)
+if(NOT params EQUAL 2)
+  message(FATAL_ERROR "offload, bf16: ${params} bytes of weights per parameter on the trainer, not 2\n${out}")
+endif()
+foreach(i 0 1 2 3 4 5)
   string(JSON mode GET "${doc}" tables 0 rows ${i} mode)
   string(JSON step_ms GET "${doc}" tables 0 rows ${i} step_ms)
   string(JSON state GET "${doc}" tables 0 rows ${i} state_bytes_per_param)
@@ -33,4 +37,4 @@ foreach(i 0 1 2 3 4)
     endif()
   endif()
 endforeach()
-message(STATUS "strata-bench offload: exit 0, five modes, no optimizer state on offloading trainers")
+message(STATUS "strata-bench offload: exit 0, six modes, no optimizer state on offloading trainers, bf16 weights in 2 bytes")

@@ -115,6 +115,7 @@ Result<Report> RunOffloadBench(const Options& o) {
       {"offload", o.servers, {"sync.mode=offload"}},
       {"offload, delayed", o.servers, {"sync.mode=offload", "sync.delayed_update=true", "sync.delayed_predict=false"}},
       {"offload, predicted", o.servers, {"sync.mode=offload", "sync.delayed_update=true"}},
+      {"offload, bf16", o.servers, {"sync.mode=offload", "sync.wire=bf16", "train.precision=bf16"}},
   };
   const unsigned cpus = std::thread::hardware_concurrency();
   Table table("strata-bench offload: gpt under allreduce and offload (servers hold the masters and AdamW state)",
@@ -203,7 +204,9 @@ Result<Report> RunOffloadBench(const Options& o) {
       "gradient pushed after it (what sync.mode ps does); offload: each gradient pushed as backward "
       "finishes it, each unit's parameters pulled just ahead of its forward; delayed: each step on "
       "the weights one update behind from step delayed_warmup + 1 (DeepSpeed's DPU); predicted: "
-      "the same, computing on the pulled weights moved on by the last update (sync.delayed_predict).",
+      "the same, computing on the pulled weights moved on by the last update (sync.delayed_predict); "
+      "bf16: sync.wire bf16 (gradients and weights in bf16 on the wire, the weights held in bf16 between "
+      "uses on the trainer) and train.precision bf16 (bf16 matmuls, activations saved in bf16).",
       "step ms: per step the slowest rank's (global batch / its samples per second), median over the "
       "steps after --warmup. push/pull s: the union of the requests' intervals from issue to reply, "
       "summed over ranks; hidden %: 1 - the seconds the training thread waited for them / that.",
