@@ -224,8 +224,14 @@ Result<Message> PsServer::CreateTable(const Request& request) {
     TableSpec placed = spec;
     placed.placement = held.placement;
     if (!(placed == held)) {
+      // Most often a table an earlier job left in this server's store (restored at start).
+      const std::string from = options_.tables_file.empty()
+                                   ? ""
+                                   : "; this server restores the tables recorded in " + options_.tables_file +
+                                         " at start: if an earlier job left it there, remove that store's directory "
+                                         "or give this job another server.store.path";
       return Status::AlreadyExists("table " + std::to_string(spec.id) + " exists with a different spec (\"" +
-                                   held.name + "\")");
+                                   held.name + "\": held " + held.Differences(placed) + ")" + from);
     }
     // The same table whose dense chunks sit at another placement: one restored from a store
     // written before byte-balanced placement (which kept the id layout), say. The chunks are

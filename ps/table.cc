@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <sstream>
 #include <utility>
 
 #include "common/hash.h"
@@ -14,6 +15,52 @@ namespace {
 double Uniform01(uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }
 
 }  // namespace
+
+std::string TableSpec::Differences(const TableSpec& other) const {
+  std::string out;
+  auto field = [&](const char* name, bool differs, const std::string& mine, const std::string& theirs) {
+    if (!differs) return;
+    if (!out.empty()) out += ", ";
+    out += std::string(name) + " " + mine + " vs " + theirs;
+  };
+  auto num = [](auto v) { return std::to_string(v); };
+  auto kind_name = [](TableKind k) { return std::string(k == TableKind::kDense ? "dense" : "sparse"); };
+  auto consistency_name = [](Consistency c) {
+    return std::string(c == Consistency::kBsp ? "bsp" : c == Consistency::kAsp ? "asp" : "ssp");
+  };
+  field("id", id != other.id, num(id), num(other.id));
+  field("name", name != other.name, "\"" + name + "\"", "\"" + other.name + "\"");
+  field("kind", kind != other.kind, kind_name(kind), kind_name(other.kind));
+  field("dim", dim != other.dim, num(dim), num(other.dim));
+  field("numel", numel != other.numel, num(numel), num(other.numel));
+  field("chunk_floats", chunk_floats != other.chunk_floats, num(chunk_floats), num(other.chunk_floats));
+  auto fnum = [](float v) {
+    std::ostringstream o;
+    o << v;
+    return o.str();
+  };
+  const OptimizerSpec &o = optimizer, &p = other.optimizer;
+  field("optimizer.kind", o.kind != p.kind, num(static_cast<int>(o.kind)), num(static_cast<int>(p.kind)));
+  field("optimizer.lr", o.lr != p.lr, fnum(o.lr), fnum(p.lr));
+  field("optimizer.momentum", o.momentum != p.momentum, fnum(o.momentum), fnum(p.momentum));
+  field("optimizer.beta1", o.beta1 != p.beta1, fnum(o.beta1), fnum(p.beta1));
+  field("optimizer.beta2", o.beta2 != p.beta2, fnum(o.beta2), fnum(p.beta2));
+  field("optimizer.eps", o.eps != p.eps, fnum(o.eps), fnum(p.eps));
+  field("optimizer.weight_decay", o.weight_decay != p.weight_decay, fnum(o.weight_decay), fnum(p.weight_decay));
+  field("optimizer.clip_norm", o.clip_norm != p.clip_norm, fnum(o.clip_norm), fnum(p.clip_norm));
+  field("optimizer.initial_accumulator", o.initial_accumulator != p.initial_accumulator, fnum(o.initial_accumulator),
+        fnum(p.initial_accumulator));
+  field("init", !(init == other.init), "(kind " + num(static_cast<int>(init.kind)) + ", seed " + num(init.seed) + ")",
+        "(kind " + num(static_cast<int>(other.init.kind)) + ", seed " + num(other.init.seed) + ")");
+  field("consistency", consistency != other.consistency, consistency_name(consistency),
+        consistency_name(other.consistency));
+  field("staleness", staleness != other.staleness, num(staleness), num(other.staleness));
+  field("aggregate", aggregate != other.aggregate, num(static_cast<int>(aggregate)), num(static_cast<int>(other.aggregate)));
+  field("pushers", pushers != other.pushers, num(pushers), num(other.pushers));
+  field("clipped", clipped != other.clipped, clipped ? "true" : "false", other.clipped ? "true" : "false");
+  field("placement", placement != other.placement, num(placement), num(other.placement));
+  return out;
+}
 
 Status TableSpec::Validate() const {
   const std::string where = "table " + std::to_string(id) + " (\"" + name + "\"): ";

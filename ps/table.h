@@ -100,6 +100,9 @@ struct TableSpec {
 
   // Checks every field; the error names the table and the field.
   Status Validate() const;
+  // The fields in which `other` differs from this spec, "name this vs that" each, comma-separated
+  // (the optimizer's and the initializer's as a whole); empty when they are equal.
+  std::string Differences(const TableSpec& other) const;
   // Floats of optimizer state per value float (0 for plain sgd, 1 for momentum/adagrad, 2 adam).
   int StateSlots() const;
   // Floats per stored record: value, state, and one slot holding the step count.

@@ -209,7 +209,9 @@ TEST_F(PsTest, BadRequestsChangeNothingAndTheServerKeepsServing) {
   OptimizerSpec sgd;
   sgd.lr = 1.0f;
   TableSpec clash = Sparse(1, 8, Consistency::kAsp, sgd);  // table 1 as made, but dim 8
-  EXPECT_EQ(clients_[1]->CreateTable(clash).code(), StatusCode::kAlreadyExists);
+  s = clients_[1]->CreateTable(clash);
+  EXPECT_EQ(s.code(), StatusCode::kAlreadyExists);
+  EXPECT_NE(s.message().find("held dim 4 vs 8"), std::string::npos) << s.ToString();  // what differs
 
   PsTicket q = clients_[0]->Pull(1, keys, after.data());
   ASSERT_TRUE(clients_[0]->Wait(q).ok());

@@ -1,5 +1,5 @@
 // table_test.cc: TableSpec's pushers field: only dense BSP tables take it, and it travels on
-// the wire (and into the tables file) unchanged.
+// the wire (and into the tables file) unchanged. Differences names what two specs differ in.
 #include "ps/table.h"
 
 #include <gtest/gtest.h>
@@ -31,6 +31,15 @@ TEST(TableSpecPushers, OnlyDenseBspTablesTakeIt) {
   sparse.kind = TableKind::kSparse;
   sparse.dim = 8;
   EXPECT_EQ(sparse.Validate().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(TableSpecDifferences, NamesEachFieldThatDiffers) {
+  EXPECT_EQ(DenseBsp().Differences(DenseBsp()), "");
+  TableSpec other = DenseBsp();
+  other.pushers = 2;
+  other.numel = 101;
+  other.optimizer.lr = 0.5f;
+  EXPECT_EQ(DenseBsp().Differences(other), "numel 100 vs 101, optimizer.lr 0.01 vs 0.5, pushers 4 vs 2");
 }
 
 TEST(TableSpecPushers, TravelsOnTheWire) {
