@@ -189,6 +189,7 @@ run() {
     [ "$run" = hybrid-cuda ] && [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -lt 2 ] && trainers=1
     step "ctr-$run" 120 "$b/strata-launch" --servers 2 --trainers "$trainers" --timeout 110 "$repo/examples/ctr.yaml" \
       --set train.steps=1000 --set "sync.mode=${run%-*}" --set "train.device=${run#*-}" \
+      --set "server.store.path=$root/ctr-store-$run" \
       --set "train.metrics_path=$logs/ctr-$run-{rank}.jsonl"
   done
   # gpt through the servers (offload, one trainer) with bf16 on the wire and train.precision bf16:
