@@ -55,7 +55,8 @@ std::string TableSpec::Differences(const TableSpec& other) const {
   field("consistency", consistency != other.consistency, consistency_name(consistency),
         consistency_name(other.consistency));
   field("staleness", staleness != other.staleness, num(staleness), num(other.staleness));
-  field("aggregate", aggregate != other.aggregate, num(static_cast<int>(aggregate)), num(static_cast<int>(other.aggregate)));
+  field("aggregate", aggregate != other.aggregate, num(static_cast<int>(aggregate)),
+        num(static_cast<int>(other.aggregate)));
   field("pushers", pushers != other.pushers, num(pushers), num(other.pushers));
   field("clipped", clipped != other.clipped, clipped ? "true" : "false", other.clipped ? "true" : "false");
   field("placement", placement != other.placement, num(placement), num(other.placement));

@@ -69,10 +69,11 @@ void ExpectBf16Tracks(const TrainJob& job, const char* name) {
   for (size_t i = 0; i < fp32.losses.size(); ++i) {
     worst = std::max(worst, std::abs(bf16.losses[i] - fp32.losses[i]) / std::abs(fp32.losses[i]));
   }
-  const double saved = static_cast<double>(bf16.pipeline.peak_saved_bytes) / static_cast<double>(fp32.pipeline.peak_saved_bytes);
+  const int64_t b16 = bf16.pipeline.peak_saved_bytes, b32 = fp32.pipeline.peak_saved_bytes;
+  const double saved = static_cast<double>(b16) / static_cast<double>(b32);
   std::cout << name << ": bf16 loss within " << worst << " of fp32 (relative, worst of 20 steps); final "
-            << bf16.losses.back() << " vs " << fp32.losses.back() << "; saved activations " << bf16.pipeline.peak_saved_bytes
-            << " vs " << fp32.pipeline.peak_saved_bytes << " bytes (" << saved << ")\n";
+            << bf16.losses.back() << " vs " << fp32.losses.back() << "; saved activations " << b16
+            << " vs " << b32 << " bytes (" << saved << ")\n";
   EXPECT_LE(worst, 5e-3);
   EXPECT_GT(worst, 0.0);
   EXPECT_GE(saved, 0.5);
