@@ -30,8 +30,8 @@ namespace {
 // x[0..n) as a GEMM at ex.matmul multiplies it: x itself at fp32, else a rounded copy in `scratch`.
 const float* RoundedCopy(const Exec& ex, const float* x, int64_t n, std::vector<float>& scratch) {
   if (ex.matmul == MatmulPrecision::kFp32) return x;
-  scratch.assign(x, x + n);
-  RoundForMatmul(ex.matmul, scratch.data(), n);
+  scratch.resize(static_cast<size_t>(n));
+  RoundForMatmul(ex.matmul, x, scratch.data(), n);
   return scratch.data();
 }
 
@@ -99,7 +99,7 @@ void CausalAttentionBackward(const Exec& ex, const Tensor& q, const Tensor& k, c
       SoftmaxBackwardRow(pa + r * t, row, row, r + 1);
       std::fill(row + r + 1, row + t, 0.0f);
     }
-    RoundForMatmul(ex.matmul, ds.data(), t * t);  // (CUDA rounds dS scaled: the same for hd 4^n)
+    RoundForMatmul(ex.matmul, ds.data(), ds.data(), t * t);  // (CUDA rounds dS scaled: the same for hd 4^n)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t, hd, t, scale, ds.data(), t, pk, hd, 0.0f, pdq, hd);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t, hd, t, scale, ds.data(), t, pq, hd, 0.0f, pdk, hd);
   }

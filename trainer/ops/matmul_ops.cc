@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <cstring>
 
-#include "common/dtype.h"
 #include "trainer/ops/op_helpers.h"
 #include "trainer/ops/ops.h"
 #include "trainer/ops/parallel.h"
@@ -34,19 +33,21 @@ float RoundMantissa(float x, int keep) {
 
 namespace internal {
 
-void RoundForMatmul(MatmulPrecision p, float* x, int64_t n) {
-  if (p == MatmulPrecision::kFp32) return;
+void RoundForMatmul(MatmulPrecision p, const float* in, float* out, int64_t n) {
+  if (p == MatmulPrecision::kFp32) {
+    if (out != in) std::memcpy(out, in, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
   const int keep = p == MatmulPrecision::kBf16 ? 7 : 10;
   ParallelFor(n, kParallelGrain, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) x[i] = RoundMantissa(x[i], keep);
+    for (int64_t i = lo; i < hi; ++i) out[i] = RoundMantissa(in[i], keep);
   });
 }
 
 Tensor RoundedForMatmul(const Exec& ex, const Tensor& t) {
   if (ex.matmul == MatmulPrecision::kFp32) return t;
   Tensor r = NewTensor(ex, t.shape());
-  std::memcpy(r.data(), t.data(), t.nbytes());
-  RoundForMatmul(ex.matmul, W(r), r.numel());
+  RoundForMatmul(ex.matmul, F(t), W(r), r.numel());  // one pass: read t, write the rounding
   return r;
 }
 

@@ -44,9 +44,10 @@ inline int64_t Cols(const Tensor& t) { return t.dim() == 0 ? 1 : t.size(t.dim() 
 inline int64_t IdAt(const Tensor& ids, int64_t i) {
   return ids.dtype() == DType::kI64 ? ids.data_as<int64_t>()[i] : ids.data_as<int32_t>()[i];
 }
-// x[0..n) rounded in place as ex.matmul's tensor cores round their inputs: to nearest (ties to
-// even) with 7 (bf16) or 10 (tf32) mantissa bits; nothing at fp32 (matmul_ops.cc).
-void RoundForMatmul(MatmulPrecision p, float* x, int64_t n);
+// out[0..n) = in[0..n) rounded as a tensor core at precision p rounds its inputs: to nearest
+// (ties to even) with 7 (bf16) or 10 (tf32) mantissa bits; copied as it is at fp32. in may be
+// out (matmul_ops.cc).
+void RoundForMatmul(MatmulPrecision p, const float* in, float* out, int64_t n);
 // A rounded copy of contiguous f32 t, or t itself at fp32.
 Tensor RoundedForMatmul(const Exec& ex, const Tensor& t);
 // y = softmax(x) over n entries (a fast exp, summed in double, as every CPU softmax here);
