@@ -459,6 +459,14 @@ std::optional<std::chrono::steady_clock::time_point> PsClient::CompletedAt(const
   return ticket.completed_;
 }
 
+bool PsClient::Arrived(const PsTicket& ticket) {
+  if (!ticket.early_.ok()) return true;
+  for (const PsTicket::Part& part : ticket.parts_) {
+    if (!part.ticket.done()) return false;
+  }
+  return true;
+}
+
 Status PsClient::Clock(float grad_scale) {
   STRATA_RETURN_IF_ERROR(Connect());
   const int64_t clock = clock_;

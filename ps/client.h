@@ -107,6 +107,9 @@ class PsClient {
 
   // After Wait: when the last of the ticket's parts got its reply (nullopt before, or if none did).
   static std::optional<std::chrono::steady_clock::time_point> CompletedAt(const PsTicket& ticket);
+  // Whether every server's reply (or error) to `ticket` is in, so that Wait returns without
+  // waiting (unless a part failed and is sent again). Never blocks.
+  static bool Arrived(const PsTicket& ticket);
 
   // This trainer finished its current clock: tells every server (after the pushes sent before
   // it, which ZeroMQ keeps in order), then advances. Pushes and pulls carry the current clock.

@@ -235,17 +235,12 @@ Status PsSync::Finish(int64_t step) {
       if (n == 0) break;
       Tensor g = r.param->grad.Narrow(0, 0, n);
       if (push_scale_ != 1.0f) ops::Scale(exec_, g, push_scale_);
-      push_staged_.emplace_back(static_cast<size_t>(g.numel()));
-      STRATA_RETURN_IF_ERROR(HostView(push_staged_.back().data(), g).CopyFrom(g));
-      pushes_.push_back({client_.Push(r.table, keys_, push_staged_.back().data()), Clock::now()});
+      Push& p = pushes_.emplace_back();
+      p.staged.resize(static_cast<size_t>(g.numel()));
+      STRATA_RETURN_IF_ERROR(HostView(p.staged.data(), g).CopyFrom(g));
+      p.f = {client_.Push(r.table, keys_, p.staged.data()), Clock::now()};
     }
-    Status status;
-    for (InFlight& f : pushes_) {
-      if (Status s = WaitRecorded(f, /*pull=*/false, "push"); !s.ok() && status.ok()) status = s;
-    }
-    pushes_.clear();
-    push_staged_.clear();
-    push_bf16_.clear();
+    Status status = AcknowledgeAll();
     std::fill(pushed_.begin(), pushed_.end(), false);
     STRATA_RETURN_IF_ERROR(status);
     STRATA_ASSIGN_OR_RETURN(const float clip_scale, GlobalClipScale());
@@ -259,6 +254,7 @@ Status PsSync::Finish(int64_t step) {
   const auto started = Clock::now();
   std::vector<InFlight> tickets;
   std::vector<std::vector<float>> staged;  // host copies of device gradients
+  std::vector<std::vector<uint16_t>> narrow(wire_bf16_ ? dense_.size() : 0);  // sync.wire bf16
   auto host_floats = [&](const Tensor& g) -> const float* {
     if (g.is_cpu() && g.is_contiguous()) return g.data_as<float>();
     staged.emplace_back(static_cast<size_t>(g.numel()));
@@ -272,8 +268,10 @@ Status PsSync::Finish(int64_t step) {
   if (push_scale_ != 1.0f) {
     for (const Remote& r : sparse_) ops::Scale(exec_, r.param->grad, push_scale_);
   }
-  for (const Remote& r : dense_) {
-    tickets.push_back({wire_bf16_ ? client_.PushDenseBf16(r.table, Bf16Copy(r.param->grad))
+  for (size_t i = 0; i < dense_.size(); ++i) {
+    const Remote& r = dense_[i];
+    if (wire_bf16_) RoundToBf16(r.param->grad, narrow[i]);
+    tickets.push_back({wire_bf16_ ? client_.PushDenseBf16(r.table, narrow[i].data())
                                   : client_.PushDense(r.table, host_floats(r.param->grad)),
                        Clock::now()});
   }
@@ -286,7 +284,6 @@ Status PsSync::Finish(int64_t step) {
   STRATA_ASSIGN_OR_RETURN(const float clip_scale, GlobalClipScale());
   STRATA_RETURN_IF_ERROR(client_.Clock(clip_scale));
   push_exposed_ += SecondsSince(started);
-  push_bf16_.clear();
   return Status::OK();
 }
 
@@ -323,6 +320,7 @@ void PsSync::SetUnits(const Model& model, int64_t delayed_from, bool predict) {
   // The wire brings bf16 values: held so, they take half the bytes and lose nothing. The
   // prediction's weights are extrapolated in fp32, which bf16 would round.
   if (wire_bf16_ && last_pull_.empty()) HoldWeightsInBf16();
+  HoldGradsPerUnit();
 }
 
 void PsSync::IssueUnitPulls(std::vector<UnitPull>& into, bool staged) {
@@ -406,57 +404,15 @@ Status PsSync::WaitAllUnits() {
 void PsSync::BeforeUnit(int unit, Pass pass, UnitRange /*walk*/, const nn::Context& /*ctx*/) {
   if (pass == Pass::kForward) {
     if (Status s = WaitUnit(unit); !s.ok()) throw nn::CollectiveFailed(s);
+  } else {
+    Reap();  // the pushes of the units after this one, acknowledged by now, free their gradients
+    MakeGrads(unit);
   }
   if (!bf16_weights_.empty()) MakeValues(unit);
 }
 
 void PsSync::AfterUnit(int unit, Pass /*pass*/, const nn::Context& /*ctx*/) {
   if (!bf16_weights_.empty()) FreeValues(unit);
-}
-
-void PsSync::PushDense(const Remote& r) {
-  pushed_[dense_index_[r.param]] = true;
-  Tensor& g = r.param->grad;
-  if (dense_scale_ != 1.0f) ops::Scale(exec_, g, dense_scale_);
-  if (wire_bf16_) {
-    pushes_.push_back({client_.PushDenseBf16(r.table, Bf16Copy(g)), Clock::now()});
-    return;
-  }
-  const float* data = nullptr;
-  if (g.is_cpu() && g.is_contiguous()) {
-    data = g.data_as<float>();  // zero-copy: unchanged until Finish waits for the push
-  } else {
-    push_staged_.emplace_back(static_cast<size_t>(g.numel()));
-    STRATA_CHECK_OK(HostView(push_staged_.back().data(), g).CopyFrom(g));
-    data = push_staged_.back().data();
-  }
-  pushes_.push_back({client_.PushDense(r.table, data), Clock::now()});
-}
-
-void PsSync::GradReady(nn::Parameter& p) {
-  if (!offload()) return;
-  auto it = dense_index_.find(&p);
-  if (it == dense_index_.end()) return;  // sparse: its compact rows go at Finish
-  if (pushed_[it->second]) {
-    // A second report means the gradient changed after its push (a shared weight).
-    throw nn::CollectiveFailed(Status::FailedPrecondition(
-        "parameter " + p.name + " reported ready twice in one step: sync.mode offload pushes it at the first"));
-  }
-  PushDense(dense_[it->second]);
-}
-
-const uint16_t* PsSync::Bf16Copy(const Tensor& g) {
-  push_bf16_.emplace_back(static_cast<size_t>(g.numel()));
-  std::vector<uint16_t>& out = push_bf16_.back();
-  if (g.is_cpu() && g.is_contiguous()) {
-    const float* f = g.data_as<float>();
-    for (size_t i = 0; i < out.size(); ++i) out[i] = FloatToBF16(f[i]);
-  } else {
-    std::vector<float> host(out.size());
-    STRATA_CHECK_OK(HostView(host.data(), g).CopyFrom(g));
-    for (size_t i = 0; i < out.size(); ++i) out[i] = FloatToBF16(host[i]);
-  }
-  return out.data();
 }
 
 int64_t PsSync::staging_bytes() const {

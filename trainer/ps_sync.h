@@ -18,7 +18,11 @@
 //  - with sync.wire bf16 the working weights are held in bf16 between uses (the values the wire
 //    brings, nothing rounded further): a unit's fp32 values exist only while it computes, made
 //    before its forward and its backward and freed after (ps_sync_weights.cc). Not with the
-//    delayed update's prediction, whose extrapolated weights are fp32.
+//    delayed update's prediction, whose extrapolated weights are fp32;
+//  - a unit's gradients exist only from its first backward of the step until the servers
+//    acknowledged their push, as ZeRO-Offload moves them off the device as backward makes them
+//    (ps_sync_grads.cc): between steps the trainer holds the weights alone. A bf16 push reads
+//    its own rounded copy, so the fp32 gradient goes as soon as it is pushed.
 #pragma once
 
 #include <chrono>
@@ -100,7 +104,7 @@ class PsSync final : public GradSync, public UnitHooks {
   // them), and freed again. No-ops otherwise.
   void MakeAllValues();
   void FreeAllValues();
-  // offload: a unit's forward waits for its parameters' pull.
+  // offload: a unit's forward waits for its parameters' pull; its backward makes its gradients.
   void BeforeUnit(int unit, Pass pass, UnitRange walk, const nn::Context& ctx) override;
   void AfterUnit(int unit, Pass pass, const nn::Context& ctx) override;
 
@@ -118,6 +122,9 @@ class PsSync final : public GradSync, public UnitHooks {
   int64_t staging_bytes() const;
   // offload with sync.wire bf16: the weights' floats held in bf16 between uses (0 otherwise).
   int64_t bf16_weight_floats() const;
+  // offload: the most bytes of per-unit gradients and of the pushes' copies of them alive at
+  // once, since construction (gradients held between steps, outside the units, not counted).
+  int64_t grad_peak_bytes() const { return grad_peak_bytes_; }
   // Totals since construction.
   PsOverlap overlap() const;
 
@@ -169,9 +176,33 @@ class PsSync final : public GradSync, public UnitHooks {
   void HoldWeightsInBf16();
   // Waits for `f` and records its interval (for overlap()) and its trace event.
   Status WaitRecorded(InFlight& f, bool pull, const char* name);
+
+  // offload: a push in flight and what it reads until the servers acknowledged it (a retry
+  // sends it again): its own copy (the gradient in bf16, or a device gradient staged on the
+  // host) or, `grad`, the gradient itself.
+  static constexpr size_t kCopied = static_cast<size_t>(-1);
+  struct Push {
+    InFlight f;
+    std::vector<uint16_t> bf16;
+    std::vector<float> staged;
+    size_t grad = kCopied;  // the dense_ index of the gradient it reads in place
+    bool acknowledged = false;
+  };
+  // The gradients per unit (ps_sync_grads.cc). SetUnits frees them; a unit's backward makes them
+  // (zeroed); an acknowledged push frees its own.
+  void HoldGradsPerUnit();
+  void MakeGrads(int unit);
+  void MakeGrad(size_t index);
+  void FreeGrad(size_t index);
+  void CountGradBytes(int64_t bytes);
   void PushDense(const Remote& r);
-  // `g` rounded to bf16 in a buffer that lives until the step's pushes were waited for.
-  const uint16_t* Bf16Copy(const Tensor& g);
+  // Waits for `p`, frees what it read. Reap: for every push whose replies are all in.
+  Status Acknowledge(Push& p);
+  void Reap();
+  // Waits for every push not acknowledged yet; the first error, Reap's included.
+  Status AcknowledgeAll();
+  // `g` rounded to bf16 into `out`.
+  static void RoundToBf16(const Tensor& g, std::vector<uint16_t>& out);
 
   PsClient& client_;
   Trace* trace_;
@@ -199,9 +230,13 @@ class PsSync final : public GradSync, public UnitHooks {
   std::vector<UnitPull> next_;   // the pulls the next forward waits for
   std::vector<UnitPull> ahead_;  // delayed update: the pulls for the step after that
   std::vector<bool> pushed_;     // by dense_ index, this step
-  std::vector<InFlight> pushes_;  // this step's
-  std::vector<std::vector<float>> push_staged_;  // host copies of device gradients in flight
-  std::vector<std::vector<uint16_t>> push_bf16_;  // bf16 gradients in flight (sync.wire bf16)
+  std::vector<Push> pushes_;     // this step's
+  Status push_error_;            // the first failure Reap met (Finish returns it)
+  // By dense_ index: whether the gradient lives per unit (every parameter of a unit), and its
+  // shape.
+  std::vector<bool> grad_per_unit_;
+  std::vector<Shape> grad_shape_;
+  int64_t grad_bytes_ = 0, grad_peak_bytes_ = 0;  // per-unit gradients and push copies alive
   bool wire_bf16_ = false;
   // offload, sync.wire bf16: by dense_ index, the weights in bf16 on the parameters' device
   // (empty otherwise); the parameters' values exist only while their unit computes.

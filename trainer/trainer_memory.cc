@@ -59,6 +59,14 @@ void Trainer::LogMemory(int64_t step_peak) {
   // while it computes: the peak line counts them).
   const int64_t bf16_floats = offload && ps_ ? ps_->bf16_weight_floats() : 0;
   params -= bf16_floats * static_cast<int64_t>(sizeof(float) - sizeof(uint16_t));
+  if (offload && ps_) {
+    // A unit's gradients exist from its backward until the servers acknowledged their push: the
+    // ones held now (after the step: outside the units, the compact sparse tables') and, during
+    // a step, the most the units' gradients and the pushes' copies came to at once.
+    grads_between = 0;
+    for (const auto& p : reg.params()) grads_between += p->grad.defined() ? static_cast<int64_t>(p->grad.nbytes()) : 0;
+    grads_step = grads_between + ps_->grad_peak_bytes();
+  }
   const int zero = sharded_ ? job_.parallel.zero : 0;
   // ZeRO shards over the dp x cp ranks averaging each gradient.
   const double n = plan_.dp * plan_.cp, per = psi > 0 ? static_cast<double>(psi) : 1.0;
@@ -66,7 +74,8 @@ void Trainer::LogMemory(int64_t step_peak) {
   const bool adam = job_.optimizer.kind == OptimizerOptions::Kind::kAdamW;
   const double k = adam ? 8 : 4;
   double formula = zero == 0 ? 8 + k : zero == 1 ? 8 + k / n : zero == 2 ? 4 + (4 + k) / n : (8 + k) / n;
-  if (offload) formula = job_.sync.delayed_update ? (job_.sync.delayed_predict ? 16 : 12) : 8;
+  // offload: the weights (and the delayed update's copies of them); no gradients between steps.
+  if (offload) formula = job_.sync.delayed_update ? (job_.sync.delayed_predict ? 12 : 8) : 4;
   if (offload && bf16_floats > 0) formula -= 2;  // the weights in 2 bytes, not 4
   const auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
   const std::string who = "rank " + std::to_string(rank_) + " memory (" +
@@ -75,6 +84,11 @@ void Trainer::LogMemory(int64_t step_peak) {
   spdlog::info("{}parameters {:.3f} MiB ({:.2f} psi)", who, mib(params), params / per);
   spdlog::info("{}gradients {:.3f} MiB during a step ({:.2f} psi), {:.3f} MiB between steps ({:.2f} psi)", who,
                mib(grads_step), grads_step / per, mib(grads_between), grads_between / per);
+  if (offload && ps_) {
+    spdlog::info("{}of the gradients, a unit's exist from its backward until the servers acknowledged their push: "
+                 "{:.3f} MiB at most at once{}", who, mib(ps_->grad_peak_bytes()),
+                 job_.sync.wire == DType::kBF16 ? " (the pushes' bf16 copies included)" : "");
+  }
   spdlog::info("{}optimizer state {:.3f} MiB ({:.2f} psi){}", who, mib(state), state / per,
                offload ? ", the masters and the optimizer state on the servers" : "");
   if (bf16_floats > 0) {
