@@ -211,8 +211,10 @@ Result<Report> RunOffloadBench(const Options& o) {
       "steps after --warmup. push/pull s: the union of the requests' intervals from issue to reply, "
       "summed over ranks; hidden %: 1 - the seconds the training thread waited for them / that.",
       "memory (rank 0, after the second step): bytes per parameter the trainer holds; the delayed "
-      "update adds the buffers its pulls land in. tail loss: rank 0's mean training loss over the "
-      "last --tail steps; vs undelayed: the delayed runs' over offload's.",
+      "update adds the buffers its pulls land in. grads/psi: the most gradient bytes alive at once "
+      "during a step (offload: a unit's exist from its backward until their push is acknowledged, "
+      "the pushes' bf16 copies included; none between steps). tail loss: rank 0's mean training "
+      "loss over the last --tail steps; vs undelayed: the delayed runs' over offload's.",
       HostLoadNote(cpus, total.Seconds())};
   if (static_cast<unsigned>(o.trainers + o.servers + 1) > cpus) {
     report.notes.push_back("figures taken oversubscribed: " + std::to_string(o.trainers) + " trainers, " +
