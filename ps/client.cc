@@ -7,6 +7,7 @@
 #include <random>
 #include <thread>
 
+#include "common/dtype.h"
 #include "ps/key_index.h"
 
 namespace strata {
@@ -254,7 +255,7 @@ Status PsClient::SaveTables(const std::string& checkpoint) {
 }
 
 PsTicket PsClient::Sparse(uint32_t table, std::span<const uint64_t> keys, const float* grads,
-                          float* out, bool push) {
+                          float* out, bool push, bool bf16) {
   PsTicket ticket;
   auto spec_or = Spec(table, TableKind::kSparse);
   if (!spec_or.ok()) {
@@ -308,11 +309,24 @@ PsTicket PsClient::Sparse(uint32_t table, std::span<const uint64_t> keys, const 
     q->dim = dim;
     q->keys = std::make_shared<std::vector<uint64_t>>(std::move(s.keys));
     q->grads = std::make_shared<std::vector<float>>(std::move(s.grads));
+    q->bf16 = bf16;
+    const bool narrow = bf16 && !push;  // a push-pull's values come back in fp32
     PsTicket::Part part = SparsePart(sv, std::move(q));
     Send(part, timeout_);
     if (out) {
-      part.on_reply = [scatter = std::move(s.scatter), dim, n, out](const Message& reply) {
-        STRATA_RETURN_IF_ERROR(CheckValues(reply, {static_cast<size_t>(n) * dim}));
+      part.on_reply = [scatter = std::move(s.scatter), dim, n, out, narrow](const Message& reply) {
+        STRATA_RETURN_IF_ERROR(CheckValues(reply, {static_cast<size_t>(n) * dim}, narrow ? DType::kBF16 : DType::kF32));
+        if (narrow) {
+          const auto* v = reinterpret_cast<const unsigned char*>(reply.payload(0).data());
+          for (const auto& [pos, at] : scatter) {
+            for (size_t j = 0; j < dim; ++j) {
+              uint16_t h;
+              std::memcpy(&h, v + (at * dim + j) * sizeof(uint16_t), sizeof(h));
+              out[pos * dim + j] = BF16ToFloat(h);
+            }
+          }
+          return Status::OK();
+        }
         const auto* v = reinterpret_cast<const float*>(reply.payload(0).data());
         for (const auto& [pos, at] : scatter) std::memcpy(out + pos * dim, v + at * dim, dim * sizeof(float));
         return Status::OK();
@@ -323,14 +337,14 @@ PsTicket PsClient::Sparse(uint32_t table, std::span<const uint64_t> keys, const 
   return ticket;
 }
 
-PsTicket PsClient::Pull(uint32_t table, std::span<const uint64_t> keys, float* out) {
-  return Sparse(table, keys, nullptr, out, false);
+PsTicket PsClient::Pull(uint32_t table, std::span<const uint64_t> keys, float* out, bool bf16) {
+  return Sparse(table, keys, nullptr, out, false, bf16);
 }
-PsTicket PsClient::Push(uint32_t table, std::span<const uint64_t> keys, const float* grads) {
-  return Sparse(table, keys, grads, nullptr, true);
+PsTicket PsClient::Push(uint32_t table, std::span<const uint64_t> keys, const float* grads, bool bf16) {
+  return Sparse(table, keys, grads, nullptr, true, bf16);
 }
 PsTicket PsClient::PushPull(uint32_t table, std::span<const uint64_t> keys, const float* grads, float* out) {
-  return Sparse(table, keys, grads, out, true);
+  return Sparse(table, keys, grads, out, true, false);
 }
 
 PsTicket PsClient::PullDense(uint32_t table, float* out, bool bf16) {

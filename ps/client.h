@@ -58,6 +58,9 @@ class PsTicket {
     size_t dim = 0;
     std::shared_ptr<std::vector<uint64_t>> keys;
     std::shared_ptr<std::vector<float>> grads;  // push: keys.size() * dim
+    // The rows on the wire in bf16: a push's gradients, a pull's values (a push-pull's values
+    // come back in fp32).
+    bool bf16 = false;
   };
   struct Part {
     Part(uint32_t server_rank, std::function<Status(const Message& reply)> scatter, std::function<Message()> build)
@@ -85,9 +88,11 @@ class PsClient {
   // How many servers hold dense chunks (the job's first cluster.servers; PlaceDense's loads).
   Result<uint32_t> DenseServers();
 
-  // Sparse tables. `out` holds keys.size() * dim floats; `grads` likewise.
-  PsTicket Pull(uint32_t table, std::span<const uint64_t> keys, float* out);
-  PsTicket Push(uint32_t table, std::span<const uint64_t> keys, const float* grads);
+  // Sparse tables. `out` holds keys.size() * dim floats; `grads` likewise. `bf16`: the rows
+  // travel rounded to bf16 (half their bytes; the keys stay 8 bytes each): the servers widen the
+  // gradients and keep fp32 rows, and the pulled values are widened into `out`.
+  PsTicket Pull(uint32_t table, std::span<const uint64_t> keys, float* out, bool bf16 = false);
+  PsTicket Push(uint32_t table, std::span<const uint64_t> keys, const float* grads, bool bf16 = false);
   // Push, then return the updated rows in one round trip (ASP and SSP tables).
   PsTicket PushPull(uint32_t table, std::span<const uint64_t> keys, const float* grads, float* out);
 
@@ -152,7 +157,7 @@ class PsClient {
   // bf16 wire only).
   PsTicket PullDenseAs(uint32_t table, void* out, DType wire, DType into);
   PsTicket Sparse(uint32_t table, std::span<const uint64_t> keys, const float* grads, float* out,
-                  bool push);
+                  bool push, bool bf16);
   // Sends part.make() to server part.server and stores its ticket.
   void Send(PsTicket::Part& part, Millis timeout);
   // Waits for a part's reply; Unavailable as soon as its server is seen down or replaced.

@@ -7,6 +7,7 @@
 #include <map>
 #include <thread>
 
+#include "common/dtype.h"
 #include "ps/client.h"
 
 namespace strata {
@@ -34,9 +35,17 @@ PsTicket::Part PsClient::SparsePart(uint32_t server, std::shared_ptr<const PsTic
       auto p = m.builder().getBody().initPull();
       p.setTable(q->table);
       p.setClock(q->clock);
+      p.setBf16(q->bf16);
     }
     m.AddPayload(DType::kI64, {n}, View(q->keys));
-    if (q->push) m.AddPayload(DType::kF32, {n, static_cast<int64_t>(q->dim)}, View(q->grads));
+    const std::vector<int64_t> rows = {n, static_cast<int64_t>(q->dim)};
+    if (q->push && q->bf16) {  // rounded afresh for each send: a retry sends the same bytes
+      auto narrow = std::make_shared<std::vector<uint16_t>>(q->grads->size());
+      ConvertF32ToBF16(q->grads->data(), narrow->data(), narrow->size());
+      m.AddPayload(DType::kBF16, rows, View(narrow));
+    } else if (q->push) {
+      m.AddPayload(DType::kF32, rows, View(q->grads));
+    }
     return m;
   });
   part.sparse = std::move(q);
@@ -113,28 +122,31 @@ Result<Message> PsClient::Resplit(PsTicket::Part& part, int depth) {
     subs.push_back({std::move(positions), SparsePart(server, std::move(sub))});
     Send(subs.back().part, timeout_);
   }
-  auto values = std::make_shared<std::vector<float>>(q.return_values ? n * dim : 0);
+  // The values as the part's own server would send them: bf16 for a bf16 pull.
+  const DType dtype = q.bf16 && !q.push ? DType::kBF16 : DType::kF32;
+  const size_t row_bytes = dim * DTypeSize(dtype);
+  auto values = std::make_shared<std::vector<unsigned char>>(q.return_values ? n * row_bytes : 0);
   for (Sub& sub : subs) {
     Result<Message> r = Await(sub.part, timeout_ + Millis(1000));
     if (!r.ok() && Retryable(r.status())) r = Retry(sub.part, std::move(r));
     if (!r.ok() && LayoutMoved(r.status())) r = Resplit(sub.part, depth + 1);  // another server joined meanwhile
     if (!r.ok()) return r.status().WithContext("server " + std::to_string(sub.part.server));
     if (!q.return_values) continue;
-    const size_t floats = sub.positions.size() * dim;
-    if (r->op() != Op::VALUES || r->num_payloads() != 1 || r->payload(0).size() != floats * sizeof(float)) {
+    if (r->op() != Op::VALUES || r->num_payloads() != 1 || r->payload_info(0).dtype != dtype ||
+        r->payload(0).size() != sub.positions.size() * row_bytes) {
       return Status::Internal("server " + std::to_string(sub.part.server) + " answered moved keys with " +
                               std::string(OpName(r->op())) + " of the wrong size");
     }
-    const auto* v = reinterpret_cast<const float*>(r->payload(0).data());
+    const auto* v = reinterpret_cast<const unsigned char*>(r->payload(0).data());
     for (size_t j = 0; j < sub.positions.size(); ++j) {
-      std::memcpy(values->data() + sub.positions[j] * dim, v + j * dim, dim * sizeof(float));
+      std::memcpy(values->data() + sub.positions[j] * row_bytes, v + j * row_bytes, row_bytes);
     }
   }
   // Answered as the part's own server would have: values in the part's key order, or empty.
   Message reply;
   if (q.return_values) {
     reply.set_op(Op::VALUES);
-    reply.AddPayload(DType::kF32, {static_cast<int64_t>(n), static_cast<int64_t>(dim)}, View(values));
+    reply.AddPayload(dtype, {static_cast<int64_t>(n), static_cast<int64_t>(dim)}, View(values));
   }
   return reply;
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/dtype.h"
 #include "ps/server.h"
 #include "ps/server_table.h"
 
@@ -37,11 +38,19 @@ Result<Message> PsServer::PullReply(Table& t, const Request& request, const std:
   if (!s.ok()) return s.WithContext("pull from table \"" + t.spec.name + "\"");
   ++pulls_;
   keys_pulled_ += keys.size();
-  bytes_out_ += floats * sizeof(float);
   Message reply = request.MakeReply();
   reply.set_op(Op::VALUES);
-  const int64_t n = static_cast<int64_t>(keys.size());
-  reply.AddPayload(DType::kF32, {n, static_cast<int64_t>(dim)}, Buffer(values.get(), floats * sizeof(float), values));
+  const std::vector<int64_t> rows = {static_cast<int64_t>(keys.size()), static_cast<int64_t>(dim)};
+  const auto body = request.message().reader().getBody();
+  if (body.isPull() && body.getPull().getBf16()) {  // a push-pull answers in f32
+    std::shared_ptr<uint16_t[]> narrow(new uint16_t[floats]);
+    ConvertF32ToBF16(values.get(), narrow.get(), floats);
+    bytes_out_ += floats * sizeof(uint16_t);
+    reply.AddPayload(DType::kBF16, rows, Buffer(narrow.get(), floats * sizeof(uint16_t), narrow));
+    return reply;
+  }
+  bytes_out_ += floats * sizeof(float);
+  reply.AddPayload(DType::kF32, rows, Buffer(values.get(), floats * sizeof(float), values));
   return reply;
 }
 

@@ -152,7 +152,7 @@ std::unique_ptr<PsSync::Pull> PsSync::StartPull(std::vector<uint64_t> keys) {
   }
   for (const Remote& r : sparse_) {
     pull->sparse.emplace_back(pull->keys.size() * r.dim);
-    pull->tickets.push_back({client_.Pull(r.table, pull->keys, pull->sparse.back().data()), Clock::now()});
+    pull->tickets.push_back({client_.Pull(r.table, pull->keys, pull->sparse.back().data(), wire_bf16_), Clock::now()});
   }
   return pull;
 }
@@ -238,7 +238,7 @@ Status PsSync::Finish(int64_t step) {
       Push& p = pushes_.emplace_back();
       p.staged.resize(static_cast<size_t>(g.numel()));
       STRATA_RETURN_IF_ERROR(HostView(p.staged.data(), g).CopyFrom(g));
-      p.f = {client_.Push(r.table, keys_, p.staged.data()), Clock::now()};
+      p.f = {client_.Push(r.table, keys_, p.staged.data(), wire_bf16_), Clock::now()};
     }
     Status status = AcknowledgeAll();
     std::fill(pushed_.begin(), pushed_.end(), false);
@@ -278,7 +278,7 @@ Status PsSync::Finish(int64_t step) {
   const int64_t n = static_cast<int64_t>(keys_.size());
   for (const Remote& r : sparse_) {
     if (n == 0) break;
-    tickets.push_back({client_.Push(r.table, keys_, host_floats(r.param->grad.Narrow(0, 0, n))), Clock::now()});
+    tickets.push_back({client_.Push(r.table, keys_, host_floats(r.param->grad.Narrow(0, 0, n)), wire_bf16_), Clock::now()});
   }
   for (InFlight& f : tickets) STRATA_RETURN_IF_ERROR(WaitRecorded(f, /*pull=*/false, "push"));
   STRATA_ASSIGN_OR_RETURN(const float clip_scale, GlobalClipScale());

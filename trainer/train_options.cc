@@ -114,8 +114,8 @@ void Bind(config::Binder& b, SyncOptions& o) {
           "allreduce: reduce buckets while backward runs; offload: push during backward and pull "
           "unit by unit (false: everything before and after the step, as ps)");
   b.Enum("wire", o.wire, {{"fp32", DType::kF32}, {"bf16", DType::kBF16}},
-         "ps, offload: dense gradients and pulled weights on the wire as fp32 or bf16 (the servers "
-         "keep fp32 masters and state)");
+         "ps, hybrid, offload: gradients pushed and weights pulled (dense tensors and sparse rows) as "
+         "fp32 or bf16 on the wire (the servers keep fp32 masters and state)");
   b.Field("chunk_kb", o.chunk_kb,
           "ps, offload: KiB of a dense table's chunk, the unit of a request and of the servers' store "
           "(smaller: finer spill to the RocksDB tier, more requests)")

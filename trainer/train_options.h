@@ -125,9 +125,10 @@ struct SyncOptions {
   double bucket_mb = 25;       // all-reduce bucket size
   bool overlap = true;         // all-reduce buckets while backward still runs
   bool prefetch = true;        // pull the next step's parameters while this one computes
-  // ps, offload: the dense tensors' type on the wire: fp32, or bf16 (half the bytes both ways:
-  // gradients pushed in bf16, which the servers widen and apply to fp32 masters and state;
-  // weights pulled rounded to bf16, the trainer computing in fp32 on those values).
+  // ps, hybrid, offload: the type of dense tensors and sparse rows on the wire: fp32, or bf16
+  // (half the bytes both ways: gradients pushed in bf16, which the servers widen and apply to
+  // fp32 masters and state; weights pulled rounded to bf16, the trainer computing in fp32 on
+  // those values).
   DType wire = DType::kF32;
   double chunk_kb = 2048;      // ps, offload: dense tables travel and are stored in chunks of this size
   bool delayed_update = false; // offload: compute on the weights one update behind (DPU)

@@ -125,6 +125,23 @@ class OffloadTest : public testing::LaunchFixture {
     return out;
   }
 
+  // The servers' MiB in (gradients) or out (values), summed over their final stats lines.
+  static double ServersMiB(const std::string& log, bool in) {
+    double total = 0;
+    const std::regex line(in ? "final stats: [^\\n]*?, ([0-9.]+) MiB in /" : "final stats: [^\\n]*?MiB in / ([0-9.]+) MiB out");
+    for (auto it = std::sregex_iterator(log.begin(), log.end(), line); it != std::sregex_iterator(); ++it) {
+      total += std::stod((*it)[1]);
+    }
+    return total;
+  }
+  static void ExpectHalfTheBytes(const std::string& f32_log, const std::string& bf16_log) {
+    for (bool in : {true, false}) {
+      const double f32 = ServersMiB(f32_log, in), bf16 = ServersMiB(bf16_log, in);
+      ASSERT_GT(f32, 0) << f32_log;
+      EXPECT_NEAR(bf16 / f32, 0.5, 0.05) << (in ? "in: " : "out: ") << bf16 << " MiB against " << f32;
+      std::printf("servers' MiB %s: fp32 %.3f, bf16 %.3f\n", in ? "in" : "out", f32, bf16);
+    }
+  }
   std::string off_log_;  // the last offload run's
 };
 
@@ -192,28 +209,7 @@ TEST_F(OffloadTest, Bf16OnTheWireHalvesTheBytesWithinBf16Tolerance) {
   ASSERT_EQ(b.size(), 20u);
   EXPECT_NE(f[0], b[0]);  // the first forward already runs on weights rounded to bf16
   EXPECT_LT(MaxRelativeDifference(f, b), 1e-3) << MaxRelativeDifference(f, b);
-  auto mib_in = [](const std::string& log) {
-    double total = 0;
-    const std::regex in("final stats: [^\\n]*?, ([0-9.]+) MiB in /");
-    for (auto it = std::sregex_iterator(log.begin(), log.end(), in); it != std::sregex_iterator(); ++it) {
-      total += std::stod((*it)[1]);
-    }
-    return total;
-  };
-  const double f32_in = mib_in(f32_log), bf16_in = mib_in(bf16_log);
-  ASSERT_GT(f32_in, 0) << f32_log;
-  EXPECT_NEAR(bf16_in / f32_in, 0.5, 0.05) << bf16_in << " MiB against " << f32_in;
-  auto mib_out = [](const std::string& log) {
-    double total = 0;
-    const std::regex out("final stats: [^\\n]*?MiB in / ([0-9.]+) MiB out");
-    for (auto it = std::sregex_iterator(log.begin(), log.end(), out); it != std::sregex_iterator(); ++it) {
-      total += std::stod((*it)[1]);
-    }
-    return total;
-  };
-  const double f32_out = mib_out(f32_log), bf16_out = mib_out(bf16_log);
-  ASSERT_GT(f32_out, 0) << f32_log;
-  EXPECT_NEAR(bf16_out / f32_out, 0.5, 0.05) << bf16_out << " MiB against " << f32_out;
+  ExpectHalfTheBytes(f32_log, bf16_log);
   const std::string weights = "psi [0-9]+ parameters\\): parameters [0-9.]+ MiB \\(([0-9.]+) psi\\)";
   const std::string total = "total ([0-9.]+) psi between steps";
   EXPECT_EQ(Number(f32_log, weights), 4.0) << f32_log;
@@ -347,16 +343,27 @@ TEST_F(OffloadTest, StateFourTimesTheServersDramTrainsToTheSameLosses) {
 }
 
 // ctr's hashed embeddings stay sparse tables (rows pulled by the batch), its MLP dense ones in
-// the unit pipeline: it learns the planted model as ps mode does.
+// the unit pipeline: it learns the planted model as ps mode does. With sync.wire bf16 the rows
+// travel in bf16 too: half the bytes each way, the same AUC.
 TEST_F(OffloadTest, CtrKeepsSparseTablesAndReachesThePsAuc) {
   const std::string job = Job("ctr", kCtr);
-  std::string log;
+  std::string log, f32_log;
   ASSERT_EQ(Launch(job, 2, 2, {"sync.mode=ps", "sync.consistency=bsp"}, &log), 0) << log;
   const double ps = Number(log, "auc ([0-9.]+) \\(oracle");
   ASSERT_GT(ps, 0.75) << log;
-  ASSERT_EQ(Launch(job, 2, 2, {"sync.mode=offload", "sync.consistency=bsp"}, &log), 0) << log;
+  ASSERT_EQ(Launch(job, 2, 2, {"sync.mode=offload", "sync.consistency=bsp"}, &f32_log), 0) << f32_log;
+  EXPECT_NEAR(Number(f32_log, "auc ([0-9.]+) \\(oracle"), ps, 0.01) << f32_log;
+  EXPECT_NE(f32_log.find("(sparse"), std::string::npos) << f32_log;  // the servers' table lines
+  ASSERT_EQ(Launch(job, 2, 2, {"sync.mode=offload", "sync.consistency=bsp", "sync.wire=bf16"}, &log), 0) << log;
   EXPECT_NEAR(Number(log, "auc ([0-9.]+) \\(oracle"), ps, 0.01) << log;
-  EXPECT_NE(log.find("(sparse"), std::string::npos) << log;  // the servers' table lines
+  std::printf("auc: ps %.4f, offload %.4f, offload with bf16 on the wire %.4f\n", ps,
+              Number(f32_log, "auc ([0-9.]+) \\(oracle"), Number(log, "auc ([0-9.]+) \\(oracle"));
+  ExpectHalfTheBytes(f32_log, log);
+  // hybrid: the rows alone on the servers, in bf16 both ways.
+  ASSERT_EQ(Launch(job, 2, 2, {"sync.mode=hybrid"}, &f32_log), 0) << f32_log;
+  ASSERT_EQ(Launch(job, 2, 2, {"sync.mode=hybrid", "sync.wire=bf16"}, &log), 0) << log;
+  EXPECT_NEAR(Number(log, "auc ([0-9.]+) \\(oracle"), Number(f32_log, "auc ([0-9.]+) \\(oracle"), 0.01) << log;
+  ExpectHalfTheBytes(f32_log, log);
 }
 
 TEST_F(OffloadTest, RefusesWhatTheServersCannotDo) {

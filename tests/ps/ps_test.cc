@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "cluster/scheduler.h"
+#include "common/dtype.h"
 #include "common/inproc_transport.h"
 #include "offload/memory_row_store.h"
 #include "offload/tiered_row_store.h"
@@ -156,6 +157,50 @@ TEST_F(PsTest, DuplicateKeysInOnePushAreMerged) {
   PsTicket q = clients_[0]->Pull(1, keys, out.data());
   ASSERT_TRUE(clients_[0]->Wait(q).ok());
   EXPECT_EQ(out, (std::vector<float>{-7, -7, -10, -7}));
+}
+
+// Sparse rows in bf16 on the wire: a push's gradients rounded (the servers widen them and keep
+// fp32 rows), a pull's values rounded and widened into the caller's floats, half the rows'
+// bytes each way (the keys stay 8 bytes), and duplicate keys summed before the rounding.
+TEST_F(PsTest, SparseRowsTravelInBf16AndTheServersKeepFp32) {
+  Start();
+  OptimizerSpec sgd;
+  sgd.lr = 1.0f;
+  TableSpec t = Sparse(1, 3, Consistency::kAsp, sgd);
+  t.init = {};
+  CreateEverywhere(t);
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; k < 40; ++k) keys.push_back(k * 7919);  // on both servers
+  keys.push_back(keys[3]);                                      // a duplicate
+  std::vector<float> g(keys.size() * 3);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = 0.1f + 0.0137f * static_cast<float>(i);
+  PsTicket p = clients_[0]->Push(1, keys, g.data(), /*bf16=*/true);
+  ASSERT_TRUE(clients_[0]->Wait(p).ok());
+  // fp32 pulls see the servers' fp32 rows: minus the bf16 rounding of each key's summed gradient.
+  std::vector<float> exact(keys.size() * 3), narrow(keys.size() * 3);
+  PsTicket a = clients_[0]->Pull(1, keys, exact.data());
+  PsTicket b = clients_[0]->Pull(1, keys, narrow.data(), /*bf16=*/true);
+  ASSERT_TRUE(clients_[0]->Wait(a).ok());
+  ASSERT_TRUE(clients_[0]->Wait(b).ok());
+  const size_t last = keys.size() - 1;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    for (size_t j = 0; j < 3; ++j) {
+      float sum = g[i * 3 + j];
+      if (i == 3 || i == last) sum = g[3 * 3 + j] + g[last * 3 + j];
+      const float want = -BF16ToFloat(FloatToBF16(sum));
+      EXPECT_EQ(exact[i * 3 + j], want) << "key " << keys[i] << "[" << j << "]";
+      EXPECT_EQ(narrow[i * 3 + j], BF16ToFloat(FloatToBF16(want))) << "key " << keys[i] << "[" << j << "]";
+    }
+  }
+  // The rows' bytes: 40 distinct keys of 3 values, in 2 bytes each way (plus the f32 pull's 4).
+  uint64_t in = 0, out = 0;
+  for (auto& s : servers_) {
+    const nlohmann::json j = nlohmann::json::parse(s->StatsJson());
+    in += j["bytes_in"].get<uint64_t>();
+    out += j["bytes_out"].get<uint64_t>();
+  }
+  EXPECT_EQ(in, 40u * 3 * 2);
+  EXPECT_EQ(out, 40u * 3 * 4 + 40u * 3 * 2);
 }
 
 TEST_F(PsTest, SspBlocksOnlyWhenTooFarAhead) {

@@ -9,6 +9,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/dtype.h"
 #include "tests/ps/elastic_fixture.h"
 
 namespace strata {
@@ -59,6 +60,37 @@ TEST_F(ServerLeaveTest, APushOnTheOldLayoutIsRefusedAsMovedResentToTheNewOwnerAn
   ASSERT_NE(one, nullptr);
   EXPECT_TRUE(one->left);
   EXPECT_TRUE(client_->Clock().ok());
+}
+
+// A bf16 pull sent on the old layout is refused as moved, sent on to the new owner and answered
+// in bf16 as its own server would have: the rows rounded, widened into the caller's floats.
+TEST_F(ServerLeaveTest, ABf16PullOnTheOldLayoutComesBackFromTheNewOwnerInBf16) {
+  std::vector<uint64_t> keys(64);
+  for (uint64_t k = 0; k < keys.size(); ++k) keys[k] = k;
+  ASSERT_TRUE(Push(keys).ok());
+  const uint64_t late = KeyOf(1);
+  std::vector<float> pushed(kDim);
+  for (uint32_t j = 0; j < kDim; ++j) pushed[j] = 0.3f + 0.01f * static_cast<float>(j);  // not bf16 values
+  PsTicket p = client_->Push(kTable, std::vector<uint64_t>{late}, pushed.data());
+  ASSERT_TRUE(client_->Wait(p).ok());
+  std::vector<float> narrow(kDim);
+  std::optional<PsTicket> in_flight;
+  Status left = servers_[1]->HandOver(Millis(5000), [&] {
+    const uint64_t before = Stats(1)["requests"];
+    in_flight = client_->Pull(kTable, std::vector<uint64_t>{late}, narrow.data(), /*bf16=*/true);
+    for (int i = 0; i < 500 && Stats(1)["requests"] == before; ++i) std::this_thread::sleep_for(Millis(2));
+  });
+  ASSERT_TRUE(left.ok()) << left.ToString();
+  ASSERT_TRUE(in_flight.has_value());
+  ASSERT_TRUE(client_->Wait(*in_flight).ok());
+  EXPECT_EQ(client_->resplits(), 1u);
+  std::vector<float> exact(kDim);
+  PsTicket q = client_->Pull(kTable, std::vector<uint64_t>{late}, exact.data());
+  ASSERT_TRUE(client_->Wait(q).ok());
+  for (uint32_t j = 0; j < kDim; ++j) {
+    EXPECT_NE(exact[j], BF16ToFloat(FloatToBF16(exact[j]))) << "an fp32 value that bf16 rounds";
+    EXPECT_EQ(narrow[j], BF16ToFloat(FloatToBF16(exact[j]))) << j;
+  }
 }
 
 TEST_F(ServerLeaveTest, PushIdsMoveWithTheRowsSoARetryAtTheNewOwnerIsADuplicate) {
