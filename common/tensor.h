@@ -82,6 +82,11 @@ class Tensor {
   // trusted input only. FromBuffer is the checked form for bytes from outside.
   static Tensor FromBlob(void* data, Shape shape, DType dtype, Device device,
                          std::shared_ptr<void> owner);
+  // FromBlob on the host over `data`, shaped like `like` (the caller keeps the memory): what
+  // CopyFrom copies a device tensor into or out of.
+  static Tensor HostView(void* data, const Tensor& like, DType dtype = DType::kF32) {
+    return FromBlob(data, like.shape(), dtype, Device::CPU(), nullptr);
+  }
   // FromBlob for untrusted input: InvalidArgument unless the shape is valid and its bytes are
   // exactly `nbytes`.
   static Result<Tensor> FromBuffer(void* data, size_t nbytes, Shape shape, DType dtype,

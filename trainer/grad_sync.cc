@@ -16,14 +16,6 @@
 #endif
 
 namespace strata {
-namespace {
-
-// A host view of `floats` floats at `data`, shaped like `like` (for Tensor::CopyFrom).
-Tensor HostView(float* data, const Tensor& like) {
-  return Tensor::FromBlob(data, like.shape(), DType::kF32, Device::CPU(), nullptr);
-}
-
-}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // BucketAllReducer
@@ -342,15 +334,15 @@ Status BucketAllReducer::Reduce(size_t i) {
   }
   // Device gradients over a host communicator: staged through the host.
   std::vector<float> host(static_cast<size_t>(b.padded));
-  STRATA_RETURN_IF_ERROR(HostView(host.data(), b.grad).CopyFrom(b.grad));
+  STRATA_RETURN_IF_ERROR(Tensor::HostView(host.data(), b.grad).CopyFrom(b.grad));
   if (zero_ == 0) {
     STRATA_RETURN_IF_ERROR(comm_.AllReduce(host.data(), static_cast<size_t>(b.floats), ReduceOp::kAvg));
     Tensor g = b.grad;
-    return g.CopyFrom(HostView(host.data(), b.grad));
+    return g.CopyFrom(Tensor::HostView(host.data(), b.grad));
   }
   std::vector<float> shard(static_cast<size_t>(b.shard));
   STRATA_RETURN_IF_ERROR(comm_.ReduceScatter(host.data(), shard.data(), shard.size(), ReduceOp::kAvg));
-  return grad_shards_[i].CopyFrom(HostView(shard.data(), grad_shards_[i]));
+  return grad_shards_[i].CopyFrom(Tensor::HostView(shard.data(), grad_shards_[i]));
 }
 
 }  // namespace strata

@@ -68,15 +68,6 @@ Status BucketAllReducer::WaitAllParams() {
   return gather_error_;
 }
 
-namespace {
-
-// A host view of `floats` floats at `data`, shaped like `like` (for Tensor::CopyFrom).
-Tensor HostView(float* data, const Tensor& like) {
-  return Tensor::FromBlob(data, like.shape(), DType::kF32, Device::CPU(), nullptr);
-}
-
-}  // namespace
-
 Status BucketAllReducer::AllGatherParams() {
   if (zero_ == 0) return Status::OK();
   STRATA_RETURN_IF_ERROR(WaitAllParams());  // the previous step's, if any is left
@@ -115,10 +106,10 @@ Status BucketAllReducer::GatherAllNow() {
       continue;
     }
     std::vector<float> shard(static_cast<size_t>(b.shard)), all(static_cast<size_t>(b.padded));
-    STRATA_RETURN_IF_ERROR(HostView(shard.data(), grad_shards_[i]).CopyFrom(grad_shards_[i]));
+    STRATA_RETURN_IF_ERROR(Tensor::HostView(shard.data(), grad_shards_[i]).CopyFrom(grad_shards_[i]));
     STRATA_RETURN_IF_ERROR(comm_.AllGather(shard.data(), all.data(), shard.size()));
     Tensor v = b.value;
-    STRATA_RETURN_IF_ERROR(v.CopyFrom(HostView(all.data(), b.value)));
+    STRATA_RETURN_IF_ERROR(v.CopyFrom(Tensor::HostView(all.data(), b.value)));
   }
   ComputeWaitsForComm();
   return Status::OK();

@@ -13,11 +13,6 @@
 namespace strata {
 namespace {
 
-// A host view of `floats` floats at `data`, shaped like `like` (for Tensor::CopyFrom).
-Tensor HostView(float* data, const Tensor& like) {
-  return Tensor::FromBlob(data, like.shape(), DType::kF32, Device::CPU(), nullptr);
-}
-
 // Seconds covered by the union of `spans`.
 double UnionSeconds(std::vector<std::pair<std::chrono::steady_clock::time_point, std::chrono::steady_clock::time_point>> spans) {
   std::sort(spans.begin(), spans.end());
@@ -199,12 +194,12 @@ Status PsSync::Prepare(std::vector<Batch>& batches, int64_t step, bool training)
   pull_exposed_ += SecondsSince(started);
   for (size_t i = 0; i < pull->dense.size(); ++i) {
     Tensor& v = dense_[i].param->value;
-    STRATA_RETURN_IF_ERROR(v.CopyFrom(HostView(pull->dense[i].data(), v)));
+    STRATA_RETURN_IF_ERROR(v.CopyFrom(Tensor::HostView(pull->dense[i].data(), v)));
   }
   const int64_t n = static_cast<int64_t>(pull->keys.size());
   for (size_t i = 0; i < sparse_.size() && n > 0; ++i) {
     Tensor rows = sparse_[i].param->value.Narrow(0, 0, n);
-    STRATA_RETURN_IF_ERROR(rows.CopyFrom(HostView(pull->sparse[i].data(), rows)));
+    STRATA_RETURN_IF_ERROR(rows.CopyFrom(Tensor::HostView(pull->sparse[i].data(), rows)));
   }
   if (!sparse_.empty()) {
     // Ids become rows of the compact tables: the position of the id among the step's keys.
@@ -237,7 +232,7 @@ Status PsSync::Finish(int64_t step) {
       if (push_scale_ != 1.0f) ops::Scale(exec_, g, push_scale_);
       Push& p = pushes_.emplace_back();
       p.staged.resize(static_cast<size_t>(g.numel()));
-      STRATA_RETURN_IF_ERROR(HostView(p.staged.data(), g).CopyFrom(g));
+      STRATA_RETURN_IF_ERROR(Tensor::HostView(p.staged.data(), g).CopyFrom(g));
       p.f = {client_.Push(r.table, keys_, p.staged.data(), wire_bf16_), Clock::now()};
     }
     Status status = AcknowledgeAll();
@@ -258,7 +253,7 @@ Status PsSync::Finish(int64_t step) {
   auto host_floats = [&](const Tensor& g) -> const float* {
     if (g.is_cpu() && g.is_contiguous()) return g.data_as<float>();
     staged.emplace_back(static_cast<size_t>(g.numel()));
-    STRATA_CHECK_OK(HostView(staged.back().data(), g).CopyFrom(g));
+    STRATA_CHECK_OK(Tensor::HostView(staged.back().data(), g).CopyFrom(g));
     return staged.back().data();
   };
   staged.reserve(dense_.size() + sparse_.size());
@@ -313,13 +308,16 @@ void PsSync::SetUnits(const Model& model, int64_t delayed_from, bool predict) {
     }
   }
   pushed_.assign(dense_.size(), false);
+  // The wire brings bf16 values: held so, they take half the bytes and lose nothing (the
+  // prediction's extrapolated weights are rounded to bf16).
+  if (wire_bf16_) HoldWeightsInBf16();
   // The previous pulls' buffers, allocated now so that the memory line counts them.
-  last_pull_.assign(predict && delayed_from >= 0 ? dense_.size() : 0, {});
+  const size_t predicted = predict && delayed_from >= 0 ? dense_.size() : 0;
+  last_pull_.assign(wire_bf16_ ? 0 : predicted, {});
+  last_pull_bf16_.assign(wire_bf16_ ? predicted : 0, {});
   for (size_t i = 0; i < last_pull_.size(); ++i) last_pull_[i].resize(Floats(i));
-  last_valid_.assign(last_pull_.size(), false);
-  // The wire brings bf16 values: held so, they take half the bytes and lose nothing. The
-  // prediction's weights are extrapolated in fp32, which bf16 would round.
-  if (wire_bf16_ && last_pull_.empty()) HoldWeightsInBf16();
+  for (size_t i = 0; i < last_pull_bf16_.size(); ++i) last_pull_bf16_[i].resize(Floats(i));
+  last_valid_.assign(predicted, false);
   HoldGradsPerUnit();
 }
 
@@ -330,7 +328,10 @@ void PsSync::IssueUnitPulls(std::vector<UnitPull>& into, bool staged) {
     UnitPull& up = into[u];
     for (size_t i : units_[u]) {
       const uint32_t table = dense_[i].table;
-      if (staged) {
+      if (staged && !bf16_weights_.empty()) {  // kept as the wire brings them
+        up.staged_bf16.emplace_back(Floats(i));
+        up.pulls.push_back({client_.PullDenseBf16(table, up.staged_bf16.back().data()), now});
+      } else if (staged) {
         up.staged.emplace_back(Floats(i));
         up.pulls.push_back({client_.PullDense(table, up.staged.back().data(), wire_bf16_), now});
       } else if (!bf16_weights_.empty()) {  // host bf16 weights (staged on CUDA)
@@ -370,8 +371,12 @@ Status PsSync::WaitUnit(int unit) {
   for (size_t k = 0; k < up.staged.size() && status.ok(); ++k) {
     status = up.predict ? Predict(idx[k], up.staged[k]) : StoreWeights(idx[k], up.staged[k].data());
   }
+  for (size_t k = 0; k < up.staged_bf16.size() && status.ok(); ++k) {
+    status = up.predict ? PredictBf16(idx[k], up.staged_bf16[k]) : StoreWeightsBf16(idx[k], up.staged_bf16[k].data());
+  }
   up.pulls.clear();
   up.staged.clear();
+  up.staged_bf16.clear();
   pull_exposed_ += SecondsSince(started);
   return status.WithContext("pulling unit " + std::to_string(unit) + "'s parameters");
 }
@@ -416,14 +421,16 @@ void PsSync::AfterUnit(int unit, Pass /*pass*/, const nn::Context& /*ctx*/) {
 }
 
 int64_t PsSync::staging_bytes() const {
-  int64_t floats = 0;
+  int64_t floats = 0, halves = 0;
   for (const std::vector<UnitPull>* set : {&next_, &ahead_}) {
     for (const UnitPull& up : *set) {
       for (const auto& v : up.staged) floats += static_cast<int64_t>(v.size());
+      for (const auto& v : up.staged_bf16) halves += static_cast<int64_t>(v.size());
     }
   }
   for (const auto& v : last_pull_) floats += static_cast<int64_t>(v.size());
-  return floats * static_cast<int64_t>(sizeof(float));
+  for (const auto& v : last_pull_bf16_) halves += static_cast<int64_t>(v.size());
+  return floats * static_cast<int64_t>(sizeof(float)) + halves * static_cast<int64_t>(sizeof(uint16_t));
 }
 
 PsOverlap PsSync::overlap() const {

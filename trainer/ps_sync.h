@@ -17,8 +17,9 @@
 //    step stale, and the servers' apply of step n - 1 runs behind step n's compute;
 //  - with sync.wire bf16 the working weights are held in bf16 between uses (the values the wire
 //    brings, nothing rounded further): a unit's fp32 values exist only while it computes, made
-//    before its forward and its backward and freed after (ps_sync_weights.cc). Not with the
-//    delayed update's prediction, whose extrapolated weights are fp32;
+//    before its forward and its backward and freed after (ps_sync_weights.cc). The delayed
+//    update's copies (the pulls arriving, the last pull) are bf16 as well, and its prediction is
+//    rounded to bf16;
 //  - a unit's gradients exist only from its first backward of the step until the servers
 //    acknowledged their push, as ZeRO-Offload moves them off the device as backward makes them
 //    (ps_sync_grads.cc): between steps the trainer holds the weights alone. A bf16 push reads
@@ -151,6 +152,7 @@ class PsSync final : public GradSync, public UnitHooks {
   struct UnitPull {
     std::vector<InFlight> pulls;            // by the unit's dense parameters
     std::vector<std::vector<float>> staged;  // likewise; empty when pulled in place
+    std::vector<std::vector<uint16_t>> staged_bf16;  // instead, when the weights are held in bf16
     bool pending = false;                    // issued and not yet waited for
     bool predict = false;  // delayed: the parameters become staged + (staged - what they hold)
   };
@@ -164,15 +166,18 @@ class PsSync final : public GradSync, public UnitHooks {
   void IssueUnitPulls(std::vector<UnitPull>& into, bool staged);
   Status WaitUnit(int unit);
   Status Predict(size_t index, std::vector<float>& pulled);  // index: into dense_
+  Status PredictBf16(size_t index, std::vector<uint16_t>& pulled);  // the weights in bf16
   // The working weights of dense_[index] from / into host floats: the parameter's value, or its
   // bf16 copy (rounded to nearest on the way in) when the weights are held in bf16.
   Status StoreWeights(size_t index, const float* host);
   Status LoadWeights(size_t index, float* host);
+  Status StoreWeightsBf16(size_t index, const uint16_t* host);  // the weights held in bf16
+  Status LoadWeightsBf16(size_t index, uint16_t* host);
   size_t Floats(size_t index) const;  // of dense_[index]
   // bf16 weights: a unit's fp32 values made from the bf16 copies, and freed.
   void MakeValues(int unit);
   void FreeValues(int unit);
-  // SetUnits, with sync.wire bf16 and no prediction: the values become bf16 copies.
+  // SetUnits, with sync.wire bf16: the values become bf16 copies.
   void HoldWeightsInBf16();
   // Waits for `f` and records its interval (for overlap()) and its trace event.
   Status WaitRecorded(InFlight& f, bool pull, const char* name);
@@ -225,6 +230,7 @@ class PsSync final : public GradSync, public UnitHooks {
   int64_t delayed_from_ = -1;
   bool predict_ = false;
   std::vector<std::vector<float>> last_pull_;  // delayed_predict: by dense_ index, the last pull
+  std::vector<std::vector<uint16_t>> last_pull_bf16_;  // instead, when the weights are in bf16
   std::vector<bool> last_valid_;               // whether last_pull_ holds one yet
   int64_t step_ = 0;
   std::vector<UnitPull> next_;   // the pulls the next forward waits for

@@ -13,10 +13,6 @@
 namespace strata {
 namespace {
 
-Tensor HostView(float* data, const Tensor& like) {
-  return Tensor::FromBlob(data, like.shape(), DType::kF32, Device::CPU(), nullptr);
-}
-
 int64_t Bytes(const std::vector<float>& v) { return static_cast<int64_t>(v.size() * sizeof(float)); }
 int64_t Bytes(const std::vector<uint16_t>& v) { return static_cast<int64_t>(v.size() * sizeof(uint16_t)); }
 
@@ -78,7 +74,7 @@ void PsSync::PushDense(const Remote& r) {
     return;
   }
   p.staged.resize(static_cast<size_t>(g.numel()));
-  STRATA_CHECK_OK(HostView(p.staged.data(), g).CopyFrom(g));
+  STRATA_CHECK_OK(Tensor::HostView(p.staged.data(), g).CopyFrom(g));
   CountGradBytes(Bytes(p.staged));
   p.f = {client_.PushDense(r.table, p.staged.data()), Clock::now()};
   FreeGrad(index);
@@ -137,7 +133,7 @@ void PsSync::RoundToBf16(const Tensor& g, std::vector<uint16_t>& out) {
     return;
   }
   std::vector<float> host(out.size());
-  STRATA_CHECK_OK(HostView(host.data(), g).CopyFrom(g));
+  STRATA_CHECK_OK(Tensor::HostView(host.data(), g).CopyFrom(g));
   ConvertF32ToBF16(host.data(), out.data(), out.size());
 }
 

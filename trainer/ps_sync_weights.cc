@@ -8,14 +8,6 @@
 #include "trainer/ps_sync.h"
 
 namespace strata {
-namespace {
-
-Tensor HostView(void* data, const Tensor& like, DType dtype) {
-  return Tensor::FromBlob(data, like.shape(), dtype, Device::CPU(), nullptr);
-}
-
-}  // namespace
-
 size_t PsSync::Floats(size_t index) const {
   return static_cast<size_t>(*ShapeNumel(dense_[index].param->shard.LocalShape()));
 }
@@ -35,23 +27,50 @@ Status PsSync::StoreWeights(size_t index, const float* host) {
   const size_t n = Floats(index);
   if (bf16_weights_.empty()) {
     Tensor& v = dense_[index].param->value;
-    return v.CopyFrom(HostView(const_cast<float*>(host), v, DType::kF32));
+    return v.CopyFrom(Tensor::HostView(const_cast<float*>(host), v, DType::kF32));
   }
   std::vector<uint16_t> narrow(n);
   ConvertF32ToBF16(host, narrow.data(), n);
+  return StoreWeightsBf16(index, narrow.data());
+}
+
+Status PsSync::StoreWeightsBf16(size_t index, const uint16_t* host) {
   Tensor& w = bf16_weights_[index];
-  return w.CopyFrom(HostView(narrow.data(), w, DType::kBF16));
+  return w.CopyFrom(Tensor::HostView(const_cast<uint16_t*>(host), w, DType::kBF16));
+}
+
+Status PsSync::LoadWeightsBf16(size_t index, uint16_t* host) {
+  const Tensor& w = bf16_weights_[index];
+  return Tensor::HostView(host, w, DType::kBF16).CopyFrom(w);
+}
+
+// Predict (ps_sync.cc) with the weights held in bf16: the pulls and the last one are bf16 as the
+// wire brought them, the extrapolation is taken in fp32 and rounded to nearest.
+Status PsSync::PredictBf16(size_t index, std::vector<uint16_t>& pulled) {
+  std::vector<uint16_t>& last = last_pull_bf16_[index];
+  if (last.size() != pulled.size()) {
+    return Status::Internal("sync.delayed_predict: parameter " + dense_[index].param->name + " changed size");
+  }
+  if (!last_valid_[index]) {
+    STRATA_RETURN_IF_ERROR(LoadWeightsBf16(index, last.data()));
+    last_valid_[index] = true;
+  }
+  for (size_t i = 0; i < pulled.size(); ++i) {
+    last[i] = FloatToBF16(2.0f * BF16ToFloat(pulled[i]) - BF16ToFloat(last[i]));
+  }
+  STRATA_RETURN_IF_ERROR(StoreWeightsBf16(index, last.data()));
+  last.swap(pulled);  // the next prediction starts from this pull
+  return Status::OK();
 }
 
 Status PsSync::LoadWeights(size_t index, float* host) {
   const size_t n = Floats(index);
   if (bf16_weights_.empty()) {
     const Tensor& v = dense_[index].param->value;
-    return HostView(host, v, DType::kF32).CopyFrom(v);
+    return Tensor::HostView(host, v, DType::kF32).CopyFrom(v);
   }
   std::vector<uint16_t> narrow(n);
-  const Tensor& w = bf16_weights_[index];
-  STRATA_RETURN_IF_ERROR(HostView(narrow.data(), w, DType::kBF16).CopyFrom(w));
+  STRATA_RETURN_IF_ERROR(LoadWeightsBf16(index, narrow.data()));
   ConvertBF16ToF32(narrow.data(), host, n);
   return Status::OK();
 }

@@ -74,9 +74,12 @@ void Trainer::LogMemory(int64_t step_peak) {
   const bool adam = job_.optimizer.kind == OptimizerOptions::Kind::kAdamW;
   const double k = adam ? 8 : 4;
   double formula = zero == 0 ? 8 + k : zero == 1 ? 8 + k / n : zero == 2 ? 4 + (4 + k) / n : (8 + k) / n;
-  // offload: the weights (and the delayed update's copies of them); no gradients between steps.
-  if (offload) formula = job_.sync.delayed_update ? (job_.sync.delayed_predict ? 12 : 8) : 4;
-  if (offload && bf16_floats > 0) formula -= 2;  // the weights in 2 bytes, not 4
+  // offload: the weights and the delayed update's copies of them (the pulls arriving; the last
+  // pull, for the prediction), in 4 bytes or (sync.wire bf16) 2; no gradients between steps.
+  if (offload) {
+    const int copies = job_.sync.delayed_update ? (job_.sync.delayed_predict ? 3 : 2) : 1;
+    formula = copies * (bf16_floats > 0 ? 2 : 4);
+  }
   const auto mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
   const std::string who = "rank " + std::to_string(rank_) + " memory (" +
                           (offload ? std::string("offload") : "ZeRO-" + std::to_string(zero)) + ", dp " +

@@ -250,6 +250,35 @@ TEST_F(OffloadTest, Bf16PrecisionAndWireTrackFp32) {
   EXPECT_NE(bf16_log.find("(in bf16; matmuls in bf16)"), std::string::npos) << bf16_log;
 }
 
+// The delayed update with the weights in bf16 (sync.wire bf16 and the prediction): the pulls
+// arriving and the last pull kept as the wire brought them, the prediction rounded to bf16, so
+// each of the three copies takes 2 bytes a parameter, not 4; the losses within the wire's bf16
+// tolerance of the fp32 run's, widened to 5e-3 (each step's weights rounded once more).
+TEST_F(OffloadTest, Bf16WeightsUnderThePredictionTrackFp32) {
+  const std::string job = GptJob();
+  const std::vector<std::string> common = {"sync.mode=offload", "sync.delayed_update=true", "sync.delayed_warmup=1"};
+  auto sets = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), common.begin(), common.end());
+    return more;
+  };
+  std::string f32_log, bf16_log;
+  ASSERT_EQ(Launch(job, 2, 2, sets({"train.metrics_path=" + Metrics("d32")}), &f32_log), 0) << f32_log;
+  ASSERT_EQ(Launch(job, 2, 2, sets({"sync.wire=bf16", "train.metrics_path=" + Metrics("d16")}), &bf16_log), 0)
+      << bf16_log;
+  const std::vector<double> f = Losses(Rank("d32", 0)), b = Losses(Rank("d16", 0));
+  ASSERT_EQ(f.size(), 20u);
+  ASSERT_EQ(b.size(), 20u);
+  std::printf("delayed, predicted: bf16 against fp32, largest relative difference %.2e\n", MaxRelativeDifference(f, b));
+  EXPECT_LT(MaxRelativeDifference(f, b), 5e-3);
+  EXPECT_GT(MaxRelativeDifference(f, b), 0);
+  EXPECT_LT(b.back(), 0.9 * b.front()) << "learns";
+  const std::string total = "total ([0-9.]+) psi between steps";
+  EXPECT_EQ(Number(f32_log, total), 12.0) << f32_log;  // the weights, the pulls arriving, the last pull
+  EXPECT_EQ(Number(bf16_log, total), 6.0) << bf16_log;
+  EXPECT_NE(bf16_log.find("weights predicted"), std::string::npos) << bf16_log;
+  EXPECT_NE(bf16_log.find("MiB receive the delayed update's pulls or keep the last one"), std::string::npos) << bf16_log;
+}
+
 // The delayed update: the same steps as undelayed through its warm-up (and the one after, which
 // runs on the weights of the last undelayed pull), different from then on, and still learning.
 // With the weights predicted (the default), the first two delayed steps equal DPU's (nothing to
