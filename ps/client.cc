@@ -347,15 +347,15 @@ PsTicket PsClient::PushPull(uint32_t table, std::span<const uint64_t> keys, cons
   return Sparse(table, keys, grads, out, true, false);
 }
 
-PsTicket PsClient::PullDense(uint32_t table, float* out, bool bf16) {
-  return PullDenseAs(table, out, bf16 ? DType::kBF16 : DType::kF32, DType::kF32);
+PsTicket PsClient::PullDense(uint32_t table, float* out, bool bf16, bool next_clock) {
+  return PullDenseAs(table, out, bf16 ? DType::kBF16 : DType::kF32, DType::kF32, next_clock);
 }
 
-PsTicket PsClient::PullDenseBf16(uint32_t table, uint16_t* out) {
-  return PullDenseAs(table, out, DType::kBF16, DType::kBF16);
+PsTicket PsClient::PullDenseBf16(uint32_t table, uint16_t* out, bool next_clock) {
+  return PullDenseAs(table, out, DType::kBF16, DType::kBF16, next_clock);
 }
 
-PsTicket PsClient::PullDenseAs(uint32_t table, void* out, DType wire, DType into) {
+PsTicket PsClient::PullDenseAs(uint32_t table, void* out, DType wire, DType into, bool next_clock) {
   const bool bf16 = wire == DType::kBF16;
   PsTicket ticket;
   auto spec_or = Spec(table, TableKind::kDense);
@@ -364,7 +364,7 @@ PsTicket PsClient::PullDenseAs(uint32_t table, void* out, DType wire, DType into
     return ticket;
   }
   const TableSpec spec = **spec_or;
-  const int64_t clock = clock_;
+  const int64_t clock = clock_ + (next_clock ? 1 : 0);
   for (auto& [sv, mine_chunks] : DenseRequests(spec, layout_)) {
     auto chunks = std::make_shared<std::vector<uint64_t>>(std::move(mine_chunks));
     std::vector<size_t> floats;

@@ -98,9 +98,12 @@ class PsClient {
 
   // Dense tables, the whole tensor (numel floats).
   // `bf16`: the servers send the values rounded to bf16 (half the bytes), widened into `out`.
-  PsTicket PullDense(uint32_t table, float* out, bool bf16 = false);
+  // `next_clock`: the values of the clock after this trainer's current one, asked before its
+  // Clock: a BSP table answers once it applied the current clock (what a pull after Clock
+  // gets), so the pull can go while the trainer still pushes.
+  PsTicket PullDense(uint32_t table, float* out, bool bf16 = false, bool next_clock = false);
   // The values rounded to bf16, kept so in `out` (numel of them).
-  PsTicket PullDenseBf16(uint32_t table, uint16_t* out);
+  PsTicket PullDenseBf16(uint32_t table, uint16_t* out, bool next_clock = false);
   PsTicket PushDense(uint32_t table, const float* grads);
   // The same gradients rounded to bf16 (half the bytes); the servers widen them to fp32.
   PsTicket PushDenseBf16(uint32_t table, const uint16_t* grads);
@@ -155,7 +158,7 @@ class PsClient {
   PsTicket PushDenseAs(uint32_t table, const void* grads, DType dtype);
   // The values sent as `wire` (f32, or bf16) and written into `out` as `into` (f32; bf16 with a
   // bf16 wire only).
-  PsTicket PullDenseAs(uint32_t table, void* out, DType wire, DType into);
+  PsTicket PullDenseAs(uint32_t table, void* out, DType wire, DType into, bool next_clock);
   PsTicket Sparse(uint32_t table, std::span<const uint64_t> keys, const float* grads, float* out,
                   bool push, bool bf16);
   // Sends part.make() to server part.server and stores its ticket.

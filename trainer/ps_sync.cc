@@ -75,6 +75,7 @@ Result<std::unique_ptr<PsSync>> PsSync::Create(PsClient& client, nn::ParameterRe
   ps.clip_norm_ = clip ? o.clip_norm : 0.0;
   ps.dense_scale_ = eager ? 1.0f : ps.push_scale_;
   ps.wire_bf16_ = sync.wire == DType::kBF16;
+  ps.early_pulls_ = sync.pull_early && sync.consistency == Consistency::kBsp;
   ps.exec_ = reg.exec();
   uint32_t next_id = options.first_table_id;
   const bool sparse_tables = SparseOnServers(job);
@@ -241,9 +242,17 @@ Status PsSync::Finish(int64_t step) {
     STRATA_ASSIGN_OR_RETURN(const float clip_scale, GlobalClipScale());
     STRATA_RETURN_IF_ERROR(client_.Clock(clip_scale));
     push_exposed_ += SecondsSince(started);
-    // Undelayed: the next step's pulls now, answered once the servers applied this clock.
-    // (Delayed, they were issued at this step's start.)
-    if (ahead_.empty()) IssueUnitPulls(next_, /*staged=*/exec_.is_cuda());
+    // Undelayed: the next step's pulls now, answered once the servers applied this clock, but
+    // for the units whose pulls backward issued already. (Delayed, they were issued at this
+    // step's start.)
+    if (ahead_.empty()) {
+      next_ = std::move(early_);
+      next_.resize(units_.size());
+      for (size_t u = 0; u < units_.size(); ++u) {
+        if (!next_[u].issued) IssueUnitPull(next_[u], u, /*staged=*/exec_.is_cuda(), /*next_clock=*/false);
+      }
+    }
+    early_.clear();
     return Status::OK();
   }
   const auto started = Clock::now();
@@ -323,25 +332,45 @@ void PsSync::SetUnits(const Model& model, int64_t delayed_from, bool predict) {
 
 void PsSync::IssueUnitPulls(std::vector<UnitPull>& into, bool staged) {
   into.assign(units_.size(), {});
+  for (size_t u = 0; u < units_.size(); ++u) IssueUnitPull(into[u], u, staged, /*next_clock=*/false);
+}
+
+void PsSync::IssueUnitPull(UnitPull& up, size_t u, bool staged, bool next_clock) {
   const auto now = Clock::now();
-  for (size_t u = 0; u < units_.size(); ++u) {
-    UnitPull& up = into[u];
-    for (size_t i : units_[u]) {
-      const uint32_t table = dense_[i].table;
-      if (staged && !bf16_weights_.empty()) {  // kept as the wire brings them
-        up.staged_bf16.emplace_back(Floats(i));
-        up.pulls.push_back({client_.PullDenseBf16(table, up.staged_bf16.back().data()), now});
-      } else if (staged) {
-        up.staged.emplace_back(Floats(i));
-        up.pulls.push_back({client_.PullDense(table, up.staged.back().data(), wire_bf16_), now});
-      } else if (!bf16_weights_.empty()) {  // host bf16 weights (staged on CUDA)
-        up.pulls.push_back({client_.PullDenseBf16(table, bf16_weights_[i].data_as<uint16_t>()), now});
-      } else {
-        up.pulls.push_back({client_.PullDense(table, dense_[i].param->value.data_as<float>(), wire_bf16_), now});
-      }
+  for (size_t i : units_[u]) {
+    const uint32_t table = dense_[i].table;
+    if (staged && !bf16_weights_.empty()) {  // kept as the wire brings them
+      up.staged_bf16.emplace_back(Floats(i));
+      up.pulls.push_back({client_.PullDenseBf16(table, up.staged_bf16.back().data(), next_clock), now});
+    } else if (staged) {
+      up.staged.emplace_back(Floats(i));
+      up.pulls.push_back({client_.PullDense(table, up.staged.back().data(), wire_bf16_, next_clock), now});
+    } else if (!bf16_weights_.empty()) {  // host bf16 weights (staged on CUDA)
+      up.pulls.push_back({client_.PullDenseBf16(table, bf16_weights_[i].data_as<uint16_t>(), next_clock), now});
+    } else {
+      up.pulls.push_back(
+          {client_.PullDense(table, dense_[i].param->value.data_as<float>(), wire_bf16_, next_clock), now});
     }
-    up.pending = !units_[u].empty();
   }
+  up.issued = true;
+  up.pending = !units_[u].empty();
+  unit_pulls_ += up.pending ? 1 : 0;
+  early_unit_pulls_ += up.pending && next_clock ? 1 : 0;
+}
+
+void PsSync::PullEarly(int unit) {
+  // The next step's pulls come after the clock (Finish) where the delayed update issued them
+  // already, or outside BSP, where a pull is answered at once.
+  if (!early_pulls_ || !ahead_.empty() || unit < 0 || static_cast<size_t>(unit) >= units_.size()) return;
+  const std::vector<size_t>& idx = units_[static_cast<size_t>(unit)];
+  if (idx.empty()) return;
+  for (size_t i : idx) {
+    if (!pushed_[i]) return;  // not this step's last backward of the unit (micro-batches, a split backward)
+  }
+  if (early_.size() != units_.size()) early_.assign(units_.size(), {});
+  UnitPull& up = early_[static_cast<size_t>(unit)];
+  if (up.issued) return;
+  IssueUnitPull(up, static_cast<size_t>(unit), /*staged=*/exec_.is_cuda(), /*next_clock=*/true);
 }
 
 Status PsSync::WaitRecorded(InFlight& f, bool pull, const char* name) {
@@ -416,8 +445,11 @@ void PsSync::BeforeUnit(int unit, Pass pass, UnitRange /*walk*/, const nn::Conte
   if (!bf16_weights_.empty()) MakeValues(unit);
 }
 
-void PsSync::AfterUnit(int unit, Pass /*pass*/, const nn::Context& /*ctx*/) {
+void PsSync::AfterUnit(int unit, Pass pass, const nn::Context& /*ctx*/) {
   if (!bf16_weights_.empty()) FreeValues(unit);
+  // Its weights are done with for this step once its gradients went: the next step's pull of
+  // them can go now, answered as soon as the servers applied them.
+  if (pass == Pass::kBackward) PullEarly(unit);
 }
 
 int64_t PsSync::staging_bytes() const {
@@ -439,6 +471,8 @@ PsOverlap PsSync::overlap() const {
   o.pull_seconds = UnionSeconds(pull_spans_);
   o.push_exposed_seconds = push_exposed_;
   o.pull_exposed_seconds = pull_exposed_;
+  o.unit_pulls = unit_pulls_;
+  o.early_unit_pulls = early_unit_pulls_;
   return o;
 }
 

@@ -10,7 +10,9 @@
 //  - a dense gradient is pushed as soon as backward finished it (GradReady), so pushes and the
 //    servers' per-chunk applies run behind the rest of backward;
 //  - after the clock, every unit's pull is issued in forward order, and each unit's forward
-//    waits only for its own (UnitHooks): the first units compute while the last ones arrive;
+//    waits only for its own (UnitHooks): the first units compute while the last ones arrive.
+//    Under BSP (sync.pull_early) a unit's pull goes earlier, once backward pushed its
+//    gradients, stamped with the next clock: a server answers it as soon as it applied them;
 //  - with the delayed update (DeepSpeed's DPU) the pull for step n + 1 is issued at the start of
 //    step n, before this trainer's step-n clock, so it returns the weights after step n - 1's
 //    update (the server cannot apply step n before this trainer's clock): deterministic, one
@@ -59,6 +61,7 @@ struct PsSyncOptions {
 struct PsOverlap {
   double push_seconds = 0, push_exposed_seconds = 0;
   double pull_seconds = 0, pull_exposed_seconds = 0;
+  int64_t unit_pulls = 0, early_unit_pulls = 0;  // offload: units pulled; of them, during backward
   static double Hidden(double total, double exposed) { return total > 0 ? std::max(0.0, 1.0 - exposed / total) : 0; }
 };
 
@@ -153,6 +156,7 @@ class PsSync final : public GradSync, public UnitHooks {
     std::vector<InFlight> pulls;            // by the unit's dense parameters
     std::vector<std::vector<float>> staged;  // likewise; empty when pulled in place
     std::vector<std::vector<uint16_t>> staged_bf16;  // instead, when the weights are held in bf16
+    bool issued = false;
     bool pending = false;                    // issued and not yet waited for
     bool predict = false;  // delayed: the parameters become staged + (staged - what they hold)
   };
@@ -164,6 +168,10 @@ class PsSync final : public GradSync, public UnitHooks {
   std::unique_ptr<Pull> StartPull(std::vector<uint64_t> keys);
   // offload: issues every unit's pulls, in forward order, into `into` (by unit).
   void IssueUnitPulls(std::vector<UnitPull>& into, bool staged);
+  // Unit `u`'s pulls into `up`; `next_clock`: of the clock after this one, before the Clock.
+  void IssueUnitPull(UnitPull& up, size_t u, bool staged, bool next_clock);
+  // Undelayed BSP: after the unit's last backward of the step, its next pull (into early_).
+  void PullEarly(int unit);
   Status WaitUnit(int unit);
   Status Predict(size_t index, std::vector<float>& pulled);  // index: into dense_
   Status PredictBf16(size_t index, std::vector<uint16_t>& pulled);  // the weights in bf16
@@ -235,6 +243,8 @@ class PsSync final : public GradSync, public UnitHooks {
   int64_t step_ = 0;
   std::vector<UnitPull> next_;   // the pulls the next forward waits for
   std::vector<UnitPull> ahead_;  // delayed update: the pulls for the step after that
+  std::vector<UnitPull> early_;  // undelayed BSP: the next step's, issued during backward
+  bool early_pulls_ = false;     // sync.pull_early under BSP
   std::vector<bool> pushed_;     // by dense_ index, this step
   std::vector<Push> pushes_;     // this step's
   Status push_error_;            // the first failure Reap met (Finish returns it)
@@ -250,6 +260,7 @@ class PsSync final : public GradSync, public UnitHooks {
   // Overlap accounting: every push's and pull's [issue, reply) and the waits.
   std::vector<std::pair<Clock::time_point, Clock::time_point>> push_spans_, pull_spans_;
   double push_exposed_ = 0, pull_exposed_ = 0;
+  int64_t unit_pulls_ = 0, early_unit_pulls_ = 0;
 };
 
 }  // namespace strata

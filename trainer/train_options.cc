@@ -128,6 +128,9 @@ void Bind(config::Binder& b, SyncOptions& o) {
   b.Field("delayed_predict", o.delayed_predict,
           "offload, delayed_update: compute on the stale weights moved on by the last update "
           "(w[n-1] + (w[n-1] - w[n-2]), a prediction of the current ones); false: as pulled (DPU exactly)");
+  b.Field("pull_early", o.pull_early,
+          "offload, bsp: pull a unit's next weights as soon as backward pushed its gradients (the "
+          "servers answer once applied); false: every pull after the clock");
   b.Field("prefetch", o.prefetch, "ps: pull the next step's parameters during this step");
   b.Field("timeout_ms", o.timeout_ms, "rendezvous, collectives and server calls").Range(100, 86400000);
   b.Field("trace_path", o.trace_path, "Chrome-trace timeline per rank; {rank} is replaced (without it, rank 0's alone; empty: none)");

@@ -137,6 +137,10 @@ struct SyncOptions {
   // on by the last update seen (w[n-1] + (w[n-1] - w[n-2])), instead of the stale ones as they
   // are (false: DeepSpeed's DPU exactly). No extra memory: the difference is taken in place.
   bool delayed_predict = true;
+  // offload under BSP: a unit's pull for the next step goes as soon as backward pushed its
+  // gradients (stamped with the next clock, the servers answer once they applied them), not
+  // after the clock: the same values, sooner (false: every pull after the clock).
+  bool pull_early = true;
   int64_t timeout_ms = 120000; // rendezvous and every collective or server call
   std::string trace_path;      // a Chrome-trace JSON timeline per rank ("{rank}" is replaced)
 };

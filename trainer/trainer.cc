@@ -498,6 +498,8 @@ Result<TrainSummary> Trainer::RunSteps() {
     summary.exposed_push_seconds = o.push_exposed_seconds;
     summary.pull_seconds = o.pull_seconds;
     summary.exposed_pull_seconds = o.pull_exposed_seconds;
+    summary.unit_pulls = o.unit_pulls;
+    summary.early_unit_pulls = o.early_unit_pulls;
   }
   summary.pipeline = pipeline_;
   summary.comm = comm_.Report(ModelCommTraffic(Layout()));
@@ -510,7 +512,8 @@ Result<TrainSummary> Trainer::RunSteps() {
     }
     if (summary.push_seconds > 0) {
       end["offload"] = {{"push_seconds", summary.push_seconds}, {"push_exposed_seconds", summary.exposed_push_seconds},
-                        {"pull_seconds", summary.pull_seconds}, {"pull_exposed_seconds", summary.exposed_pull_seconds}};
+                        {"pull_seconds", summary.pull_seconds}, {"pull_exposed_seconds", summary.exposed_pull_seconds},
+                        {"unit_pulls", summary.unit_pulls}, {"early_unit_pulls", summary.early_unit_pulls}};
     }
     if (summary.gather_seconds > 0) {
       // ZeRO's parameter all-gathers alone: how much of them ran behind compute.

@@ -56,6 +56,7 @@ struct TrainSummary {
   // the part the training thread waited for; the rest ran behind compute.
   double push_seconds = 0, exposed_push_seconds = 0;
   double pull_seconds = 0, exposed_pull_seconds = 0;
+  int64_t unit_pulls = 0, early_unit_pulls = 0;  // offload: units pulled; of them, during backward
   PipelineSummary pipeline;
   // What each of this trainer's groups moved during the training steps, beside the
   // analytical count for the layout (a cluster run).

@@ -161,6 +161,35 @@ TEST_F(OffloadTest, GptMatchesAllReduceAdamW) {
   EXPECT_NEAR(served, Number(off_log_, "eval loss ([0-9.]+)"), 1e-5 * served) << log;
 }
 
+// sync.pull_early (the default): under BSP a unit's next pull goes once backward pushed its
+// gradients, stamped with the next clock, and the servers answer it once they applied them:
+// every unit but at most those backward did not finish pulls early, and the losses equal,
+// bit for bit, those of pulls issued after the clock.
+TEST_F(OffloadTest, EarlyPullsBringWhatPullsAfterTheClockBring) {
+  const std::string job = GptJob();
+  std::string log;
+  ASSERT_EQ(Launch(job, 2, 2, {"sync.mode=offload", "train.metrics_path=" + Metrics("early")}, &log), 0) << log;
+  ASSERT_EQ(Launch(job, 2, 2, {"sync.mode=offload", "sync.pull_early=false", "train.metrics_path=" + Metrics("late")}, &log),
+            0)
+      << log;
+  const std::vector<double> early = Losses(Rank("early", 0)), late = Losses(Rank("late", 0));
+  ASSERT_EQ(early.size(), 20u);
+  EXPECT_EQ(early, late);
+  auto count = [](const std::string& metrics, const char* field) {
+    std::smatch m;
+    const std::string text = testing::ReadFile(metrics);
+    if (!std::regex_search(text, m, std::regex(std::string("\"") + field + "\":([0-9]+)"))) return int64_t{-1};
+    return static_cast<int64_t>(std::stoll(m[1]));
+  };
+  // gpt's 4 units (embedding, 2 blocks, head): pulled before the first step and during or
+  // after each of the 20 (the last ones for the final evaluation), early in every backward.
+  const int64_t pulls = count(Rank("early", 0), "unit_pulls"), early_pulls = count(Rank("early", 0), "early_unit_pulls");
+  EXPECT_EQ(pulls, 4 * 21) << testing::ReadFile(Rank("early", 0));
+  EXPECT_EQ(early_pulls, 4 * 20);
+  EXPECT_EQ(count(Rank("late", 0), "early_unit_pulls"), 0);
+  EXPECT_EQ(count(Rank("late", 0), "unit_pulls"), 4 * 21);
+}
+
 // Each pipeline stage's parameters are its own tables, pushed by its dp replicas. The
 // learning-rate schedule (warm-up, then cosine) is the trainers' and rides on every push.
 TEST_F(OffloadTest, GptDp2Pp2MatchesAllReduce) {

@@ -1,5 +1,5 @@
 # offload_bench_check.cmake: runs a tiny `strata-bench offload` and checks that it exits 0 and
-# that its JSON has the six modes with a positive step time, no optimizer state on the
+# that its JSON has the seven modes with a positive step time, no optimizer state on the
 # trainers in the offload modes (allreduce's is there), push/pull hidden figures for the
 # pipelined ones, and the bf16 mode's weights in 2 bytes a parameter.
 #   cmake -DBENCH=<strata-bench> -DJSON=<output file> -P offload_bench_check.cmake
@@ -10,14 +10,14 @@ if(NOT benchmark STREQUAL "offload")
   message(FATAL_ERROR "benchmark is \"${benchmark}\", not \"offload\"")
 endif()
 string(JSON rows LENGTH "${doc}" tables 0 rows)
-if(NOT rows EQUAL 6)
-  message(FATAL_ERROR "expected 6 rows (allreduce, offload serial, offload, delayed, predicted, bf16), got ${rows}\n${out}")
+if(NOT rows EQUAL 7)
+  message(FATAL_ERROR "expected 7 rows (allreduce, offload serial, offload, pulls after clock, delayed, predicted, bf16), got ${rows}\n${out}")
 endif()
-string(JSON params GET "${doc}" tables 0 rows 5 param_bytes_per_param)
+string(JSON params GET "${doc}" tables 0 rows 6 param_bytes_per_param)
 if(NOT params EQUAL 2)
   message(FATAL_ERROR "offload, bf16: ${params} bytes of weights per parameter on the trainer, not 2\n${out}")
 endif()
-foreach(i 0 1 2 3 4 5)
+foreach(i 0 1 2 3 4 5 6)
   string(JSON mode GET "${doc}" tables 0 rows ${i} mode)
   string(JSON step_ms GET "${doc}" tables 0 rows ${i} step_ms)
   string(JSON state GET "${doc}" tables 0 rows ${i} state_bytes_per_param)
@@ -37,4 +37,4 @@ foreach(i 0 1 2 3 4 5)
     endif()
   endif()
 endforeach()
-message(STATUS "strata-bench offload: exit 0, six modes, no optimizer state on offloading trainers, bf16 weights in 2 bytes")
+message(STATUS "strata-bench offload: exit 0, seven modes, no optimizer state on offloading trainers, bf16 weights in 2 bytes")

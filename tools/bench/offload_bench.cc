@@ -113,6 +113,7 @@ Result<Report> RunOffloadBench(const Options& o) {
       {"allreduce", 0, {"sync.mode=allreduce"}},
       {"offload, serial", o.servers, {"sync.mode=offload", "sync.overlap=false"}},
       {"offload", o.servers, {"sync.mode=offload"}},
+      {"offload, pulls after clock", o.servers, {"sync.mode=offload", "sync.pull_early=false"}},
       {"offload, delayed", o.servers, {"sync.mode=offload", "sync.delayed_update=true", "sync.delayed_predict=false"}},
       {"offload, predicted", o.servers, {"sync.mode=offload", "sync.delayed_update=true"}},
       {"offload, bf16", o.servers, {"sync.mode=offload", "sync.wire=bf16", "train.precision=bf16"}},
@@ -127,6 +128,7 @@ Result<Report> RunOffloadBench(const Options& o) {
                {"push hidden %", "push_hidden_pct", Table::Format::kFixed1},
                {"pull s", "pull_seconds", Table::Format::kFixed2},
                {"pull hidden %", "pull_hidden_pct", Table::Format::kFixed1},
+               {"waited ms", "waited_ms_per_step", Table::Format::kFixed2},
                {"params/psi", "param_bytes_per_param", Table::Format::kFixed2},
                {"grads/psi", "grad_bytes_per_param", Table::Format::kFixed2},
                {"state/psi", "state_bytes_per_param", Table::Format::kFixed2},
@@ -169,6 +171,8 @@ Result<Report> RunOffloadBench(const Options& o) {
     table.AddRow({cfg.name, cfg.servers, step_ms, allreduce_ms > 0 ? nlohmann::json(step_ms / allreduce_ms) : nlohmann::json(),
                   c > 0 ? nlohmann::json(run.push) : nlohmann::json(), HiddenPct(run.push, run.push_exposed),
                   c > 0 ? nlohmann::json(run.pull) : nlohmann::json(), HiddenPct(run.pull, run.pull_exposed),
+                  c > 0 ? nlohmann::json((run.push_exposed + run.pull_exposed) * 1e3 / (o.steps * o.trainers))
+                        : nlohmann::json(),
                   mem.value("param_bytes", int64_t{0}) / per, mem.value("grad_bytes_step", int64_t{0}) / per,
                   mem.value("state_bytes", int64_t{0}) / per, tail,
                   delayed && undelayed_loss > 0 ? nlohmann::json(tail / undelayed_loss) : nlohmann::json()});
@@ -202,14 +206,18 @@ Result<Report> RunOffloadBench(const Options& o) {
       "AdamW's state (BSP: the replicas' gradients averaged, one update per step).",
       "offload, serial: sync.overlap false, every parameter pulled before the step and every "
       "gradient pushed after it (what sync.mode ps does); offload: each gradient pushed as backward "
-      "finishes it, each unit's parameters pulled just ahead of its forward; delayed: each step on "
+      "finishes it, each unit's next parameters pulled as soon as its gradients went (the servers "
+      "answer once they applied them) and waited for just ahead of its forward; pulls after clock: "
+      "the same with every pull issued after the step's clock (sync.pull_early false); delayed: each step on "
       "the weights one update behind from step delayed_warmup + 1 (DeepSpeed's DPU); predicted: "
       "the same, computing on the pulled weights moved on by the last update (sync.delayed_predict); "
       "bf16: sync.wire bf16 (gradients and weights in bf16 on the wire, the weights held in bf16 between "
       "uses on the trainer) and train.precision bf16 (bf16 matmuls, activations saved in bf16).",
       "step ms: per step the slowest rank's (global batch / its samples per second), median over the "
       "steps after --warmup. push/pull s: the union of the requests' intervals from issue to reply, "
-      "summed over ranks; hidden %: 1 - the seconds the training thread waited for them / that.",
+      "summed over ranks; hidden %: 1 - the seconds the training thread waited for them / that; "
+      "waited ms: those seconds, pushes' and pulls', per step and rank (a pull issued earlier is in "
+      "flight longer, so compare the waits as well as the fractions).",
       "memory (rank 0, after the second step): bytes per parameter the trainer holds; the delayed "
       "update adds the buffers its pulls land in. grads/psi: the most gradient bytes alive at once "
       "during a step (offload: a unit's exist from its backward until their push is acknowledged, "
