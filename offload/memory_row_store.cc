@@ -8,7 +8,9 @@
 
 namespace strata {
 namespace {
-// Blocks of about 1 MiB: small records share a block, a wide one (a dense chunk) gets its own.
+// Blocks of up to about 1 MiB: small records share a block, a wide one (a dense chunk) gets its
+// own. A shard's blocks grow from one record, doubling, so a table of a few records (a dense
+// layer norm's one chunk) holds about what it uses, not a megabyte per shard.
 constexpr size_t kBlockBytes = 1 << 20;
 }
 
@@ -29,10 +31,12 @@ float* MemoryRowStore::Find(Shard& s, uint64_t key, const Init& init) {
   if (!s.free.empty()) {
     record = s.free.back();
     s.free.pop_back();
-  } else if (s.blocks.empty() || s.used_in_block == records_per_block_) {
+  } else if (s.blocks.empty() || s.used_in_block == s.block_records) {
+    s.block_records = std::min(records_per_block_, s.blocks.empty() ? size_t{1} : 2 * s.block_records);
     // Not zero-filled: `init` writes every float of a record before anyone reads it.
-    s.blocks.push_back(std::make_unique_for_overwrite<float[]>(records_per_block_ * width_));
+    s.blocks.push_back(std::make_unique_for_overwrite<float[]>(s.block_records * width_));
     s.used_in_block = 0;
+    s.allocated += s.block_records;
   }
   if (!record) record = s.blocks.back().get() + s.used_in_block++ * width_;
   init(key, std::span<float>(record, width_));
@@ -120,7 +124,7 @@ RowStoreStats MemoryRowStore::stats() const {
   for (const Shard& s : shards_) {
     std::lock_guard lock(s.mu);
     st.records += s.index.size();
-    st.bytes_in_memory += s.blocks.size() * records_per_block_ * width_ * sizeof(float);
+    st.bytes_in_memory += s.allocated * width_ * sizeof(float);
     st.hits += s.hits;
     st.created += s.created;
   }

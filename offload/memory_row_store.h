@@ -33,6 +33,8 @@ class MemoryRowStore final : public RowStore {
     std::vector<std::unique_ptr<float[]>> blocks;
     std::vector<float*> free;  // erased records, reused first
     size_t used_in_block = 0;  // records used in blocks.back()
+    size_t block_records = 0;  // records blocks.back() holds (1, 2, 4, ... records_per_block_)
+    size_t allocated = 0;      // records all the blocks hold
     uint64_t hits = 0, created = 0;
   };
   float* Find(Shard& s, uint64_t key, const Init& init);

@@ -73,6 +73,27 @@ TEST(MemoryRowStore, WideRecordsGetBlocksOfTheirOwn) {
   EXPECT_LE(store.stats().bytes_in_memory, 3u * width * sizeof(float));
 }
 
+// A table of one small record (a dense layer norm's chunk: 385 floats with AdamW's state) holds
+// that record, not a block of a megabyte; blocks double as a shard fills, to about 1 MiB, so
+// a table of many records still lives in few allocations and wastes under half of them.
+TEST(MemoryRowStore, BlocksGrowFromOneRecord) {
+  const int width = 128 * 3 + 1;
+  MemoryRowStore one(width, 4);
+  std::vector<uint64_t> key = {0};
+  ASSERT_TRUE(one.Update(key, InitKey, [](size_t, std::span<float> r) { r[0] += 1; }).ok());
+  EXPECT_EQ(one.stats().bytes_in_memory, width * sizeof(float));
+  MemoryRowStore many(width, 2);
+  std::vector<uint64_t> keys(5000);
+  for (uint64_t k = 0; k < keys.size(); ++k) keys[k] = k;
+  ASSERT_TRUE(many.Update(keys, InitKey, [](size_t, std::span<float> r) { r[0] += 1; }).ok());
+  const uint64_t used = keys.size() * width * sizeof(float), held = many.stats().bytes_in_memory;
+  EXPECT_GE(held, used);
+  EXPECT_LT(held, 2 * used);
+  ASSERT_TRUE(many.Read(keys, nullptr, [&](size_t i, std::span<const float> r) {
+                    EXPECT_EQ(r[0], static_cast<float>(keys[i]) + 1) << keys[i];
+                  }).ok());
+}
+
 TEST(MemoryRowStore, EraseRemovesRecordsAndTheirSlotsAreReused) {
   MemoryRowStore store(2, 2);
   std::vector<uint64_t> keys = {1, 2, 3, 4};
