@@ -80,6 +80,17 @@ class PsTest : public ::testing::Test {
     scheduler_.reset();
   }
 
+  // Starts the cluster with table 1: sparse, `dim` floats a row, ASP, SGD at lr 1, rows from
+  // zero (a row is minus the sum of its gradients).
+  void StartWithZeroSgdTable(uint32_t dim) {
+    Start();
+    OptimizerSpec sgd;
+    sgd.lr = 1.0f;
+    TableSpec t = Sparse(1, dim, Consistency::kAsp, sgd);
+    t.init = {};
+    CreateEverywhere(t);
+  }
+
   // Starts the cluster with table 1 (sparse, dim 4, ASP, SGD at lr 1) and returns a key that
   // lives on server 0.
   uint64_t StartWithSgdRowOnServer0() {

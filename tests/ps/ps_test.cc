@@ -143,12 +143,7 @@ TEST_F(PsTest, AspAppliesEveryUpdateExactlyOnce) {
 }
 
 TEST_F(PsTest, DuplicateKeysInOnePushAreMerged) {
-  Start();
-  OptimizerSpec sgd;
-  sgd.lr = 1.0f;
-  TableSpec t = Sparse(1, 1, Consistency::kAsp, sgd);
-  t.init = {};
-  CreateEverywhere(t);
+  StartWithZeroSgdTable(1);
   std::vector<uint64_t> keys = {5, 5, 6, 5};
   std::vector<float> g = {1, 2, 10, 4};
   PsTicket p = clients_[0]->Push(1, keys, g.data());
@@ -163,12 +158,7 @@ TEST_F(PsTest, DuplicateKeysInOnePushAreMerged) {
 // fp32 rows), a pull's values rounded and widened into the caller's floats, half the rows'
 // bytes each way (the keys stay 8 bytes), and duplicate keys summed before the rounding.
 TEST_F(PsTest, SparseRowsTravelInBf16AndTheServersKeepFp32) {
-  Start();
-  OptimizerSpec sgd;
-  sgd.lr = 1.0f;
-  TableSpec t = Sparse(1, 3, Consistency::kAsp, sgd);
-  t.init = {};
-  CreateEverywhere(t);
+  StartWithZeroSgdTable(3);
   std::vector<uint64_t> keys;
   for (uint64_t k = 0; k < 40; ++k) keys.push_back(k * 7919);  // on both servers
   keys.push_back(keys[3]);                                      // a duplicate
