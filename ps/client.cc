@@ -407,13 +407,15 @@ PsTicket PsClient::PullDenseAs(uint32_t table, void* out, DType wire, DType into
   return ticket;
 }
 
-PsTicket PsClient::PushDense(uint32_t table, const float* grads) { return PushDenseAs(table, grads, DType::kF32); }
-
-PsTicket PsClient::PushDenseBf16(uint32_t table, const uint16_t* grads) {
-  return PushDenseAs(table, grads, DType::kBF16);
+PsTicket PsClient::PushDense(uint32_t table, const float* grads, std::shared_ptr<const void> owner) {
+  return PushDenseAs(table, grads, DType::kF32, std::move(owner));
 }
 
-PsTicket PsClient::PushDenseAs(uint32_t table, const void* grads, DType dtype) {
+PsTicket PsClient::PushDenseBf16(uint32_t table, const uint16_t* grads, std::shared_ptr<const void> owner) {
+  return PushDenseAs(table, grads, DType::kBF16, std::move(owner));
+}
+
+PsTicket PsClient::PushDenseAs(uint32_t table, const void* grads, DType dtype, std::shared_ptr<const void> owner) {
   PsTicket ticket;
   auto spec_or = Spec(table, TableKind::kDense);
   if (!spec_or.ok()) {
@@ -424,8 +426,8 @@ PsTicket PsClient::PushDenseAs(uint32_t table, const void* grads, DType dtype) {
   const int64_t clock = clock_;
   const float lr = lr_;
   // Zero-copy: frames point into the caller's buffer, which outlives the call and its retries
-  // (see Wait).
-  const std::shared_ptr<const void> borrowed(grads, [](const void*) {});
+  // (see Wait), or which `owner` keeps alive as long as a frame holds it.
+  const std::shared_ptr<const void> borrowed = owner ? std::move(owner) : std::shared_ptr<const void>(grads, [](const void*) {});
   for (auto& [sv, mine_chunks] : DenseRequests(spec, layout_)) {
     auto chunks = std::make_shared<std::vector<uint64_t>>(std::move(mine_chunks));
     const int64_t n = static_cast<int64_t>(chunks->size());

@@ -104,9 +104,13 @@ class PsClient {
   PsTicket PullDense(uint32_t table, float* out, bool bf16 = false, bool next_clock = false);
   // The values rounded to bf16, kept so in `out` (numel of them).
   PsTicket PullDenseBf16(uint32_t table, uint16_t* out, bool next_clock = false);
-  PsTicket PushDense(uint32_t table, const float* grads);
+  // Zero-copy: the frames point into `grads`, which must outlive the call and its retries. With
+  // `owner` the frames also hold it, so the bytes stay alive as long as ZeroMQ may still send
+  // them (a frame queued for a server that died and is retried elsewhere); without, the caller
+  // keeps them alive until Wait returned and no frame can be queued.
+  PsTicket PushDense(uint32_t table, const float* grads, std::shared_ptr<const void> owner = nullptr);
   // The same gradients rounded to bf16 (half the bytes); the servers widen them to fp32.
-  PsTicket PushDenseBf16(uint32_t table, const uint16_t* grads);
+  PsTicket PushDenseBf16(uint32_t table, const uint16_t* grads, std::shared_ptr<const void> owner = nullptr);
 
   // Waits for every server's part. The first error names the server. A part that failed with
   // DeadlineExceeded/Unavailable is retried (after `timeout`, default the client's
@@ -155,7 +159,7 @@ class PsClient {
   // The spec of a table this client created, which must be of `kind`.
   Result<const TableSpec*> Spec(uint32_t table, TableKind kind) const;
   Status Connect();
-  PsTicket PushDenseAs(uint32_t table, const void* grads, DType dtype);
+  PsTicket PushDenseAs(uint32_t table, const void* grads, DType dtype, std::shared_ptr<const void> owner);
   // The values sent as `wire` (f32, or bf16) and written into `out` as `into` (f32; bf16 with a
   // bf16 wire only).
   PsTicket PullDenseAs(uint32_t table, void* out, DType wire, DType into, bool next_clock);

@@ -229,12 +229,8 @@ Status PsSync::Finish(int64_t step) {
     const int64_t n = static_cast<int64_t>(keys_.size());
     for (const Remote& r : sparse_) {
       if (n == 0) break;
-      Tensor g = r.param->grad.Narrow(0, 0, n);
-      if (push_scale_ != 1.0f) ops::Scale(exec_, g, push_scale_);
-      Push& p = pushes_.emplace_back();
-      p.staged.resize(static_cast<size_t>(g.numel()));
-      STRATA_RETURN_IF_ERROR(Tensor::HostView(p.staged.data(), g).CopyFrom(g));
-      p.f = {client_.Push(r.table, keys_, p.staged.data(), wire_bf16_), Clock::now()};
+      if (push_scale_ != 1.0f) ops::Scale(exec_, r.param->grad.Narrow(0, 0, n), push_scale_);
+      pushes_.emplace_back().f = {SendSparse(r, n), Clock::now()};
     }
     Status status = AcknowledgeAll();
     std::fill(pushed_.begin(), pushed_.end(), false);
@@ -256,35 +252,25 @@ Status PsSync::Finish(int64_t step) {
     return Status::OK();
   }
   const auto started = Clock::now();
-  std::vector<InFlight> tickets;
-  std::vector<std::vector<float>> staged;  // host copies of device gradients
-  std::vector<std::vector<uint16_t>> narrow(wire_bf16_ ? dense_.size() : 0);  // sync.wire bf16
-  auto host_floats = [&](const Tensor& g) -> const float* {
-    if (g.is_cpu() && g.is_contiguous()) return g.data_as<float>();
-    staged.emplace_back(static_cast<size_t>(g.numel()));
-    STRATA_CHECK_OK(Tensor::HostView(staged.back().data(), g).CopyFrom(g));
-    return staged.back().data();
-  };
-  staged.reserve(dense_.size() + sparse_.size());
   if (dense_scale_ != 1.0f) {
     for (const Remote& r : dense_) ops::Scale(exec_, r.param->grad, dense_scale_);
   }
   if (push_scale_ != 1.0f) {
     for (const Remote& r : sparse_) ops::Scale(exec_, r.param->grad, push_scale_);
   }
-  for (size_t i = 0; i < dense_.size(); ++i) {
-    const Remote& r = dense_[i];
-    if (wire_bf16_) RoundToBf16(r.param->grad, narrow[i]);
-    tickets.push_back({wire_bf16_ ? client_.PushDenseBf16(r.table, narrow[i].data())
-                                  : client_.PushDense(r.table, host_floats(r.param->grad)),
-                       Clock::now()});
-  }
+  std::vector<Push> pushes;
+  for (const Remote& r : dense_) pushes.push_back(SendDense(r.table, r.param->grad));
   const int64_t n = static_cast<int64_t>(keys_.size());
   for (const Remote& r : sparse_) {
     if (n == 0) break;
-    tickets.push_back({client_.Push(r.table, keys_, host_floats(r.param->grad.Narrow(0, 0, n)), wire_bf16_), Clock::now()});
+    pushes.emplace_back().f = {SendSparse(r, n), Clock::now()};
   }
-  for (InFlight& f : tickets) STRATA_RETURN_IF_ERROR(WaitRecorded(f, /*pull=*/false, "push"));
+  // Every push waited for, failed or not, before their copies may go.
+  Status status;
+  for (Push& p : pushes) {
+    if (Status s = WaitRecorded(p.f, /*pull=*/false, "push"); !s.ok() && status.ok()) status = s;
+  }
+  STRATA_RETURN_IF_ERROR(status);
   STRATA_ASSIGN_OR_RETURN(const float clip_scale, GlobalClipScale());
   STRATA_RETURN_IF_ERROR(client_.Clock(clip_scale));
   push_exposed_ += SecondsSince(started);

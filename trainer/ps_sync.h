@@ -190,17 +190,23 @@ class PsSync final : public GradSync, public UnitHooks {
   // Waits for `f` and records its interval (for overlap()) and its trace event.
   Status WaitRecorded(InFlight& f, bool pull, const char* name);
 
-  // offload: a push in flight and what it reads until the servers acknowledged it (a retry
-  // sends it again): its own copy (the gradient in bf16, or a device gradient staged on the
-  // host) or, `grad`, the gradient itself.
+  // A dense push in flight and what it reads: its own copy (the gradient in bf16, or a device
+  // gradient staged on the host) or the gradient itself (in place). The frames hold either
+  // (PsClient::PushDense's owner), so a frame ZeroMQ still has queued for a server that died
+  // never reads freed memory; this object's references go once the servers acknowledged it.
   static constexpr size_t kCopied = static_cast<size_t>(-1);
   struct Push {
     InFlight f;
-    std::vector<uint16_t> bf16;
-    std::vector<float> staged;
-    size_t grad = kCopied;  // the dense_ index of the gradient it reads in place
+    std::shared_ptr<const void> copy;
+    int64_t copy_bytes = 0;
+    bool in_place = false;
+    size_t grad = kCopied;  // offload: the dense_ index of the gradient it reads in place
     bool acknowledged = false;
   };
+  // Pushes `g` to dense `table` (scaled already).
+  Push SendDense(uint32_t table, const Tensor& g);
+  // Pushes the step's compact rows of sparse `r` (its first `rows` rows).
+  PsTicket SendSparse(const Remote& r, int64_t rows);
   // The gradients per unit (ps_sync_grads.cc). SetUnits frees them; a unit's backward makes them
   // (zeroed); an acknowledged push frees its own.
   void HoldGradsPerUnit();

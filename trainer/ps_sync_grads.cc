@@ -54,30 +54,49 @@ void PsSync::MakeGrads(int unit) {
   for (size_t i : units_[static_cast<size_t>(unit)]) MakeGrad(i);
 }
 
+PsSync::Push PsSync::SendDense(uint32_t table, const Tensor& g) {
+  Push p;
+  if (wire_bf16_) {
+    auto narrow = std::make_shared<std::vector<uint16_t>>();
+    RoundToBf16(g, *narrow);
+    p.copy_bytes = Bytes(*narrow);
+    p.f = {client_.PushDenseBf16(table, narrow->data(), narrow), Clock::now()};
+    p.copy = std::move(narrow);
+  } else if (g.is_cpu() && g.is_contiguous()) {
+    p.in_place = true;
+    p.f = {client_.PushDense(table, g.data_as<float>(), std::make_shared<Tensor>(g)), Clock::now()};
+  } else {
+    auto host = std::make_shared<std::vector<float>>(static_cast<size_t>(g.numel()));
+    STRATA_CHECK_OK(Tensor::HostView(host->data(), g).CopyFrom(g));
+    p.copy_bytes = Bytes(*host);
+    p.f = {client_.PushDense(table, host->data(), host), Clock::now()};
+    p.copy = std::move(host);
+  }
+  return p;
+}
+
+PsTicket PsSync::SendSparse(const Remote& r, int64_t rows) {
+  // PsClient::Push copies the rows (it sums a repeated key's), so a host copy may go at once.
+  const Tensor g = r.param->grad.Narrow(0, 0, rows);
+  if (g.is_cpu() && g.is_contiguous()) return client_.Push(r.table, keys_, g.data_as<float>(), wire_bf16_);
+  std::vector<float> host(static_cast<size_t>(g.numel()));
+  STRATA_CHECK_OK(Tensor::HostView(host.data(), g).CopyFrom(g));
+  return client_.Push(r.table, keys_, host.data(), wire_bf16_);
+}
+
 void PsSync::PushDense(const Remote& r) {
   const size_t index = dense_index_[r.param];
   pushed_[index] = true;
   MakeGrad(index);  // zeros, if backward never reached it
   Tensor& g = r.param->grad;
   if (dense_scale_ != 1.0f) ops::Scale(exec_, g, dense_scale_);
-  Push& p = pushes_.emplace_back();
-  if (wire_bf16_) {
-    RoundToBf16(g, p.bf16);
-    CountGradBytes(Bytes(p.bf16));
-    p.f = {client_.PushDenseBf16(r.table, p.bf16.data()), Clock::now()};
+  Push& p = pushes_.emplace_back(SendDense(r.table, g));
+  CountGradBytes(p.copy_bytes);
+  if (p.in_place) {
+    p.grad = index;  // freed once acknowledged
+  } else {
     FreeGrad(index);
-    return;
   }
-  if (g.is_cpu() && g.is_contiguous()) {
-    p.grad = index;  // read in place: freed once acknowledged
-    p.f = {client_.PushDense(r.table, g.data_as<float>()), Clock::now()};
-    return;
-  }
-  p.staged.resize(static_cast<size_t>(g.numel()));
-  STRATA_CHECK_OK(Tensor::HostView(p.staged.data(), g).CopyFrom(g));
-  CountGradBytes(Bytes(p.staged));
-  p.f = {client_.PushDense(r.table, p.staged.data()), Clock::now()};
-  FreeGrad(index);
 }
 
 void PsSync::GradReady(nn::Parameter& p) {
@@ -96,9 +115,8 @@ void PsSync::GradReady(nn::Parameter& p) {
 Status PsSync::Acknowledge(Push& p) {
   Status s = WaitRecorded(p.f, /*pull=*/false, "push");
   p.acknowledged = true;
-  CountGradBytes(-Bytes(p.bf16) - Bytes(p.staged));
-  p.bf16 = {};
-  p.staged = {};
+  CountGradBytes(-p.copy_bytes);
+  p.copy.reset();  // the frames' references keep it while ZeroMQ may still send one
   if (p.grad != kCopied) FreeGrad(p.grad);
   return s;
 }
