@@ -197,9 +197,8 @@ class PsSync final : public GradSync, public UnitHooks {
   static constexpr size_t kCopied = static_cast<size_t>(-1);
   struct Push {
     InFlight f;
-    std::shared_ptr<const void> copy;
+    std::shared_ptr<const void> copy;  // null: the push reads the gradient in place
     int64_t copy_bytes = 0;
-    bool in_place = false;
     size_t grad = kCopied;  // offload: the dense_ index of the gradient it reads in place
     bool acknowledged = false;
   };

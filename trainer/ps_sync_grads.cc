@@ -63,7 +63,6 @@ PsSync::Push PsSync::SendDense(uint32_t table, const Tensor& g) {
     p.f = {client_.PushDenseBf16(table, narrow->data(), narrow), Clock::now()};
     p.copy = std::move(narrow);
   } else if (g.is_cpu() && g.is_contiguous()) {
-    p.in_place = true;
     p.f = {client_.PushDense(table, g.data_as<float>(), std::make_shared<Tensor>(g)), Clock::now()};
   } else {
     auto host = std::make_shared<std::vector<float>>(static_cast<size_t>(g.numel()));
@@ -92,8 +91,8 @@ void PsSync::PushDense(const Remote& r) {
   if (dense_scale_ != 1.0f) ops::Scale(exec_, g, dense_scale_);
   Push& p = pushes_.emplace_back(SendDense(r.table, g));
   CountGradBytes(p.copy_bytes);
-  if (p.in_place) {
-    p.grad = index;  // freed once acknowledged
+  if (!p.copy) {
+    p.grad = index;  // read in place: freed once acknowledged
   } else {
     FreeGrad(index);
   }
